@@ -1,0 +1,1 @@
+"""sessiontree: LLM-agent conversations as trees in SQLite."""

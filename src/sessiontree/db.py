@@ -1,0 +1,178 @@
+"""Connections, transactions and schema migrations.
+
+Contract:
+- ``connect(path)`` opens a connection in autocommit mode (we issue BEGIN and
+  COMMIT ourselves), refuses a schema newer than this code *before* writing a
+  byte, applies pending migrations, then sets the per-connection pragmas:
+  foreign keys on, WAL, a busy timeout, synchronous=NORMAL.
+- ``transaction(conn)`` is ``BEGIN IMMEDIATE`` .. ``COMMIT``, rolled back on any
+  exception; nested use joins the outer transaction. Taking the write lock up
+  front means a writer never fails half-way for lack of it, and a busy database
+  is retried (busy timeout, then a bounded backoff) instead of surfacing
+  "database is locked".
+- Migrations are the ``NNNN_name.sql`` files of the top-level ``migrations/``
+  folder (shipped inside the wheel as ``sessiontree/migrations``); the number
+  of applied steps is ``PRAGMA user_version``. Each step runs in its own
+  transaction, so a failed step leaves the previous version intact.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from .errors import SchemaTooNew, SessionTreeError
+
+BUSY_TIMEOUT_MS = 5_000
+BEGIN_ATTEMPTS = 8  # after the busy timeout, a few more tries with backoff
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def migrations_dir() -> Path:
+    """Where the migration files are: inside the installed package, else the source tree."""
+    packaged = resources.files("sessiontree") / "migrations"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    source_tree = Path(__file__).resolve().parents[2] / "migrations"
+    if source_tree.is_dir():
+        return source_tree
+    raise SessionTreeError("sessiontree's migrations folder is missing from this installation")
+
+
+def migrations() -> list[Migration]:
+    """All migration steps, in order. Numbering must be 1, 2, 3, ... without gaps."""
+    steps = []
+    for path in sorted(migrations_dir().glob("*.sql")):
+        match = re.fullmatch(r"(\d{4})_(\w+)\.sql", path.name)
+        if not match:
+            raise SessionTreeError(f"badly named migration file {path.name!r}")
+        steps.append(Migration(int(match[1]), match[2], path.read_text("utf-8")))
+    for expected, step in enumerate(steps, 1):
+        if step.version != expected:
+            raise SessionTreeError(f"migration {expected:04d} is missing (found {step.version:04d})")
+    return steps
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    return conn.execute("PRAGMA user_version").fetchone()[0]
+
+
+def pending_migrations(conn: sqlite3.Connection) -> list[Migration]:
+    version = schema_version(conn)
+    steps = migrations()
+    if version > len(steps):
+        raise SchemaTooNew(
+            f"database schema version {version} is newer than this sessiontree knows "
+            f"({len(steps)}); upgrade sessiontree to open it. Nothing was written."
+        )
+    return steps[version:]
+
+
+def migrate(conn: sqlite3.Connection) -> list[Migration]:
+    """Apply pending steps, each in its own transaction; return the steps applied."""
+    applied = []
+    for step in pending_migrations(conn):
+        with transaction(conn):
+            # Another process may have applied it while we waited for the lock.
+            if schema_version(conn) >= step.version:
+                continue
+            for statement in split_statements(step.sql):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {step.version:d}")
+        applied.append(step)
+    return applied
+
+
+def split_statements(sql: str) -> Iterator[str]:
+    """Complete SQL statements of a script (trigger bodies hold semicolons too)."""
+    buffer = ""
+    for line in sql.splitlines(keepends=True):
+        if not buffer and (not line.strip() or line.lstrip().startswith("--")):
+            continue
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            yield buffer.strip()
+            buffer = ""
+    if buffer.strip():
+        raise SessionTreeError(f"incomplete SQL statement in migration: {buffer.strip()[:80]!r}")
+
+
+def connect(path: str | Path, *, readonly: bool = False, apply_migrations: bool = True) -> sqlite3.Connection:
+    """Open a store database. See the module docstring for what is checked and set."""
+    path = str(path)
+    memory = path == ":memory:"
+    if readonly:
+        if memory or not Path(path).exists():
+            raise SessionTreeError(f"cannot open {path!r} read-only: no such database file")
+        conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True,
+                               isolation_level=None, check_same_thread=False)
+    else:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        try:
+            pending = pending_migrations(conn)  # raises SchemaTooNew before any write
+        except sqlite3.DatabaseError as e:
+            raise SessionTreeError(f"{path} is not a sessiontree database: {e}") from None
+        conn.execute("PRAGMA foreign_keys = ON")
+        if not readonly:
+            if not memory:
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            if apply_migrations and pending:
+                migrate(conn)
+        elif pending:
+            raise SessionTreeError(
+                f"{path} needs {len(pending)} schema migration(s); open it once read-write "
+                "(or run `sessiontree migrate`) before reading it read-only"
+            )
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _is_busy(error: sqlite3.OperationalError) -> bool:
+    text = str(error).lower()
+    return "locked" in text or "busy" in text
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """BEGIN IMMEDIATE .. COMMIT, or join the transaction already open."""
+    if conn.in_transaction:
+        yield conn
+        return
+    for attempt in range(BEGIN_ATTEMPTS):
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            break
+        except sqlite3.OperationalError as e:
+            if not _is_busy(e) or attempt == BEGIN_ATTEMPTS - 1:
+                raise
+            time.sleep(min(0.05 * 2**attempt, 1.0) * random.uniform(0.5, 1.5))
+    try:
+        yield conn
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    try:
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

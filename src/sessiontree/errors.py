@@ -1,0 +1,63 @@
+"""Every error sessiontree raises on purpose.
+
+Contract: all derive from ``SessionTreeError``, so callers can catch one class;
+each message names the thing that is wrong (the id, the name, the file).
+Lookups that find nothing raise ``NotFound`` (also a ``KeyError``); refusals of
+a well-formed request raise ``Conflict`` (also a ``ValueError``).
+"""
+
+from __future__ import annotations
+
+
+class SessionTreeError(Exception):
+    """Base class of sessiontree's errors."""
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class NotFound(SessionTreeError, KeyError):
+    """An id, prefix or name that matches nothing."""
+
+
+class AmbiguousRef(SessionTreeError, ValueError):
+    """A prefix that matches more than one id."""
+
+
+class Conflict(SessionTreeError, ValueError):
+    """A request the current state refuses: a duplicate name, a foreign parent, ..."""
+
+
+class BranchMoved(Conflict):
+    """A compare-and-set on a branch head failed: someone else moved it first."""
+
+    def __init__(self, branch: str, expected: str | None, actual: str | None) -> None:
+        self.branch, self.expected, self.actual = branch, expected, actual
+        super().__init__(
+            f"branch {branch!r} moved: expected head {expected or '(empty)'}, "
+            f"found {actual or '(empty)'}"
+        )
+
+
+class CheckpointImmutable(Conflict):
+    """Checkpoints never move; fork a branch from one instead."""
+
+
+class SchemaTooNew(SessionTreeError):
+    """The database was written by a newer sessiontree; this one will not touch it."""
+
+
+class InvalidPayload(SessionTreeError, ValueError):
+    """A payload that is not a JSON object, or a message without a valid role."""
+
+
+class ProviderError(SessionTreeError):
+    """A model endpoint failed: an HTTP error, a malformed or truncated reply.
+
+    ``status`` is the HTTP status when there was one; ``retryable`` says whether
+    the adapter would (or did) retry it. Messages never contain an API key.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.status, self.retryable = status, retryable

@@ -1,0 +1,214 @@
+"""Plain data: nodes, refs, runs, reports and a model's reply. No I/O here.
+
+Contract: these objects are snapshots of rows; changing the store never changes
+an object already returned, and nothing here touches the database. ``Node``
+decodes its JSON payload on first access, because most path reads only need a
+few payloads of a long path and decoding every one would dominate the read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidPayload
+
+KINDS = frozenset({"message", "pause", "decision", "error", "tool_start", "note", "summary"})
+"""Node kinds. Only ``message`` nodes reach a model; the rest are markers."""
+
+ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
+
+
+class Node:
+    """One immutable node of a session tree."""
+
+    __slots__ = ("id", "session_id", "parent_id", "depth", "kind", "created_at", "run_id",
+                 "_payload_json", "_payload")
+
+    def __init__(self, id: str, session_id: str, parent_id: str | None, depth: int, kind: str,
+                 payload_json: str, created_at: str, run_id: str | None = None) -> None:
+        self.id = id
+        self.session_id = session_id
+        self.parent_id = parent_id
+        self.depth = depth
+        self.kind = kind
+        self._payload_json = payload_json
+        self.created_at = created_at
+        self.run_id = run_id
+        self._payload: dict[str, Any] | None = None
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The node's JSON payload. A fresh copy is not made: treat it as read-only."""
+        if self._payload is None:
+            self._payload = json.loads(self._payload_json)
+        return self._payload
+
+    @property
+    def payload_json(self) -> str:
+        return self._payload_json
+
+    @property
+    def role(self) -> str | None:
+        """The chat role of a ``message`` node, else None."""
+        return self.payload.get("role") if self.kind == "message" else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "session_id": self.session_id, "parent_id": self.parent_id,
+            "depth": self.depth, "kind": self.kind, "payload": self.payload,
+            "created_at": self.created_at, "run_id": self.run_id,
+        }
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Node):
+            return NotImplemented
+        return (self.id, self.session_id, self.parent_id, self.depth, self.kind,
+                self.created_at, self.run_id) == (
+            other.id, other.session_id, other.parent_id, other.depth, other.kind,
+            other.created_at, other.run_id) and self.payload == other.payload
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __repr__(self) -> str:
+        return f"Node(id={self.id!r}, kind={self.kind!r}, depth={self.depth}, payload={self._payload_json[:60]!r})"
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A row of ``Store.sessions()``."""
+
+    id: str
+    title: str | None
+    metadata: dict[str, Any]
+    created_at: str
+    archived_at: str | None = None
+    node_count: int = 0
+    last_activity: str | None = None
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A mutable named pointer; ``head_id`` is None for a branch with no node yet."""
+
+    session_id: str
+    name: str
+    head_id: str | None
+    created_at: str
+    updated_at: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """An immutable named pointer."""
+
+    session_id: str
+    name: str
+    node_id: str
+    created_at: str
+
+
+@dataclass(frozen=True)
+class Run:
+    """Provenance of a model call: what produced a node."""
+
+    id: str
+    session_id: str
+    model: str | None
+    provider: str | None
+    params: dict[str, Any]
+    usage: dict[str, Any]
+    latency_ms: float | None
+    finish_reason: str | None
+    created_at: str
+
+
+@dataclass
+class Completion:
+    """What a model call returns: the assistant message plus its provenance.
+
+    A ``call`` may return a bare message dict instead; then nothing but the
+    message is recorded.
+    """
+
+    message: dict[str, Any]
+    model: str | None = None
+    provider: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+    finish_reason: str | None = None
+    latency_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Diff:
+    """Two refs compared from their common ancestor (None when they share no root)."""
+
+    ancestor: Node | None
+    only_a: list[Node]
+    only_b: list[Node]
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    """What ``prune`` removed, or would remove on a dry run."""
+
+    node_ids: list[str]
+    run_ids: list[str]
+    dry_run: bool
+    bytes_freed: int | None = None
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One integrity problem found by ``verify``."""
+
+    session_id: str
+    check: str
+    detail: str
+    node_id: str | None = None
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    problems: list[Problem]
+    sessions: int
+    nodes: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def encode_payload(payload: Any, kind: str) -> str:
+    """Validate a payload and return its canonical JSON text.
+
+    Raises InvalidPayload naming what is wrong: not an object, NaN or infinity
+    (not JSON), a value JSON cannot hold, or a message without a known role.
+    """
+    if kind not in KINDS:
+        raise InvalidPayload(f"unknown node kind {kind!r}; expected one of {sorted(KINDS)}")
+    if not isinstance(payload, dict):
+        raise InvalidPayload(f"payload must be a JSON object (dict), not {type(payload).__name__}")
+    if kind == "message" and payload.get("role") not in ROLES:
+        raise InvalidPayload(
+            f"a message payload needs 'role' in {sorted(ROLES)}, got {payload.get('role')!r}"
+        )
+    try:
+        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError as e:  # NaN/Infinity, or a circular reference
+        raise InvalidPayload(f"payload is not valid JSON: {e}") from None
+    except TypeError as e:
+        raise InvalidPayload(f"payload is not JSON-serialisable: {e}") from None
+    except RecursionError:
+        raise InvalidPayload("payload is nested too deeply to encode") from None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate cannot be stored as UTF-8 text; JSON's \u escapes can
+        # carry it losslessly.
+        text = json.dumps(payload, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return text
