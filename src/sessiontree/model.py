@@ -73,7 +73,8 @@ class Node:
         return hash(self.id)
 
     def __repr__(self) -> str:
-        return f"Node(id={self.id!r}, kind={self.kind!r}, depth={self.depth}, payload={self._payload_json[:60]!r})"
+        preview = self._payload_json[:60]
+        return f"Node(id={self.id!r}, kind={self.kind!r}, depth={self.depth}, payload={preview!r})"
 
 
 @dataclass(frozen=True)

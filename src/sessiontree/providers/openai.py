@@ -1,0 +1,330 @@
+"""An adapter for any OpenAI-compatible ``/chat/completions`` endpoint, over httpx.
+
+Contract:
+
+- ``call = openai_compatible(base_url, model, ...)``; ``await call(messages, tools)``
+  returns a ``Completion`` whose ``message`` is an OpenAI assistant message
+  (``role``, ``content`` str or None, ``tool_calls`` when there are any, each
+  with ``id``, ``type: "function"`` and ``function: {name, arguments}``, the
+  arguments being the model's raw string, valid JSON or not).
+- With ``stream=True``, ``call(messages, tools)`` is an async iterator of ``str``
+  text deltas whose last item is exactly one ``Completion``.
+- Failures raise ``ProviderError``: HTTP errors (with ``status`` and the server's
+  message), malformed JSON, an ``error`` object in a stream, and a stream that
+  ends without a finish reason or ``[DONE]`` or whose connection drops. A
+  partial message is never returned.
+- Connect errors, timeouts, 408, 409, 429 and 5xx are retried with exponential
+  backoff and full jitter, or after ``Retry-After`` when the server sends one,
+  up to ``max_retries`` retries and ``max_retry_time`` seconds in all. Only the
+  start of a request is retried, never a stream that has begun.
+- The API key is sent as a bearer token and never appears in reprs, errors or
+  ``Completion.params``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import os
+import random
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from typing import Any
+
+import httpx
+
+from ..errors import ProviderError
+from ..model import Completion
+from .sse import aiter_events
+
+PROVIDER = "openai-compatible"
+RETRYABLE_STATUS = frozenset({408, 409, 429})  # and every 5xx
+_RESERVED = frozenset({"messages", "tools", "model", "stream", "stream_options"})
+_BACKOFF_BASE, _BACKOFF_CAP = 0.5, 8.0
+
+# Module-level hooks so tests can make retries instant and deterministic.
+_sleep = asyncio.sleep
+_random = random.Random()
+
+
+def openai_compatible(base_url: str, model: str, *, api_key: str | None = None,
+                      api_key_env: str | None = "OPENAI_API_KEY", stream: bool = False,
+                      timeout: float | httpx.Timeout = 60.0, max_retries: int = 4,
+                      max_retry_time: float = 60.0, headers: Mapping[str, str] | None = None,
+                      transport: httpx.AsyncBaseTransport | None = None,
+                      **params: Any) -> OpenAICompatible:
+    """Build a model ``call`` for an OpenAI-compatible endpoint.
+
+    ``params`` (temperature, seed, max_tokens, tool_choice, ...) are sent as
+    they are. The key is ``api_key``, else the variable named ``api_key_env``,
+    else none (no ``Authorization`` header, fine for local servers).
+    """
+    clash = _RESERVED & params.keys()
+    if clash:
+        raise TypeError(f"openai_compatible() sets {sorted(clash)} itself; do not pass them")
+    if api_key is None and api_key_env:
+        api_key = os.environ.get(api_key_env) or None
+    return OpenAICompatible(base_url, model, api_key=api_key, stream=stream, timeout=timeout,
+                            max_retries=max_retries, max_retry_time=max_retry_time,
+                            headers=headers, transport=transport, params=params)
+
+
+class OpenAICompatible:
+    """The callable ``openai_compatible`` returns. Holds no connection between calls."""
+
+    def __init__(self, base_url: str, model: str, *, api_key: str | None, stream: bool,
+                 timeout: float | httpx.Timeout, max_retries: int, max_retry_time: float,
+                 headers: Mapping[str, str] | None, transport: httpx.AsyncBaseTransport | None,
+                 params: dict[str, Any]) -> None:
+        self.base_url, self.model, self.stream = base_url.rstrip("/"), model, bool(stream)
+        self.url = self.base_url + "/chat/completions"
+        self.params = dict(params)
+        self.max_retries, self.max_retry_time = max_retries, max_retry_time
+        self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+        self._transport = transport
+        self._secrets = [api_key] if api_key else []
+        self._headers = {"Accept": "text/event-stream" if stream else "application/json",
+                         **(headers or {})}
+        for name, value in self._headers.items():
+            if name.lower() in ("authorization", "api-key", "x-api-key") and value:
+                self._secrets.append(value.removeprefix("Bearer ").strip())
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+
+    def __repr__(self) -> str:
+        return (f"OpenAICompatible(base_url={self.base_url!r}, model={self.model!r}, "
+                f"stream={self.stream})")
+
+    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+                 ) -> Awaitable[Completion] | AsyncIterator[str | Completion]:
+        body: dict[str, Any] = {"model": self.model, "messages": messages, **self.params}
+        if tools:
+            body["tools"] = tools
+        if self.stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+            return self._streamed(body)
+        return self._complete(body)
+
+    # -- one call ------------------------------------------------------------
+
+    async def _complete(self, body: dict[str, Any]) -> Completion:
+        started = time.monotonic()
+        async with self._client() as client:
+            response = await self._send(client, body, started)
+            try:
+                data = response.json()
+            except ValueError:
+                raise self._error(f"response is not JSON: {response.text[:200]!r}") from None
+        if not isinstance(data, dict):
+            raise self._error(f"response is not a JSON object: {str(data)[:200]!r}")
+        if data.get("error"):
+            raise self._error(f"error in response: {_error_text(data)}")
+        choices = data.get("choices")
+        if not choices or not isinstance(choices[0], dict):
+            raise self._error(f"response has no choices: {json.dumps(data)[:200]}")
+        raw = choices[0].get("message") or {}
+        tool_calls = [_tool_call(tc, i) for i, tc in enumerate(raw.get("tool_calls") or [])]
+        return self._completion(raw.get("content"), tool_calls, data.get("model"),
+                                data.get("usage"), choices[0].get("finish_reason"), started)
+
+    async def _streamed(self, body: dict[str, Any]) -> AsyncIterator[str | Completion]:
+        started = time.monotonic()
+        text: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        usage: dict[str, Any] | None = None
+        finish: str | None = None
+        model: str | None = None
+        done = False
+        # The client and response are context managers so that cancelling the
+        # task, or closing this generator early, closes the connection.
+        async with self._client() as client:
+            response = await self._send(client, body, started, stream=True)
+            try:
+                async for event in aiter_events(response.aiter_bytes()):
+                    data = event.data.strip()
+                    if not data:
+                        continue  # "data:" with nothing: a keep-alive
+                    if data == "[DONE]":
+                        done = True
+                        break
+                    chunk = _parse_chunk(data, self._error)
+                    if chunk.get("error") or event.event == "error":
+                        raise self._error(f"error in stream: {_error_text(chunk)}")
+                    model = chunk.get("model") or model
+                    usage = chunk.get("usage") or usage  # the last chunk, its choices empty
+                    for choice in chunk.get("choices") or []:
+                        if choice.get("index", 0) != 0:
+                            continue  # n > 1 is not supported: keep the first choice
+                        delta = choice.get("delta") or {}
+                        if delta.get("content"):
+                            text.append(delta["content"])
+                            yield delta["content"]
+                        for part in delta.get("tool_calls") or []:
+                            _merge_tool_call(calls, part)
+                        finish = choice.get("finish_reason") or finish
+            except httpx.HTTPError as exc:  # the connection dropped or stalled mid-stream
+                raise self._error(f"stream interrupted after {len(text)} text chunks: "
+                                  f"{type(exc).__name__}: {exc}") from None
+            finally:
+                await response.aclose()
+        if finish is None and not done:
+            raise self._error("stream ended without a finish_reason or [DONE]: truncated")
+        tool_calls = [_tool_call(calls[i], n) for n, i in enumerate(sorted(calls))]
+        yield self._completion("".join(text) or None, tool_calls, model, usage, finish, started)
+
+    # -- HTTP and retries ----------------------------------------------------
+
+    def _client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=self._timeout, transport=self._transport,
+                                 follow_redirects=False)
+
+    async def _send(self, client: httpx.AsyncClient, body: dict[str, Any], started: float,
+                    *, stream: bool = False) -> httpx.Response:
+        """POST until a 2xx arrives, retrying what is worth retrying.
+
+        Returns the open response; with ``stream=True`` its body is not read yet
+        and the caller must close it.
+        """
+        request = client.build_request("POST", self.url, json=body, headers=self._headers)
+        attempt = 0
+        while True:
+            attempt += 1
+            wait: float | None = None
+            try:
+                response = await client.send(request, stream=stream)
+            except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+                failure = self._error(f"{type(exc).__name__} on POST {self.url}: {exc}",
+                                      retryable=True)
+            else:
+                if response.is_success:
+                    return response
+                await response.aread()
+                await response.aclose()
+                status = response.status_code
+                retryable = status in RETRYABLE_STATUS or status >= 500
+                failure = self._error(f"HTTP {status} from POST {self.url}: "
+                                      f"{_error_text(_json_or_text(response))}",
+                                      status=status, retryable=retryable)
+                wait = _retry_after(response.headers)
+            if not failure.retryable:
+                raise failure
+            if wait is None:  # full jitter: anywhere in [0, base * 2^n], capped
+                wait = _random.uniform(0, min(_BACKOFF_CAP, _BACKOFF_BASE * 2 ** (attempt - 1)))
+            elapsed = time.monotonic() - started
+            if attempt > self.max_retries or elapsed + wait > self.max_retry_time:
+                failure.args = (f"{failure.args[0]} (gave up after {attempt} attempt(s) in "
+                                f"{elapsed:.1f}s; next wait would be {wait:.1f}s)",)
+                raise failure
+            await _sleep(wait)
+
+    def _error(self, message: str, *, status: int | None = None,
+               retryable: bool = False) -> ProviderError:
+        """A ProviderError whose message carries no secret."""
+        for secret in self._secrets:
+            message = message.replace(secret, "[redacted]")
+        message = re.sub(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+(\s+[^\s\"',}]+)?",
+                         r"\1[redacted]", message)
+        message = re.sub(r"(?i)\bbearer\s+(?!\[redacted\])\S+", "Bearer [redacted]", message)
+        return ProviderError(f"{PROVIDER} ({self.model}): {message}", status=status,
+                             retryable=retryable)
+
+    def _completion(self, content: Any, tool_calls: list[dict[str, Any]], model: str | None,
+                    usage: Any, finish: str | None, started: float) -> Completion:
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        return Completion(message=message, model=model or self.model, provider=PROVIDER,
+                          params=dict(self.params),
+                          usage=dict(usage) if isinstance(usage, dict) else {},
+                          finish_reason=finish,
+                          latency_ms=round((time.monotonic() - started) * 1000, 3))
+
+
+# -- helpers -------------------------------------------------------------------
+
+def _parse_chunk(data: str, error: Any) -> dict[str, Any]:
+    try:
+        chunk = json.loads(data)
+    except ValueError:
+        raise error(f"malformed JSON in stream data line: {data[:200]!r}") from None
+    if not isinstance(chunk, dict):
+        raise error(f"stream data line is not a JSON object: {data[:200]!r}")
+    return chunk
+
+
+def _merge_tool_call(calls: dict[int, dict[str, Any]], part: dict[str, Any]) -> None:
+    """Fold one streamed tool-call fragment into ``calls``, keyed by its index."""
+    index = part.get("index")
+    if index is None:  # a server that omits index sends each call whole
+        index = len(calls) if part.get("id") or not calls else max(calls)
+    slot = calls.setdefault(index, {"id": None, "function": {"name": "", "arguments": ""}})
+    if part.get("id"):
+        slot["id"] = part["id"]
+    function = part.get("function") or {}
+    name = function.get("name")
+    # llama.cpp repeats the full name in every chunk: take it once, don't concatenate.
+    if name and name != slot["function"]["name"]:
+        slot["function"]["name"] += name
+    if function.get("arguments"):
+        slot["function"]["arguments"] += function["arguments"]
+
+
+def _tool_call(raw: dict[str, Any], position: int) -> dict[str, Any]:
+    """A tool call in the canonical OpenAI shape."""
+    function = raw.get("function") or {}
+    arguments = function.get("arguments")
+    if not isinstance(arguments, str):  # some servers send an object; the contract is a string
+        arguments = json.dumps(arguments if arguments is not None else {})
+    # An agent loop matches tool results to calls by id, so never leave it empty.
+    call_id = raw.get("id") or f"call_{position}_{uuid.uuid4().hex[:12]}"
+    return {"id": call_id, "type": "function",
+            "function": {"name": function.get("name") or "", "arguments": arguments}}
+
+
+def _json_or_text(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return response.text
+
+
+def _error_text(body: Any) -> str:
+    """The server's own words from an error body, whatever its shape."""
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict):
+            for key in ("message", "detail", "msg"):
+                if error.get(key):
+                    return str(error[key])[:500]
+        elif error:
+            return str(error)[:500]
+        for key in ("message", "detail"):
+            if body.get(key):
+                return str(body[key])[:500]
+        return json.dumps(body)[:500]
+    return str(body).strip()[:500] or "(empty body)"
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds the server asked us to wait, from Retry-After (or OpenAI's -ms variant)."""
+    if (ms := headers.get("retry-after-ms")) is not None:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
