@@ -24,6 +24,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import json
 import os
@@ -178,9 +179,16 @@ class OpenAICompatible:
 
     # -- HTTP and retries ----------------------------------------------------
 
-    def _client(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(timeout=self._timeout, transport=self._transport,
-                                 follow_redirects=False)
+    @contextlib.asynccontextmanager
+    async def _client(self) -> AsyncIterator[httpx.AsyncClient]:
+        # A client per call: an AsyncClient is bound to the event loop that
+        # first used it, and callers may run each call under asyncio.run().
+        client = httpx.AsyncClient(timeout=self._timeout, transport=self._transport)
+        try:
+            yield client
+        finally:
+            if self._transport is None:  # a transport passed in is the caller's to close
+                await client.aclose()
 
     async def _send(self, client: httpx.AsyncClient, body: dict[str, Any], started: float,
                     *, stream: bool = False) -> httpx.Response:
