@@ -69,6 +69,8 @@ def prune(store: Store, *, dry_run: bool = True, vacuum: bool = False,
         store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         before = os.path.getsize(store.path)
         store.conn.execute("VACUUM")
+        # In WAL mode VACUUM writes the new pages to the log; fold them back in.
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         freed = before - os.path.getsize(store.path)
     return PruneReport(node_ids=node_ids, run_ids=run_ids, dry_run=dry_run, bytes_freed=freed)
 

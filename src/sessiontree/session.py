@@ -127,7 +127,8 @@ class Session:
         try:
             return resolve_prefix(self.conn, "nodes", "node", ref, "AND session_id = ?", (self.id,))
         except NotFound:
-            raise NotFound(f"no node, branch or checkpoint {ref!r} in session {self.id}") from None
+            hint = f" (id prefixes need at least {MIN_PREFIX} characters)" if len(ref) < MIN_PREFIX else ""
+            raise NotFound(f"no node, branch or checkpoint {ref!r} in session {self.id}{hint}") from None
 
     # -- writing nodes ---------------------------------------------------
 

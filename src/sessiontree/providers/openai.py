@@ -33,13 +33,14 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from ..errors import ProviderError
 from ..model import Completion
-from .sse import aiter_events
+from .sse import Event, aiter_events
 
 PROVIDER = "openai-compatible"
 RETRYABLE_STATUS = frozenset({408, 409, 429})  # and every 5xx
@@ -86,14 +87,16 @@ class OpenAICompatible:
         self.max_retries, self.max_retry_time = max_retries, max_retry_time
         self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         self._transport = transport
-        self._secrets = [api_key] if api_key else []
-        self._headers = {"Accept": "text/event-stream" if stream else "application/json",
-                         **(headers or {})}
-        for name, value in self._headers.items():
-            if name.lower() in ("authorization", "api-key", "x-api-key") and value:
-                self._secrets.append(value.removeprefix("Bearer ").strip())
+        self._headers = httpx.Headers(
+            {"Accept": "text/event-stream" if stream else "application/json"})
+        self._headers.update(headers or {})
         if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
+            self._headers["Authorization"] = f"Bearer {api_key}"  # replaces any given one
+        # Everything that could be a credential, to scrub from error messages.
+        self._secrets = [part for name, value in self._headers.items()
+                         if name in ("authorization", "api-key", "x-api-key")
+                         for part in [value, *value.split()]
+                         if part.lower() not in ("bearer", "basic", "token")]
 
     def __repr__(self) -> str:
         return (f"OpenAICompatible(base_url={self.base_url!r}, model={self.model!r}, "
@@ -113,9 +116,9 @@ class OpenAICompatible:
     # -- one call ------------------------------------------------------------
 
     async def _complete(self, body: dict[str, Any]) -> Completion:
-        started = time.monotonic()
+        budget = _Budget(time.monotonic())
         async with self._client() as client:
-            response = await self._send(client, body, started)
+            response = await self._send(client, body, budget)
             try:
                 data = response.json()
             except ValueError:
@@ -130,52 +133,36 @@ class OpenAICompatible:
         raw = choices[0].get("message") or {}
         tool_calls = [_tool_call(tc, i) for i, tc in enumerate(raw.get("tool_calls") or [])]
         return self._completion(raw.get("content"), tool_calls, data.get("model"),
-                                data.get("usage"), choices[0].get("finish_reason"), started)
+                                data.get("usage"), choices[0].get("finish_reason"), budget.started)
 
     async def _streamed(self, body: dict[str, Any]) -> AsyncIterator[str | Completion]:
-        started = time.monotonic()
-        text: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        usage: dict[str, Any] | None = None
-        finish: str | None = None
-        model: str | None = None
-        done = False
+        budget = _Budget(time.monotonic())
         # The client and response are context managers so that cancelling the
         # task, or closing this generator early, closes the connection.
         async with self._client() as client:
-            response = await self._send(client, body, started, stream=True)
-            try:
-                async for event in aiter_events(response.aiter_bytes()):
-                    data = event.data.strip()
-                    if not data:
-                        continue  # "data:" with nothing: a keep-alive
-                    if data == "[DONE]":
-                        done = True
-                        break
-                    chunk = _parse_chunk(data, self._error)
-                    if chunk.get("error") or event.event == "error":
-                        raise self._error(f"error in stream: {_error_text(chunk)}")
-                    model = chunk.get("model") or model
-                    usage = chunk.get("usage") or usage  # the last chunk, its choices empty
-                    for choice in chunk.get("choices") or []:
-                        if choice.get("index", 0) != 0:
-                            continue  # n > 1 is not supported: keep the first choice
-                        delta = choice.get("delta") or {}
-                        if delta.get("content"):
-                            text.append(delta["content"])
-                            yield delta["content"]
-                        for part in delta.get("tool_calls") or []:
-                            _merge_tool_call(calls, part)
-                        finish = choice.get("finish_reason") or finish
-            except httpx.HTTPError as exc:  # the connection dropped or stalled mid-stream
-                raise self._error(f"stream interrupted after {len(text)} text chunks: "
-                                  f"{type(exc).__name__}: {exc}") from None
-            finally:
-                await response.aclose()
-        if finish is None and not done:
+            while True:
+                response = await self._send(client, body, budget, stream=True)
+                state = _StreamState()
+                try:
+                    async for event in aiter_events(response.aiter_bytes()):
+                        if (delta := state.feed(event, self._error)) is not None:
+                            yield delta
+                        if state.done:
+                            break
+                    break
+                except httpx.HTTPError as exc:  # the connection dropped or stalled
+                    failure = self._error(
+                        f"stream interrupted after {len(state.text)} text chunks: "
+                        f"{type(exc).__name__}: {exc}", retryable=not state.text)
+                finally:
+                    await response.aclose()
+                # Only when nothing reached the caller yet: a restart is then invisible.
+                await self._pause(failure, None, budget)
+        if state.finish is None and not state.done:
             raise self._error("stream ended without a finish_reason or [DONE]: truncated")
-        tool_calls = [_tool_call(calls[i], n) for n, i in enumerate(sorted(calls))]
-        yield self._completion("".join(text) or None, tool_calls, model, usage, finish, started)
+        tool_calls = [_tool_call(state.calls[i], n) for n, i in enumerate(sorted(state.calls))]
+        yield self._completion("".join(state.text) or None, tool_calls, state.model, state.usage,
+                               state.finish, budget.started)
 
     # -- HTTP and retries ----------------------------------------------------
 
@@ -190,7 +177,7 @@ class OpenAICompatible:
             if self._transport is None:  # a transport passed in is the caller's to close
                 await client.aclose()
 
-    async def _send(self, client: httpx.AsyncClient, body: dict[str, Any], started: float,
+    async def _send(self, client: httpx.AsyncClient, body: dict[str, Any], budget: _Budget,
                     *, stream: bool = False) -> httpx.Response:
         """POST until a 2xx arrives, retrying what is worth retrying.
 
@@ -198,9 +185,7 @@ class OpenAICompatible:
         and the caller must close it.
         """
         request = client.build_request("POST", self.url, json=body, headers=self._headers)
-        attempt = 0
         while True:
-            attempt += 1
             wait: float | None = None
             try:
                 response = await client.send(request, stream=stream)
@@ -215,19 +200,24 @@ class OpenAICompatible:
                 status = response.status_code
                 retryable = status in RETRYABLE_STATUS or status >= 500
                 failure = self._error(f"HTTP {status} from POST {self.url}: "
-                                      f"{_error_text(_json_or_text(response))}",
+                                      f"{_error_text(response)}",
                                       status=status, retryable=retryable)
                 wait = _retry_after(response.headers)
-            if not failure.retryable:
-                raise failure
-            if wait is None:  # full jitter: anywhere in [0, base * 2^n], capped
-                wait = _random.uniform(0, min(_BACKOFF_CAP, _BACKOFF_BASE * 2 ** (attempt - 1)))
-            elapsed = time.monotonic() - started
-            if attempt > self.max_retries or elapsed + wait > self.max_retry_time:
-                failure.args = (f"{failure.args[0]} (gave up after {attempt} attempt(s) in "
-                                f"{elapsed:.1f}s; next wait would be {wait:.1f}s)",)
-                raise failure
-            await _sleep(wait)
+            await self._pause(failure, wait, budget)
+
+    async def _pause(self, failure: ProviderError, wait: float | None, budget: _Budget) -> None:
+        """Sleep before the next attempt, or raise ``failure`` when it must not be retried."""
+        budget.attempts += 1
+        if not failure.retryable:
+            raise failure
+        if wait is None:  # full jitter: anywhere in [0, base * 2^n], capped
+            wait = _random.uniform(0, min(_BACKOFF_CAP, _BACKOFF_BASE * 2 ** (budget.attempts - 1)))
+        elapsed = time.monotonic() - budget.started
+        if budget.attempts > self.max_retries or elapsed + wait > self.max_retry_time:
+            raise ProviderError(f"{failure} (gave up after {budget.attempts} attempt(s) in "
+                                f"{elapsed:.1f}s; next wait would be {wait:.1f}s)",
+                                status=failure.status, retryable=True)
+        await _sleep(wait)
 
     def _error(self, message: str, *, status: int | None = None,
                retryable: bool = False) -> ProviderError:
@@ -253,6 +243,52 @@ class OpenAICompatible:
 
 
 # -- helpers -------------------------------------------------------------------
+
+@dataclass
+class _Budget:
+    """Attempts made so far for one call, and when the call started."""
+
+    started: float
+    attempts: int = 0
+
+
+@dataclass
+class _StreamState:
+    """The message assembled from one stream's chunks."""
+
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    usage: dict[str, Any] | None = None
+    finish: str | None = None
+    model: str | None = None
+    done: bool = False
+
+    def feed(self, event: Event, error: Any) -> str | None:
+        """Take one SSE event; return its text delta, if any."""
+        data = event.data.strip()
+        if not data:
+            return None  # "data:" with nothing: a keep-alive
+        if data == "[DONE]":
+            self.done = True
+            return None
+        chunk = _parse_chunk(data, error)
+        if chunk.get("error") or event.event == "error":
+            raise error(f"error in stream: {_error_text(chunk)}")
+        self.model = chunk.get("model") or self.model
+        self.usage = chunk.get("usage") or self.usage  # the last chunk, its choices empty
+        delta_text = None
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue  # n > 1 is not supported: keep the first choice
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                delta_text = delta["content"]
+                self.text.append(delta_text)
+            for part in delta.get("tool_calls") or []:
+                _merge_tool_call(self.calls, part)
+            self.finish = choice.get("finish_reason") or self.finish
+        return delta_text
+
 
 def _parse_chunk(data: str, error: Any) -> dict[str, Any]:
     try:
@@ -293,28 +329,17 @@ def _tool_call(raw: dict[str, Any], position: int) -> dict[str, Any]:
             "function": {"name": function.get("name") or "", "arguments": arguments}}
 
 
-def _json_or_text(response: httpx.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        return response.text
-
-
 def _error_text(body: Any) -> str:
-    """The server's own words from an error body, whatever its shape."""
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        if isinstance(error, dict):
-            for key in ("message", "detail", "msg"):
-                if error.get(key):
-                    return str(error[key])[:500]
-        elif error:
-            return str(error)[:500]
-        for key in ("message", "detail"):
-            if body.get(key):
-                return str(body[key])[:500]
-        return json.dumps(body)[:500]
-    return str(body).strip()[:500] or "(empty body)"
+    """The server's own words from an error body (a response or parsed JSON), whatever its shape."""
+    if isinstance(body, httpx.Response):
+        try:
+            body = body.json()
+        except ValueError:
+            body = body.text
+    error = (body.get("error") or body) if isinstance(body, dict) else body
+    if isinstance(error, dict):
+        error = error.get("message") or error.get("detail") or error.get("msg") or json.dumps(error)
+    return str(error).strip()[:500] or "(empty body)"
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:

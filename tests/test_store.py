@@ -1,0 +1,342 @@
+"""Store and Session behaviour, and the errors users meet."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+from conftest import assistant, user
+
+from sessiontree import (
+    AmbiguousRef,
+    BranchMoved,
+    CheckpointImmutable,
+    Completion,
+    Conflict,
+    InvalidPayload,
+    NotFound,
+    Store,
+)
+
+
+def node_count(store: Store) -> int:
+    return store.conn.execute("SELECT count(*) FROM nodes").fetchone()[0]
+
+
+def test_append_builds_a_branch_and_messages_project_it(session):
+    a = session.append(user("hi"))
+    b = session.append(assistant("hello"))
+    assert (a.parent_id, a.depth, b.parent_id, b.depth) == (None, 0, a.id, 1)
+    assert session.branch("main").head_id == b.id
+    assert session.messages("main") == [user("hi"), assistant("hello")]
+    marker = session.append({"why": "test"}, kind="note")
+    assert session.messages() == [user("hi"), assistant("hello")]  # markers never reach a model
+    assert [n.id for n in session.path("main")] == [a.id, b.id, marker.id]
+
+
+def test_ids_are_uuid7_and_time_ordered(session):
+    nodes = session.append_many([user(str(i)) for i in range(50)])
+    ids = [n.id for n in nodes]
+    assert ids == sorted(ids)
+    assert all(i[14] == "7" and i[19] in "89ab" for i in ids)
+
+
+def test_new_branch_without_parent_starts_a_new_root(session):
+    session.append(user("one"))
+    other = session.append(user("two"), branch="other")
+    assert other.parent_id is None and other.depth == 0
+    assert session.diff("main", "other").ancestor is None
+    assert session.common_ancestor("main", "other") is None
+
+
+def test_fork_edit_diff_and_common_ancestor(session):
+    q = session.append(user("q"))
+    a1 = session.append(assistant("a1"))
+    session.fork("retry", at=q)
+    a2 = session.append(assistant("a2"), branch="retry")
+    edited = session.edit(q, user("q, better"), branch="edited")
+    assert edited.parent_id is None and edited.depth == 0
+    assert session.messages("edited") == [user("q, better")]
+    assert session.common_ancestor("main", "retry").id == q.id
+    diff = session.diff("main", "retry")
+    assert (diff.ancestor.id, [n.id for n in diff.only_a], [n.id for n in diff.only_b]) == (
+        q.id, [a1.id], [a2.id])
+    assert [n.id for n in session.children(q)] == [a1.id, a2.id]
+    assert {n.id for n in session.leaves()} == {a1.id, a2.id, edited.id}
+
+
+def test_edit_keeps_the_kind_and_refuses_a_taken_name(session):
+    session.append(user("q"))
+    with pytest.raises(Conflict, match="'main' already exists"):
+        session.edit("main", user("x"), branch="main")
+    assert node_count(session.store) == 1
+
+
+def test_fork_is_one_row_and_checkpoints_never_move(session):
+    session.append_many([user("a"), assistant("b")])
+    cp = session.checkpoint("v1", at="main")
+    session.append(user("c"))
+    assert session.node("v1").id == cp.node_id != session.branch("main").head_id
+    with pytest.raises(CheckpointImmutable, match="'v1' is a checkpoint"):
+        session.move("v1", to="main")
+    with pytest.raises(sqlite3.IntegrityError, match="checkpoints never move"):
+        session.conn.execute("UPDATE checkpoints SET node_id = node_id")
+    with pytest.raises(Conflict, match="checkpoint named 'v1' already exists"):
+        session.checkpoint("v1", at="main")
+    before = node_count(session.store)
+    branch = session.fork("exp", at="v1")
+    assert branch.head_id == cp.node_id and node_count(session.store) == before
+    session.delete_checkpoint("v1")
+    assert session.checkpoints() == []
+    with pytest.raises(NotFound, match="no checkpoint 'v1'"):
+        session.delete_checkpoint("v1")
+
+
+def test_branch_and_checkpoint_names_share_one_namespace(session):
+    session.append(user("a"))
+    session.checkpoint("cp", at="main")
+    with pytest.raises(Conflict, match="checkpoint named 'cp' already exists"):
+        session.fork("cp", at="main")
+    with pytest.raises(Conflict, match="branch named 'main' already exists"):
+        session.checkpoint("main", at="main")
+    with pytest.raises(Conflict, match="checkpoint named 'cp'"):
+        session.append(user("b"), branch="cp")
+
+
+def test_move_rename_delete_branch(session):
+    a = session.append(user("a"))
+    b = session.append(user("b"))
+    session.fork("x", at=a)
+    session.move("x", to=b)
+    assert session.branch("x").head_id == b.id
+    with pytest.raises(BranchMoved) as info:
+        session.move("x", to=a, expect_head=a.id)
+    assert (info.value.expected, info.value.actual) == (a.id, b.id)
+    session.rename("x", "y")
+    assert [br.name for br in session.branches()] == ["main", "y"]
+    with pytest.raises(Conflict, match="'main' already exists"):
+        session.rename("y", "main")
+    session.delete_branch("y")
+    assert [br.name for br in session.branches()] == ["main"]
+    assert node_count(session.store) == 2  # the pointer only
+    with pytest.raises(NotFound, match="no branch 'y'"):
+        session.delete_branch("y")
+
+
+def test_stale_expect_head_raises_branch_moved_and_writes_nothing(session):
+    a = session.append(user("a"))
+    b = session.append(user("b"), expect_head=a.id)
+    with pytest.raises(BranchMoved) as info:
+        session.append(user("c"), expect_head=a.id)
+    assert str(info.value) == f"branch 'main' moved: expected head {a.id}, found {b.id}"
+    assert node_count(session.store) == 2
+
+
+def test_two_store_handles_compare_and_set(tmp_path):
+    with Store(tmp_path / "cas.db") as one, Store(tmp_path / "cas.db") as two:
+        s1 = one.create_session()
+        head = s1.append(user("start"))
+        s2 = two.session(s1.id)
+        s1.append(user("first writer"), expect_head=head.id)
+        with pytest.raises(BranchMoved):
+            s2.append(user("second writer"), expect_head=head.id)
+        assert [m["content"] for m in s2.messages()] == ["start", "first writer"]
+
+
+def test_explicit_parent(session):
+    a = session.append(user("a"))
+    b = session.append(user("b"))
+    detached = session.append(user("side"), parent=a, branch=None)
+    assert detached.parent_id == a.id and session.branch("main").head_id == b.id
+    with pytest.raises(BranchMoved, match=f"expected head {a.id}, found {b.id}"):
+        session.append(user("x"), parent=a)  # main is not at a
+    fresh = session.append(user("y"), parent=a, branch="side")
+    assert session.branch("side").head_id == fresh.id
+    with pytest.raises(Conflict, match="needs a branch or a parent"):
+        session.append(user("z"), branch=None)
+
+
+def test_unknown_refs_are_named(store, session):
+    session.append(user("a"))
+    with pytest.raises(NotFound, match="no node, branch or checkpoint 'nope'"):
+        session.node("nope")
+    with pytest.raises(NotFound, match="no branch 'nope'"):
+        session.branch("nope")
+    with pytest.raises(NotFound, match="no session 'ffffffff'"):
+        store.session("ffffffff")
+    with pytest.raises(NotFound, match="no node"):
+        session.append(user("x"), parent="0000-not-there")
+    with pytest.raises(NotFound, match="no branch 'ghost'"):
+        session.move("ghost", to="main")
+
+
+def test_parent_from_another_session_is_refused(store, session):
+    other = store.create_session("other")
+    foreign = other.append(user("theirs"))
+    session.append(user("mine"))
+    with pytest.raises(Conflict, match=f"node {foreign.id} belongs to session {other.id}"):
+        session.append(user("x"), parent=foreign.id, branch=None)
+    with pytest.raises(Conflict, match="belongs to session"):
+        session.append(user("x"), parent=foreign, branch=None)
+    with pytest.raises(Conflict, match="belongs to session"):
+        session.fork("x", at=foreign.id)
+    with pytest.raises(sqlite3.IntegrityError):  # the schema refuses it too
+        store.conn.execute(
+            "INSERT INTO nodes (id, session_id, parent_id, depth, kind, payload, created_at)"
+            " VALUES ('x', ?, ?, 1, 'message', '{}', 'now')", (session.id, foreign.id))
+
+
+def test_prefixes_resolve_like_git(store, session):
+    node = session.append(user("a"))
+    assert session.node(node.id[:13]).id == node.id
+    assert store.node(node.id[:13]).id == node.id
+    assert store.session(session.id[:13]).id == session.id
+    with pytest.raises(NotFound, match="at least 4 characters"):
+        session.node(node.id[:3])
+    many = session.append_many([user(str(i)) for i in range(20)])
+    common = many[0].id[:9]  # same millisecond: a shared prefix
+    if all(n.id.startswith(common) for n in many[:2]):
+        with pytest.raises(AmbiguousRef, match="ambiguous"):
+            session.node(common)
+
+
+def test_nodes_are_immutable_in_the_schema(session):
+    node = session.append(user("a"))
+    for column, value in (("payload", "'{}'"), ("parent_id", "NULL"), ("session_id", "'s'")):
+        with pytest.raises(sqlite3.IntegrityError, match="nodes are immutable"):
+            session.conn.execute(f"UPDATE nodes SET {column} = {value} WHERE id = ?", (node.id,))
+    assert session.node(node.id).payload == user("a")
+
+
+@pytest.mark.parametrize(
+    ("payload", "kind", "message"),
+    [
+        ("text", "message", "must be a JSON object"),
+        ({"content": "no role"}, "message", "needs 'role'"),
+        ({"role": "user", "content": float("nan")}, "message", "not valid JSON"),
+        ({"role": "user", "content": object()}, "message", "not JSON-serialisable"),
+        ({"role": "user"}, "bogus", "unknown node kind 'bogus'"),
+    ],
+)
+def test_invalid_payloads_are_refused_whole(session, payload, kind, message):
+    session.append(user("keep me"))
+    with pytest.raises(InvalidPayload, match=message):
+        session.append_many([user("ok"), payload], kind=kind)
+    assert session.messages() == [user("keep me")]
+
+
+def test_append_many_is_one_transaction(session):
+    session.append(user("a"))
+    session.fork("cp-name", at="main")
+    session.checkpoint("taken", at="main")
+    with pytest.raises(Conflict):
+        session.append_many([user("b"), user("c")], branch="taken")
+    assert node_count(session.store) == 1
+
+
+def test_odd_unicode_round_trips(session):
+    text = "\ud800 lone surrogate, \x00 nul, emoji \U0001f600, rtl \u202e"
+    session.append(user(text))
+    assert session.messages()[0]["content"] == text
+
+
+def test_provenance_is_recorded_beside_the_node(store, session):
+    session.append(user("q"))
+    completion = Completion(assistant("a"), model="m-1", provider="test", params={"seed": 1},
+                            usage={"prompt_tokens": 3, "completion_tokens": 5},
+                            finish_reason="stop", latency_ms=12.5)
+    node = session.append(completion.message, run=completion)
+    run = store.run(node.run_id)
+    assert (run.model, run.params, run.usage["completion_tokens"], run.finish_reason,
+            run.latency_ms) == ("m-1", {"seed": 1}, 5, "stop", 12.5)
+    assert "usage" not in node.payload
+
+
+def test_sessions_listing_archive_and_delete(store):
+    a = store.create_session("a", {"owner": "me"})
+    b = store.create_session("b")
+    a.append_many([user("1"), user("2")])
+    a.fork("x", at="main")
+    a.checkpoint("c", at="main")
+    listing = {s.id: s for s in store.sessions()}
+    assert (listing[a.id].node_count, listing[b.id].node_count) == (2, 0)
+    assert listing[a.id].metadata == {"owner": "me"}
+    assert listing[a.id].last_activity >= listing[a.id].created_at
+    a.archive()
+    assert [s.id for s in store.sessions()] == [b.id]
+    assert {s.id for s in store.sessions(include_archived=True)} == {a.id, b.id}
+    assert store.delete_session(a.id) == 2
+    assert [s.id for s in store.sessions(include_archived=True)] == [b.id]
+    for table in ("nodes", "branches", "checkpoints", "runs"):
+        assert store.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
+
+
+def test_path_is_one_query_whatever_the_depth(session):
+    session.append_many([user(str(i)) for i in range(500)])
+    statements = []
+    session.conn.set_trace_callback(statements.append)
+    path = session.path("main")
+    session.conn.set_trace_callback(None)
+    assert len(path) == 500
+    assert sum("WITH RECURSIVE" in s for s in statements) == 1
+    assert len(statements) <= 2  # resolving the branch name, then the path
+
+
+def test_prune_keeps_refs_and_unresolved_pauses_and_vacuums(store, session):
+    session.append(user("root"))
+    session.fork("doomed", at="main")
+    doomed = session.append_many([user("x" * 5000) for _ in range(40)], branch="doomed")
+    session.fork("paused", at="main")
+    pause = session.append({"calls": []}, kind="pause", branch="paused")
+    session.delete_branch("doomed")
+    session.delete_branch("paused")
+    report = store.prune()
+    assert report.dry_run and report.node_ids == [n.id for n in doomed]
+    assert node_count(store) == 42
+    report = store.prune(dry_run=False, vacuum=True)
+    assert node_count(store) == 2 and report.bytes_freed > 100_000
+    assert [n.id for n in store.pending()] == [pause.id]
+
+
+def test_prune_removes_runs_only_pruned_nodes_used(session):
+    session.append(user("q"))
+    kept = session.append(assistant("a"), run=Completion(assistant("a"), model="keep"))
+    session.fork("tmp", at="main")
+    gone = session.append(assistant("b"), branch="tmp", run=Completion(assistant("b"), model="x"))
+    session.delete_branch("tmp")
+    report = session.prune(dry_run=False)
+    assert report.run_ids == [gone.run_id]
+    assert session.store.run(kept.run_id).model == "keep"
+    with pytest.raises(NotFound):
+        session.store.run(gone.run_id)
+
+
+def test_verify_reports_broken_invariants(store, session):
+    session.append(assistant(None, [{"id": "c1", "type": "function",
+                                     "function": {"name": "f", "arguments": "{}"}}]))
+    session.append({"role": "tool", "tool_call_id": "c1", "content": "ok"})
+    assert store.verify().ok
+    session.append({"role": "tool", "tool_call_id": "c1", "content": "again"})
+    session.fork("bad", at="main")
+    session.append(assistant(None, [{"id": "c2", "type": "function",
+                                     "function": {"name": "f", "arguments": "{}"}}]), branch="bad")
+    session.append(user("moving on"), branch="bad")
+    store.conn.execute("PRAGMA foreign_keys = OFF")
+    store.conn.execute("INSERT INTO nodes VALUES ('orphan', ?, 'ghost', 3, 'message', 'not json',"
+                       " 'now', NULL)", (session.id,))
+    store.conn.execute("INSERT INTO branches VALUES (?, 'dangling', 'nowhere', '{}', 'now', 'now')",
+                       (session.id,))
+    checks = sorted({(p.check, p.detail.split(" ")[0]) for p in store.verify().problems})
+    assert ("parent", "node") in checks and ("payload", "node") in checks
+    assert ("ref", "branch") in checks
+    details = " | ".join(p.detail for p in session.verify().problems)
+    assert "tool call 'c1' is answered twice" in details
+    assert "tool calls ['c2'] are unanswered" in details
+
+
+def test_store_json_columns_are_valid(store, session):
+    session.append(user("a"))
+    row = store.conn.execute("SELECT payload FROM nodes").fetchone()
+    assert json.loads(row[0]) == user("a")
+    assert store.db["nodes"].count == 1  # sqlite-utils sees the same file
