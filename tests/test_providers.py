@@ -211,6 +211,13 @@ def test_authorization_header_passed_in_headers_is_redacted():
     assert "dXNlcjpwYXNz" not in str(info.value) and info.value.status == 403
 
 
+def test_short_key_is_redacted_too():
+    server = Server(httpx.Response(401, text="key 'k9' is not valid"))
+    with pytest.raises(ProviderError) as info:
+        asyncio.run(openai_compatible(BASE, "m", api_key="k9", transport=server.transport)(MESSAGES))
+    assert "k9" not in str(info.value) and "[redacted]" in str(info.value)
+
+
 def test_explicit_key_beats_env_and_stays_out_of_params(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
     server = Server(ok({"role": "assistant", "content": "x"}))
@@ -365,6 +372,15 @@ def test_dropped_stream_raises_and_is_not_retried(sleeps):
                                                  transport=server.transport))
     assert seen == ["half"] and "interrupted" in str(error) and "RemoteProtocolError" in str(error)
     assert len(server.requests) == 1 and sleeps == [] and stream.closed
+
+
+def test_stream_dropped_before_any_text_is_retried(sleeps):
+    dropped = DroppingStream([sse(chunk({"role": "assistant", "content": ""}), done=False)])
+    server = Server(streamed(dropped), streamed(sse(chunk({"content": "whole"}, "stop"))))
+    deltas, result = collect(openai_compatible(BASE, "m", stream=True,
+                                               transport=server.transport))
+    assert deltas == ["whole"] and result.message["content"] == "whole"
+    assert len(server.requests) == 2 and len(sleeps) == 1 and dropped.closed
 
 
 def test_cancellation_closes_the_connection():

@@ -15,8 +15,8 @@ Contract:
   partial message is never returned.
 - Connect errors, timeouts, 408, 409, 429 and 5xx are retried with exponential
   backoff and full jitter, or after ``Retry-After`` when the server sends one,
-  up to ``max_retries`` retries and ``max_retry_time`` seconds in all. Only the
-  start of a request is retried, never a stream that has begun.
+  up to ``max_retries`` retries and ``max_retry_time`` seconds in all. A stream
+  is retried only while no text has reached the caller.
 - The API key is sent as a bearer token and never appears in reprs, errors or
   ``Completion.params``.
 """
@@ -123,11 +123,9 @@ class OpenAICompatible:
                 data = response.json()
             except ValueError:
                 raise self._error(f"response is not JSON: {response.text[:200]!r}") from None
-        if not isinstance(data, dict):
-            raise self._error(f"response is not a JSON object: {str(data)[:200]!r}")
-        if data.get("error"):
+        if isinstance(data, dict) and data.get("error"):
             raise self._error(f"error in response: {_error_text(data)}")
-        choices = data.get("choices")
+        choices = data.get("choices") if isinstance(data, dict) else None
         if not choices or not isinstance(choices[0], dict):
             raise self._error(f"response has no choices: {json.dumps(data)[:200]}")
         raw = choices[0].get("message") or {}
@@ -235,10 +233,9 @@ class OpenAICompatible:
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if tool_calls:
             message["tool_calls"] = tool_calls
-        return Completion(message=message, model=model or self.model, provider=PROVIDER,
-                          params=dict(self.params),
+        return Completion(message, model=model or self.model, provider=PROVIDER,
+                          params=dict(self.params), finish_reason=finish,
                           usage=dict(usage) if isinstance(usage, dict) else {},
-                          finish_reason=finish,
                           latency_ms=round((time.monotonic() - started) * 1000, 3))
 
 
@@ -271,7 +268,12 @@ class _StreamState:
         if data == "[DONE]":
             self.done = True
             return None
-        chunk = _parse_chunk(data, error)
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            raise error(f"malformed JSON in stream data line: {data[:200]!r}") from None
+        if not isinstance(chunk, dict):
+            raise error(f"stream data line is not a JSON object: {data[:200]!r}")
         if chunk.get("error") or event.event == "error":
             raise error(f"error in stream: {_error_text(chunk)}")
         self.model = chunk.get("model") or self.model
@@ -288,16 +290,6 @@ class _StreamState:
                 _merge_tool_call(self.calls, part)
             self.finish = choice.get("finish_reason") or self.finish
         return delta_text
-
-
-def _parse_chunk(data: str, error: Any) -> dict[str, Any]:
-    try:
-        chunk = json.loads(data)
-    except ValueError:
-        raise error(f"malformed JSON in stream data line: {data[:200]!r}") from None
-    if not isinstance(chunk, dict):
-        raise error(f"stream data line is not a JSON object: {data[:200]!r}")
-    return chunk
 
 
 def _merge_tool_call(calls: dict[int, dict[str, Any]], part: dict[str, Any]) -> None:
