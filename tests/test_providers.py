@@ -482,3 +482,12 @@ def test_no_retry_when_max_retries_is_zero(sleeps):
         asyncio.run(openai_compatible(BASE, "m", max_retries=0,
                                       transport=server.transport)(MESSAGES))
     assert len(server.requests) == 1 and sleeps == []
+
+
+def test_unreadable_retry_after_falls_back_to_backoff_and_past_dates_mean_now(sleeps):
+    past = email.utils.formatdate(time.time() - 60, usegmt=True)
+    server = Server(httpx.Response(429, headers={"Retry-After": "soon-ish"}),
+                    httpx.Response(429, headers={"Retry-After": past}),
+                    ok({"role": "assistant", "content": "ok"}))
+    asyncio.run(openai_compatible(BASE, "m", transport=server.transport)(MESSAGES))
+    assert len(sleeps) == 2 and 0 <= sleeps[0] <= 0.5 and sleeps[1] == 0.0

@@ -99,8 +99,7 @@ class OpenAICompatible:
                          if part.lower() not in ("bearer", "basic", "token")]
 
     def __repr__(self) -> str:
-        return (f"OpenAICompatible(base_url={self.base_url!r}, model={self.model!r}, "
-                f"stream={self.stream})")
+        return f"OpenAICompatible(base_url={self.base_url!r}, model={self.model!r}, stream={self.stream})"
 
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
                  ) -> Awaitable[Completion] | AsyncIterator[str | Completion]:
@@ -335,21 +334,13 @@ def _error_text(body: Any) -> str:
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds the server asked us to wait, from Retry-After (or OpenAI's -ms variant)."""
-    if (ms := headers.get("retry-after-ms")) is not None:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
+    """Seconds the server asked us to wait: OpenAI's retry-after-ms, else Retry-After
+    in seconds or as an HTTP-date; None when absent or unreadable."""
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        if (value := headers.get(name)) is None:
+            continue
+        with contextlib.suppress(ValueError):
+            return max(0.0, float(value) / scale)
+        with contextlib.suppress(TypeError, ValueError):
+            return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    return None
