@@ -16,6 +16,7 @@ from .errors import (
     SessionTreeError,
 )
 from .ids import new_id
+from .loop import ModelOutputError, agent, decide, resume, run_sync
 from .model import (
     Branch,
     Checkpoint,
@@ -29,13 +30,30 @@ from .model import (
     VerifyReport,
 )
 from .session import Session
+from .steps import (
+    Approve,
+    Assistant,
+    Edit,
+    Final,
+    Pause,
+    Paused,
+    Reject,
+    Step,
+    Token,
+    ToolCall,
+    ToolEnd,
+    ToolStart,
+)
 from .store import Store
+from .tools import Tool, ToolArgumentError, ToolContext, tool
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AmbiguousRef", "Branch", "BranchMoved", "Checkpoint", "CheckpointImmutable", "Completion",
-    "Conflict", "Diff", "InvalidPayload", "Node", "NotFound", "Problem", "ProviderError",
-    "PruneReport", "Run", "SchemaTooNew", "Session", "SessionInfo", "SessionTreeError", "Store",
-    "VerifyReport", "new_id",
+    "AmbiguousRef", "Approve", "Assistant", "Branch", "BranchMoved", "Checkpoint",
+    "CheckpointImmutable", "Completion", "Conflict", "Diff", "Edit", "Final", "InvalidPayload",
+    "ModelOutputError", "Node", "NotFound", "Pause", "Paused", "Problem", "ProviderError",
+    "PruneReport", "Reject", "Run", "SchemaTooNew", "Session", "SessionInfo", "SessionTreeError",
+    "Step", "Store", "Token", "Tool", "ToolArgumentError", "ToolCall", "ToolContext", "ToolEnd",
+    "ToolStart", "VerifyReport", "agent", "decide", "new_id", "resume", "run_sync", "tool",
 ]

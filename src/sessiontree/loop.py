@@ -1,0 +1,326 @@
+"""The agent loop: advance a branch one committed node at a time.
+
+Contract:
+- ``agent(store, session, branch, call=..., tools=..., approve=...)`` is an
+  async generator of steps (see ``steps``). It reads the branch, asks
+  ``plan.next_action`` what to do, does it, commits the node it produced, and
+  repeats. Each append is a compare-and-set on the head this run last wrote,
+  so two runs can never interleave on one branch: the later one gets
+  ``BranchMoved`` before it has done anything.
+- Before a batch of tool calls runs, one ``tool_start`` node records which
+  calls start. A call that started and has no answer on the path was cut off
+  (crash, kill, cancel); an idempotent tool is simply run again, any other
+  pauses with reason ``interrupted`` for a human. Nothing runs twice silently.
+- ``call(messages, tools)`` may be sync or async and may return an assistant
+  message dict, a ``Completion``, or an (async) iterator of text deltas ending
+  with one of those (the streaming form).
+- Model failures end the run with an ``error`` node and ``Final("error")``;
+  ``asyncio`` cancellation with an ``error`` node and ``Final("cancelled")``.
+  Bad tool calls (unknown tool, bad JSON, bad arguments, a raising tool) never
+  end the run: the model gets a tool message saying exactly what was wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from typing import Any
+
+from .errors import BranchMoved, Conflict, SessionTreeError
+from .ids import new_id, now
+from .model import Completion, Node
+from .plan import Action, next_action
+from .session import Session
+from .steps import (
+    Approve,
+    Assistant,
+    Decision,
+    Edit,
+    Final,
+    Pause,
+    Paused,
+    Reject,
+    Step,
+    Token,
+    ToolCall,
+    ToolEnd,
+    ToolStart,
+    decision_to_dict,
+)
+from .store import Store
+from .tools import Tool, ToolArgumentError, ToolContext, as_tools
+
+ModelCall = Callable[[list[dict[str, Any]], list[dict[str, Any]]], Any]
+Approver = Callable[[ToolCall], Any]
+
+
+class ModelOutputError(SessionTreeError):
+    """A model call returned something that is not an assistant message."""
+
+
+async def agent(store: Store, session: Session | str, branch: str = "main", *, call: ModelCall,
+                tools: Iterable[Tool | Callable[..., Any]] = (), approve: Approver | None = None,
+                max_steps: int = 20, expect_head: str | None = None) -> AsyncIterator[Step]:
+    """Advance ``branch`` until the model is done, a human is needed, or a limit is hit.
+
+    With ``expect_head`` the run refuses (``BranchMoved``) to start unless the
+    branch is still at that node.
+    """
+    session = session if isinstance(session, Session) else store.session(session)
+    registry = as_tools(tools)
+    specs = [t.spec() for t in registry.values()]
+    run = _Run(session, branch, session.branch(branch).head_id)
+    if expect_head is not None and run.head != expect_head:
+        raise BranchMoved(branch, expect_head, run.head)
+    model_calls = 0
+    try:
+        while True:
+            path = session.path(run.head) if run.head else []
+            action = next_action(path)
+            if action.kind == "empty":
+                raise Conflict(f"branch {branch!r} is empty: append a user message first")
+            if action.kind == "final":
+                yield Final("completed", path[-1])
+                return
+            if action.kind == "paused":
+                yield Paused(path[-1])
+                yield Final("paused", path[-1])
+                return
+            if action.kind == "model":
+                if model_calls >= max_steps:
+                    yield Final("max_steps", path[-1])
+                    return
+                model_calls += 1
+                completion = None
+                try:
+                    messages = [n.payload for n in path if n.kind == "message"]
+                    async for item in _stream(call, messages, specs):
+                        if isinstance(item, str):
+                            yield Token(item)
+                        else:
+                            completion = item
+                    completion = _as_completion(completion)
+                except Exception as e:  # CancelledError is not an Exception: handled below
+                    node = run.append(_error_payload(e, "model call"), kind="error")
+                    yield Final("error", node, f"{type(e).__name__}: {e}")
+                    return
+                yield Assistant(run.append(completion.message, run=completion))
+                continue
+            pause = None
+            async for step in _resolve_calls(run, action, registry, approve):
+                if isinstance(step, Paused):
+                    pause = step.node
+                yield step
+            if pause is not None:
+                yield Final("paused", pause)
+                return
+    except asyncio.CancelledError:
+        try:
+            node = run.append({"error": "cancelled", "message": "the run was cancelled"}, kind="error")
+        except SessionTreeError:
+            node = None
+        yield Final("cancelled", node, "cancelled")
+
+
+class _Run:
+    """The branch a run advances, and the head it last saw (for compare-and-set)."""
+
+    def __init__(self, session: Session, branch: str, head: str | None) -> None:
+        self.session, self.branch, self.head = session, branch, head
+
+    def append(self, payload: dict[str, Any], *, kind: str = "message", run: Any = None) -> Node:
+        node = self.session.append(payload, branch=self.branch, kind=kind, run=run,
+                                   expect_head=self.head)
+        self.head = node.id
+        return node
+
+
+async def _resolve_calls(run: _Run, action: Action, registry: dict[str, Tool],
+                         approve: Approver | None) -> AsyncIterator[Step]:
+    """Answer, run or pause the unanswered calls of the last assistant message."""
+    to_run: list[tuple[ToolCall, str]] = []
+    rejected: list[tuple[ToolCall, str]] = []
+    for_human: list[tuple[ToolCall, str]] = []
+    for call in action.calls:
+        tool = registry.get(call.name)
+        if call.id in action.interrupted and tool is not None and not tool.idempotent:
+            for_human.append((call, "interrupted: the tool started but no result was recorded, "
+                                    "and it is not safe to run twice"))
+            continue
+        answer = action.decided.get(call.id)
+        if answer is None:
+            answer = Approve() if approve is None else await _maybe_await(approve(call))
+        if isinstance(answer, Approve):
+            to_run.append((call, call.arguments))
+        elif isinstance(answer, Edit):
+            to_run.append((call, json.dumps(answer.arguments, ensure_ascii=False)))
+        elif isinstance(answer, Reject):
+            rejected.append((call, answer.reason))
+        elif isinstance(answer, Pause):
+            for_human.append((call, answer.reason))
+        else:
+            raise TypeError(f"approve() must return Approve(), Reject(reason) or Pause(reason), "
+                            f"not {answer!r}")
+
+    for call, reason in rejected:
+        node = run.append({"role": "tool", "tool_call_id": call.id,
+                           "content": f"Rejected: the call to {call.name} was not run. {reason}".strip()})
+        yield ToolEnd(call, node, ok=False)
+    if to_run:
+        marker = run.append({"calls": [{"id": c.id, "name": c.name, "arguments": a} for c, a in to_run]},
+                            kind="tool_start")
+        for call, _ in to_run:
+            yield ToolStart(call, marker)
+        for call, arguments in to_run:
+            content, ok = await _execute(registry, call, arguments, run)
+            node = run.append({"role": "tool", "tool_call_id": call.id, "content": content})
+            yield ToolEnd(call, node, ok)
+    if for_human:
+        pause = run.append({
+            "reason": "; ".join(sorted({r for _, r in for_human if r})) or "approval needed",
+            "assistant_id": action.assistant.id if action.assistant else None,
+            "calls": [{**c.to_dict(), "reason": r} for c, r in for_human],
+        }, kind="pause")
+        yield Paused(pause)
+
+
+async def _execute(registry: dict[str, Tool], call: ToolCall, arguments: str,
+                   run: _Run) -> tuple[str, bool]:
+    """Run one call; every failure becomes text the model can act on."""
+    tool = registry.get(call.name)
+    if tool is None:
+        available = ", ".join(sorted(registry)) or "none"
+        return f"Error: there is no tool named {call.name!r}. Available tools: {available}.", False
+    try:
+        parsed = tool.parse(arguments)
+    except ToolArgumentError as e:
+        return f"Error: invalid arguments for {call.name}: {e}", False
+    try:
+        result = await tool.invoke(parsed, ToolContext(run.session, run.branch, call.id))
+    except Exception as e:
+        return f"Error: {call.name} raised {type(e).__name__}: {e}", False
+    if isinstance(result, str):
+        return result, True
+    return json.dumps(result, ensure_ascii=False, default=str), True
+
+
+async def _stream(call: ModelCall, messages: list[dict[str, Any]],
+                  specs: list[dict[str, Any]]) -> AsyncIterator[Any]:
+    """Whatever form ``call`` takes, produce its text deltas and then its reply."""
+    result = call(messages, specs)
+    if inspect.isawaitable(result):
+        result = await result
+    if hasattr(result, "__aiter__"):
+        async for item in result:
+            yield item
+    elif isinstance(result, Iterator):
+        for item in result:
+            yield item
+    else:
+        yield result
+
+
+def _as_completion(reply: Any) -> Completion:
+    """Check a model's reply and normalise its tool calls (ids, JSON text arguments)."""
+    completion = reply if isinstance(reply, Completion) else Completion(reply)
+    message = completion.message
+    if not isinstance(message, dict) or message.get("role", "assistant") != "assistant":
+        raise ModelOutputError(f"the model returned {str(message)[:200]!r}, not an assistant message")
+    message = {**message, "role": "assistant"}
+    message.setdefault("content", None)
+    calls = []
+    for raw in message.get("tool_calls") or []:
+        function = raw.get("function") if isinstance(raw, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise ModelOutputError(f"the model returned a malformed tool call: {str(raw)[:200]}")
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments if arguments is not None else {})
+        calls.append({"id": raw.get("id") or f"call_{new_id().replace('-', '')[-16:]}",
+                      "type": "function", "function": {"name": function["name"], "arguments": arguments}})
+    if calls:
+        message["tool_calls"] = calls
+    else:
+        message.pop("tool_calls", None)
+    completion.message = message
+    return completion
+
+
+def _error_payload(error: BaseException, during: str) -> dict[str, Any]:
+    payload = {"error": type(error).__name__, "message": str(error), "during": during, "at": now()}
+    status = getattr(error, "status", None)
+    if status is not None:
+        payload["status"] = status
+    return payload
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+def run_sync(*args: Any, **kwargs: Any) -> Iterator[Step]:
+    """``agent(...)`` for callers without asyncio: the same steps, as a plain iterator."""
+    loop = asyncio.new_event_loop()
+    steps = agent(*args, **kwargs)
+    try:
+        while True:
+            try:
+                yield loop.run_until_complete(steps.__anext__())
+            except StopAsyncIteration:
+                return
+    finally:
+        loop.run_until_complete(steps.aclose())
+        loop.close()
+
+
+# -- human decisions --------------------------------------------------------
+
+def decide(store: Store, pause_id: str, decisions: dict[str, Decision], *,
+           by: str | None = None) -> Node:
+    """Record a human's answer to a pause; return the decision node.
+
+    ``decisions`` maps call ids of the pause to Approve(), Reject(reason) or
+    Edit(arguments). Calls left out are asked about again on resume. Every
+    branch whose head is the pause moves to the decision. A pause takes one
+    decision: a second decider gets ``Conflict``.
+    """
+    pause = store.node(pause_id)
+    if pause.kind != "pause":
+        raise Conflict(f"node {pause.id} is a {pause.kind} node, not a pause")
+    known = [c["id"] for c in pause.payload.get("calls", [])]
+    unknown = sorted(set(decisions) - set(known))
+    if unknown:
+        raise Conflict(f"pause {pause.id} has no call(s) {', '.join(unknown)}; "
+                       f"its calls are {', '.join(known)}")
+    if not decisions:
+        raise Conflict(f"no decision given for pause {pause.id}; its calls are {', '.join(known)}")
+    payload = {"decisions": {k: decision_to_dict(v) for k, v in decisions.items()},
+               "by": by, "at": now()}
+    session = store.session(pause.session_id)
+    with store.transaction():
+        at_pause = [b.name for b in session.branches() if b.head_id == pause.id]
+        node = session.append(payload, kind="decision", parent=pause,
+                              branch=at_pause[0] if at_pause else None)
+        for name in at_pause[1:]:
+            session.move(name, to=node, expect_head=pause.id)
+    return node
+
+
+def resume(store: Store, pause_id: str, **kwargs: Any) -> AsyncIterator[Step]:
+    """Run the branch a decided pause belongs to (``agent`` keyword arguments apply).
+
+    Raises ``Conflict`` when the pause has no decision yet, or when its branch
+    has already moved past the decision (someone else resumed it).
+    """
+    pause = store.node(pause_id)
+    session = store.session(pause.session_id)
+    decision = next((n for n in session.children(pause) if n.kind == "decision"), None)
+    if decision is None:
+        raise Conflict(f"pause {pause.id} has no decision yet: decide it first")
+    branches = [b.name for b in session.branches() if b.head_id == decision.id]
+    if not branches:
+        raise Conflict(f"pause {pause.id} was already resumed: no branch is at its decision "
+                       f"{decision.id} any more")
+    return agent(store, session, branches[0], expect_head=decision.id, **kwargs)

@@ -1,0 +1,79 @@
+"""Read a branch's path and say what the agent loop must do next.
+
+Contract: ``next_action(path)`` is a pure function of the root-to-head nodes.
+The tree is the whole resume state, so a run that stopped anywhere (a pause, a
+crash mid-tool, a cancel, a model error) is picked up by reading the path
+again:
+
+====================================  ======================================
+the path ends with                    the action
+====================================  ======================================
+nothing                               ``empty``
+an assistant message, no tool calls   ``final``
+an unresolved ``pause``               ``paused``
+an assistant message whose calls are  ``tools``: the unanswered calls, the
+not all answered (after any markers)  human decisions in force, and which
+                                      calls started but never finished
+anything else (user/system/tool       ``model``
+message, or an error marker after
+one)
+====================================  ======================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .model import Node
+from .steps import Decision, ToolCall, decision_from_dict
+
+
+@dataclass
+class Action:
+    kind: Literal["empty", "final", "paused", "tools", "model"]
+    assistant: Node | None = None
+    calls: list[ToolCall] = field(default_factory=list)  # unanswered, in the model's order
+    decided: dict[str, Decision] = field(default_factory=dict)
+    interrupted: set[str] = field(default_factory=set)  # started, never answered
+
+
+def next_action(path: list[Node]) -> Action:
+    if not path:
+        return Action("empty")
+    tail: list[Node] = []
+    assistant = None
+    for node in reversed(path):
+        if node.kind == "message" and node.payload.get("role") != "tool":
+            if node.payload.get("role") == "assistant":
+                assistant = node
+            break
+        tail.append(node)
+    tail.reverse()
+    if assistant is None:
+        return Action("model")
+    calls = [ToolCall.from_message(c) for c in assistant.payload.get("tool_calls") or []]
+    if not calls:
+        return Action("final", assistant)
+
+    answered: set[str] = set()
+    started: set[str] = set()
+    decided: dict[str, Decision] = {}
+    for node in tail:
+        if node.kind == "message":  # a tool message
+            answered.add(node.payload.get("tool_call_id"))
+        elif node.kind == "tool_start":
+            for call in node.payload.get("calls", []):
+                started.add(call["id"])
+                decided.pop(call["id"], None)  # a decision is used up by running it
+        elif node.kind == "decision":
+            for call_id, data in node.payload.get("decisions", {}).items():
+                decided[call_id] = decision_from_dict(data)
+                started.discard(call_id)  # a human has looked at it since
+    unanswered = [c for c in calls if c.id not in answered]
+    if not unanswered:
+        return Action("model", assistant)
+    if path[-1].kind == "pause":
+        return Action("paused", assistant, unanswered)
+    return Action("tools", assistant, unanswered, decided,
+                  {c.id for c in unanswered if c.id in started})

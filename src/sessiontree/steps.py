@@ -1,0 +1,132 @@
+"""What the agent loop yields, and what approvers and humans answer.
+
+Contract: steps are plain frozen records. Every step that wrote a node names
+it in ``node``; ``Token`` writes nothing (tokens are not stored one by one,
+the assistant message that follows holds the text). A run always ends with
+exactly one ``Final``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .model import Node
+
+FinalReason = Literal["completed", "paused", "max_steps", "cancelled", "error"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call of an assistant message: ``arguments`` is the model's JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+    @classmethod
+    def from_message(cls, call: dict[str, Any]) -> ToolCall:
+        function = call.get("function") or {}
+        return cls(call["id"], function.get("name", ""), function.get("arguments") or "")
+
+    def to_dict(self) -> dict[str, str]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+
+@dataclass(frozen=True)
+class Token:
+    text: str
+    node: None = None
+
+
+@dataclass(frozen=True)
+class Assistant:
+    node: Node
+
+    @property
+    def message(self) -> dict[str, Any]:
+        return self.node.payload
+
+
+@dataclass(frozen=True)
+class ToolStart:
+    call: ToolCall
+    node: Node  # the tool_start marker written before the batch ran
+
+
+@dataclass(frozen=True)
+class ToolEnd:
+    call: ToolCall
+    node: Node  # the tool message answering the call
+    ok: bool
+
+
+@dataclass(frozen=True)
+class Paused:
+    node: Node  # the pause node; its id is all a caller needs to keep
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        return self.node.payload["calls"]
+
+
+@dataclass(frozen=True)
+class Final:
+    reason: FinalReason
+    node: Node | None = None
+    error: str | None = None
+
+
+Step = Token | Assistant | ToolStart | ToolEnd | Paused | Final
+
+
+# -- answers to an approval question ---------------------------------------
+
+@dataclass(frozen=True)
+class Approve:
+    """Run the call as the model asked."""
+
+
+@dataclass(frozen=True)
+class Reject:
+    """Do not run the call; the model reads ``reason`` in a tool message."""
+
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Ask a human: the loop writes a pause node and stops."""
+
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Edit:
+    """(Human decisions only) run the call with these arguments instead."""
+
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+Decision = Approve | Reject | Edit
+
+
+def decision_to_dict(decision: Decision) -> dict[str, Any]:
+    if isinstance(decision, Approve):
+        return {"action": "approve"}
+    if isinstance(decision, Reject):
+        return {"action": "reject", "reason": decision.reason}
+    if isinstance(decision, Edit):
+        return {"action": "edit", "arguments": decision.arguments}
+    raise TypeError(f"a decision is Approve(), Reject(reason) or Edit(arguments), not {decision!r}")
+
+
+def decision_from_dict(data: dict[str, Any]) -> Decision:
+    action = data.get("action")
+    if action == "approve":
+        return Approve()
+    if action == "reject":
+        return Reject(data.get("reason", ""))
+    if action == "edit":
+        return Edit(data.get("arguments") or {})
+    raise ValueError(f"unknown decision action {action!r}")

@@ -1,0 +1,270 @@
+"""Tools: plain Python functions described to a model and called with checked arguments.
+
+Contract:
+- ``@tool`` (or ``Tool(fn)``) takes the name from the function, the description
+  from its docstring, and a JSON Schema from its type hints: str, int, float,
+  bool, list[T], dict / dict[str, T], Literal, Enum, ``X | None`` / Optional,
+  dataclasses and TypedDicts. A parameter with a default is optional.
+- ``Tool.parse(arguments_json)`` checks arguments against the *same* type hints
+  the schema came from and returns Python values (Enum members, dataclass
+  instances); any problem raises ``ToolArgumentError`` with a message precise
+  enough for a model to fix its call. Nothing is ever silently defaulted.
+- A parameter annotated ``ToolContext`` is not part of the schema; the agent
+  loop passes the session, branch and call id in it.
+- ``idempotent=False`` marks a tool that must not run twice: if a run dies after
+  starting it, the loop pauses for a human instead of running it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import inspect
+import json
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, is_typeddict
+
+from .errors import SessionTreeError
+
+if typing.TYPE_CHECKING:
+    from .session import Session
+
+
+class ToolArgumentError(SessionTreeError, ValueError):
+    """Arguments a model sent that do not fit the tool's signature."""
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool may learn about the call it serves."""
+
+    session: Session
+    branch: str
+    call_id: str
+
+
+_SCALARS: dict[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def schema_for(annotation: Any) -> dict[str, Any]:
+    """The JSON Schema of one type hint."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if annotation in _SCALARS:
+        return {"type": _SCALARS[annotation]}
+    if annotation is Any:
+        return {}
+    if origin in (Union, types.UnionType):
+        options = [a for a in args if a is not type(None)]
+        inner = schema_for(options[0]) if len(options) == 1 else {"anyOf": [schema_for(a) for a in options]}
+        return {"anyOf": [inner, {"type": "null"}]} if type(None) in args else inner
+    if origin is Literal:
+        return {"enum": list(args)}
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return {"enum": [member.value for member in annotation]}
+    if annotation is list or origin is list:
+        return {"type": "array", "items": schema_for(args[0])} if args else {"type": "array"}
+    if annotation is dict or origin is dict:
+        if len(args) == 2:
+            return {"type": "object", "additionalProperties": schema_for(args[1])}
+        return {"type": "object"}
+    if dataclasses.is_dataclass(annotation) or is_typeddict(annotation):
+        return _object_schema(*_fields(annotation))
+    raise TypeError(f"no JSON Schema for type {annotation!r}")
+
+
+def _fields(cls: type) -> tuple[dict[str, Any], set[str]]:
+    """(field -> annotation, required field names) of a dataclass or TypedDict."""
+    hints = get_type_hints(cls)
+    if is_typeddict(cls):
+        return hints, set(cls.__required_keys__)
+    required = {f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}, required
+
+
+def _object_schema(fields: dict[str, Any], required: set[str],
+                   descriptions: dict[str, str] | None = None) -> dict[str, Any]:
+    properties = {}
+    for name, annotation in fields.items():
+        properties[name] = schema_for(annotation)
+        if descriptions and name in descriptions:
+            properties[name]["description"] = descriptions[name]
+    schema: dict[str, Any] = {"type": "object", "properties": properties,
+                              "required": [n for n in fields if n in required]}
+    schema["additionalProperties"] = False
+    return schema
+
+
+def convert(value: Any, annotation: Any, where: str) -> Any:
+    """Check ``value`` (decoded JSON) against a type hint and return the Python value."""
+    origin, args = get_origin(annotation), get_args(annotation)
+
+    def wrong(expected: str) -> ToolArgumentError:
+        return ToolArgumentError(f"{where}: expected {expected}, got {json.dumps(value)[:80]}")
+
+    if annotation is Any:
+        return value
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise wrong("a boolean")
+        return value
+    if annotation is int:
+        if isinstance(value, bool) or not (isinstance(value, int) or
+                                           isinstance(value, float) and value.is_integer()):
+            raise wrong("an integer")
+        return int(value)
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise wrong("a number")
+        return float(value)
+    if annotation is str:
+        if not isinstance(value, str):
+            raise wrong("a string")
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for option in (a for a in args if a is not type(None)):
+            try:
+                return convert(value, option, where)
+            except ToolArgumentError as e:
+                errors.append(str(e))
+        raise ToolArgumentError(" or ".join(errors) if len(errors) > 1 else errors[0])
+    if origin is Literal:
+        if value not in args:
+            raise wrong("one of " + ", ".join(json.dumps(a) for a in args))
+        return value
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        try:
+            return annotation(value)
+        except ValueError:
+            raise wrong("one of " + ", ".join(json.dumps(m.value) for m in annotation)) from None
+    if annotation is list or origin is list:
+        if not isinstance(value, list):
+            raise wrong("an array")
+        return [convert(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)] if args else value
+    if annotation is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise wrong("an object")
+        if len(args) == 2:
+            return {k: convert(v, args[1], f"{where}.{k}") for k, v in value.items()}
+        return value
+    if dataclasses.is_dataclass(annotation) or is_typeddict(annotation):
+        if not isinstance(value, dict):
+            raise wrong("an object")
+        fields, required = _fields(annotation)
+        checked = convert_object(value, fields, required, where)
+        return checked if is_typeddict(annotation) else annotation(**checked)
+    raise TypeError(f"cannot check values of type {annotation!r}")
+
+
+def convert_object(value: dict[str, Any], fields: dict[str, Any], required: set[str],
+                   where: str) -> dict[str, Any]:
+    unknown = sorted(set(value) - set(fields))
+    if unknown:
+        raise ToolArgumentError(f"{where}: unexpected argument(s) {', '.join(unknown)}; "
+                                f"expected {', '.join(fields) or 'none'}")
+    missing = [name for name in fields if name in required and name not in value]
+    if missing:
+        raise ToolArgumentError(f"{where}: missing required argument(s) {', '.join(missing)}")
+    return {name: convert(v, fields[name], f"{where}.{name}") for name, v in value.items()}
+
+
+def _docstring_parts(fn: Callable) -> tuple[str, dict[str, str]]:
+    """The summary of a docstring and the ``name: text`` lines of its Args section."""
+    doc = inspect.getdoc(fn) or ""
+    summary, _, rest = doc.partition("\nArgs:\n")
+    params = {}
+    for line in rest.splitlines():
+        name, sep, text = line.strip().partition(":")
+        if sep and name.isidentifier():
+            params[name.strip()] = text.strip()
+        elif not line.startswith((" ", "\t")) and line.strip():
+            break  # the next section
+    return summary.strip(), params
+
+
+class Tool:
+    """A function a model can call, with its schema and argument checking."""
+
+    def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
+                 description: str | None = None, idempotent: bool = True) -> None:
+        self.fn = fn
+        self.name = name or fn.__name__
+        summary, param_docs = _docstring_parts(fn)
+        self.description = description if description is not None else summary
+        self.idempotent = idempotent
+        self.is_async = inspect.iscoroutinefunction(fn)
+        hints = get_type_hints(fn)
+        self.fields: dict[str, Any] = {}
+        self.required: set[str] = set()
+        self.context_param: str | None = None
+        for param in inspect.signature(fn).parameters.values():
+            annotation = hints.get(param.name, Any)
+            if annotation is ToolContext:
+                self.context_param = param.name
+                continue
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise TypeError(f"tool {self.name}: *args and **kwargs cannot be described to a model")
+            self.fields[param.name] = annotation
+            if param.default is param.empty:
+                self.required.add(param.name)
+        self.parameters = _object_schema(self.fields, self.required, param_docs)
+
+    def spec(self) -> dict[str, Any]:
+        """The OpenAI ``tools`` entry for this tool."""
+        return {"type": "function", "function": {
+            "name": self.name, "description": self.description, "parameters": self.parameters}}
+
+    def parse(self, arguments: str | dict[str, Any] | None) -> dict[str, Any]:
+        """Decode and check a call's arguments; raise ToolArgumentError saying what is wrong."""
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError as e:
+                raise ToolArgumentError(f"arguments are not valid JSON ({e}): {arguments[:200]}") from None
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise ToolArgumentError(f"arguments must be a JSON object, got {json.dumps(arguments)[:80]}")
+        return convert_object(arguments, self.fields, self.required, "arguments")
+
+    async def invoke(self, arguments: dict[str, Any], context: ToolContext | None = None) -> Any:
+        """Call the function with checked arguments (sync functions run in a thread)."""
+        kwargs = dict(arguments)
+        if self.context_param is not None:
+            kwargs[self.context_param] = context
+        if self.is_async:
+            return await self.fn(**kwargs)
+        return await asyncio.to_thread(self.fn, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+
+def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
+         description: str | None = None, idempotent: bool = True) -> Any:
+    """Make a function a ``Tool``: ``@tool`` or ``@tool(idempotent=False)``."""
+    def wrap(f: Callable[..., Any]) -> Tool:
+        return Tool(f, name=name, description=description, idempotent=idempotent)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def as_tools(tools: typing.Iterable[Tool | Callable[..., Any]]) -> dict[str, Tool]:
+    """Tools by name; plain functions are wrapped. Duplicate names are an error."""
+    by_name: dict[str, Tool] = {}
+    for item in tools:
+        t = item if isinstance(item, Tool) else Tool(item)
+        if t.name in by_name:
+            raise ValueError(f"two tools are named {t.name!r}")
+        by_name[t.name] = t
+    return by_name
