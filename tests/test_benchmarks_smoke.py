@@ -1,0 +1,35 @@
+"""Smoke test for benchmarks/store.py: it runs and reports every figure (no timing assertions)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "store.py"
+
+
+def numbers(value):
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from numbers(v)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield value
+
+
+def test_quick_json_run_reports_every_figure():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--json"], capture_output=True,
+                         text=True, check=True, timeout=240).stdout
+    result = json.loads(out)
+    assert result["quick"] is True and result["reps"] >= 5
+    assert set(result["append_us"]) == {"single", "batched"}
+    assert set(result["path_ms"]) == {"100", "1000", "10000"}
+    for figure in [*result["append_us"].values(), *result["path_ms"].values()]:
+        assert set(figure) == {"store", "raw", "ratio"}
+    assert set(result["fork_us"]) == {"10", "10000", "ratio"}
+    assert set(result["storage"]["sizes"]) == {"100", "1000", "10000"}
+    for size in result["storage"]["sizes"].values():
+        assert set(size) == {"bytes_per_node", "overhead"}
+    assert "slope" in result["storage"]
+    figures = list(numbers({k: result[k] for k in ("append_us", "path_ms", "fork_us", "storage")}))
+    assert len(figures) == 2 * 3 + 3 * 3 + 3 + 3 * 2 + 1
+    assert all(x > 0 for x in figures)
