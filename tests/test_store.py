@@ -6,8 +6,8 @@ import json
 import sqlite3
 
 import pytest
-from conftest import assistant, user
 
+from conftest import assistant, user
 from sessiontree import (
     AmbiguousRef,
     BranchMoved,

@@ -206,7 +206,7 @@ class Tool:
         self.context_param: str | None = None
         for param in inspect.signature(fn).parameters.values():
             annotation = hints.get(param.name, Any)
-            if annotation is ToolContext:
+            if annotation is ToolContext or ToolContext in get_args(annotation):
                 self.context_param = param.name
                 continue
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
