@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import user
-from flows import CALLED, approve_risky, get_weather, send_email
 from sessiontree import (
     Approve,
     Assistant,
@@ -34,6 +32,9 @@ from sessiontree import (
     tool,
 )
 from sessiontree.testing import ScriptedModel, ScriptExhausted, reply, tool_call
+
+from conftest import user
+from flows import CALLED, approve_risky, get_weather, send_email
 
 TESTS = Path(__file__).parent
 TOOLS = [get_weather, send_email]

@@ -7,7 +7,6 @@ import sqlite3
 
 import pytest
 
-from conftest import assistant, user
 from sessiontree import (
     AmbiguousRef,
     BranchMoved,
@@ -18,6 +17,8 @@ from sessiontree import (
     NotFound,
     Store,
 )
+
+from conftest import assistant, user
 
 
 def node_count(store: Store) -> int:

@@ -98,7 +98,8 @@ async def agent(store: Store, session: Session | str, branch: str = "main", *, c
                     messages = [n.payload for n in path if n.kind == "message"]
                     async for item in _stream(call, messages, specs):
                         if isinstance(item, str):
-                            yield Token(item)
+                            if item:
+                                yield Token(item)
                         else:
                             completion = item
                     completion = _as_completion(completion)
@@ -272,6 +273,7 @@ def run_sync(*args: Any, **kwargs: Any) -> Iterator[Step]:
                 return
     finally:
         loop.run_until_complete(steps.aclose())
+        loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
 
 
