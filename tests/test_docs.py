@@ -1,0 +1,149 @@
+"""Run the ```python examples of docs/*.md, so the docs cannot drift from the code.
+
+Each markdown file is one test: its blocks run in order in one fresh namespace,
+inside a temporary working directory. A block fenced as ```python no-run is
+shown to readers but not run (use it for examples that need a network or a key).
+Files without runnable blocks are not collected at all. A failing block is
+reported by file and starting line, and its traceback points at the markdown.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import re
+import sys
+import traceback
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+# An opening fence: up to 3 spaces, then 3+ backticks or tildes, then an info string.
+_FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+
+
+@dataclass(frozen=True)
+class Block:
+    path: Path
+    line: int  # 1-based line of the opening fence; the code starts on the next line
+    source: str
+
+
+def python_blocks(path: Path, text: str | None = None) -> list[Block]:
+    """The runnable ```python blocks of a markdown file, in order."""
+    lines = (path.read_text("utf-8") if text is None else text).splitlines()
+    blocks: list[Block] = []
+    i = 0
+    while i < len(lines):
+        opening = _FENCE.match(lines[i])
+        if not opening or (opening["fence"][0] == "`" and "`" in opening["info"]):
+            i += 1
+            continue
+        fence, indent = opening["fence"], len(opening["indent"])
+        words = opening["info"].split()
+        runnable = bool(words) and words[0] == "python" and "no-run" not in words[1:]
+        start = i + 1
+        body: list[str] = []
+        i += 1
+        # The block ends at a fence of the same character, at least as long, and
+        # nothing else on the line (or at the end of the file).
+        while i < len(lines):
+            stripped = lines[i].strip()
+            if (len(lines[i]) - len(lines[i].lstrip(" ")) <= 3 and stripped
+                    and set(stripped) == {fence[0]} and len(stripped) >= len(fence)):
+                break
+            line = lines[i]
+            body.append(line[min(indent, len(line) - len(line.lstrip(" "))):])
+            i += 1
+        i += 1
+        if runnable:
+            blocks.append(Block(path, start, "\n".join(body) + "\n"))
+    return blocks
+
+
+def run_blocks(blocks: list[Block], namespace: dict) -> None:
+    """Run blocks in order in ``namespace``; fail naming the file and line of a bad block."""
+    for block in blocks:
+        # Leading newlines keep the line numbers of tracebacks those of the markdown file.
+        source = "\n" * block.line + block.source
+        try:
+            code = compile(source, str(block.path), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+            result = eval(code, namespace)  # noqa: S307 - the docs are our own code
+            if inspect.iscoroutine(result):  # the block used a top-level await
+                asyncio.run(result)
+        except Exception:
+            details = traceback.format_exc()
+            pytest.fail(f"{block.path.name}: the python block starting at line {block.line} "
+                        f"failed:\n{details}", pytrace=False)
+
+
+def _doc_files() -> list:
+    files = sorted(DOCS.glob("*.md")) if DOCS.is_dir() else []
+    return [pytest.param(path, id=path.name) for path in files if python_blocks(path)]
+
+
+@pytest.mark.parametrize("path", _doc_files())
+def test_doc_examples(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    # A real module, so that classes and functions defined in examples can be
+    # introspected (dataclasses, typing.get_type_hints, pickle) like normal code.
+    module = types.ModuleType("docs_example_" + re.sub(r"\W", "_", path.stem))
+    module.__file__ = str(path)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    run_blocks(python_blocks(path), module.__dict__)
+
+
+# -- the collector itself ------------------------------------------------------
+
+SAMPLE = """\
+# Title
+
+```python
+x = 1
+```
+
+```python no-run
+raise SystemExit("never runs")
+```
+
+````markdown
+```python
+this is shown inside another fence, not run
+```
+````
+
+- a list item:
+
+  ```python
+  x += 1
+  ```
+
+```bash
+echo not python
+```
+
+```python
+assert x == 2
+y = 1 / 0
+```
+"""
+
+
+def test_collector_finds_runnable_blocks_with_their_lines(tmp_path: Path) -> None:
+    blocks = python_blocks(tmp_path / "sample.md", SAMPLE)
+    assert [(b.line, b.source) for b in blocks] == [
+        (3, "x = 1\n"), (19, "x += 1\n"), (27, "assert x == 2\ny = 1 / 0\n")]
+
+
+def test_a_failing_block_names_the_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "sample.md"
+    with pytest.raises(pytest.fail.Exception) as info:
+        run_blocks(python_blocks(path, SAMPLE), {})
+    message = str(info.value)
+    assert "sample.md: the python block starting at line 27 failed" in message
+    assert f'File "{path}", line 29' in message and "ZeroDivisionError" in message
