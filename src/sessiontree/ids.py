@@ -3,7 +3,7 @@
 Contract: ``new_id()`` returns a canonical lower-case UUIDv7 string (RFC 9562).
 Ids made by one process are strictly increasing, so sorting by id sorts by
 creation order even within one millisecond; ids from different processes or
-files never collide in practice (74 random bits per millisecond).
+files never collide in practice (62 random bits in each).
 """
 
 from __future__ import annotations
@@ -14,19 +14,30 @@ import time
 from datetime import UTC, datetime
 
 _lock = threading.Lock()
-_last = 0  # the last counter issued: 48 bits of milliseconds, then 74 random bits
+_last_ms = 0
+_counter = 0  # rand_a: 12 bits, counts ids within one millisecond
 
 
 def new_id() -> str:
-    """A new UUIDv7, monotonic within this process."""
-    global _last
+    """A new UUIDv7, monotonic within this process.
+
+    Layout (RFC 9562, method 1): 48 bits of Unix milliseconds, a 12-bit counter
+    that starts at a random value below 2048 each millisecond, 62 random bits.
+    Ids of one millisecond therefore differ early (in the counter), which keeps
+    the unique prefixes the CLI shows short.
+    """
+    global _last_ms, _counter
     with _lock:
-        counter = (time.time_ns() // 1_000_000) << 74 | int.from_bytes(os.urandom(10)) >> 6
-        # Within one millisecond (or after a clock step back) count up from the
-        # last id instead of trusting the clock, so ids stay ordered.
-        _last = counter = max(counter, _last + 1)
-    ms, rand = counter >> 74, counter & ((1 << 74) - 1)
-    value = ms << 80 | 0x7 << 76 | (rand >> 62) << 64 | 0b10 << 62 | (rand & ((1 << 62) - 1))
+        ms = time.time_ns() // 1_000_000
+        if ms > _last_ms:
+            _last_ms, _counter = ms, int.from_bytes(os.urandom(2)) & 0x7FF
+        else:  # same millisecond, or the clock stepped back: count on
+            _counter += 1
+            if _counter > 0xFFF:  # 4096 ids in one millisecond: borrow the next one
+                _last_ms, _counter = _last_ms + 1, 0
+        ms, counter = _last_ms, _counter
+    rand_b = int.from_bytes(os.urandom(8)) & ((1 << 62) - 1)
+    value = ms << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand_b
     h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
