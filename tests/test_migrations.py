@@ -71,7 +71,7 @@ def test_readonly_store_reads_and_refuses_writes(tmp_path):
     with Store(path, readonly=True) as store:
         session = store.sessions()[0]
         assert store.session(session.id).messages() == [{"role": "user", "content": "hi"}]
-        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        with pytest.raises(SessionTreeError, match="read-only"):
             store.create_session("nope")
     with pytest.raises(SessionTreeError, match="no such database file"):
         Store(tmp_path / "missing.db", readonly=True)

@@ -151,7 +151,7 @@ def test_explicit_parent(session):
     b = session.append(user("b"))
     detached = session.append(user("side"), parent=a, branch=None)
     assert detached.parent_id == a.id and session.branch("main").head_id == b.id
-    with pytest.raises(BranchMoved, match=f"expected head {a.id}, found {b.id}"):
+    with pytest.raises(Conflict, match=f"branch 'main' is at {b.id}, not at the parent {a.id}"):
         session.append(user("x"), parent=a)  # main is not at a
     fresh = session.append(user("y"), parent=a, branch="side")
     assert session.branch("side").head_id == fresh.id
@@ -342,3 +342,51 @@ def test_store_json_columns_are_valid(store, session):
     row = store.conn.execute("SELECT payload FROM nodes").fetchone()
     assert json.loads(row[0]) == user("a")
     assert store.db["nodes"].count == 1  # sqlite-utils sees the same file
+
+
+def test_a_failed_write_inside_an_outer_transaction_leaves_nothing(store, session):
+    session.append(user("a"))
+    session.checkpoint("taken", at="main")
+    with store.transaction():
+        session.append(user("kept"))
+        with pytest.raises(Conflict):
+            session.append_many([user("b"), user("c")], branch="taken")
+    assert [m["content"] for m in session.messages()] == ["a", "kept"]
+    assert node_count(store) == 2
+
+
+def test_writes_through_a_readonly_store_are_refused_clearly(tmp_path):
+    from sessiontree import ReadOnly
+
+    path = tmp_path / "ro.db"
+    Store(path).close()
+    with Store(path, readonly=True) as store, pytest.raises(ReadOnly, match="open read-only"):
+        store.create_session("x")
+
+
+def test_unknown_run_and_misplaced_decision_are_named(session):
+    first = session.append(user("a"))
+    with pytest.raises(NotFound, match="no run 'no-such-run'"):
+        session.append(assistant("x"), run="no-such-run")
+    with pytest.raises(Conflict, match="a decision must be the child of a pause"):
+        session.append({"decisions": {}}, kind="decision")
+    assert session.head().id == first.id
+
+
+def test_checkpoint_names_get_checkpoint_errors(session):
+    session.append(user("a"))
+    session.checkpoint("cp", at="main")
+    with pytest.raises(Conflict, match="'cp' is a checkpoint, not a branch; use delete_checkpoint"):
+        session.delete_branch("cp")
+    with pytest.raises(Conflict, match="'cp' is a checkpoint, not a branch"):
+        session.rename("cp", "x")
+    assert session.rename("main", "main").name == "main"
+
+
+def test_prune_and_verify_resolve_the_session(store, session):
+    session.append(user("a"))
+    with pytest.raises(NotFound, match="no session 'nope'"):
+        store.verify("nope")
+    with pytest.raises(NotFound, match="no session"):
+        store.prune(session_id="ffffffff")
+    assert store.verify(session.id[:13]).nodes == 1

@@ -12,6 +12,7 @@ from .errors import (
     InvalidPayload,
     NotFound,
     ProviderError,
+    ReadOnly,
     SchemaTooNew,
     SessionTreeError,
 )
@@ -53,7 +54,7 @@ __all__ = [
     "AmbiguousRef", "Approve", "Assistant", "Branch", "BranchMoved", "Checkpoint",
     "CheckpointImmutable", "Completion", "Conflict", "Diff", "Edit", "Final", "InvalidPayload",
     "ModelOutputError", "Node", "NotFound", "Pause", "Paused", "Problem", "ProviderError",
-    "PruneReport", "Reject", "Run", "SchemaTooNew", "Session", "SessionInfo", "SessionTreeError",
+    "PruneReport", "ReadOnly", "Reject", "Run", "SchemaTooNew", "Session", "SessionInfo", "SessionTreeError",
     "Step", "Store", "Token", "Tool", "ToolArgumentError", "ToolCall", "ToolContext", "ToolEnd",
     "ToolStart", "VerifyReport", "agent", "decide", "new_id", "resume", "run_sync", "tool",
 ]

@@ -152,9 +152,20 @@ def _is_busy(error: sqlite3.OperationalError) -> bool:
 
 @contextmanager
 def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """BEGIN IMMEDIATE .. COMMIT, or join the transaction already open."""
+    """BEGIN IMMEDIATE .. COMMIT; inside an open transaction, a savepoint.
+
+    The savepoint makes a nested failure undo only its own writes, so a caller
+    that catches the error inside an outer transaction keeps nothing half-done.
+    """
     if conn.in_transaction:
-        yield conn
+        conn.execute("SAVEPOINT nested")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK TO nested")
+            conn.execute("RELEASE nested")
+            raise
+        conn.execute("RELEASE nested")
         return
     for attempt in range(BEGIN_ATTEMPTS):
         try:

@@ -43,6 +43,10 @@ class CheckpointImmutable(Conflict):
     """Checkpoints never move; fork a branch from one instead."""
 
 
+class ReadOnly(SessionTreeError):
+    """A write through a store opened with ``readonly=True``."""
+
+
 class SchemaTooNew(SessionTreeError):
     """The database was written by a newer sessiontree; this one will not touch it."""
 

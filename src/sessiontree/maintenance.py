@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from .db import transaction
 from .model import Problem, PruneReport, VerifyReport
 
 if TYPE_CHECKING:
@@ -45,7 +44,7 @@ def prune(store: Store, *, dry_run: bool = True, vacuum: bool = False,
     scope = "" if session_id is None else "AND session_id = :s"
     params: dict[str, Any] = {"s": session_id}
     reached = _REACHED.format(scope_b=scope, scope_p=scope.replace("session_id", "p.session_id"))
-    with transaction(store.conn) as conn:
+    with store.transaction() as conn:
         node_ids = [r[0] for r in conn.execute(
             reached + f"SELECT id FROM nodes WHERE id NOT IN (SELECT id FROM reached) {scope}"
             " ORDER BY id", params)]

@@ -154,7 +154,11 @@ class Session:
         if branch is not None:
             check_name(branch)
         with self.store.transaction() as conn:
-            parent_id, depth, branch_exists = self._place(conn, branch, parent, expect_head)
+            parent_id, depth, branch_exists, parent_kind = self._place(conn, branch, parent,
+                                                                       expect_head)
+            if kind == "decision" and parent_kind != "pause":
+                raise Conflict(f"a decision must be the child of a pause, not of "
+                               f"{parent_kind or 'nothing'} node {parent_id}")
             run_id = self._record_run(conn, run)
             created = now()
             rows = []
@@ -168,17 +172,17 @@ class Session:
         return [node_from_row(r) for r in rows]
 
     def _place(self, conn: sqlite3.Connection, branch: str | None, parent: Ref | None,
-               expect_head: str | None) -> tuple[str | None, int, bool]:
-        """Where a new node goes: (parent id, depth, whether the branch exists)."""
-        head = head_depth = None
+               expect_head: str | None) -> tuple[str | None, int, bool, str | None]:
+        """Where a new node goes: (parent id, depth, whether the branch exists, parent kind)."""
+        head = head_depth = head_kind = None
         exists = False
         if branch is not None:
             row = conn.execute(
-                "SELECT b.head_id, n.depth FROM branches b LEFT JOIN nodes n ON n.id = b.head_id"
+                "SELECT b.head_id, n.depth, n.kind FROM branches b LEFT JOIN nodes n ON n.id = b.head_id"
                 " WHERE b.session_id = ? AND b.name = ?", (self.id, branch),
             ).fetchone()
             if row is not None:
-                exists, (head, head_depth) = True, row
+                exists, (head, head_depth, head_kind) = True, row
             if expect_head is not None and expect_head != head:
                 raise BranchMoved(branch, expect_head, head)
         elif expect_head is not None:
@@ -186,16 +190,14 @@ class Session:
         if parent is None:
             if branch is None:
                 raise Conflict("append needs a branch or a parent")
-            return head, 0 if head is None else head_depth + 1, exists
-        if isinstance(parent, Node) and parent.session_id == self.id:
-            parent_id, parent_depth = parent.id, parent.depth
-        else:
-            parent_id = self.resolve(parent)
-            parent_depth = conn.execute("SELECT depth FROM nodes WHERE id = ?",
-                                        (parent_id,)).fetchone()[0]
+            return head, 0 if head is None else head_depth + 1, exists, head_kind
+        parent_id = self.resolve(parent)
+        parent_depth, parent_kind = conn.execute("SELECT depth, kind FROM nodes WHERE id = ?",
+                                                 (parent_id,)).fetchone()
         if head is not None and head != parent_id:
-            raise BranchMoved(branch, parent_id, head)
-        return parent_id, parent_depth + 1, exists
+            raise Conflict(f"branch {branch!r} is at {head}, not at the parent {parent_id}: "
+                           "append with branch=None, fork a new branch, or move this one first")
+        return parent_id, parent_depth + 1, exists, parent_kind
 
     def _insert_nodes(self, conn: sqlite3.Connection, rows: list[tuple]) -> None:
         try:
@@ -206,6 +208,9 @@ class Session:
             if "nodes.parent_id" in str(e):
                 raise Conflict(f"pause {parent_id} already has a decision") from None
             if "FOREIGN KEY" in str(e):
+                run_id = rows[0][7]
+                if run_id and not conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
+                    raise NotFound(f"no run {run_id!r}") from None
                 raise NotFound(f"parent node {parent_id} is not in session {self.id}") from None
             raise
 
@@ -311,7 +316,7 @@ class Session:
 
     def pending(self) -> list[Node]:
         """This session's unresolved pauses."""
-        return [n for n in self.store.pending() if n.session_id == self.id]
+        return self.store.pending(self.id)
 
     def common_ancestor(self, a: Ref, b: Ref) -> Node | None:
         """The deepest node on both paths, or None when they share no root."""
@@ -370,19 +375,23 @@ class Session:
             self._set_head(conn, name, self.resolve(to), now(), exists=True)
         return self.branch(name)
 
-    def _existing_branch_head(self, name: str) -> str | None:
+    def _existing_branch_head(self, name: str, doing: str = "move") -> str | None:
         try:
             return self.branch(name).head_id
         except NotFound:
             if any(c.name == name for c in self.checkpoints()):
-                raise CheckpointImmutable(
-                    f"{name!r} is a checkpoint, and checkpoints never move; fork a branch from it"
-                ) from None
+                if doing == "move":
+                    raise CheckpointImmutable(f"{name!r} is a checkpoint, and checkpoints never "
+                                              "move; fork a branch from it") from None
+                raise Conflict(f"{name!r} is a checkpoint, not a branch"
+                               + ("; use delete_checkpoint" if doing == "delete" else "")) from None
             raise
 
     def rename(self, old: str, new: str) -> Branch:
         with self.store.transaction() as conn:
-            self._existing_branch_head(old)
+            self._existing_branch_head(old, "rename")
+            if new == old:
+                return self.branch(old)
             self._check_name_free(conn, new, "branch")
             conn.execute("UPDATE branches SET name = ?, updated_at = ? WHERE session_id = ?"
                          " AND name = ?", (new, now(), self.id, old))
@@ -391,7 +400,7 @@ class Session:
     def delete_branch(self, name: str) -> None:
         """Remove the pointer only; its nodes stay until ``prune``."""
         with self.store.transaction() as conn:
-            self._existing_branch_head(name)
+            self._existing_branch_head(name, "delete")
             conn.execute("DELETE FROM branches WHERE session_id = ? AND name = ?", (self.id, name))
 
     # -- checkpoints -----------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any
 import sqlite_utils
 
 from . import db as _db
-from .errors import Conflict, NotFound
+from .errors import Conflict, NotFound, ReadOnly
 from .ids import new_id, now
 from .maintenance import prune, verify
 from .model import Node, PruneReport, Run, SessionInfo, VerifyReport
@@ -51,7 +51,9 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """Group several writes into one atomic transaction (nesting joins it)."""
+        """Group several writes into one atomic transaction (nesting makes a savepoint)."""
+        if self.readonly:
+            raise ReadOnly(f"{self.path} is open read-only; nothing was written")
         with _db.transaction(self.conn) as conn:
             yield conn
 
@@ -98,7 +100,7 @@ class Store:
                    (SELECT count(*) FROM nodes n WHERE n.session_id = s.id),
                    (SELECT max(n.created_at) FROM nodes n WHERE n.session_id = s.id)
             FROM sessions s {where}
-            ORDER BY s.id DESC
+            ORDER BY s.created_at DESC, s.id DESC
             """
         ).fetchall()
         return [
@@ -148,15 +150,15 @@ class Store:
         return Run(row[0], row[1], row[2], row[3], json.loads(row[4]), json.loads(row[5]),
                    row[6], row[7], row[8])
 
-    def pending(self) -> list[Node]:
-        """Unresolved pauses (no decision yet) across all sessions, oldest first."""
+    def pending(self, session_id: str | None = None) -> list[Node]:
+        """Unresolved pauses (no decision yet) across all sessions (or one), oldest first."""
         rows = self.conn.execute(
             f"""
             SELECT {NODE_COLUMNS} FROM nodes p
-            WHERE p.kind = 'pause' AND NOT EXISTS (
+            WHERE p.kind = 'pause' AND (:s IS NULL OR p.session_id = :s) AND NOT EXISTS (
                 SELECT 1 FROM nodes d WHERE d.parent_id = p.id AND d.kind = 'decision')
             ORDER BY p.id
-            """
+            """, {"s": session_id}
         ).fetchall()
         return [node_from_row(r) for r in rows]
 
@@ -172,8 +174,12 @@ class Store:
     def prune(self, *, dry_run: bool = True, vacuum: bool = False,
               session_id: str | None = None) -> PruneReport:
         """Remove nodes no branch, checkpoint or unresolved pause can reach. See ``maintenance``."""
+        if session_id is not None:
+            session_id = self.resolve_session_id(session_id)
         return prune(self, dry_run=dry_run, vacuum=vacuum, session_id=session_id)
 
     def verify(self, session_id: str | None = None) -> VerifyReport:
         """Check every session's (or one session's) integrity; see ``maintenance.verify``."""
+        if session_id is not None:
+            session_id = self.resolve_session_id(session_id)
         return verify(self, session_id=session_id)
