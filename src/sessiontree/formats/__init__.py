@@ -1,0 +1,220 @@
+"""Import and export of conversation trees: sessiontree's own JSONL and foreign formats.
+
+Contract:
+- ``import_file(store, path, format="auto")`` parses the whole file first
+  (pure, no SQL), then writes every session it holds in ONE transaction via
+  ``sessiontree.bulk``: all of it or nothing. It returns the sessions.
+- Malformed input raises ``FormatError`` naming the file, the line or record,
+  and the problem; a clash with what the store holds raises
+  ``bulk.ImportConflict`` (a ``Conflict``). Either way nothing is written.
+- ``detect_format(path)`` names the format from the file's first bytes and
+  shape: ``native``, ``openai``, ``chatgpt``, ``librechat``, ``openwebui``,
+  ``claude-code`` or ``pi``.
+- ``export_file`` writes ``native`` (any number of sessions) or ``openai`` (one
+  branch of one session) atomically: a temporary file renamed into place.
+- ``progress(done, total)`` is called with node counts as nodes are written.
+See docs/formats.md for what each format maps to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import bulk
+from ..bulk import ImportConflict, ImportedSession, InvalidTree
+from .chatgpt import parse_chatgpt
+from .claude_code import parse_claude_code
+from .common import load_json
+from .errors import FormatError, located
+from .librechat import parse_librechat
+from .native import export_native, parse_native
+from .openai import export_openai, parse_openai
+from .openwebui import parse_openwebui
+from .pi import parse_pi
+
+if TYPE_CHECKING:
+    from ..session import Session
+    from ..store import Store
+
+__all__ = ["FORMATS", "FormatError", "ImportConflict", "detect_format", "export_file",
+           "export_native", "export_openai", "import_file", "import_native", "import_openai",
+           "parse_file"]
+
+Progress = Callable[[int, int], None]
+JSONL_FORMATS = {"native": parse_native, "claude-code": parse_claude_code, "pi": parse_pi}
+JSON_FORMATS: dict[str, Callable[[Any], Any]] = {
+    "openai": parse_openai, "chatgpt": parse_chatgpt, "librechat": parse_librechat,
+    "openwebui": parse_openwebui}
+FORMATS = (*JSONL_FORMATS, *JSON_FORMATS)
+EXPORT_FORMATS = ("native", "openai")
+CLAUDE_CODE_TYPES = {"user", "assistant", "system", "progress", "summary", "queue-operation",
+                     "file-history-snapshot"}
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[Iterable[str]]:
+    """Lines of a UTF-8 text file (a BOM is ignored); FormatError for anything else."""
+    try:
+        with open(path, encoding="utf-8-sig", newline=None) as f:
+            yield f
+    except FileNotFoundError:
+        raise FormatError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise FormatError(f"{path}: is a directory, not a file") from None
+    except UnicodeDecodeError as e:
+        raise FormatError(f"{path.name}: not UTF-8 text (byte {e.start})") from None
+
+
+def detect_format(path: str | Path) -> str:
+    """The name of the file's format (see ``FORMATS``); FormatError when unknown."""
+    path = Path(path)
+    with _reading(path) as lines:
+        first = next((line for line in lines if line.strip()), None)
+        if first is None:
+            raise FormatError(f"{path.name}: the file is empty")
+        try:
+            record = json.loads(first)
+        except json.JSONDecodeError:
+            record = None  # a multi-line (pretty-printed) JSON document
+        if isinstance(record, dict):
+            name = _jsonl_kind(record)
+            if name:
+                return name
+            whole: Any = record  # a one-line JSON document
+        else:
+            whole = None
+    if whole is None:
+        whole = _load(path)
+    name = _json_kind(whole)
+    if name is None:
+        raise FormatError(f"{path.name}: unknown format; pass one of {', '.join(FORMATS)}")
+    return name
+
+
+def _jsonl_kind(record: dict[str, Any]) -> str | None:
+    if record.get("format") == "sessiontree":
+        return "native"
+    if record.get("type") == "session" and "id" in record and "history" not in record:
+        return "pi"
+    if "uuid" in record or "parentUuid" in record or "leafUuid" in record or (
+            record.get("type") in CLAUDE_CODE_TYPES and "messages" not in record):
+        return "claude-code"
+    return None
+
+
+def _json_kind(data: Any) -> str | None:
+    sample = data[0] if isinstance(data, list) and data else data
+    if isinstance(data, list) and not data:
+        return "openai"  # an empty message list
+    if not isinstance(sample, dict):
+        return None
+    if "mapping" in sample:
+        return "chatgpt"
+    if "history" in sample or isinstance(sample.get("chat"), dict):
+        return "openwebui"
+    messages = sample.get("messages")
+    if isinstance(messages, list) and ("conversationId" in sample or "recursive" in sample or any(
+            isinstance(m, dict) and "messageId" in m for m in messages[:5])):
+        return "librechat"
+    if isinstance(data, list) and "role" in sample or isinstance(messages, list):
+        return "openai"
+    return None
+
+
+def _load(path: Path) -> Any:
+    with _reading(path) as f:
+        text = "".join(f)
+    try:
+        return load_json(text)
+    except FormatError as e:
+        raise FormatError(located(path.name, str(e))) from None
+
+
+def parse_file(path: str | Path, format: str = "auto") -> list[ImportedSession]:
+    """The sessions a file holds, parsed but not written."""
+    path = Path(path)
+    if format == "auto":
+        format = detect_format(path)
+    if format in JSONL_FORMATS:
+        with _reading(path) as lines:
+            parsed = _parse(JSONL_FORMATS[format], lines, path.name)
+    elif format in JSON_FORMATS:
+        parsed = _parse(JSON_FORMATS[format], _load(path), path.name)
+    else:
+        raise FormatError(f"unknown format {format!r}; expected auto or one of {', '.join(FORMATS)}")
+    return parsed if isinstance(parsed, list) else [parsed]
+
+
+def _parse(parser: Callable[[Any], Any], data: Any, name: str) -> Any:
+    try:
+        return parser(data)
+    except FormatError as e:
+        raise FormatError(located(name, str(e))) from None
+
+
+def write(store: Store, sessions: list[ImportedSession], name: str | None = None,
+          progress: Progress | None = None) -> list[Session]:
+    """Write parsed sessions in one transaction; errors gain the file name."""
+    try:
+        ids = bulk.write_sessions(store, sessions, progress)
+    except InvalidTree as e:  # FormatError included
+        raise FormatError(located(name, str(e))) from None
+    except ImportConflict as e:
+        raise ImportConflict(located(name, str(e))) from None
+    return [store.session(i) for i in ids]
+
+
+def import_file(store: Store, path: str | Path, format: str = "auto",
+                progress: Progress | None = None) -> list[Session]:
+    """Import every session of a file, all or nothing; return them."""
+    return write(store, parse_file(path, format), Path(path).name, progress)
+
+
+def import_native(store: Store, source: str | Path | Iterable[str],
+                  progress: Progress | None = None) -> list[Session]:
+    """Import a native file (a path) or its lines; merges by id, idempotently."""
+    if isinstance(source, str | Path):
+        return import_file(store, source, "native", progress)
+    return write(store, parse_native(source), None, progress)
+
+
+def import_openai(store: Store, messages: Any, title: str | None = None) -> Session:
+    """A new session whose ``main`` branch is the given messages (a list, or {"messages": [...]})."""
+    return write(store, [parse_openai(messages, title)])[0]
+
+
+def export_file(store: Store, path: str | Path, format: str = "native", *,
+                session_ids: Iterable[str] | None = None, branch: str = "main") -> Path:
+    """Write sessions to ``path`` (atomically); ``openai`` takes exactly one session id."""
+    path = Path(path)
+    if format == "native":
+        lines: Iterable[str] = export_native(store, session_ids)
+    elif format == "openai":
+        ids = list(session_ids or [])
+        if len(ids) != 1:
+            raise FormatError(f"the openai format holds one branch of one session; got"
+                              f" {len(ids)} session ids")
+        messages = export_openai(store.session(ids[0]), branch)
+        text = json.dumps(messages, ensure_ascii=False, indent=2)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate survives only as a \u escape
+            text = json.dumps(messages, ensure_ascii=True, indent=2)
+        lines = [text + "\n"]
+    else:
+        raise FormatError(f"cannot export to {format!r}; export formats: {', '.join(EXPORT_FORMATS)}")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.writelines(lines)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,144 @@
+"""ChatGPT data export (``conversations.json``): ``mapping`` trees with a ``current_node``.
+
+Contract: ``parse_chatgpt(data)`` takes the parsed JSON (a list of
+conversations, or one) and returns one ``ImportedSession`` per conversation.
+- Each mapping entry with a message becomes a ``message`` node; its content
+  parts are joined into text (non-text parts become ``[content type]``).
+- Entries without a message (the root) and system messages with no text (the
+  hidden system node ChatGPT puts under the root) are skipped; their
+  children hang from the nearest kept ancestor.
+- An assistant message addressed to a tool (``recipient`` other than ``all``)
+  becomes an assistant message with one tool call; the ``tool`` message that
+  answers it gets that call's id.
+- ``main`` is the path to ``current_node`` (or to the newest leaf when it is
+  missing); every other leaf gets a branch ``leaf-<first 8 chars of its id>``.
+- Ids are kept when they are UUIDs, else derived stably from the conversation
+  id; the model slug and finish reason become a run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..bulk import ImportedNode, ImportedRun, ImportedSession
+from ..ids import now
+from .common import (
+    EPOCH,
+    block_text,
+    chat_message,
+    iso,
+    keep_or_derive,
+    latest_leaf,
+    leaf_branches,
+    make_run,
+    parents_first,
+    resolve,
+    stable_id,
+    tool_call,
+)
+from .errors import FormatError
+
+ROLES = {"system", "user", "assistant", "tool"}
+
+
+def parse_chatgpt(data: Any) -> list[ImportedSession]:
+    conversations = data if isinstance(data, list) else [data]
+    sessions = []
+    for i, conv in enumerate(conversations, 1):
+        where = f"conversation {i}"
+        if not isinstance(conv, dict) or not isinstance(conv.get("mapping"), dict):
+            raise FormatError(f"{where}: expected an object with a 'mapping' object")
+        sessions.append(_conversation(conv, where))
+    return sessions
+
+
+def content_text(content: Any) -> str:
+    """The text of a ChatGPT ``content`` object, whatever its content_type."""
+    if not isinstance(content, dict):
+        return ""
+    if isinstance(content.get("parts"), list):
+        return block_text(content["parts"])
+    if isinstance(content.get("text"), str):  # code, execution_output
+        return content["text"]
+    # user_editable_context (custom instructions), tether_browsing_display, ...
+    texts = [content.get(k) for k in ("user_profile", "user_instructions", "result", "summary")]
+    return "\n\n".join(t for t in texts if isinstance(t, str) and t)
+
+
+def _conversation(conv: dict[str, Any], where: str) -> ImportedSession:
+    raw_id = str(conv.get("conversation_id") or conv.get("id") or stable_id(where, str(conv.get("title"))))
+    sid = keep_or_derive(raw_id, "chatgpt")
+    created = iso(conv.get("create_time")) or now()
+    session = ImportedSession(sid, conv.get("title") if isinstance(conv.get("title"), str) else None,
+                              {"source": "chatgpt", "original_id": raw_id,
+                               "model": conv.get("default_model_slug")},
+                              created, source=where)
+    mapping: dict[str, Any] = conv["mapping"]
+    aliases: dict[str, str | None] = {}  # skipped entry -> its parent
+    ids: dict[str, str] = {}
+    for key, entry in mapping.items():
+        if not isinstance(entry, dict):
+            raise FormatError(f"{where}, node {key!r}: expected an object")
+        parent = entry.get("parent")
+        if parent is not None and not isinstance(parent, str):
+            raise FormatError(f"{where}, node {key!r}: 'parent' should be a string or null")
+        if parent is not None and parent not in mapping:
+            raise FormatError(f"{where}, node {key!r}: parent {parent!r} is not in the mapping")
+        if _skipped(entry.get("message")):
+            aliases[key] = parent
+        else:
+            ids[key] = keep_or_derive(key, "chatgpt", raw_id)
+    calls: dict[str, str] = {}  # node id of an assistant tool call -> call id
+    times: dict[str, str] = {}
+    parent_of = {k: e.get("parent") for k, e in mapping.items()}
+    for key in parents_first(parent_of, lambda k: f"{where}, node {k!r}"):
+        if key in aliases:
+            continue
+        msg = mapping[key]["message"]
+        parent_key = resolve(aliases, mapping[key].get("parent"))
+        parent = ids.get(parent_key) if parent_key else None
+        at = iso(msg.get("create_time")) or times.get(parent or "", created or EPOCH)
+        times[ids[key]] = at
+        payload, run = _payload(msg, ids[key], parent, calls, at, where, key)
+        session.nodes.append(ImportedNode(ids[key], parent, "message", payload, at,
+                                          run.id if run else None, source=f"{where}, node {key!r}"))
+        if run:
+            session.runs.append(run)
+    current = resolve(aliases, conv.get("current_node"))
+    head = ids.get(current) if current else None
+    if head is None:
+        head = latest_leaf(session.nodes)
+    originals = {v: k for k, v in ids.items()}
+    session.branches = leaf_branches(session.nodes, head, originals)
+    return session
+
+
+def _skipped(msg: Any) -> bool:
+    if not isinstance(msg, dict):
+        return True
+    role = (msg.get("author") or {}).get("role")
+    return role == "system" and not content_text(msg.get("content")).strip()
+
+
+def _payload(msg: dict[str, Any], node_id: str, parent: str | None, calls: dict[str, str],
+             at: str, where: str, key: str) -> tuple[dict[str, Any], ImportedRun | None]:
+    author = msg.get("author") or {}
+    role = author.get("role")
+    if role not in ROLES:
+        raise FormatError(f"{where}, node {key!r}: unknown author role {role!r}")
+    text = content_text(msg.get("content"))
+    meta = msg.get("metadata") or {}
+    finish = (meta.get("finish_details") or {}).get("type")
+    run = None
+    if role == "assistant":
+        run = make_run(node_id, at, model=meta.get("model_slug"), provider="chatgpt",
+                       finish_reason=finish)
+    recipient = msg.get("recipient")
+    if role == "assistant" and isinstance(recipient, str) and recipient != "all":
+        calls[node_id] = call_id = f"call_{node_id.replace('-', '')[:24]}"
+        return chat_message("assistant", None, tool_calls=[
+            tool_call(call_id, recipient, {"input": text})]), run
+    if role == "tool":
+        return chat_message("tool", text, tool_call_id=calls.get(parent or ""),
+                            name=author.get("name")), run
+    return chat_message(role, text, name=author.get("name")), run

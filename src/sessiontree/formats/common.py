@@ -1,0 +1,213 @@
+"""Helpers the format modules share: ids, timestamps, text, refs, JSON reading.
+
+Contract: pure functions, no I/O beyond reading the text they are given.
+Derived ids are UUIDv5 over a fixed namespace, so importing the same file twice
+yields the same ids (and the second import merges into the first).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from ..bulk import ImportedNode, ImportedRef, ImportedRun
+from .errors import FormatError
+
+NAMESPACE = uuid.UUID("3f6c1e0a-8d51-4e0b-9c8e-5a1f2b7d9e40")  # sessiontree imports
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+EPOCH = "1970-01-01T00:00:00.000Z"
+
+
+def stable_id(*parts: str) -> str:
+    """A UUIDv5 of the parts: the same parts give the same id in every process."""
+    return str(uuid.uuid5(NAMESPACE, "\x1f".join(parts)))
+
+
+def keep_or_derive(original: str, *scope: str) -> str:
+    """The original id when it is a UUID (lower-cased), else one derived from scope + id."""
+    if _UUID.fullmatch(original):
+        return original.lower()
+    return stable_id(*scope, original)
+
+
+def is_uuid(value: Any) -> bool:
+    return isinstance(value, str) and _UUID.fullmatch(value) is not None
+
+
+def iso(value: Any, default: str | None = None) -> str | None:
+    """A timestamp (epoch seconds or ms, or ISO 8601 text) as ``YYYY-MM-DDTHH:MM:SS.mmmZ``."""
+    try:
+        if isinstance(value, bool) or value is None:
+            return default
+        if isinstance(value, int | float):
+            seconds = value / 1000 if value > 1e11 else value  # ms since the epoch
+            moment = datetime.fromtimestamp(seconds, UTC)
+        elif isinstance(value, str) and value:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=UTC)
+        else:
+            return default
+    except (ValueError, OverflowError, OSError):
+        return default
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def tool_call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
+    """An OpenAI-shaped tool call; arguments become a JSON string as the API sends them."""
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def block_text(blocks: Any, placeholder: bool = True) -> str:
+    """The text of a content value: a string, or a list of text blocks (others as ``[type]``)."""
+    if isinstance(blocks, str):
+        return blocks
+    if not isinstance(blocks, list):
+        return ""
+    parts = []
+    for block in blocks:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict):
+            text = block.get("text")
+            if isinstance(text, dict):  # LibreChat agents: {"type": "text", "text": {"value": ..}}
+                text = text.get("value")
+            if isinstance(text, str):
+                parts.append(text)
+            elif placeholder and block.get("type") not in ("thinking", "redacted_thinking"):
+                parts.append(f"[{block.get('type') or block.get('content_type') or 'content'}]")
+    return "\n".join(parts)
+
+
+def chat_message(role: str, content: Any, **extra: Any) -> dict[str, Any]:
+    """A chat message payload without the keys whose value is None."""
+    payload = {"role": role, "content": content}
+    payload.update({k: v for k, v in extra.items() if v is not None})
+    return payload
+
+
+def make_run(node_id: str, created_at: str, *, model: Any = None, provider: Any = None,
+             usage: Any = None, finish_reason: Any = None) -> ImportedRun | None:
+    """Provenance for an imported assistant node (None when the source says nothing)."""
+    if not model and not usage and not finish_reason:
+        return None
+    return ImportedRun(stable_id("run", node_id), model=_str(model), provider=_str(provider),
+                       usage=usage if isinstance(usage, dict) else {},
+                       finish_reason=_str(finish_reason), created_at=created_at)
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def leaf_branches(nodes: list[ImportedNode], main_head: str | None,
+                  label: dict[str, str] | None = None) -> list[ImportedRef]:
+    """``main`` at ``main_head``, and one ``leaf-<short id>`` branch per other leaf.
+
+    ``label`` maps node ids to the short original id shown in the branch name
+    (default: the node id). Names grow longer until they are unique.
+    """
+    parents = {n.parent_id for n in nodes}
+    refs = [ImportedRef("main", main_head)] if main_head is not None or not nodes else []
+    used = {"main"}
+    for node in nodes:
+        if node.id in parents or node.id == main_head:
+            continue
+        original = (label or {}).get(node.id, node.id)
+        size = 8
+        name = f"leaf-{original[:size]}"
+        while name in used and size < len(original):
+            size += 4
+            name = f"leaf-{original[:size]}"
+        while name in used:
+            name += "-"
+        used.add(name)
+        refs.append(ImportedRef(name, node.id))
+    return refs
+
+
+def latest_leaf(nodes: list[ImportedNode]) -> str | None:
+    """The leaf created last (ties: the one that comes last in the input)."""
+    parents = {n.parent_id for n in nodes}
+    leaves = [(n.created_at, i, n.id) for i, n in enumerate(nodes) if n.id not in parents]
+    return max(leaves)[2] if leaves else None
+
+
+def resolve(aliases: dict[str, str | None], original: str | None) -> str | None:
+    """Follow the aliases of skipped records up to the nearest kept one."""
+    seen = set()
+    while original is not None and original in aliases:
+        if original in seen:  # a cycle among skipped records: treat as a root
+            return None
+        seen.add(original)
+        original = aliases[original]
+    return original
+
+
+def parents_first(parent_of: dict[str, str | None], label: Callable[[str], str]) -> list[str]:
+    """Keys ordered so every parent comes before its children (parents outside the
+    dict are ignored); FormatError naming ``label(key)`` on a cycle."""
+    order: list[str] = []
+    state: dict[str, bool] = {}  # key -> finished
+    for start in parent_of:
+        stack = []
+        key: str | None = start
+        while key is not None and key in parent_of and key not in state:
+            state[key] = False
+            stack.append(key)
+            key = parent_of[key]
+        if key is not None and state.get(key) is False:
+            raise FormatError(f"{label(key)}: the parent links form a cycle")
+        for k in reversed(stack):
+            state[k] = True
+            order.append(k)
+    return order
+
+
+def load_json(text: str) -> Any:
+    """Parse a whole JSON document; FormatError names the line and column."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise FormatError(f"line {e.lineno}: not valid JSON ({_why(e)})") from None
+    except RecursionError:
+        raise FormatError("JSON nested too deeply") from None
+
+
+def _why(e: json.JSONDecodeError) -> str:
+    return f"{e.msg.removesuffix(' at')} at column {e.colno}"
+
+
+def jsonl_records(lines: Iterable[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line; FormatError on anything else."""
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise FormatError(f"line {number}: not valid JSON ({_why(e)}); a truncated line?") from None
+        except RecursionError:
+            raise FormatError(f"line {number}: JSON nested too deeply") from None
+        if not isinstance(record, dict):
+            raise FormatError(f"line {number}: expected a JSON object, got {type(record).__name__}")
+        yield number, record
+
+
+def require(value: Any, types: type | tuple[type, ...], where: str, field_name: str) -> Any:
+    """``value`` when it has one of ``types``, else a FormatError naming the field."""
+    if not isinstance(value, types) or isinstance(value, bool) and bool not in _tuple(types):
+        expected = " or ".join(t.__name__ if t is not type(None) else "null" for t in _tuple(types))
+        raise FormatError(f"{where}: {field_name!r} should be {expected},"
+                          f" got {type(value).__name__}")
+    return value
+
+
+def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
+    return types if isinstance(types, tuple) else (types,)

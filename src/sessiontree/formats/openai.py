@@ -1,0 +1,60 @@
+"""OpenAI chat messages: a branch out as a list, a list in as a linear ``main`` branch.
+
+Contract:
+- ``export_openai(session, branch)`` is the chat-completions ``messages`` of the
+  branch: the ``message`` payloads on its path, as copies (markers left out).
+- ``parse_openai(data)`` accepts a list of messages or ``{"messages": [...]}``
+  (an optional ``"title"`` is used when no title is given) and builds one new
+  session whose ``main`` branch is the messages in order. Every message must
+  be an object with a role in system/user/assistant/tool/developer; otherwise
+  ``FormatError`` names the message by its 1-based position. The messages
+  carry no ids, so each import makes a new session with fresh UUIDv7 ids.
+- ``export_openai(import_openai(store, m)) == m`` for every valid list ``m``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+from ..bulk import ImportedNode, ImportedRef, ImportedSession
+from ..errors import NotFound
+from ..ids import new_id, now
+from .errors import FormatError
+
+if TYPE_CHECKING:
+    from ..session import Session
+
+
+def export_openai(session: Session, branch: str = "main") -> list[dict[str, Any]]:
+    """The chat messages of ``branch`` (any ref works), in the shape the API takes."""
+    try:
+        return copy.deepcopy(session.messages(branch))
+    except NotFound:
+        if any(b.name == branch and b.head_id is None for b in session.branches()):
+            return []  # a branch with no node yet holds no messages
+        raise
+
+
+def parse_openai(data: Any, title: str | None = None) -> ImportedSession:
+    """One session from a messages list (see the module docstring)."""
+    if isinstance(data, dict):
+        if not isinstance(data.get("messages"), list):
+            raise FormatError("expected a list of messages or an object with a 'messages' list")
+        if title is None and isinstance(data.get("title"), str):
+            title = data["title"]
+        data = data["messages"]
+    if not isinstance(data, list):
+        raise FormatError(f"expected a list of messages, got {type(data).__name__}")
+    created = now()
+    session = ImportedSession(new_id(), title, {"source": "openai"}, created)
+    parent = None
+    for i, item in enumerate(data, 1):
+        if not isinstance(item, dict):
+            raise FormatError(f"message {i}: expected an object, got {type(item).__name__}")
+        node = ImportedNode(new_id(), parent, "message", copy.deepcopy(item), created,
+                            source=f"message {i}")
+        session.nodes.append(node)
+        parent = node.id
+    session.branches.append(ImportedRef("main", parent))
+    return session

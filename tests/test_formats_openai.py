@@ -1,0 +1,91 @@
+"""OpenAI messages lists: round trips through a store, files, and refused input."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sessiontree import Store
+from sessiontree.formats import (
+    FormatError,
+    detect_format,
+    export_file,
+    export_openai,
+    import_file,
+    import_openai,
+)
+
+from conftest import assistant, user
+
+texts = st.text(max_size=30)
+tool_calls = st.lists(st.fixed_dictionaries({
+    "id": st.text(min_size=1, max_size=8), "type": st.just("function"),
+    "function": st.fixed_dictionaries({"name": st.text(min_size=1, max_size=8),
+                                       "arguments": texts})}), min_size=1, max_size=3)
+messages = st.lists(st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "developer"]),
+                           "content": texts}),
+    st.fixed_dictionaries({"role": st.just("assistant"), "content": st.none() | texts},
+                          optional={"tool_calls": tool_calls}),
+    st.fixed_dictionaries({"role": st.just("tool"), "content": texts,
+                           "tool_call_id": st.text(max_size=8)}, optional={"name": texts}),
+    st.fixed_dictionaries({"role": st.just("user"), "content": st.lists(st.fixed_dictionaries(
+        {"type": st.just("text"), "text": texts}), max_size=2)}),
+), max_size=15)
+
+
+@settings(max_examples=60, deadline=None)
+@given(messages=messages, wrapped=st.booleans())
+def test_messages_round_trip(messages, wrapped):
+    with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "s.db") as store:
+        session = import_openai(store, {"messages": messages} if wrapped else messages, title="t")
+        assert export_openai(session) == messages
+        assert len(session.tree()) == len(messages)
+        assert session.title == "t"
+
+
+def test_import_is_linear_main_and_export_skips_markers(session):
+    session.append(user("q"))
+    session.append({"why": "x"}, kind="note")
+    session.append(assistant("a"))
+    out = export_openai(session, "main")
+    assert out == [user("q"), assistant("a")]
+    out[0]["content"] = "mutated"  # a copy: the node's payload is untouched
+    assert session.messages()[0] == user("q")
+    copy = import_openai(session.store, out)
+    assert [n.depth for n in copy.tree()] == [0, 1]
+    assert copy.head().id == copy.branch("main").head_id
+    assert copy.id != session.id  # no ids in the input: a new session every time
+
+
+def test_openai_file_round_trip(store, tmp_path):
+    s = import_openai(store, [user("q"), assistant("a\u2028b")], title="t")
+    path = export_file(store, tmp_path / "chat.json", "openai", session_ids=[s.id])
+    assert json.loads(path.read_text()) == [user("q"), assistant("a\u2028b")]
+    assert detect_format(path) == "openai"
+    [again] = import_file(store, path)
+    assert export_openai(again) == export_openai(s)
+
+
+def test_refused_messages_write_nothing(store):
+    for bad, match in [([user("ok"), {"content": "no role"}], "message 2: .*needs 'role'"),
+                       ([user("ok"), {"role": "user", "content": float("nan")}], "message 2"),
+                       ({"msgs": []}, "'messages' list"),
+                       (5, "got int")]:
+        with pytest.raises(FormatError, match=match):
+            import_openai(store, bad)
+    assert store.sessions() == []
+
+
+def test_export_file_refuses_unknown_format_and_many_sessions(store, tmp_path):
+    s = import_openai(store, [user("q")])
+    with pytest.raises(FormatError, match="cannot export to 'chatgpt'"):
+        export_file(store, tmp_path / "x", "chatgpt")
+    with pytest.raises(FormatError, match="one branch of one session"):
+        export_file(store, tmp_path / "x", "openai", session_ids=[s.id, s.id])
+    assert list(tmp_path.iterdir()) == [tmp_path / "store.db", *sorted(tmp_path.glob("store.db-*"))]
