@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
@@ -94,6 +95,7 @@ async def agent(store: Store, session: Session | str, branch: str = "main", *, c
                     return
                 model_calls += 1
                 completion = None
+                started = time.perf_counter()
                 try:
                     messages = [n.payload for n in path if n.kind == "message"]
                     async for item in _stream(call, messages, specs):
@@ -107,6 +109,8 @@ async def agent(store: Store, session: Session | str, branch: str = "main", *, c
                     node = run.append(_error_payload(e, "model call"), kind="error")
                     yield Final("error", node, f"{type(e).__name__}: {e}")
                     return
+                if completion.latency_ms is None:  # the call did not time itself
+                    completion.latency_ms = round((time.perf_counter() - started) * 1000, 3)
                 yield Assistant(run.append(completion.message, run=completion))
                 continue
             pause = None

@@ -12,6 +12,7 @@ Contract:
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from .model import Problem, PruneReport, VerifyReport
@@ -44,7 +45,8 @@ def prune(store: Store, *, dry_run: bool = True, vacuum: bool = False,
     scope = "" if session_id is None else "AND session_id = :s"
     params: dict[str, Any] = {"s": session_id}
     reached = _REACHED.format(scope_b=scope, scope_p=scope.replace("session_id", "p.session_id"))
-    with store.transaction() as conn:
+    # A dry run only reads, so it also works on a read-only store.
+    with (nullcontext(store.conn) if dry_run else store.transaction()) as conn:
         node_ids = [r[0] for r in conn.execute(
             reached + f"SELECT id FROM nodes WHERE id NOT IN (SELECT id FROM reached) {scope}"
             " ORDER BY id", params)]

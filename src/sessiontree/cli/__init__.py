@@ -1,0 +1,33 @@
+"""The ``sessiontree`` command line: inspect, edit, run and maintain a store.
+
+Contract: the database comes from ``--db``, then ``SESSIONTREE_DB``, then a
+default file in the user's data directory (created on first use). Listings
+take ``--json``. Ids may be abbreviated to a unique prefix. User mistakes exit
+non-zero with a one-line message and no traceback.
+"""
+
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+from .common import SessionTreeGroup
+
+
+@click.group(cls=SessionTreeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="sessiontree")
+@click.option("--db", type=click.Path(dir_okay=False), envvar="SESSIONTREE_DB",
+              help="Database file. Default: $SESSIONTREE_DB, else sessiontree.db in your data directory.")
+def cli(db: str | None) -> None:
+    """Agent conversations as trees in SQLite: inspect, branch, run and resume them."""
+
+
+def _register() -> None:
+    from . import admin, inspect, refs, running
+
+    for module in (inspect, refs, running, admin):
+        for command in module.COMMANDS:
+            cli.add_command(command)
+
+
+_register()

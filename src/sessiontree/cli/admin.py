@@ -1,0 +1,196 @@
+"""Maintenance commands: prune, verify, stats, backup, migrate, import, export, archive."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import click
+
+from .. import db as _db
+from .common import db_path, echo_json, open_store, pick_session
+from .inspect import json_option
+
+
+@click.command()
+@click.option("--yes", is_flag=True, help="Really delete (default: a dry run that only reports).")
+@click.option("--vacuum", is_flag=True, help="Compact the file afterwards (with --yes).")
+@click.option("-s", "--session", help="Only this session.")
+@json_option
+@click.pass_context
+def prune(ctx: click.Context, yes: bool, vacuum: bool, session: str | None, as_json: bool) -> None:
+    """Remove nodes no branch, checkpoint or unresolved pause reaches."""
+    store = open_store(ctx, write=yes)
+    report = store.prune(dry_run=not yes, vacuum=vacuum, session_id=session)
+    if as_json:
+        echo_json(report.__dict__)
+        return
+    verb = "removed" if yes else "would remove"
+    click.echo(f"{verb} {len(report.node_ids)} node(s) and {len(report.run_ids)} run(s)")
+    if report.bytes_freed is not None:
+        click.echo(f"vacuum freed {report.bytes_freed} bytes")
+    if not yes and report.node_ids:
+        click.echo("run again with --yes to delete them")
+
+
+@click.command()
+@click.option("-s", "--session", help="Only this session.")
+@json_option
+@click.pass_context
+def verify(ctx: click.Context, session: str | None, as_json: bool) -> None:
+    """Check the store's integrity; exit 1 when a problem is found."""
+    store = open_store(ctx)
+    report = store.verify(session)
+    if as_json:
+        echo_json({"ok": report.ok, "sessions": report.sessions, "nodes": report.nodes,
+                   "problems": [p.__dict__ for p in report.problems]})
+    else:
+        for p in report.problems:
+            click.echo(f"{p.check}: {p.detail}" + (f" (session {p.session_id})" if p.session_id else ""))
+        click.echo(f"{'ok' if report.ok else 'FAILED'}: {report.sessions} session(s), "
+                   f"{report.nodes} node(s), {len(report.problems)} problem(s)")
+    if not report.ok:
+        ctx.exit(1)
+
+
+@click.command()
+@json_option
+@click.pass_context
+def stats(ctx: click.Context, as_json: bool) -> None:
+    """Counts, sizes and token usage per model."""
+    store = open_store(ctx)
+    q = store.conn.execute
+    data = {
+        "file": store.path,
+        "bytes": Path(store.path).stat().st_size + sum(
+            Path(store.path + suffix).stat().st_size for suffix in ("-wal",)
+            if Path(store.path + suffix).exists()),
+        "schema_version": store.schema_version,
+        "sessions": q("SELECT count(*) FROM sessions").fetchone()[0],
+        "nodes": dict(q("SELECT kind, count(*) FROM nodes GROUP BY kind ORDER BY kind").fetchall()),
+        "branches": q("SELECT count(*) FROM branches").fetchone()[0],
+        "checkpoints": q("SELECT count(*) FROM checkpoints").fetchone()[0],
+        "pending": len(store.pending()),
+        "payload_bytes": q("SELECT coalesce(sum(length(CAST(payload AS BLOB))), 0) FROM nodes").fetchone()[0],
+        "models": [
+            {"model": m, "runs": n, "prompt_tokens": p or 0, "completion_tokens": c or 0}
+            for m, n, p, c in q(
+                "SELECT coalesce(model, '?'), count(*),"
+                " sum(json_extract(usage, '$.prompt_tokens')),"
+                " sum(json_extract(usage, '$.completion_tokens'))"
+                " FROM runs GROUP BY 1 ORDER BY 2 DESC, 1").fetchall()],
+    }
+    if as_json:
+        echo_json(data)
+        return
+    click.echo(f"{data['file']}: {data['bytes']} bytes, schema version {data['schema_version']}")
+    click.echo(f"sessions {data['sessions']}, branches {data['branches']}, "
+               f"checkpoints {data['checkpoints']}, pending pauses {data['pending']}")
+    click.echo("nodes " + (", ".join(f"{k} {v}" for k, v in data["nodes"].items()) or "0")
+               + f" ({data['payload_bytes']} bytes of payload)")
+    for m in data["models"]:
+        click.echo(f"model {m['model']}: {m['runs']} call(s), {m['prompt_tokens']} tokens in, "
+                   f"{m['completion_tokens']} out")
+
+
+@click.command()
+@click.argument("destination", type=click.Path(dir_okay=False))
+@click.pass_context
+def backup(ctx: click.Context, destination: str) -> None:
+    """Write a consistent, compacted copy of the database (VACUUM INTO)."""
+    if Path(destination).exists():
+        raise click.ClickException(f"{destination} already exists; choose a new file")
+    store = open_store(ctx)
+    store.conn.execute("VACUUM INTO ?", (destination,))
+    click.echo(f"backed up {store.path} to {destination} ({Path(destination).stat().st_size} bytes)")
+
+
+@click.command()
+@click.option("--list", "list_only", is_flag=True, help="Only list the pending steps.")
+@click.pass_context
+def migrate(ctx: click.Context, list_only: bool) -> None:
+    """Apply pending schema migrations (opening a store also does this)."""
+    path, _ = db_path(ctx)
+    if not path.exists():
+        raise click.ClickException(f"no database at {path}")
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        steps = _db.pending_migrations(conn)
+        if list_only or not steps:
+            for step in steps:
+                click.echo(f"{step.version:04d}_{step.name}")
+            click.echo(f"{len(steps)} pending step(s); schema version {_db.schema_version(conn)}")
+            return
+        conn.execute(f"PRAGMA busy_timeout = {_db.BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        for step in _db.migrate(conn):
+            click.echo(f"applied {step.version:04d}_{step.name}")
+    finally:
+        conn.close()
+
+
+@click.command(name="import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--format", "fmt", default="auto", show_default=True,
+              type=click.Choice(["auto", "native", "openai", "chatgpt", "librechat", "openwebui",
+                                 "claude-code", "pi"]))
+@json_option
+@click.pass_context
+def import_(ctx: click.Context, file: str, fmt: str, as_json: bool) -> None:
+    """Import sessions from a file (all or nothing)."""
+    from ..formats import detect_format, import_file
+
+    store = open_store(ctx, write=True)
+    fmt = detect_format(file) if fmt == "auto" else fmt
+    with click.progressbar(length=1, label=f"importing {Path(file).name}",
+                           file=click.get_text_stream("stderr")) as bar:
+        def progress(done: int, total: int) -> None:
+            bar.length = max(total, 1)
+            bar.update(done - bar.pos)
+        imported = import_file(store, file, fmt, progress)
+    if as_json:
+        echo_json([{"id": s.id, "title": s.title, "format": fmt} for s in imported])
+        return
+    for s in imported:
+        click.echo(f"imported session {s.id} ({fmt})" + (f": {s.title}" if s.title else ""))
+
+
+@click.command()
+@click.argument("sessions", nargs=-1)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="File (default: stdout).")
+@click.option("--format", "fmt", default="native", show_default=True,
+              type=click.Choice(["native", "openai"]))
+@click.option("-b", "--branch", default="main", show_default=True, help="Branch (openai format).")
+@click.pass_context
+def export(ctx: click.Context, sessions: tuple[str, ...], output: str | None, fmt: str,
+           branch: str) -> None:
+    """Export sessions (all by default) as native JSONL, or one branch as OpenAI messages."""
+    from ..formats import export_file, export_native, export_openai
+
+    store = open_store(ctx)
+    ids = [store.resolve_session_id(s) for s in sessions] or None
+    if fmt == "openai" and not ids:
+        ids = [pick_session(store, None).id]
+    if output:
+        export_file(store, output, fmt, session_ids=ids, branch=branch)
+        click.echo(f"exported to {output}", err=True)
+    elif fmt == "native":
+        for line in export_native(store, ids):
+            click.echo(line, nl=False)
+    else:
+        click.echo(json.dumps(export_openai(store.session(ids[0]), branch), ensure_ascii=False, indent=2))
+
+
+@click.command()
+@click.argument("session")
+@click.option("--undo", is_flag=True, help="Un-archive instead.")
+@click.pass_context
+def archive(ctx: click.Context, session: str, undo: bool) -> None:
+    """Hide a session from `sessions` (its tree is kept)."""
+    store = open_store(ctx, write=True)
+    store.archive_session(session, archived=not undo)
+    click.echo(f"{'un-archived' if undo else 'archived'} session {store.resolve_session_id(session)}")
+
+
+COMMANDS = [prune, verify, stats, backup, migrate, import_, export, archive]

@@ -1,0 +1,127 @@
+"""What every command shares: finding and opening the database, resolving what
+the user typed, and printing JSON.
+
+Contract: ``open_store(ctx, write=...)`` opens the database chosen by
+``--db``, then ``SESSIONTREE_DB``, then ``default_db_path()``; inspection
+commands open it read-only and never create it, except the default file,
+which is created on first use. ``target(store, ref, session)`` turns a
+user's ``REF`` (+ optional ``--session``) into a session and a ref inside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import NotFound, SessionTreeError
+from ..session import MIN_PREFIX, Session
+from ..store import Store
+
+
+def default_db_path() -> Path:
+    """The per-user default database: the XDG data directory on Linux."""
+    if sys.platform.startswith("linux"):
+        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+        return base / "sessiontree" / "sessiontree.db"
+    return Path(click.get_app_dir("sessiontree")) / "sessiontree.db"
+
+
+def db_path(ctx: click.Context) -> tuple[Path, bool]:
+    """(the database path, whether the user chose it)."""
+    chosen = ctx.find_root().params.get("db") or os.environ.get("SESSIONTREE_DB")
+    return (Path(chosen), True) if chosen else (default_db_path(), False)
+
+
+def open_store(ctx: click.Context, *, write: bool = False) -> Store:
+    """Open the store for this command; it is closed when the command ends.
+
+    Commands that only read open it read-only; commands that write create it.
+    """
+    path, chosen = db_path(ctx)
+    if not path.exists():
+        if chosen and not write:
+            raise click.ClickException(f"no database at {path} (create one with `sessiontree demo` "
+                                       "or `sessiontree run`, or check --db / SESSIONTREE_DB)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write = True  # commands that write create the file; so does first use of the default
+    store = Store(path, readonly=not write and not _needs_migration(path))
+    ctx.call_on_close(store.close)
+    return store
+
+
+def _needs_migration(path: Path) -> bool:
+    """An older file must be opened read-write once so its schema can be upgraded."""
+    from ..db import migrations
+
+    try:
+        conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+        try:
+            return conn.execute("PRAGMA user_version").fetchone()[0] < len(migrations())
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return False  # let Store report it
+
+
+def latest_session(store: Store) -> Session:
+    sessions = store.sessions()
+    if not sessions:
+        raise click.ClickException("the database has no sessions yet")
+    latest = max(sessions, key=lambda s: (s.last_activity or "", s.id))
+    return store.session(latest.id)
+
+
+def pick_session(store: Store, session: str | None) -> Session:
+    """``--session`` if given, else the most recently active session."""
+    return store.session(session) if session else latest_session(store)
+
+
+def target(store: Store, ref: str, session: str | None) -> tuple[Session, str]:
+    """The session a ref lives in, and the ref.
+
+    ``--session`` wins; otherwise a ref that is a node id (or unique prefix)
+    names its own session; otherwise it is a branch or checkpoint name in the
+    most recently active session.
+    """
+    if session:
+        return store.session(session), ref
+    if len(ref) >= MIN_PREFIX and all(c in "0123456789abcdef-" for c in ref.lower()):
+        try:
+            node = store.node(ref)
+            return store.session(node.session_id), node.id
+        except NotFound:
+            pass
+    return latest_session(store), ref
+
+
+def abbreviations(ids: list[str], minimum: int = 8) -> dict[str, str]:
+    """The shortest unique prefix of each id among ``ids`` (at least ``minimum`` long)."""
+    ordered = sorted(set(ids))
+    short = {}
+    for i, current in enumerate(ordered):
+        length = minimum
+        for neighbour in ordered[max(0, i - 1):i] + ordered[i + 1:i + 2]:
+            shared = len(os.path.commonprefix([current, neighbour]))
+            length = max(length, shared + 1)
+        short[current] = current[:length]
+    return short
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+class SessionTreeGroup(click.Group):
+    """Turns sessiontree's errors into one-line messages and a non-zero exit."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SessionTreeError as e:
+            raise click.ClickException(str(e)) from None

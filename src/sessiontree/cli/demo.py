@@ -1,0 +1,93 @@
+"""``sessiontree demo``: the whole idea in one offline run, on scripted models.
+
+A scripted agent checks the weather, pauses before a risky ``send_email``, a
+human approves, the run resumes and finishes; then a checkpoint taken before
+the email is forked and re-run with another scripted model, and the tree is
+drawn. Nothing leaves the machine.
+"""
+
+from __future__ import annotations
+
+import click
+
+from ..loop import agent, decide, resume
+from ..steps import Approve, Pause
+from ..store import Store
+from ..testing import ScriptedModel, reply, tool_call
+from ..tools import tool
+from .common import abbreviations
+from .render import tree_lines
+from .running import print_steps
+
+
+@tool
+def get_weather(city: str) -> str:
+    """The current weather in a city."""
+    return f"Sunny in {city}, 21C, light wind"
+
+
+@tool(idempotent=False)
+def send_email(to: str, subject: str, body: str) -> str:
+    """Send an email. Not safe to repeat: a human approves each one."""
+    return f"email to {to} queued: {subject!r}"
+
+
+TOOLS = [get_weather, send_email]
+
+
+def approve(call):
+    return Pause("sending email needs a human") if call.name == "send_email" else Approve()
+
+
+def heading(text: str) -> None:
+    click.echo()
+    click.secho(f"== {text}", bold=True)
+
+
+def run_demo(store: Store) -> None:
+    click.echo(f"database: {store.path}")
+    session = store.create_session("demo: weather report")
+    question = "What's the weather in Paris? Email the forecast to bob@example.com."
+    session.append({"role": "system", "content": "You are a careful assistant with tools."})
+    session.append({"role": "user", "content": question})
+    click.echo(f"session {session.id}")
+    click.echo(f"user: {question}")
+
+    heading("1. run: the agent checks the weather, then wants to send an email")
+    first = ScriptedModel([
+        reply(None, tool_call("get_weather", {"city": "Paris"}, id="call_weather")),
+        reply("Paris is sunny. I'll email Bob.", tool_call(
+            "send_email", {"to": "bob@example.com", "subject": "Paris forecast",
+                           "body": "Sunny, 21C, light wind."}, id="call_email")),
+    ], model="scripted-a")
+    final = print_steps(agent(store, session, call=first, tools=TOOLS, approve=approve))
+    pause_id = final.node.id
+    weather_answer = [n for n in session.path("main") if n.payload.get("role") == "tool"][0]
+    session.checkpoint("weather-known", at=weather_answer)
+    click.echo(f"checkpoint weather-known -> {weather_answer.id}")
+
+    heading("2. a human approves (from any process, any time later)")
+    pending = [p.id for p in store.pending()]
+    click.echo(f"pending pauses: {len(pending)}")
+    decide(store, pause_id, {"call_email": Approve()}, by="demo-operator")
+    click.echo("approved call_email")
+
+    heading("3. resume: the email goes out and the agent finishes")
+    print_steps(resume(store, pause_id, call=ScriptedModel(
+        ["Done: Bob has the Paris forecast (sunny, 21C)."], model="scripted-a"), tools=TOOLS,
+        approve=approve))
+
+    heading("4. fork the checkpoint and re-run with another model")
+    session.fork("experiment", at="weather-known")
+    second = ScriptedModel(["Paris: sunny, 21C. I drafted the email but did not send it."],
+                           model="scripted-b")
+    print_steps(agent(store, session, "experiment", call=second, tools=TOOLS, approve=approve))
+
+    heading("5. the tree")
+    nodes = session.tree()
+    for line in tree_lines(nodes, session.branches(), session.checkpoints(),
+                           {p.id for p in session.pending()}, abbreviations([n.id for n in nodes])):
+        click.echo(line)
+    click.echo()
+    click.echo(f"explore: sessiontree tree {session.id[:13]}   sessiontree log experiment"
+               f"   sessiontree diff main experiment")

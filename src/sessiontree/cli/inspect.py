@@ -1,0 +1,168 @@
+"""Read-only commands: sessions, tree, log, show, branches, diff, pending."""
+
+from __future__ import annotations
+
+import click
+
+from .common import abbreviations, echo_json, open_store, pick_session, target
+from .render import summary, table, transcript, tree_lines
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+session_option = click.option("-s", "--session", help="Session id or prefix (default: the latest).")
+
+
+@click.command()
+@click.option("--all", "include_archived", is_flag=True, help="Include archived sessions.")
+@json_option
+@click.pass_context
+def sessions(ctx: click.Context, include_archived: bool, as_json: bool) -> None:
+    """List sessions, most recent first."""
+    store = open_store(ctx)
+    rows = store.sessions(include_archived=include_archived)
+    if as_json:
+        echo_json([r.__dict__ for r in rows])
+        return
+    if not rows:
+        click.echo("No sessions.")
+        return
+    short = abbreviations([r.id for r in rows])
+    for line in table([[short[r.id], r.node_count, r.last_activity,
+                        (r.title or "") + (" (archived)" if r.archived_at else "")] for r in rows],
+                      ["ID", "NODES", "LAST ACTIVITY", "TITLE"]):
+        click.echo(line)
+
+
+@click.command()
+@click.argument("session", required=False)
+@json_option
+@click.pass_context
+def tree(ctx: click.Context, session: str | None, as_json: bool) -> None:
+    """Draw a session's tree: branches (in parentheses), checkpoints [in brackets], pauses."""
+    store = open_store(ctx)
+    s = pick_session(store, session)
+    nodes, branches, checkpoints = s.tree(), s.branches(), s.checkpoints()
+    pending = {n.id for n in s.pending()}
+    if as_json:
+        echo_json({"session": s.id, "nodes": [n.to_dict() for n in nodes],
+                   "branches": [b.__dict__ for b in branches],
+                   "checkpoints": [c.__dict__ for c in checkpoints], "pending": sorted(pending)})
+        return
+    click.echo(f"session {s.id}" + (f"  {s.title}" if s.title else ""))
+    for line in tree_lines(nodes, branches, checkpoints, pending,
+                           abbreviations([n.id for n in nodes])):
+        click.echo(line)
+
+
+@click.command()
+@click.argument("ref", default="main")
+@session_option
+@json_option
+@click.pass_context
+def log(ctx: click.Context, ref: str, session: str | None, as_json: bool) -> None:
+    """Show a branch (or the path to any node) as a transcript."""
+    store = open_store(ctx)
+    s, ref = target(store, ref, session)
+    path = s.path(ref)
+    if as_json:
+        echo_json([n.to_dict() for n in path])
+        return
+    for line in transcript(path, abbreviations([n.id for n in path])):
+        click.echo(line)
+
+
+@click.command()
+@click.argument("node")
+@session_option
+@json_option
+@click.pass_context
+def show(ctx: click.Context, node: str, session: str | None, as_json: bool) -> None:
+    """Show one node in full: payload, parent, children, provenance."""
+    store = open_store(ctx)
+    s, ref = target(store, node, session)
+    n = s.node(ref)
+    children = s.children(n)
+    run = store.run(n.run_id) if n.run_id else None
+    data = {**n.to_dict(), "children": [c.id for c in children],
+            "run": run.__dict__ if run else None}
+    if as_json:
+        echo_json(data)
+        return
+    click.echo(f"node     {n.id}")
+    click.echo(f"session  {n.session_id}")
+    click.echo(f"kind     {n.kind}    depth {n.depth}    created {n.created_at}")
+    click.echo(f"parent   {n.parent_id or '(root)'}")
+    click.echo(f"children {', '.join(c.id for c in children) or '(none)'}")
+    if run:
+        click.echo(f"run      {run.model or '?'} via {run.provider or '?'}, usage {run.usage}, "
+                   f"{run.latency_ms} ms, finish {run.finish_reason}")
+    click.echo(summary(n))
+    echo_json(n.payload)
+
+
+@click.command()
+@click.argument("session", required=False)
+@json_option
+@click.pass_context
+def branches(ctx: click.Context, session: str | None, as_json: bool) -> None:
+    """List a session's branches and checkpoints."""
+    store = open_store(ctx)
+    s = pick_session(store, session)
+    bs, cps = s.branches(), s.checkpoints()
+    if as_json:
+        echo_json({"session": s.id, "branches": [b.__dict__ for b in bs],
+                   "checkpoints": [c.__dict__ for c in cps]})
+        return
+    short = abbreviations([b.head_id for b in bs if b.head_id] + [c.node_id for c in cps])
+    rows = [["branch", b.name, short.get(b.head_id, "-"), b.updated_at] for b in bs]
+    rows += [["checkpoint", c.name, short[c.node_id], c.created_at] for c in cps]
+    for line in table(rows, ["KIND", "NAME", "AT", "UPDATED"]):
+        click.echo(line)
+
+
+@click.command()
+@click.argument("a")
+@click.argument("b")
+@session_option
+@json_option
+@click.pass_context
+def diff(ctx: click.Context, a: str, b: str, session: str | None, as_json: bool) -> None:
+    """Compare two refs from their common ancestor."""
+    store = open_store(ctx)
+    s, a_ref = target(store, a, session)
+    d = s.diff(a_ref, b)  # b is read in a's session
+    if as_json:
+        echo_json({"ancestor": d.ancestor.to_dict() if d.ancestor else None,
+                   "only_a": [n.to_dict() for n in d.only_a],
+                   "only_b": [n.to_dict() for n in d.only_b]})
+        return
+    short = abbreviations([n.id for n in [*d.only_a, *d.only_b]] +
+                          ([d.ancestor.id] if d.ancestor else []))
+    ancestor = f"{short[d.ancestor.id]} {summary(d.ancestor)}" if d.ancestor else "(none)"
+    click.echo(f"common ancestor: {ancestor}")
+    for sign, name, nodes in (("-", a, d.only_a), ("+", b, d.only_b)):
+        click.echo(f"{sign}{sign}{sign} {name}: {len(nodes)} node(s)")
+        for n in nodes:
+            click.echo(f"{sign} {short[n.id]} {summary(n)}")
+
+
+@click.command()
+@json_option
+@click.pass_context
+def pending(ctx: click.Context, as_json: bool) -> None:
+    """List pauses waiting for a human, across sessions."""
+    store = open_store(ctx)
+    pauses = store.pending()
+    if as_json:
+        echo_json([p.to_dict() for p in pauses])
+        return
+    if not pauses:
+        click.echo("Nothing is waiting for a human.")
+        return
+    for p in pauses:
+        click.echo(f"pause {p.id}  session {p.session_id}  {p.created_at}")
+        for call in p.payload.get("calls", []):
+            click.echo(f"  call {call['id']}: {call['name']}({call['arguments']})"
+                       + (f"  - {call['reason']}" if call.get("reason") else ""))
+
+
+COMMANDS = [sessions, tree, log, show, branches, diff, pending]

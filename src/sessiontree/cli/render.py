@@ -1,0 +1,146 @@
+"""Text renderings for the terminal: one-line node summaries, the tree graph,
+branch transcripts and tables.
+
+Contract: pure functions from nodes and refs to lines of text; nothing here
+reads the database or prints.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from ..model import Branch, Checkpoint, Node
+
+WIDTH = 72
+
+
+def one_line(text: Any, width: int = WIDTH) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def calls_text(calls: Iterable[dict[str, Any]]) -> str:
+    parts = []
+    for call in calls:
+        function = call.get("function", call)
+        parts.append(f"{function.get('name')}({function.get('arguments') or ''})")
+    return ", ".join(parts)
+
+
+def summary(node: Node) -> str:
+    """What a node says, in one line."""
+    p = node.payload
+    if node.kind == "message":
+        role = p.get("role")
+        content = p.get("content")
+        if isinstance(content, list):  # content parts
+            content = " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+        if role == "assistant" and p.get("tool_calls"):
+            text = (content + " " if content else "") + "-> " + calls_text(p["tool_calls"])
+        elif role == "tool":
+            text = f"[{p.get('tool_call_id')}] {content}"
+        else:
+            text = content or ""
+        return f"{role}: {one_line(text)}"
+    if node.kind == "pause":
+        names = ", ".join(c.get("name", "?") for c in p.get("calls", []))
+        return f"pause: {names} ({one_line(p.get('reason', ''), 40)})"
+    if node.kind == "decision":
+        actions = ", ".join(f"{k} {v.get('action')}" for k, v in p.get("decisions", {}).items())
+        return f"decision: {actions}" + (f" by {p['by']}" if p.get("by") else "")
+    if node.kind == "tool_start":
+        return "tool_start: " + ", ".join(c.get("name", "?") for c in p.get("calls", []))
+    if node.kind == "error":
+        return f"error: {one_line(p.get('message') or p.get('error', ''))}"
+    return f"{node.kind}: {one_line(json.dumps(p, ensure_ascii=False))}"
+
+
+def markers(node_id: str, heads: dict[str, list[str]], checkpoints: dict[str, list[str]],
+            pending: set[str]) -> str:
+    marks = [f"({', '.join(heads[node_id])})"] if node_id in heads else []
+    marks += [f"[{name}]" for name in checkpoints.get(node_id, [])]
+    if node_id in pending:
+        marks.append("<- waiting for a human")
+    return (" " + " ".join(marks)) if marks else ""
+
+
+def tree_lines(nodes: list[Node], branches: list[Branch], checkpoints: list[Checkpoint],
+               pending: set[str], short: dict[str, str]) -> list[str]:
+    """A graph like ``git log --graph``, root first: a fork opens a lane to the
+    right for each side branch, drawn before the line that leads to ``main``."""
+    children: dict[str | None, list[Node]] = defaultdict(list)
+    for node in nodes:
+        children[node.parent_id].append(node)
+    by_id = {n.id: n for n in nodes}
+    heads: dict[str, list[str]] = defaultdict(list)
+    for b in branches:
+        if b.head_id:
+            heads[b.head_id].append(b.name)
+    cps: dict[str, list[str]] = defaultdict(list)
+    for c in checkpoints:
+        cps[c.node_id].append(c.name)
+    on_main = set()
+    main = next((b for b in branches if b.name == "main" and b.head_id in by_id), None)
+    current = main.head_id if main else None
+    while current is not None:
+        on_main.add(current)
+        current = by_id[current].parent_id
+
+    def ordered(kids: list[Node]) -> list[Node]:
+        # the child leading to main last, so main's line runs straight down the left
+        return sorted(kids, key=lambda n: (n.id in on_main, n.id))
+
+    lines: list[str] = []
+
+    def draw(node: Node, lane: str) -> None:
+        while True:
+            lines.append(f"{lane}* {short[node.id]} {summary(node)}"
+                         f"{markers(node.id, heads, cps, pending)}")
+            kids = ordered(children.get(node.id, []))
+            if not kids:
+                return
+            for side in kids[:-1]:
+                lines.append(f"{lane}|\\")
+                draw(side, lane + "| ")
+            node = kids[-1]
+
+    roots = ordered(children.get(None, []))
+    for i, root in enumerate(roots):
+        if i:
+            lines.append("")
+        draw(root, "")
+    return lines
+
+
+def transcript(path: list[Node], short: dict[str, str]) -> list[str]:
+    """A branch as a readable conversation, markers included."""
+    lines: list[str] = []
+    for node in path:
+        p = node.payload
+        if node.kind == "message":
+            role = p.get("role")
+            header = f"{role} {short[node.id]}"
+            if role == "tool":
+                header += f" (answers {p.get('tool_call_id')})"
+            lines.append(header)
+            content = p.get("content")
+            if isinstance(content, list):
+                content = "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+            if content:
+                lines.extend("  " + line for line in str(content).splitlines())
+            for call in p.get("tool_calls") or []:
+                lines.append(f"  -> {calls_text([call])} [{call.get('id')}]")
+        else:
+            lines.append(f"-- {summary(node)} ({short[node.id]}) --")
+        lines.append("")
+    return lines[:-1] if lines else lines
+
+
+def table(rows: list[list[str]], headers: list[str]) -> list[str]:
+    """Left-aligned columns separated by two spaces."""
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*headers).rstrip(), *(fmt.format(*map(str, r)).rstrip() for r in rows)]
