@@ -288,3 +288,21 @@ def test_second_session_broken_writes_neither(exported, tmp_path):
         second = edited(lines_of(other)[1:], lambda r: r.get("parent_id") is not None,
                         lambda r: r.update(parent_id="ghost"))
     fails(tmp_path, [*exported, *second], "parent ghost is neither")
+
+
+def test_pause_and_decision_round_trip_and_decision_rules(store, tmp_path):
+    s = store.create_session("t")
+    s.append(assistant(None, [{"id": "c1", "type": "function",
+                               "function": {"name": "f", "arguments": "{}"}}]))
+    pause = s.append({"calls": [{"id": "c1"}], "why": "risky"}, kind="pause")
+    s.append({"c1": {"action": "approve"}}, kind="decision")
+    lines = lines_of(store)
+    with Store(tmp_path / "b.db") as b:
+        import_native(b, lines)
+        assert dump(b) == dump(store)
+    under_message = edited(lines, lambda r: r.get("kind") == "decision",
+                           lambda r: r.update(parent_id=pause.parent_id, depth=1))
+    fails(tmp_path, under_message, "a decision must be the child of a pause")
+    second = edited(lines, lambda r: r.get("kind") == "decision",
+                    lambda r: r.update(id=r["id"][:-4] + "ffff"))
+    fails(tmp_path, [*lines, second[-2]], "second decision")

@@ -183,13 +183,19 @@ def _write_one(conn: sqlite3.Connection, s: ImportedSession, texts: dict[str, st
     existing = _rows_by_id(conn, "session_id, parent_id, kind, payload, depth", list(by_id))
     outside = sorted({n.parent_id for n in s.nodes if n.parent_id is not None
                       and n.parent_id not in by_id})
-    outside_rows = _rows_by_id(conn, "session_id, depth", outside)
+    outside_rows = _rows_by_id(conn, "session_id, depth, kind", outside)
     depths = _depths(s, by_id, outside_rows)
     new_rows = []
     for node in sorted(s.nodes, key=lambda n: depths[n.id]):
         if node.depth is not None and node.depth != depths[node.id]:
             raise InvalidTree(f"{_where(node)} declares depth {node.depth}, but its parents"
                               f" put it at depth {depths[node.id]}")
+        if node.kind == "decision":  # the same rule Session.append enforces
+            parent = by_id.get(node.parent_id or "")
+            stored = outside_rows.get(node.parent_id or "")
+            parent_kind = parent.kind if parent else stored[2] if stored else None
+            if parent_kind != "pause":
+                raise InvalidTree(f"{_where(node)}: a decision must be the child of a pause")
         old = existing.get(node.id)
         if old is None:
             new_rows.append((node.id, s.id, node.parent_id, depths[node.id], node.kind,
@@ -207,7 +213,8 @@ def _write_one(conn: sqlite3.Connection, s: ImportedSession, texts: dict[str, st
             conn.executemany("INSERT INTO nodes (id, session_id, parent_id, depth, kind, payload,"
                              " created_at, run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", batch)
         except sqlite3.IntegrityError as e:
-            # Run ids that are not runs of this input, or a second decision under a pause.
+            if "nodes.parent_id" in str(e):  # the unique index: one decision per pause
+                raise InvalidTree(f"session {s.id}: a pause would get a second decision") from None
             raise InvalidTree(f"session {s.id}: {e}") from None
         tick(len(batch))
     tick(len(s.nodes) - len(new_rows))
