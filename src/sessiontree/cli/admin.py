@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 from pathlib import Path
 
 import click
@@ -144,7 +145,7 @@ def import_(ctx: click.Context, file: str, fmt: str, as_json: bool) -> None:
     store = open_store(ctx, write=True)
     fmt = detect_format(file) if fmt == "auto" else fmt
     with click.progressbar(length=1, label=f"importing {Path(file).name}",
-                           file=click.get_text_stream("stderr")) as bar:
+                           file=sys.stderr) as bar:
         def progress(done: int, total: int) -> None:
             bar.length = max(total, 1)
             bar.update(done - bar.pos)
