@@ -4,6 +4,7 @@ The public API is re-exported here; import from ``sessiontree``, not from its
 modules.
 """
 
+from .bulk import ImportConflict
 from .errors import (
     AmbiguousRef,
     BranchMoved,
@@ -16,6 +17,7 @@ from .errors import (
     SchemaTooNew,
     SessionTreeError,
 )
+from .formats import FormatError, detect_format, export_file, import_file
 from .ids import new_id
 from .loop import ModelOutputError, agent, decide, resume, run_sync
 from .model import (
@@ -52,9 +54,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AmbiguousRef", "Approve", "Assistant", "Branch", "BranchMoved", "Checkpoint",
-    "CheckpointImmutable", "Completion", "Conflict", "Diff", "Edit", "Final", "InvalidPayload",
-    "ModelOutputError", "Node", "NotFound", "Pause", "Paused", "Problem", "ProviderError",
-    "PruneReport", "ReadOnly", "Reject", "Run", "SchemaTooNew", "Session", "SessionInfo", "SessionTreeError",
-    "Step", "Store", "Token", "Tool", "ToolArgumentError", "ToolCall", "ToolContext", "ToolEnd",
-    "ToolStart", "VerifyReport", "agent", "decide", "new_id", "resume", "run_sync", "tool",
+    "CheckpointImmutable", "Completion", "Conflict", "Diff", "Edit", "Final", "FormatError",
+    "ImportConflict", "InvalidPayload", "ModelOutputError", "Node", "NotFound", "Pause", "Paused",
+    "Problem", "ProviderError", "PruneReport", "ReadOnly", "Reject", "Run", "SchemaTooNew",
+    "Session", "SessionInfo", "SessionTreeError", "Step", "Store", "Token", "Tool",
+    "ToolArgumentError", "ToolCall", "ToolContext", "ToolEnd", "ToolStart", "VerifyReport", "agent",
+    "decide", "detect_format", "export_file", "import_file", "new_id", "resume", "run_sync", "tool",
 ]
