@@ -77,9 +77,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
         "models": [
             {"model": m, "runs": n, "prompt_tokens": p or 0, "completion_tokens": c or 0}
             for m, n, p, c in q(
-                "SELECT coalesce(model, '?'), count(*),"
-                " sum(json_extract(usage, '$.prompt_tokens')),"
-                " sum(json_extract(usage, '$.completion_tokens'))"
+                "SELECT coalesce(model, '?'), count(*), sum(input_tokens), sum(output_tokens)"
                 " FROM runs GROUP BY 1 ORDER BY 2 DESC, 1").fetchall()],
     }
     if as_json:
