@@ -17,6 +17,18 @@ from .errors import (
     SchemaTooNew,
     SessionTreeError,
 )
+from .experiments import (
+    BranchSummary,
+    Comparison,
+    ReplayReport,
+    RerunResult,
+    Variant,
+    areplay,
+    arerun,
+    compare,
+    replay,
+    rerun,
+)
 from .formats import FormatError, detect_format, export_file, import_file
 from .ids import new_id
 from .loop import ModelOutputError, agent, decide, resume, run_sync
@@ -30,6 +42,7 @@ from .model import (
     PruneReport,
     Run,
     SessionInfo,
+    Usage,
     VerifyReport,
 )
 from .session import Session
@@ -53,11 +66,13 @@ from .tools import Tool, ToolArgumentError, ToolContext, tool
 __version__ = "0.1.0"
 
 __all__ = [
-    "AmbiguousRef", "Approve", "Assistant", "Branch", "BranchMoved", "Checkpoint",
-    "CheckpointImmutable", "Completion", "Conflict", "Diff", "Edit", "Final", "FormatError",
-    "ImportConflict", "InvalidPayload", "ModelOutputError", "Node", "NotFound", "Pause", "Paused",
-    "Problem", "ProviderError", "PruneReport", "ReadOnly", "Reject", "Run", "SchemaTooNew",
-    "Session", "SessionInfo", "SessionTreeError", "Step", "Store", "Token", "Tool",
-    "ToolArgumentError", "ToolCall", "ToolContext", "ToolEnd", "ToolStart", "VerifyReport", "agent",
-    "decide", "detect_format", "export_file", "import_file", "new_id", "resume", "run_sync", "tool",
+    "AmbiguousRef", "Approve", "Assistant", "Branch", "BranchMoved", "BranchSummary", "Checkpoint",
+    "CheckpointImmutable", "Comparison", "Completion", "Conflict", "Diff", "Edit", "Final",
+    "FormatError", "ImportConflict", "InvalidPayload", "ModelOutputError", "Node", "NotFound",
+    "Pause", "Paused", "Problem", "ProviderError", "PruneReport", "ReadOnly", "Reject",
+    "ReplayReport", "RerunResult", "Run", "SchemaTooNew", "Session", "SessionInfo",
+    "SessionTreeError", "Step", "Store", "Token", "Tool", "ToolArgumentError", "ToolCall",
+    "ToolContext", "ToolEnd", "ToolStart", "Usage", "Variant", "VerifyReport", "agent", "areplay",
+    "arerun", "compare", "decide", "detect_format", "export_file", "import_file", "new_id",
+    "replay", "rerun", "resume", "run_sync", "tool",
 ]

@@ -145,6 +145,56 @@ class Completion:
 
 
 @dataclass(frozen=True)
+class ModelUsage:
+    """Model calls of one model, summed."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Model calls summed over a path or a subtree, in total and per model."""
+
+    by_model: dict[str, ModelUsage] = field(default_factory=dict)
+
+    @property
+    def calls(self) -> int:
+        return sum(m.calls for m in self.by_model.values())
+
+    @property
+    def input_tokens(self) -> int:
+        return sum(m.input_tokens for m in self.by_model.values())
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(m.output_tokens for m in self.by_model.values())
+
+    @property
+    def latency_ms(self) -> float:
+        return sum(m.latency_ms for m in self.by_model.values())
+
+    def cost(self, prices: dict[str, dict[str, float]]) -> float | None:
+        """Cost from ``{model: {"input": per_million, "output": per_million}}``; None when a
+        model that was used has no price."""
+        total = 0.0
+        for model, used in self.by_model.items():
+            price = prices.get(model)
+            if price is None:
+                return None
+            total += (used.input_tokens * price.get("input", 0.0)
+                      + used.output_tokens * price.get("output", 0.0)) / 1_000_000
+        return total
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"calls": self.calls, "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens, "latency_ms": self.latency_ms,
+                "by_model": {k: v.__dict__ for k, v in self.by_model.items()}}
+
+
+@dataclass(frozen=True)
 class Diff:
     """Two refs compared from their common ancestor (None when they share no root)."""
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import AmbiguousRef, BranchMoved, CheckpointImmutable, Conflict, NotFound
 from .ids import new_id, now
-from .model import Branch, Checkpoint, Completion, Diff, Node, encode_payload
+from .model import Branch, Checkpoint, Completion, Diff, ModelUsage, Node, Usage, encode_payload
 
 if TYPE_CHECKING:
     from .model import PruneReport, VerifyReport
@@ -344,6 +344,37 @@ class Session:
                 break
             shared += 1
         return Diff(path_a[shared - 1] if shared else None, path_a[shared:], path_b[shared:])
+
+    # -- usage -------------------------------------------------------------
+
+    def usage(self, ref: Ref = "main", *, since: Ref | None = None) -> Usage:
+        """Model calls on the path to ``ref`` (only those after ``since``, if given)."""
+        after = -1 if since is None else self.node(since).depth
+        return self._usage(
+            """WITH RECURSIVE picked(id, parent_id, depth, run_id) AS (
+                 SELECT id, parent_id, depth, run_id FROM nodes WHERE id = :start AND depth > :after
+                 UNION ALL SELECT n.id, n.parent_id, n.depth, n.run_id
+                 FROM nodes n JOIN picked ON n.id = picked.parent_id WHERE n.depth > :after)""",
+            {"start": self.resolve(ref), "after": after})
+
+    def subtree_usage(self, ref: Ref) -> Usage:
+        """Model calls in ``ref`` and everything below it, on every branch."""
+        return self._usage(
+            """WITH RECURSIVE picked(id, run_id) AS (
+                 SELECT id, run_id FROM nodes WHERE id = :start
+                 UNION ALL SELECT n.id, n.run_id FROM nodes n JOIN picked ON n.parent_id = picked.id)""",
+            {"start": self.resolve(ref), "after": -1})
+
+    def _usage(self, picked_cte: str, params: dict[str, Any]) -> Usage:
+        rows = self.conn.execute(
+            picked_cte + """
+            SELECT coalesce(r.model, '?'), count(*), coalesce(sum(r.input_tokens), 0),
+                   coalesce(sum(r.output_tokens), 0), coalesce(sum(r.latency_ms), 0.0)
+            FROM (SELECT DISTINCT run_id FROM picked WHERE run_id IS NOT NULL) p
+            JOIN runs r ON r.id = p.run_id
+            GROUP BY 1 ORDER BY 1""", params).fetchall()
+        return Usage({model: ModelUsage(calls, tokens_in, tokens_out, latency)
+                      for model, calls, tokens_in, tokens_out, latency in rows})
 
     # -- branches --------------------------------------------------------
 

@@ -50,6 +50,12 @@ class ScriptedModel:
         self.params = params or {}
         self.calls: list[dict[str, Any]] = []
 
+    def with_params(self, **params: Any) -> ScriptedModel:
+        """A view of this model recording other parameters; it shares the script."""
+        other = copy.copy(self)
+        other.params = {**self.params, **params}
+        return other
+
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> Any:
         self.calls.append({"messages": copy.deepcopy(messages), "tools": copy.deepcopy(tools or [])})
         if not self.replies:

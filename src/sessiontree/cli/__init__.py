@@ -23,9 +23,9 @@ def cli(db: str | None) -> None:
 
 
 def _register() -> None:
-    from . import admin, inspect, refs, running
+    from . import admin, experiment, inspect, refs, running
 
-    for module in (inspect, refs, running, admin):
+    for module in (inspect, refs, running, experiment, admin):
         for command in module.COMMANDS:
             cli.add_command(command)
 

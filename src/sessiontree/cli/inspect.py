@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..model import Diff
 from .common import abbreviations, echo_json, open_store, pick_session, target
 from .render import summary, table, transcript, tree_lines
 
@@ -135,14 +136,19 @@ def diff(ctx: click.Context, a: str, b: str, session: str | None, as_json: bool)
                    "only_a": [n.to_dict() for n in d.only_a],
                    "only_b": [n.to_dict() for n in d.only_b]})
         return
+    for line in diff_lines(d, a, b):
+        click.echo(line)
+
+
+def diff_lines(d: Diff, a: str, b: str) -> list[str]:
     short = abbreviations([n.id for n in [*d.only_a, *d.only_b]] +
                           ([d.ancestor.id] if d.ancestor else []))
     ancestor = f"{short[d.ancestor.id]} {summary(d.ancestor)}" if d.ancestor else "(none)"
-    click.echo(f"common ancestor: {ancestor}")
+    lines = [f"common ancestor: {ancestor}"]
     for sign, name, nodes in (("-", a, d.only_a), ("+", b, d.only_b)):
-        click.echo(f"{sign}{sign}{sign} {name}: {len(nodes)} node(s)")
-        for n in nodes:
-            click.echo(f"{sign} {short[n.id]} {summary(n)}")
+        lines.append(f"{sign}{sign}{sign} {name}: {len(nodes)} node(s)")
+        lines += [f"{sign} {short[n.id]} {summary(n)}" for n in nodes]
+    return lines
 
 
 @click.command()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import email.utils
 import json
 import os
@@ -97,6 +98,15 @@ class OpenAICompatible:
                          if name in ("authorization", "api-key", "x-api-key")
                          for part in [value, *value.split()]
                          if part.lower() not in ("bearer", "basic", "token")]
+
+    def with_params(self, **params: Any) -> OpenAICompatible:
+        """The same endpoint and model with these request parameters added or replaced."""
+        clash = _RESERVED & params.keys()
+        if clash:
+            raise TypeError(f"with_params() cannot set {sorted(clash)}")
+        other = copy.copy(self)
+        other.params = {**self.params, **params}
+        return other
 
     def __repr__(self) -> str:
         return f"OpenAICompatible(base_url={self.base_url!r}, model={self.model!r}, stream={self.stream})"

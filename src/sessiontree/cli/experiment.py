@@ -1,0 +1,149 @@
+"""Experiment commands: replay, rerun, compare."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ..experiments import Variant
+from ..experiments import compare as compare_branches
+from ..experiments import replay as replay_branch
+from ..experiments import rerun as rerun_at
+from .common import echo_json, open_store, target
+from .inspect import diff_lines, json_option, session_option
+from .render import one_line, table
+from .running import approver, load_tools, make_call, model_options
+
+
+@click.command()
+@click.argument("branch")
+@session_option
+@click.option("--tools", "mode", type=click.Choice(["recorded", "live"]), default="recorded",
+              show_default=True, help="Play back recorded tool results, or run the tools again.")
+@click.option("--tools-module", "tool_specs", multiple=True,
+              help="With --tools live: module, module:attribute or file.py with the tools.")
+@click.option("--into", help="Name of the new branch (default: BRANCH-replay).")
+@json_option
+@click.pass_context
+def replay(ctx: click.Context, branch: str, session: str | None, mode: str,
+           tool_specs: tuple[str, ...], into: str | None, as_json: bool) -> None:
+    """Re-run BRANCH against its recording; exit 1 if it diverges."""
+    store = open_store(ctx, write=True)
+    s, ref = target(store, branch, session)
+    report = replay_branch(store, ref, session=s, tools=mode, implementations=load_tools(tool_specs),
+                           into=into)
+    if as_json:
+        echo_json(report.to_dict())
+    elif report.matched:
+        click.echo(f"replayed {report.recorded} into {report.branch}: all {report.compared} "
+                   f"message(s) matched ({report.final})")
+    else:
+        d = report.divergence
+        click.echo(f"replayed {report.recorded} into {report.branch}: diverged at message "
+                   f"{d.index + 1} of {report.compared}")
+        click.echo(f"  expected: {d.expected}")
+        click.echo(f"  actual:   {d.actual}")
+    if not report.matched:
+        ctx.exit(1)
+
+
+def parse_variant(spec: str) -> tuple[str, str, dict]:
+    """``NAME=MODEL[:key=value,...]``; values are JSON when they parse, else text."""
+    head, _, options = spec.partition(":")
+    name, sep, model = head.partition("=")
+    if not sep or not name or not model:
+        raise click.BadParameter(f"{spec!r}: expected NAME=MODEL[:key=value,...]", param_hint="--variant")
+    params = {}
+    for item in filter(None, options.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r} in {spec!r}: expected key=value", param_hint="--variant")
+        try:
+            params[key] = json.loads(value)
+        except ValueError:
+            params[key] = value
+    return name, model, params
+
+
+@click.command()
+@click.argument("at")
+@session_option
+@click.option("--variant", "variant_specs", multiple=True, required=True,
+              help="NAME=MODEL[:key=value,...] (repeatable); key system=... sets a system prompt.")
+@click.option("-n", "repetitions", default=1, show_default=True, help="Runs per variant.")
+@click.option("--concurrency", default=4, show_default=True, help="Runs at once.")
+@click.option("--prefix", default="", help="Prefix for the new branch names.")
+@model_options
+@json_option
+@click.pass_context
+def rerun(ctx: click.Context, at: str, session: str | None, variant_specs: tuple[str, ...],
+          repetitions: int, concurrency: int, prefix: str, base_url: str | None, model: str | None,
+          api_key_env: str, no_stream: bool, tool_specs: tuple[str, ...], policy: str,
+          max_steps: int, params: tuple[tuple[str, str], ...], as_json: bool) -> None:
+    """Run each variant from AT (a checkpoint, branch or node) on a branch of its own."""
+    tools = load_tools(tool_specs)
+    variants = []
+    for spec in variant_specs:
+        name, variant_model, variant_params = parse_variant(spec)
+        system = variant_params.pop("system", None)
+        call = make_call(base_url, variant_model, api_key_env, True, params)
+        variants.append(Variant(name, call, variant_params, system))
+    store = open_store(ctx, write=True)
+    s, ref = target(store, at, session)
+    total = len(variants) * repetitions
+    with click.progressbar(length=total, label="running", file=sys.stderr) as bar:
+        results = rerun_at(store, ref, variants, repetitions, session=s, tools=tools,
+                           approve=approver(policy, tools), max_steps=max_steps,
+                           concurrency=concurrency, prefix=prefix,
+                           progress=lambda done, _total, _result: bar.update(1))
+    if as_json:
+        echo_json([r.__dict__ for r in results])
+        return
+    for line in table([[r.branch, r.variant, r.reason, one_line(r.error or "", 50)] for r in results],
+                      ["BRANCH", "VARIANT", "RESULT", "ERROR"]):
+        click.echo(line)
+
+
+def parse_price(spec: str) -> tuple[str, dict[str, float]]:
+    model, sep, numbers = spec.rpartition("=")
+    try:
+        tokens_in, tokens_out = (float(x) for x in numbers.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{spec!r}: expected MODEL=INPUT,OUTPUT (dollars per million tokens)",
+                                 param_hint="--price") from None
+    if not sep or not model:
+        raise click.BadParameter(f"{spec!r}: expected MODEL=INPUT,OUTPUT", param_hint="--price")
+    return model, {"input": tokens_in, "output": tokens_out}
+
+
+@click.command()
+@click.argument("branches", nargs=-1, required=True)
+@session_option
+@click.option("--price", "prices", multiple=True,
+              help="MODEL=INPUT,OUTPUT in dollars per million tokens (repeatable).")
+@json_option
+@click.pass_context
+def compare(ctx: click.Context, branches: tuple[str, ...], session: str | None,
+            prices: tuple[str, ...], as_json: bool) -> None:
+    """Compare branches from their common ancestor: answers, steps, tokens, cost."""
+    store = open_store(ctx)
+    s, first = target(store, branches[0], session)
+    price_table = dict(parse_price(p) for p in prices) or None
+    result = compare_branches(store, [first, *branches[1:]], session=s, prices=price_table)
+    if as_json:
+        echo_json(result.to_dict())
+        return
+    rows = [[b.branch, b.status, b.steps, b.tool_calls, b.usage.input_tokens, b.usage.output_tokens,
+             f"{b.usage.latency_ms:.0f}", "-" if b.cost is None else f"{b.cost:.6f}",
+             one_line(b.final or "", 40)] for b in result.branches]
+    for line in table(rows, ["BRANCH", "STATUS", "STEPS", "TOOLS", "IN", "OUT", "MS", "COST", "FINAL"]):
+        click.echo(line)
+    if len(branches) == 2:
+        click.echo()
+        for line in diff_lines(s.diff(first, branches[1]), branches[0], branches[1]):
+            click.echo(line)
+
+
+COMMANDS = [replay, rerun, compare]

@@ -1,0 +1,376 @@
+"""Experiments on recorded runs: replay a branch, rerun from any point with
+variants, and compare the branches that come out.
+
+Contract:
+- ``replay`` forks the recorded branch just before its first model call and
+  runs the agent loop again with the recorded assistant replies as the model
+  (a cassette), the recorded human decisions as the approver, and either the
+  recorded tool results or live tools. It reports whether every model reply,
+  tool call, argument and tool result matched, and where it first diverged.
+  Markers (pauses, decisions, tool starts, errors) are not compared.
+- ``rerun`` starts one new branch per variant and repetition at a ref, labels
+  it with its variant in the branch metadata, and runs them concurrently (at
+  most ``concurrency`` at once). It never touches the branch it started from.
+- ``compare`` summarises branches from their common ancestor: final answer,
+  status, steps, tool calls, tokens, latency, cost (when prices are given),
+  errors and pauses. Usage comes from the runs table; nothing is bookkept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .errors import Conflict, SessionTreeError
+from .loop import ModelCall, agent
+from .model import Completion, Node, Usage
+from .session import Ref, Session
+from .steps import Approve, Decision, Final, ToolCall, decision_from_dict
+from .store import Store
+from .tools import Tool, as_tools
+
+# -- shared ----------------------------------------------------------------
+
+
+def session_of(store: Store, ref: Ref, session: Session | str | None) -> Session:
+    """The session a ref belongs to: ``session`` if given, else the node's own."""
+    if isinstance(session, Session):
+        return session
+    if session is not None:
+        return store.session(session)
+    if isinstance(ref, Node):
+        return store.session(ref.session_id)
+    try:
+        return store.session(store.node(ref).session_id)
+    except SessionTreeError:
+        raise Conflict(f"{ref!r} is not a node id; say which session it is in (session=...)") from None
+
+
+def free_branch_name(session: Session, wanted: str) -> str:
+    taken = {b.name for b in session.branches()} | {c.name for c in session.checkpoints()}
+    name, i = wanted, 2
+    while name in taken:
+        name, i = f"{wanted}-{i}", i + 1
+    return name
+
+
+def _canonical(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True, ensure_ascii=False)
+    except (ValueError, TypeError):
+        return arguments
+
+
+def _event(node: Node) -> tuple | None:
+    """What a replay compares about a node (None: not compared)."""
+    if node.kind != "message":
+        return None
+    p = node.payload
+    if p.get("role") == "assistant":
+        calls = tuple((c["function"]["name"], _canonical(c["function"].get("arguments") or ""))
+                      for c in p.get("tool_calls") or [])
+        return ("assistant", p.get("content"), calls)
+    if p.get("role") == "tool":
+        return ("tool", p.get("tool_call_id"), p.get("content"))
+    return (p.get("role"), p.get("content"))
+
+
+# -- replay ------------------------------------------------------------------
+
+
+class CassetteExhausted(SessionTreeError):
+    """A replay asked for more model calls than the recording holds."""
+
+
+@dataclass(frozen=True)
+class Divergence:
+    index: int  # among the compared messages after the fork point
+    expected: str | None
+    actual: str | None
+    node_id: str | None  # the replayed node, when there is one
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    recorded: str
+    branch: str
+    matched: bool
+    compared: int
+    divergence: Divergence | None
+    final: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "divergence": self.divergence.__dict__ if self.divergence else None}
+
+
+class Cassette:
+    """A model call that plays back recorded assistant messages, in order."""
+
+    def __init__(self, replies: list[Completion]) -> None:
+        self.replies, self.calls = list(replies), 0
+
+    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Completion:
+        self.calls += 1
+        if not self.replies:
+            raise CassetteExhausted(f"the replay asked for model call {self.calls}; the recording "
+                                    f"has {self.calls - 1}")
+        return self.replies.pop(0)
+
+
+def _recorded() -> None:
+    """Plays back the result recorded for each call."""
+
+
+class RecordedTool(Tool):
+    """A tool that answers each call id with the result recorded for it."""
+
+    def __init__(self, name: str, results: dict[str, str]) -> None:
+        super().__init__(_recorded, name=name)
+        self.results = results
+
+    def parse(self, arguments: str | dict[str, Any] | None) -> dict[str, Any]:
+        return {}  # the recording answers whatever was asked; the comparison judges it
+
+    async def invoke(self, arguments: dict[str, Any], context: Any = None) -> Any:
+        call_id = context.call_id if context else None
+        if call_id not in self.results:
+            return f"Error: no recorded result for call {call_id!r} of {self.name}"
+        return self.results[call_id]
+
+
+async def areplay(store: Store, branch: str, *, session: Session | str | None = None,
+                  tools: Literal["recorded", "live"] = "recorded",
+                  implementations: Iterable[Tool | Callable[..., Any]] = (),
+                  into: str | None = None, max_steps: int = 100) -> ReplayReport:
+    """Re-run a recorded branch against its own recording; see the module docstring."""
+    s = session_of(store, branch, session)
+    path = s.path(branch)
+    first = next((i for i, n in enumerate(path) if n.kind == "message"
+                  and n.payload.get("role") == "assistant"), None)
+    if first is None or first == 0:
+        raise Conflict(f"branch {branch!r} has no model call to replay after a first message")
+    recorded = path[first:]
+    replies, results, decisions = [], {}, {}
+    for node in recorded:
+        if node.kind == "message" and node.payload.get("role") == "assistant":
+            run = store.run(node.run_id) if node.run_id else None
+            replies.append(Completion(node.payload, model=run.model if run else None,
+                                      provider="cassette", params=run.params if run else {},
+                                      finish_reason=run.finish_reason if run else None))
+        elif node.kind == "message" and node.payload.get("role") == "tool":
+            results[node.payload.get("tool_call_id")] = node.payload.get("content")
+        elif node.kind == "decision":
+            for call_id, data in node.payload.get("decisions", {}).items():
+                decisions[call_id] = decision_from_dict(data)
+    if tools == "recorded":
+        names = {c["function"]["name"] for r in replies for c in r.message.get("tool_calls") or []}
+        registry = [RecordedTool(name, results) for name in sorted(names)]
+    elif tools == "live":
+        registry = list(as_tools(implementations).values())
+    else:
+        raise ValueError(f"tools must be 'recorded' or 'live', not {tools!r}")
+
+    def approve(call: ToolCall) -> Decision:
+        return decisions.get(call.id, Approve())
+
+    name = into or free_branch_name(s, f"{branch}-replay")
+    s.fork(name, at=path[first - 1], metadata={"replay_of": branch, "tools": tools})
+    final = None
+    async for step in agent(store, s, name, call=Cassette(replies), tools=registry,
+                            approve=approve, max_steps=max_steps):
+        if isinstance(step, Final):
+            final = step
+    expected = [e for e in map(_event, recorded) if e is not None]
+    replayed_nodes = [n for n in s.path(name)[first:] if _event(n) is not None]
+    actual = [_event(n) for n in replayed_nodes]
+    divergence = None
+    for i in range(max(len(expected), len(actual))):
+        want = expected[i] if i < len(expected) else None
+        got = actual[i] if i < len(actual) else None
+        if want != got:
+            divergence = Divergence(i, _show(want), _show(got),
+                                    replayed_nodes[i].id if i < len(actual) else None)
+            break
+    return ReplayReport(branch, name, divergence is None, len(expected), divergence,
+                        final.reason if final else "none")
+
+
+def _show(event: tuple | None) -> str | None:
+    return None if event is None else json.dumps(event, ensure_ascii=False)
+
+
+def replay(store: Store, branch: str, **kwargs: Any) -> ReplayReport:
+    """``areplay`` for callers without asyncio."""
+    return asyncio.run(areplay(store, branch, **kwargs))
+
+
+# -- rerun -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One arm of an experiment: a model call, optional parameters and system prompt.
+
+    ``params`` are applied with ``call.with_params(**params)`` (the HTTP adapter
+    and ScriptedModel have it); ``system`` replaces the leading system
+    message(s) the model is sent, without rewriting the tree.
+    """
+
+    name: str
+    call: ModelCall
+    params: dict[str, Any] = field(default_factory=dict)
+    system: str | None = None
+
+    def model_call(self) -> ModelCall:
+        call = self.call
+        if self.params:
+            if not hasattr(call, "with_params"):
+                raise TypeError(f"variant {self.name!r}: this call takes no parameters; "
+                                "build a call per variant instead")
+            call = call.with_params(**self.params)
+        if self.system is None:
+            return call
+        system = {"role": "system", "content": self.system}
+
+        def with_system(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+            start = 0
+            while start < len(messages) and messages[start].get("role") == "system":
+                start += 1
+            return call([system, *messages[start:]], tools)
+
+        return with_system
+
+    def label(self) -> dict[str, Any]:
+        return {"variant": self.name, "params": self.params, "system": self.system,
+                "model": getattr(self.call, "model", None)}
+
+
+@dataclass(frozen=True)
+class RerunResult:
+    variant: str
+    repetition: int
+    branch: str
+    reason: str
+    node_id: str | None
+    error: str | None = None
+
+
+async def arerun(store: Store, at: Ref, variants: Sequence[Variant], n: int = 1, *,
+                 session: Session | str | None = None,
+                 tools: Iterable[Tool | Callable[..., Any]] = (),
+                 approve: Callable[[ToolCall], Any] | None = None, max_steps: int = 20,
+                 concurrency: int = 4, prefix: str = "",
+                 progress: Callable[[int, int, RerunResult], None] | None = None,
+                 ) -> list[RerunResult]:
+    """Run every variant ``n`` times from ``at``, each on its own new branch."""
+    if not variants or n < 1:
+        raise ValueError("rerun needs at least one variant and n >= 1")
+    if len({v.name for v in variants}) != len(variants):
+        raise ValueError("variant names must be unique")
+    s = session_of(store, at, session)
+    start = s.resolve(at)
+    tool_list = list(as_tools(tools).values())
+    plan = []
+    with store.transaction():  # all branches or none
+        for variant in variants:
+            for i in range(1, n + 1):
+                name = f"{prefix}{variant.name}" + (f"-{i}" if n > 1 else "")
+                s.fork(name, at=start, metadata={**variant.label(), "repetition": i, "rerun_at": start})
+                plan.append((variant, i, name))
+    limit = asyncio.Semaphore(concurrency)
+    results: list[RerunResult] = []
+
+    async def one(variant: Variant, i: int, name: str) -> RerunResult:
+        async with limit:
+            final = Final("error", None, "no final step")
+            try:
+                async for step in agent(store, s, name, call=variant.model_call(), tools=tool_list,
+                                        approve=approve, max_steps=max_steps):
+                    if isinstance(step, Final):
+                        final = step
+            except SessionTreeError as e:
+                final = Final("error", None, str(e))
+            result = RerunResult(variant.name, i, name, final.reason,
+                                 final.node.id if final.node else None, final.error)
+            results.append(result)
+            if progress:
+                progress(len(results), len(plan), result)
+            return result
+
+    return list(await asyncio.gather(*(one(*p) for p in plan)))
+
+
+def rerun(store: Store, at: Ref, variants: Sequence[Variant], n: int = 1, **kwargs: Any
+          ) -> list[RerunResult]:
+    """``arerun`` for callers without asyncio."""
+    return asyncio.run(arerun(store, at, variants, n, **kwargs))
+
+
+# -- compare -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BranchSummary:
+    branch: str
+    status: str  # completed, paused, error, in progress
+    final: str | None
+    steps: int  # model calls since the common ancestor
+    tool_calls: int
+    usage: Usage
+    cost: float | None
+    errors: list[str]
+    pauses: int
+    metadata: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "usage": self.usage.to_dict()}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    ancestor: Node | None
+    branches: list[BranchSummary]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ancestor": self.ancestor.id if self.ancestor else None,
+                "branches": [b.to_dict() for b in self.branches]}
+
+
+def compare(store: Store, branches: Sequence[str], *, session: Session | str | None = None,
+            prices: dict[str, dict[str, float]] | None = None) -> Comparison:
+    """Summarise each branch from the common ancestor of them all."""
+    if not branches:
+        raise ValueError("compare needs at least one branch")
+    s = session_of(store, branches[0], session)
+    ancestor: Node | None = s.node(branches[0])
+    for other in branches[1:]:
+        ancestor = s.common_ancestor(ancestor, other) if ancestor else None
+    if len(branches) == 1:
+        ancestor = None  # one branch: summarise all of it
+    summaries = []
+    for name in branches:
+        path = s.path(name)
+        added = path[ancestor.depth + 1:] if ancestor else path
+        messages = [n.payload for n in added if n.kind == "message"]
+        assistants = [m for m in messages if m.get("role") == "assistant"]
+        final = next((m.get("content") for m in reversed(assistants) if not m.get("tool_calls")), None)
+        usage = s.usage(name, since=ancestor) if ancestor else s.usage(name)
+        pending = {p.id for p in s.pending()}
+        head = path[-1]
+        status = ("paused" if head.id in pending else "error" if head.kind == "error"
+                  else "completed" if head.kind == "message" and head.role == "assistant"
+                  and not head.payload.get("tool_calls") else "in progress")
+        try:
+            metadata = s.branch(name).metadata
+        except SessionTreeError:
+            metadata = {}  # a checkpoint or a node id
+        summaries.append(BranchSummary(
+            name, status, final, len(assistants),
+            sum(len(m.get("tool_calls") or []) for m in assistants), usage,
+            usage.cost(prices) if prices else None,
+            [n.payload.get("message", n.payload.get("error", "")) for n in added if n.kind == "error"],
+            sum(1 for n in added if n.kind == "pause"), metadata))
+    return Comparison(ancestor, summaries)
