@@ -389,3 +389,17 @@ def test_final_is_always_last_and_unique(store, session):
     steps = run(store, session, ScriptedModel([reply("x")]))
     assert [isinstance(s, Final) for s in steps] == [False, True]
     assert not any(isinstance(s, (Paused, ToolStart)) for s in steps)
+
+
+def test_a_failing_approver_ends_the_run_with_an_error_and_runs_nothing(store, session):
+    def approve(call):
+        raise RuntimeError("policy service down")
+
+    session.append(user("email"))
+    model = ScriptedModel([reply(None, tool_call("send_email", {"to": "b", "body": "x"}, id="e"))])
+    steps = run(store, session, model, approve=approve)
+    assert steps[-1].reason == "error" and steps[-1].error == "RuntimeError: policy service down"
+    assert steps[-1].node.payload["during"] == "approval"
+    assert CALLED == []
+    steps = run(store, session, ScriptedModel([reply("ok")]))  # fixed approver: it carries on
+    assert kinds(steps) == ["ToolStart", "ToolEnd", "Assistant", "Final"]

@@ -114,10 +114,17 @@ async def agent(store: Store, session: Session | str, branch: str = "main", *, c
                 yield Assistant(run.append(completion.message, run=completion))
                 continue
             pause = None
-            async for step in _resolve_calls(run, action, registry, approve):
-                if isinstance(step, Paused):
-                    pause = step.node
-                yield step
+            try:
+                async for step in _resolve_calls(run, action, registry, approve):
+                    if isinstance(step, Paused):
+                        pause = step.node
+                    yield step
+            except SessionTreeError:
+                raise  # a lost compare-and-set: another run owns the branch now
+            except Exception as e:  # the approver failed: stop, say why, run nothing more
+                node = run.append(_error_payload(e, "approval"), kind="error")
+                yield Final("error", node, f"{type(e).__name__}: {e}")
+                return
             if pause is not None:
                 yield Final("paused", pause)
                 return
