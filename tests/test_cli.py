@@ -286,3 +286,29 @@ def test_readonly_commands_do_not_write(invoke, small, db, monkeypatch):
     assert db.read_bytes() == before
     assert not wal.exists() or wal.stat().st_size == 0  # a reader may create it, never fill it
     assert opened == [True] * 7
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "conversations"
+
+
+@pytest.mark.parametrize(("name", "fmt"), [
+    ("chatgpt-tree.json", "chatgpt"), ("librechat-tree.json", "librechat"),
+    ("openwebui-chat.json", "openwebui"), ("claude-code-tool_heavy.jsonl", "claude-code"),
+    ("pi-session-mixed-boundaries.jsonl", "pi"),
+])
+def test_import_detects_each_format(invoke, name, fmt):
+    result = invoke("import", str(FIXTURES / name))
+    assert normalise(result.stdout).startswith(f"imported session <id> ({fmt})")
+    again = invoke("import", str(FIXTURES / name))  # idempotent: the same session, unchanged
+    assert again.stdout == result.stdout
+    assert invoke("verify").stdout.startswith("ok: 1 session(s)")
+
+
+def test_import_of_a_broken_file_is_one_line_and_writes_nothing(invoke, db, tmp_path):
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"format": "sessiontree", "version": 1}\n{"type": "session", "id": "s1"\n')
+    result = invoke("import", str(broken), "--format", "native", code=1)
+    assert result.stdout == ""
+    assert result.output.splitlines()[-1].startswith("Error: broken.jsonl line 2:")
+    with Store(db) as store:
+        assert store.sessions() == []
