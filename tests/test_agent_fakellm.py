@@ -16,25 +16,7 @@ import pytest
 from sessiontree import Store, run_sync
 from sessiontree.providers import openai_compatible
 
-import servers
 from flows import approve_risky, get_weather, send_email
-
-RULES = textwrap.dedent("""\
-    version: 1
-    defaults: {fallback: deterministic_echo}
-    rules:
-      - name: done
-        when: {tool_result_contains: "sent to"}
-        respond: {content: "Emailed bob: sunny in Paris."}
-      - name: email
-        when: {tool_result_contains: "Sunny in Paris"}
-        respond:
-          tool_calls: [{name: send_email, arguments: {to: bob@example.com, body: "Sunny, 21C"}}]
-      - name: weather
-        when: {messages_contain: "weather in paris"}
-        respond:
-          tool_calls: [{name: get_weather, arguments: {city: Paris}}]
-    """)
 
 RESUME = textwrap.dedent("""\
     import asyncio, json, sys
@@ -58,21 +40,14 @@ RESUME = textwrap.dedent("""\
     """)
 
 
-@pytest.fixture(scope="module")
-def fakellm(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fakellm-agent")
-    (root / "rules.yaml").write_text(RULES)
-    server = servers.start_fakellm(root / "rules.yaml", root / "logs")
-    yield server
-    server.stop()
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-def test_pause_decide_resume_through_fakellm(fakellm, tmp_path, stream):
+def test_pause_decide_resume_through_fakellm(agent_fakellm, tmp_path, stream):
     db = tmp_path / "e2e.db"
     # fakellm keeps state per conversation: one id per test, shared with the resuming process.
     cid = uuid.uuid4().hex
-    call = openai_compatible(fakellm.url + "/v1", "gpt-4o-mini", stream=stream, api_key="sk-fake",
+    call = openai_compatible(agent_fakellm.url + "/v1", "gpt-4o-mini", stream=stream, api_key="sk-fake",
                              headers={"X-Fakellm-Conversation-Id": cid})
     with Store(db) as store:
         session = store.create_session("e2e")
@@ -86,7 +61,7 @@ def test_pause_decide_resume_through_fakellm(fakellm, tmp_path, stream):
         assert run.model and run.finish_reason == "tool_calls" and run.latency_ms > 0
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
-    result = subprocess.run([sys.executable, "-c", RESUME, str(db), pause_id, fakellm.url + "/v1",
+    result = subprocess.run([sys.executable, "-c", RESUME, str(db), pause_id, agent_fakellm.url + "/v1",
                              "1" if stream else "0", cid], capture_output=True, text=True, env=env,
                             timeout=60)
     assert result.returncode == 0, result.stderr

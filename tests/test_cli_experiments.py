@@ -13,8 +13,6 @@ from click.testing import CliRunner
 from sessiontree import Store
 from sessiontree.cli import cli
 
-import servers
-from test_agent_fakellm import RULES
 from test_cli import normalise
 
 
@@ -73,17 +71,10 @@ def test_compare_table_and_diff(demo_db):
     assert "expected MODEL=INPUT,OUTPUT" in bad.output
 
 
-@pytest.fixture(scope="module")
-def fakellm(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fakellm-rerun")
-    (root / "rules.yaml").write_text(RULES)
-    server = servers.start_fakellm(root / "rules.yaml", root / "logs")
-    yield server
-    server.stop()
 
 
-def test_rerun_variants_against_a_real_server(fakellm, tmp_path, monkeypatch):
-    monkeypatch.setenv("SESSIONTREE_BASE_URL", fakellm.url + "/v1")
+def test_rerun_variants_against_a_real_server(agent_fakellm, tmp_path, monkeypatch):
+    monkeypatch.setenv("SESSIONTREE_BASE_URL", agent_fakellm.url + "/v1")
     db = tmp_path / "r.db"
     with Store(db) as store:
         s = store.create_session("rerun")

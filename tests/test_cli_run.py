@@ -13,7 +13,6 @@ from sessiontree import Store
 from sessiontree.cli import cli
 
 import servers
-from test_agent_fakellm import RULES
 from test_cli import normalise
 
 FLOWS = str(Path(__file__).parent / "flows.py")
@@ -29,18 +28,11 @@ decide with: sessiontree approve <id>  (or: sessiontree reject <id> --reason ...
 then resume: sessiontree resume <id>"""
 
 
-@pytest.fixture(scope="module")
-def fakellm(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fakellm-cli")
-    (root / "rules.yaml").write_text(RULES)
-    server = servers.start_fakellm(root / "rules.yaml", root / "logs")
-    yield server
-    server.stop()
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
-def test_run_pauses_then_approve_and_resume(fakellm, tmp_path, monkeypatch, stream):
-    monkeypatch.setenv("SESSIONTREE_BASE_URL", fakellm.url + "/v1")
+def test_run_pauses_then_approve_and_resume(agent_fakellm, tmp_path, monkeypatch, stream):
+    monkeypatch.setenv("SESSIONTREE_BASE_URL", agent_fakellm.url + "/v1")
     monkeypatch.setenv("SESSIONTREE_MODEL", "gpt-4o-mini")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-cli-secret")
     db = str(tmp_path / "run.db")

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..bulk import ImportedNode, ImportedSession
 from ..ids import now
+from ..model import ROLES
 from .common import (
     block_text,
     chat_message,
@@ -31,8 +32,6 @@ from .common import (
     stable_id,
 )
 from .errors import FormatError
-
-ROLES = {"system", "user", "assistant", "tool", "developer"}
 
 
 def parse_openwebui(data: Any) -> list[ImportedSession]:
