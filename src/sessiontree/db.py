@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .errors import SchemaTooNew, SessionTreeError
+from .errors import ReadOnly, SchemaTooNew, SessionTreeError
 
 BUSY_TIMEOUT_MS = 5_000
 BEGIN_ATTEMPTS = 8  # after the busy timeout, a few more tries with backoff
@@ -177,9 +177,12 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
             time.sleep(min(0.05 * 2**attempt, 1.0) * random.uniform(0.5, 1.5))
     try:
         yield conn
-    except BaseException:
+    except BaseException as e:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
+        if isinstance(e, sqlite3.OperationalError) and "readonly database" in str(e):
+            raise ReadOnly("the database is open read-only (or its file is not writable); "
+                           "nothing was written") from None
         raise
     try:
         conn.execute("COMMIT")

@@ -19,7 +19,7 @@ import sqlite3
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .errors import AmbiguousRef, BranchMoved, CheckpointImmutable, Conflict, NotFound
+from .errors import AmbiguousRef, BranchMoved, CheckpointImmutable, Conflict, InvalidPayload, NotFound
 from .ids import new_id, now
 from .model import Branch, Checkpoint, Completion, Diff, ModelUsage, Node, Usage, encode_payload
 
@@ -71,6 +71,28 @@ def resolve_prefix(conn: sqlite3.Connection, table: str, what: str, prefix: str,
     return rows[0][0]
 
 
+def encode_json(value: Any, what: str, **options: Any) -> str:
+    """JSON text for a metadata, params or usage column: strict JSON (no NaN or
+    infinity, which SQLite's JSON functions and our exports refuse) that SQLite can
+    store (a lone surrogate survives only as a \\u escape). InvalidPayload otherwise."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, **options)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = json.dumps(value, ensure_ascii=True, allow_nan=False, **options)
+    except (ValueError, TypeError, RecursionError) as e:
+        raise InvalidPayload(f"{what} is not valid JSON: {e}") from None
+    return text
+
+
+def check_text(text: str | None, what: str) -> str | None:
+    """Text SQLite can store as UTF-8: no lone surrogates."""
+    if isinstance(text, str) and any("\ud800" <= c <= "\udfff" for c in text):
+        raise InvalidPayload(f"{what} {text!r} holds a lone surrogate, which is not valid Unicode text")
+    return text
+
+
 def check_name(name: str, what: str = "branch") -> str:
     """Names are 1-200 printable characters without surrounding spaces."""
     if not isinstance(name, str) or not name or name != name.strip() or len(name) > MAX_NAME:
@@ -78,6 +100,8 @@ def check_name(name: str, what: str = "branch") -> str:
                        "no leading or trailing spaces")
     if any(ord(c) < 32 or ord(c) == 127 for c in name):
         raise Conflict(f"invalid {what} name {name!r}: control characters are not allowed")
+    if any("\ud800" <= c <= "\udfff" for c in name):
+        raise Conflict(f"invalid {what} name {name!r}: lone surrogates are not allowed")
     return name
 
 
@@ -224,7 +248,7 @@ class Session:
         conn.execute(
             "INSERT INTO branches (session_id, name, head_id, metadata, created_at, updated_at)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            (self.id, branch, head_id, json.dumps(metadata or {}, ensure_ascii=False), when, when),
+            (self.id, branch, head_id, encode_json(metadata or {}, "branch metadata"), when, when),
         )
 
     def _check_name_free(self, conn: sqlite3.Connection, name: str, what: str) -> None:
@@ -251,8 +275,8 @@ class Session:
             "INSERT INTO runs (id, session_id, model, provider, params, usage, latency_ms,"
             " finish_reason, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (run_id, self.id, fields.get("model"), fields.get("provider"),
-             json.dumps(fields.get("params") or {}, ensure_ascii=False, default=str),
-             json.dumps(fields.get("usage") or {}, ensure_ascii=False, default=str),
+             encode_json(fields.get("params") or {}, "run params", default=str),
+             encode_json(fields.get("usage") or {}, "run usage", default=str),
              fields.get("latency_ms"), fields.get("finish_reason"), now()),
         )
         return run_id

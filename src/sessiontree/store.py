@@ -23,7 +23,7 @@ from .errors import Conflict, NotFound, ReadOnly
 from .ids import new_id, now
 from .maintenance import prune, verify
 from .model import Node, PruneReport, Run, SessionInfo, VerifyReport
-from .session import NODE_COLUMNS, Session, node_from_row, resolve_prefix
+from .session import NODE_COLUMNS, Session, check_text, encode_json, node_from_row, resolve_prefix
 
 
 class Store:
@@ -68,7 +68,8 @@ class Store:
         """Start a new, empty session tree."""
         session_id = id or new_id()
         created = now()
-        meta = json.dumps(metadata or {}, ensure_ascii=False)
+        meta = encode_json(metadata or {}, "session metadata")
+        check_text(title, "session title")
         with self.transaction() as conn:
             try:
                 conn.execute(

@@ -1,0 +1,379 @@
+"""Hostile input: odd payloads, names full of SQL metacharacters, garbled import files and
+bad command lines. Each one is either stored and read back exactly, or refused with a
+clear sessiontree error; a refusal never leaves anything half-stored (the whole database
+is compared before and after)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from sessiontree import (
+    Completion,
+    Conflict,
+    FormatError,
+    ImportConflict,
+    InvalidPayload,
+    NotFound,
+    ReadOnly,
+    SessionTreeError,
+    Store,
+)
+from sessiontree.cli import cli
+from sessiontree.formats import export_native, import_file, import_native
+
+from conftest import user
+
+ODD = ["\ud800", "\udfff", "\ud83d", "\x00", "\u202e", "\u200f", "\u202d", "\ufeff", "\u0301",
+       "💥", "𝕏", "'", '"', "%", "_", "\\", "\n", "\r", "\t", "--", ";", "\u2028", "\x7f"]
+SQLISH = ["'; DROP TABLE nodes; --", "%", "_", "%%", "__", "a%b_c", "it's", 'say "hi"',
+          "Robert'); DROP TABLE sessions;--", "\\", "main%", "ma_n", "🌳 tree", "x' OR '1'='1"]
+
+odd_text = st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(ODD + SQLISH),
+    st.lists(st.sampled_from(ODD), max_size=12).map("".join),
+)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | odd_text,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(odd_text, children, max_size=4),
+    max_leaves=25,
+)
+
+
+def dump(conn: sqlite3.Connection) -> list[str]:
+    """Every row of every table, as SQL text: equal dumps mean nothing was written."""
+    return list(conn.iterdump())
+
+
+def pairs_up(value) -> bool:
+    """A lone high surrogate right before a lone low one: JSON's \\u escapes cannot tell
+    that from the one astral character they encode, so it reads back as that character."""
+    if isinstance(value, str):
+        return any("\ud800" <= a <= "\udbff" and "\udc00" <= b <= "\udfff"
+                   for a, b in zip(value, value[1:], strict=False))
+    if isinstance(value, list):
+        return any(pairs_up(v) for v in value)
+    if isinstance(value, dict):
+        return any(pairs_up(k) or pairs_up(v) for k, v in value.items())
+    return False
+
+
+def has_non_finite(value) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, list):
+        return any(has_non_finite(v) for v in value)
+    if isinstance(value, dict):
+        return any(has_non_finite(v) for v in value.values())
+    return False
+
+
+# -- payloads --------------------------------------------------------------------------
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(content=odd_text, data=json_values)
+def test_odd_payloads_round_trip_or_are_refused_whole(session, content, data):
+    payload = {"role": "user", "content": content, "data": data}
+    assume(not pairs_up(payload))  # see test_split_surrogate_pair_is_not_kept_apart
+    before = dump(session.conn)
+    if has_non_finite(data):
+        with pytest.raises(InvalidPayload, match="not valid JSON"):
+            session.append_many([user("first of a batch"), payload], branch="odd")
+        assert dump(session.conn) == before
+        return
+    node = session.append(payload, branch="odd")
+    again = session.store.node(node.id)  # read back from the database, not the cache
+    assert json.dumps(again.payload, sort_keys=True) == json.dumps(payload, sort_keys=True)
+    assert session.verify().ok
+
+
+def test_odd_payloads_survive_reopening_and_export(tmp_path):
+    path = tmp_path / "odd.db"
+    payload = {"role": "user", "content": "".join(ODD[1:]), "names": SQLISH, "big": "x" * 3_000_000,
+               "n": 2**80, "neg": -0.0, "f": 1e308}
+    with Store(path) as store:
+        node = store.create_session("odd").append(payload)
+        export = list(export_native(store))
+    with Store(path) as store:
+        assert store.node(node.id).payload == payload
+        assert store.verify().ok
+    with Store(":memory:") as copy:
+        import_native(copy, export)
+        assert copy.node(node.id).payload == payload
+
+
+@pytest.mark.xfail(strict=True, reason="known limit (model.encode_payload): a lone high surrogate "
+                   "followed by a lone low one is stored as \\u escapes and reads back as one "
+                   "astral character; see docs/reliability.md")
+def test_split_surrogate_pair_is_not_kept_apart(session):
+    node = session.append(user("\ud800\udfff"))
+    assert session.store.node(node.id).payload["content"] == "\ud800\udfff"
+
+
+@pytest.mark.parametrize("depth", [5_000, 100_000])
+def test_absurdly_deep_payloads_are_refused_clearly(session, depth):
+    deep: list = []
+    for _ in range(depth):
+        deep = [deep]
+    before = dump(session.conn)
+    with pytest.raises(InvalidPayload, match="nested too deeply"):
+        session.append({"role": "user", "content": "x", "deep": deep})
+    assert dump(session.conn) == before
+
+
+def test_moderately_deep_payloads_round_trip(session):
+    deep: dict = {"leaf": True}
+    for i in range(200):
+        deep = {f"k{i}": deep}
+    node = session.append({"role": "user", "content": "deep", "d": deep})
+    assert session.store.node(node.id).payload["d"] == deep
+    assert session.verify().ok
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_numbers_in_metadata_and_run_usage_are_refused_whole(store, bad):
+    """Before the fix these were stored as NaN/Infinity (not JSON): export then raised a
+    bare ValueError, and a run's usage made the insert fail with sqlite3's 'malformed JSON'."""
+    before = dump(store.conn)
+    with pytest.raises(InvalidPayload, match="not valid JSON"):
+        store.create_session("nan", metadata={"score": bad})
+    assert dump(store.conn) == before
+    session = store.create_session("ok")
+    session.append(user("hi"))
+    before = dump(store.conn)
+    reply = {"role": "assistant", "content": "x"}
+    for run in (Completion(reply, model="m", usage={"prompt_tokens": bad}),
+                Completion(reply, model="m", params={"temperature": bad})):
+        with pytest.raises(InvalidPayload, match="not valid JSON"):
+            session.append(reply, run=run)
+        assert dump(store.conn) == before
+    with pytest.raises(InvalidPayload, match="not valid JSON"):
+        session.fork("f", at="main", metadata={"x": bad})
+    assert dump(store.conn) == before
+    assert store.verify().ok
+
+
+def test_lone_surrogates_outside_payloads_are_kept_or_refused_clearly(store):
+    """Before the fix each of these escaped as a bare UnicodeEncodeError from sqlite3."""
+    session = store.create_session("s", metadata={"note": "\ud800 lone"})
+    assert store.session(session.id).metadata == {"note": "\ud800 lone"}
+    session.append(user("hi"))
+    node = session.append({"role": "assistant", "content": "x"},
+                          run=Completion({"role": "assistant"}, usage={"odd\udfff": 1}))
+    assert store.run(node.run_id).usage == {"odd\udfff": 1}
+    before = dump(store.conn)
+    with pytest.raises(InvalidPayload, match="lone surrogate"):
+        store.create_session("title \ud800")
+    with pytest.raises(Conflict, match="lone surrogates are not allowed"):
+        session.fork("b\ud800", at="main")
+    with pytest.raises(Conflict, match="lone surrogates are not allowed"):
+        session.append(user("x"), branch="b\udfff")
+    assert dump(store.conn) == before
+    assert store.verify().ok
+
+
+# -- names and ids with SQL metacharacters ----------------------------------------------
+
+@pytest.mark.parametrize("name", SQLISH)
+def test_names_with_sql_metacharacters_are_just_names(store, name):
+    session = store.create_session(name, metadata={name: name})
+    first = session.append(user(name))
+    second = session.append(user("two"))
+    assert session.fork(name, at=first).head_id == first.id
+    session.checkpoint(name + "!", at=second)
+    assert session.resolve(name) == first.id and session.resolve(name + "!") == second.id
+    assert session.messages(name) == [user(name)]
+    renamed = session.rename(name, name + "?")
+    assert renamed.head_id == first.id
+    with pytest.raises(NotFound):
+        session.branch(name)
+    assert store.session(session.id).title == name
+    assert store.session(session.id).metadata == {name: name}
+    # Wildcards never match anything they should not.
+    for pattern in ("%", "%%%%", "____", "_", "*", name):
+        if pattern in (name, name + "?", name + "!"):
+            continue
+        with pytest.raises((NotFound, Conflict)):
+            session.resolve(pattern)
+        with pytest.raises(NotFound):
+            store.session(pattern)
+        with pytest.raises(NotFound):
+            store.node(pattern)
+    session.delete_branch(name + "?")
+    session.delete_checkpoint(name + "!")
+    assert [b.name for b in session.branches()] == ["main"]
+    assert {r[0] for r in store.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")} >= {
+        "nodes", "sessions", "branches", "checkpoints", "runs"}
+    assert store.verify().ok
+
+
+@pytest.mark.parametrize("name", ["", " main", "main ", "a\x00b", "a\nb", "x" * 201, "\x7f"])
+def test_invalid_names_are_refused_and_nothing_is_written(session, name):
+    session.append(user("hi"))
+    before = dump(session.conn)
+    for attempt in (lambda: session.fork(name, at="main"),
+                    lambda: session.checkpoint(name, at="main"),
+                    lambda: session.append(user("x"), branch=name),
+                    lambda: session.edit(session.head(), user("y"), branch=name)):
+        with pytest.raises(Conflict, match="invalid"):
+            attempt()
+    assert dump(session.conn) == before
+
+
+# -- garbled import files -------------------------------------------------------------
+
+def sample_export() -> bytes:
+    with Store(":memory:") as store:
+        s = store.create_session("garble me", metadata={"k": "v"})
+        s.append({"role": "system", "content": "be nice"})
+        a = s.append(user("héllo \u202e 'quoted' %_"))
+        s.append({"role": "assistant", "content": "hi"},
+                 run=Completion({"role": "assistant"}, model="m", usage={"prompt_tokens": 3}))
+        s.fork("alt", at=a)
+        s.append({"role": "assistant", "content": "other"}, branch="alt")
+        s.checkpoint("cp", at=a)
+        return "".join(export_native(store)).encode()
+
+
+ORIGINAL = sample_export()
+
+mutation = st.one_of(
+    st.tuples(st.just("flip"), st.floats(0, 1, exclude_max=True), st.integers(1, 255)),
+    st.tuples(st.just("set"), st.floats(0, 1, exclude_max=True), st.sampled_from(b'{}[]":,\\\n0a-')),
+    st.tuples(st.just("truncate"), st.floats(0, 1, exclude_max=True), st.just(0)),
+    st.tuples(st.just("delete"), st.floats(0, 1, exclude_max=True), st.integers(1, 40)),
+    st.tuples(st.just("insert"), st.floats(0, 1, exclude_max=True), st.integers(0, 255)),
+)
+
+
+def garble(data: bytes, mutations) -> bytes:
+    out = bytearray(data)
+    for kind, where, value in mutations:
+        if not out:
+            break
+        at = int(where * len(out))
+        if kind == "flip":
+            out[at] ^= value
+        elif kind == "set":
+            out[at] = value
+        elif kind == "truncate":
+            del out[at:]
+        elif kind == "delete":
+            del out[at:at + value]
+        else:
+            out.insert(at, value)
+    return bytes(out)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mutations=st.lists(mutation, min_size=1, max_size=3))
+def test_garbled_native_files_import_cleanly_or_not_at_all(tmp_path, mutations):
+    garbled = garble(ORIGINAL, mutations)
+    assume(garbled != ORIGINAL)
+    path = tmp_path / "garbled.jsonl"
+    path.write_bytes(garbled)
+    # Into an empty store, and into a store that already holds the original.
+    for preload in (False, True):
+        with Store(":memory:") as store:
+            if preload:
+                import_native(store, ORIGINAL.decode().splitlines(keepends=True))
+            before = dump(store.conn)
+            try:
+                import_file(store, path, "native")
+            except (FormatError, ImportConflict) as e:
+                assert str(e) and "\n" not in str(e).strip()
+                assert dump(store.conn) == before  # nothing written
+            else:
+                assert store.verify().ok
+                if preload:  # what was there is still there, unchanged
+                    kept = set(dump(store.conn))
+                    assert all(line in kept for line in before if line.startswith('INSERT INTO "nodes"'))
+
+
+def test_an_unchanged_file_imports_identically_again(tmp_path):
+    path = tmp_path / "same.jsonl"
+    path.write_bytes(ORIGINAL)
+    with Store(":memory:") as store:
+        import_file(store, path)
+        before = dump(store.conn)
+        import_file(store, path)
+        assert dump(store.conn) == before
+        assert "".join(export_native(store)).encode() == ORIGINAL
+
+
+def test_importing_into_a_readonly_store_is_refused_as_read_only(tmp_path):
+    """Before the fix this raised sqlite3.OperationalError, not ReadOnly."""
+    source, target = tmp_path / "a.jsonl", tmp_path / "ro.db"
+    source.write_bytes(ORIGINAL)
+    Store(target).close()
+    before = target.read_bytes()
+    with Store(target, readonly=True) as store, pytest.raises(ReadOnly, match="read-only"):
+        import_file(store, source)
+    assert target.read_bytes() == before
+
+
+# -- bad command lines -----------------------------------------------------------------
+
+@pytest.fixture
+def cli_db(tmp_path):
+    path = tmp_path / "cli.db"
+    with Store(path) as store:
+        s = store.create_session("cli")
+        s.append(user("hello"))
+        s.append({"role": "assistant", "content": "hi"})
+    garbled = tmp_path / "garbled.jsonl"
+    garbled.write_bytes(ORIGINAL[: len(ORIGINAL) // 2])
+    (tmp_path / "binary.jsonl").write_bytes(b"\xff\xfe\x00garbage")
+    return path
+
+
+BAD_COMMANDS = [
+    (["fork", "", "--at", "main"], "invalid branch name"),
+    (["fork", "a\x01b", "--at", "main"], "control characters"),
+    (["fork", "x", "--at", "'; DROP TABLE nodes; --"], "no node, branch or checkpoint"),
+    (["fork", "main", "--at", "main"], "already exists"),
+    (["checkpoint", "c", "--at", "%"], "no node, branch or checkpoint '%'"),
+    (["log", "_"], "no node, branch or checkpoint '_'"),
+    (["show", "____"], "no node, branch or checkpoint '____'"),
+    (["tree", "%%%%"], "no session '%%%%'"),
+    (["log", "-s", "' OR 1=1 --", "main"], "no session"),
+    (["approve", "%%%%"], "no node '%%%%'"),
+    (["edit-call", "%%%%", "c", "{bad json"], "not JSON"),
+    (["edit-call", "%%%%", "c", "[1, 2]"], "must be a JSON object"),
+    (["import", "{tmp}/garbled.jsonl"], "garbled.jsonl"),
+    (["import", "{tmp}/binary.jsonl"], "binary.jsonl"),
+    (["import", "{tmp}/missing.jsonl"], "does not exist"),
+    (["import", "--format", "xml", "{tmp}/garbled.jsonl"], "Invalid value for '--format'"),
+    (["export", "--format", "xml"], "Invalid value for '--format'"),
+    (["export", "ffffffff"], "no session 'ffffffff'"),
+    (["prune", "--session", "nope"], "no session 'nope'"),
+    (["rename", "a"], "No such command"),
+    (["sessions", "--json", "extra"], "Got unexpected extra argument"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_COMMANDS, ids=[" ".join(a) for a, _ in BAD_COMMANDS])
+def test_bad_command_lines_are_one_line_errors_and_write_nothing(cli_db, args, message):
+    args = [a.replace("{tmp}", str(cli_db.parent)) for a in args]
+    conn = sqlite3.connect(cli_db)
+    before = dump(conn)
+    result = CliRunner().invoke(cli, ["--db", str(cli_db), *args])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, SystemExit), result.exception  # no traceback escaped
+    assert "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and message in errors[0], result.output
+    assert dump(conn) == before
+    conn.close()
+
+
+def test_sessiontree_errors_all_derive_from_one_class():
+    for error in (InvalidPayload, NotFound, Conflict, FormatError, ImportConflict, ReadOnly):
+        assert issubclass(error, SessionTreeError)
