@@ -403,3 +403,15 @@ def test_a_failing_approver_ends_the_run_with_an_error_and_runs_nothing(store, s
     assert CALLED == []
     steps = run(store, session, ScriptedModel([reply("ok")]))  # fixed approver: it carries on
     assert kinds(steps) == ["ToolStart", "ToolEnd", "Assistant", "Final"]
+
+
+def test_a_reply_that_cannot_be_stored_is_an_error_node(store, session):
+    from sessiontree import Completion
+
+    session.append(user("hi"))
+    bad = Completion(reply("ok"), usage={"prompt_tokens": float("nan")})
+    steps = run(store, session, ScriptedModel([bad]))
+    assert kinds(steps) == ["Final"] and steps[0].reason == "error"
+    assert steps[0].node.payload["during"] == "model reply"
+    assert "run usage is not valid JSON" in steps[0].error
+    assert session.verify().ok

@@ -217,7 +217,7 @@ def test_nodes_are_immutable_in_the_schema(session):
         ("text", "message", "must be a JSON object"),
         ({"content": "no role"}, "message", "needs 'role'"),
         ({"role": "user", "content": float("nan")}, "message", "not valid JSON"),
-        ({"role": "user", "content": object()}, "message", "not JSON-serialisable"),
+        ({"role": "user", "content": object()}, "message", "not JSON serializable"),
         ({"role": "user"}, "bogus", "unknown node kind 'bogus'"),
     ],
 )

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 from .db import transaction
 from .errors import Conflict, InvalidPayload, NotFound, SessionTreeError
 from .ids import now
-from .model import encode_payload
-from .session import check_name
+from .model import encode_json, encode_payload
+from .session import check_name, check_text
 
 if TYPE_CHECKING:
     from .store import Store
@@ -175,8 +175,8 @@ def _write_one(conn: sqlite3.Connection, s: ImportedSession, texts: dict[str, st
     if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (s.id,)).fetchone() is None:
         conn.execute("INSERT INTO sessions (id, title, metadata, created_at, archived_at)"
                      " VALUES (?, ?, ?, ?, ?)",
-                     (s.id, s.title, json.dumps(s.metadata, ensure_ascii=False), s.created_at,
-                      s.archived_at))
+                     (s.id, check_text(s.title, "session title"),
+                      encode_json(s.metadata, "session metadata"), s.created_at, s.archived_at))
     _write_runs(conn, s)
     _check_run_ids(conn, s)
     by_id = {n.id: n for n in s.nodes}
@@ -269,8 +269,8 @@ def _write_runs(conn: sqlite3.Connection, s: ImportedSession) -> None:
         conn.execute(
             "INSERT INTO runs (id, session_id, model, provider, params, usage, latency_ms,"
             " finish_reason, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (run.id, s.id, run.model, run.provider, json.dumps(run.params, ensure_ascii=False),
-             json.dumps(run.usage, ensure_ascii=False), run.latency_ms, run.finish_reason,
+            (run.id, s.id, run.model, run.provider, encode_json(run.params, "run params"),
+             encode_json(run.usage, "run usage"), run.latency_ms, run.finish_reason,
              run.created_at or s.created_at))
 
 
@@ -332,7 +332,7 @@ def _write_branches(conn: sqlite3.Connection, s: ImportedSession) -> None:
             created = b.created_at or now()
             conn.execute("INSERT INTO branches (session_id, name, head_id, metadata, created_at,"
                          " updated_at) VALUES (?, ?, ?, ?, ?, ?)",
-                         (s.id, b.name, b.node_id, json.dumps(b.metadata, ensure_ascii=False),
+                         (s.id, b.name, b.node_id, encode_json(b.metadata, "branch metadata"),
                           created, b.updated_at or created))
             continue
         kind, head = found

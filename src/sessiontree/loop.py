@@ -29,7 +29,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
-from .errors import BranchMoved, Conflict, SessionTreeError
+from .errors import BranchMoved, Conflict, InvalidPayload, SessionTreeError
 from .ids import new_id, now
 from .model import Completion, Node
 from .plan import Action, next_action
@@ -111,7 +111,13 @@ async def agent(store: Store, session: Session | str, branch: str = "main", *, c
                     return
                 if completion.latency_ms is None:  # the call did not time itself
                     completion.latency_ms = round((time.perf_counter() - started) * 1000, 3)
-                yield Assistant(run.append(completion.message, run=completion))
+                try:
+                    node = run.append(completion.message, run=completion)
+                except InvalidPayload as e:  # e.g. NaN in the usage, a reply nested absurdly deep
+                    node = run.append(_error_payload(e, "model reply"), kind="error")
+                    yield Final("error", node, f"{type(e).__name__}: {e}")
+                    return
+                yield Assistant(node)
                 continue
             pause = None
             try:

@@ -234,11 +234,55 @@ class VerifyReport:
         return not self.problems
 
 
-def encode_payload(payload: Any, kind: str) -> str:
-    """Validate a payload and return its canonical JSON text.
+MAX_NESTING = 256
+"""Deepest nesting a stored JSON value may have: deeper values could be written
+but not read back on every call stack."""
 
-    Raises InvalidPayload naming what is wrong: not an object, NaN or infinity
-    (not JSON), a value JSON cannot hold, or a message without a known role.
+
+def encode_json(value: Any, what: str, **options: Any) -> str:
+    """Strict JSON text SQLite can store, or InvalidPayload naming ``what``.
+
+    Strict: no NaN or infinity (SQLite's JSON functions and our exports refuse
+    them), at most MAX_NESTING levels deep. A lone surrogate cannot be stored as
+    UTF-8 text, so a value holding one is written with JSON's \\u escapes.
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, **options)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = json.dumps(value, ensure_ascii=True, allow_nan=False, **options)
+    except RecursionError:
+        text = "[" * (MAX_NESTING + 1)  # certainly too deep: refused below
+    except (ValueError, TypeError) as e:
+        raise InvalidPayload(f"{what} is not valid JSON: {e}") from None
+    # Counting brackets is cheap and almost always rules deep nesting out at once.
+    if text.count("[") + text.count("{") > MAX_NESTING and _nesting(value) > MAX_NESTING:
+        raise InvalidPayload(f"{what} is nested too deeply (more than {MAX_NESTING} levels)")
+    return text
+
+
+def _nesting(value: Any) -> int:
+    """How deeply lists and dicts nest in ``value`` (stops counting past MAX_NESTING)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list) and depth > deepest:
+            deepest = depth
+            if deepest > MAX_NESTING:
+                break
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return deepest
+
+
+def encode_payload(payload: Any, kind: str) -> str:
+    """Validate a node payload and return its canonical JSON text.
+
+    Raises InvalidPayload naming what is wrong: not an object, not strict JSON
+    (see ``encode_json``), or a message without a known role.
     """
     if kind not in KINDS:
         raise InvalidPayload(f"unknown node kind {kind!r}; expected one of {sorted(KINDS)}")
@@ -248,18 +292,4 @@ def encode_payload(payload: Any, kind: str) -> str:
         raise InvalidPayload(
             f"a message payload needs 'role' in {sorted(ROLES)}, got {payload.get('role')!r}"
         )
-    try:
-        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except ValueError as e:  # NaN/Infinity, or a circular reference
-        raise InvalidPayload(f"payload is not valid JSON: {e}") from None
-    except TypeError as e:
-        raise InvalidPayload(f"payload is not JSON-serialisable: {e}") from None
-    except RecursionError:
-        raise InvalidPayload("payload is nested too deeply to encode") from None
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        # A lone surrogate cannot be stored as UTF-8 text; JSON's \u escapes can
-        # carry it losslessly.
-        text = json.dumps(payload, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
-    return text
+    return encode_json(payload, "payload", separators=(",", ":"))

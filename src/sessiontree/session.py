@@ -21,7 +21,17 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import AmbiguousRef, BranchMoved, CheckpointImmutable, Conflict, InvalidPayload, NotFound
 from .ids import new_id, now
-from .model import Branch, Checkpoint, Completion, Diff, ModelUsage, Node, Usage, encode_payload
+from .model import (
+    Branch,
+    Checkpoint,
+    Completion,
+    Diff,
+    ModelUsage,
+    Node,
+    Usage,
+    encode_json,
+    encode_payload,
+)
 
 if TYPE_CHECKING:
     from .model import PruneReport, VerifyReport
@@ -69,21 +79,6 @@ def resolve_prefix(conn: sqlite3.Connection, table: str, what: str, prefix: str,
     if len(rows) > 1:
         raise AmbiguousRef(f"{what} prefix {prefix!r} is ambiguous: {rows[0][0]}, {rows[1][0]}, ...")
     return rows[0][0]
-
-
-def encode_json(value: Any, what: str, **options: Any) -> str:
-    """JSON text for a metadata, params or usage column: strict JSON (no NaN or
-    infinity, which SQLite's JSON functions and our exports refuse) that SQLite can
-    store (a lone surrogate survives only as a \\u escape). InvalidPayload otherwise."""
-    try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, **options)
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            text = json.dumps(value, ensure_ascii=True, allow_nan=False, **options)
-    except (ValueError, TypeError, RecursionError) as e:
-        raise InvalidPayload(f"{what} is not valid JSON: {e}") from None
-    return text
 
 
 def check_text(text: str | None, what: str) -> str | None:

@@ -22,8 +22,8 @@ from . import db as _db
 from .errors import Conflict, NotFound, ReadOnly
 from .ids import new_id, now
 from .maintenance import prune, verify
-from .model import Node, PruneReport, Run, SessionInfo, VerifyReport
-from .session import NODE_COLUMNS, Session, check_text, encode_json, node_from_row, resolve_prefix
+from .model import Node, PruneReport, Run, SessionInfo, VerifyReport, encode_json
+from .session import NODE_COLUMNS, Session, check_text, node_from_row, resolve_prefix
 
 
 class Store:
