@@ -81,6 +81,18 @@ def pending_migrations(conn: sqlite3.Connection) -> list[Migration]:
     return steps[version:]
 
 
+def needs_migration(path: str | Path) -> bool:
+    """Whether an existing database file is behind this code (read without writing)."""
+    try:
+        conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
+        try:
+            return schema_version(conn) < len(migrations())
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return False  # not a database: opening it reports that properly
+
+
 def migrate(conn: sqlite3.Connection) -> list[Migration]:
     """Apply pending steps, each in its own transaction; return the steps applied."""
     applied = []

@@ -15,6 +15,7 @@ import os
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
+from .errors import Conflict
 from .model import Problem, PruneReport, VerifyReport
 
 if TYPE_CHECKING:
@@ -156,3 +157,32 @@ def _check_tool_calls(store: Store, session_id: str | None) -> list[Problem]:
                 for call in message.get("tool_calls") or []:
                     open_calls[call.get("id")] = False
     return problems
+
+
+def stats(store: Store) -> dict[str, Any]:
+    """Counts, sizes and per-model token usage of the whole store."""
+    q = store.conn.execute
+    files = [store.path, store.path + "-wal"] if store.path != ":memory:" else []
+    return {
+        "file": store.path,
+        "bytes": sum(os.path.getsize(f) for f in files if os.path.exists(f)),
+        "schema_version": store.schema_version,
+        "sessions": q("SELECT count(*) FROM sessions").fetchone()[0],
+        "nodes": dict(q("SELECT kind, count(*) FROM nodes GROUP BY kind ORDER BY kind").fetchall()),
+        "branches": q("SELECT count(*) FROM branches").fetchone()[0],
+        "checkpoints": q("SELECT count(*) FROM checkpoints").fetchone()[0],
+        "pending": len(store.pending()),
+        "payload_bytes": q("SELECT coalesce(sum(length(CAST(payload AS BLOB))), 0) FROM nodes").fetchone()[0],
+        "models": [
+            {"model": m, "runs": n, "input_tokens": i or 0, "output_tokens": o or 0}
+            for m, n, i, o in q("SELECT coalesce(model, '?'), count(*), sum(input_tokens),"
+                                " sum(output_tokens) FROM runs GROUP BY 1 ORDER BY 2 DESC, 1")],
+    }
+
+
+def backup(store: Store, destination: str) -> int:
+    """A consistent, compacted copy of the database at ``destination``; its size in bytes."""
+    if os.path.exists(destination):
+        raise Conflict(f"{destination} already exists; choose a new file")
+    store.conn.execute("VACUUM INTO ?", (destination,))
+    return os.path.getsize(destination)

@@ -21,7 +21,7 @@ import sqlite_utils
 from . import db as _db
 from .errors import Conflict, NotFound, ReadOnly
 from .ids import new_id, now
-from .maintenance import prune, verify
+from .maintenance import backup, prune, stats, verify
 from .model import Node, PruneReport, Run, SessionInfo, VerifyReport, encode_json
 from .session import NODE_COLUMNS, Session, check_text, node_from_row, resolve_prefix
 
@@ -184,3 +184,11 @@ class Store:
         if session_id is not None:
             session_id = self.resolve_session_id(session_id)
         return verify(self, session_id=session_id)
+
+    def stats(self) -> dict[str, Any]:
+        """Counts, sizes and per-model token usage; see ``maintenance.stats``."""
+        return stats(self)
+
+    def backup(self, destination: str | Path) -> int:
+        """Write a consistent, compacted copy (VACUUM INTO) to a new file; return its size."""
+        return backup(self, str(destination))

@@ -60,26 +60,7 @@ def verify(ctx: click.Context, session: str | None, as_json: bool) -> None:
 @click.pass_context
 def stats(ctx: click.Context, as_json: bool) -> None:
     """Counts, sizes and token usage per model."""
-    store = open_store(ctx)
-    q = store.conn.execute
-    data = {
-        "file": store.path,
-        "bytes": Path(store.path).stat().st_size + sum(
-            Path(store.path + suffix).stat().st_size for suffix in ("-wal",)
-            if Path(store.path + suffix).exists()),
-        "schema_version": store.schema_version,
-        "sessions": q("SELECT count(*) FROM sessions").fetchone()[0],
-        "nodes": dict(q("SELECT kind, count(*) FROM nodes GROUP BY kind ORDER BY kind").fetchall()),
-        "branches": q("SELECT count(*) FROM branches").fetchone()[0],
-        "checkpoints": q("SELECT count(*) FROM checkpoints").fetchone()[0],
-        "pending": len(store.pending()),
-        "payload_bytes": q("SELECT coalesce(sum(length(CAST(payload AS BLOB))), 0) FROM nodes").fetchone()[0],
-        "models": [
-            {"model": m, "runs": n, "prompt_tokens": p or 0, "completion_tokens": c or 0}
-            for m, n, p, c in q(
-                "SELECT coalesce(model, '?'), count(*), sum(input_tokens), sum(output_tokens)"
-                " FROM runs GROUP BY 1 ORDER BY 2 DESC, 1").fetchall()],
-    }
+    data = open_store(ctx).stats()
     if as_json:
         echo_json(data)
         return
@@ -89,8 +70,8 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     click.echo("nodes " + (", ".join(f"{k} {v}" for k, v in data["nodes"].items()) or "0")
                + f" ({data['payload_bytes']} bytes of payload)")
     for m in data["models"]:
-        click.echo(f"model {m['model']}: {m['runs']} call(s), {m['prompt_tokens']} tokens in, "
-                   f"{m['completion_tokens']} out")
+        click.echo(f"model {m['model']}: {m['runs']} call(s), {m['input_tokens']} tokens in, "
+                   f"{m['output_tokens']} out")
 
 
 @click.command()
@@ -98,11 +79,9 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def backup(ctx: click.Context, destination: str) -> None:
     """Write a consistent, compacted copy of the database (VACUUM INTO)."""
-    if Path(destination).exists():
-        raise click.ClickException(f"{destination} already exists; choose a new file")
     store = open_store(ctx)
-    store.conn.execute("VACUUM INTO ?", (destination,))
-    click.echo(f"backed up {store.path} to {destination} ({Path(destination).stat().st_size} bytes)")
+    size = store.backup(destination)
+    click.echo(f"backed up {store.path} to {destination} ({size} bytes)")
 
 
 @click.command()

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
+from ..db import needs_migration
 from ..errors import NotFound, SessionTreeError
 from ..session import MIN_PREFIX, Session
 from ..store import Store
@@ -50,23 +50,10 @@ def open_store(ctx: click.Context, *, write: bool = False) -> Store:
                                        "or `sessiontree run`, or check --db / SESSIONTREE_DB)")
         path.parent.mkdir(parents=True, exist_ok=True)
         write = True  # commands that write create the file; so does first use of the default
-    store = Store(path, readonly=not write and not _needs_migration(path))
+    # An older file is opened read-write once, so that its schema can be upgraded.
+    store = Store(path, readonly=not write and not needs_migration(path))
     ctx.call_on_close(store.close)
     return store
-
-
-def _needs_migration(path: Path) -> bool:
-    """An older file must be opened read-write once so its schema can be upgraded."""
-    from ..db import migrations
-
-    try:
-        conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
-        try:
-            return conn.execute("PRAGMA user_version").fetchone()[0] < len(migrations())
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError:
-        return False  # let Store report it
 
 
 def latest_session(store: Store) -> Session:
