@@ -94,42 +94,20 @@ async def agent(store: Store, session: Session | str, branch: str = "main", *, c
                     yield Final("max_steps", path[-1])
                     return
                 model_calls += 1
-                completion = None
-                started = time.perf_counter()
-                try:
-                    messages = [n.payload for n in path if n.kind == "message"]
-                    async for item in _stream(call, messages, specs):
-                        if isinstance(item, str):
-                            if item:
-                                yield Token(item)
-                        else:
-                            completion = item
-                    completion = _as_completion(completion)
-                except Exception as e:  # CancelledError is not an Exception: handled below
-                    node = run.append(_error_payload(e, "model call"), kind="error")
-                    yield Final("error", node, f"{type(e).__name__}: {e}")
-                    return
-                if completion.latency_ms is None:  # the call did not time itself
-                    completion.latency_ms = round((time.perf_counter() - started) * 1000, 3)
-                try:
-                    node = run.append(completion.message, run=completion)
-                except InvalidPayload as e:  # e.g. NaN in the usage, a reply nested absurdly deep
-                    node = run.append(_error_payload(e, "model reply"), kind="error")
-                    yield Final("error", node, f"{type(e).__name__}: {e}")
-                    return
-                yield Assistant(node)
+                async for step in _model_step(run, call, path, specs):
+                    yield step
+                    if isinstance(step, Final):
+                        return
                 continue
             pause = None
             try:
                 async for step in _resolve_calls(run, action, registry, approve):
-                    if isinstance(step, Paused):
-                        pause = step.node
+                    pause = step.node if isinstance(step, Paused) else pause
                     yield step
             except SessionTreeError:
                 raise  # a lost compare-and-set: another run owns the branch now
             except Exception as e:  # the approver failed: stop, say why, run nothing more
-                node = run.append(_error_payload(e, "approval"), kind="error")
-                yield Final("error", node, f"{type(e).__name__}: {e}")
+                yield run.fail(e, "approval")
                 return
             if pause is not None:
                 yield Final("paused", pause)
@@ -153,6 +131,36 @@ class _Run:
                                    expect_head=self.head)
         self.head = node.id
         return node
+
+    def fail(self, error: Exception, during: str) -> Final:
+        """Record why the run stops in an ``error`` node; the Final step that says so."""
+        node = self.append(_error_payload(error, during), kind="error")
+        return Final("error", node, f"{type(error).__name__}: {error}")
+
+
+async def _model_step(run: _Run, call: ModelCall, path: list[Node],
+                      specs: list[dict[str, Any]]) -> AsyncIterator[Step]:
+    """One model call: its Token steps, then Assistant, or Final("error")."""
+    completion = None
+    started = time.perf_counter()
+    try:
+        async for item in _stream(call, [n.payload for n in path if n.kind == "message"], specs):
+            if not isinstance(item, str):
+                completion = item
+            elif item:
+                yield Token(item)
+        completion = _as_completion(completion)
+    except Exception as e:  # CancelledError is not an Exception: agent() handles it
+        yield run.fail(e, "model call")
+        return
+    if completion.latency_ms is None:  # the call did not time itself
+        completion.latency_ms = round((time.perf_counter() - started) * 1000, 3)
+    try:
+        node = run.append(completion.message, run=completion)
+    except InvalidPayload as e:  # NaN in the usage, a reply nested absurdly deep, ...
+        yield run.fail(e, "model reply")
+        return
+    yield Assistant(node)
 
 
 async def _resolve_calls(run: _Run, action: Action, registry: dict[str, Tool],
