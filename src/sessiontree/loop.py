@@ -187,8 +187,8 @@ async def _resolve_calls(run: _Run, action: Action, registry: dict[str, Tool],
         elif isinstance(answer, Pause):
             for_human.append((call, answer.reason))
         else:
-            raise TypeError(f"approve() must return Approve(), Reject(reason) or Pause(reason), "
-                            f"not {answer!r}")
+            raise TypeError("approve() must return Approve(), Reject(reason), Pause(reason) or "
+                            f"Edit(arguments), not {answer!r}")
 
     for call, reason in rejected:
         node = run.append({"role": "tool", "tool_call_id": call.id,
