@@ -32,7 +32,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .db import transaction
 from .errors import Conflict, InvalidPayload, NotFound, SessionTreeError
 from .ids import now
 from .model import encode_json, encode_payload
@@ -118,7 +117,7 @@ def write_sessions(store: Store, sessions: Sequence[ImportedSession],
         if progress is not None:
             progress(done[0], total)
 
-    with transaction(store.conn) as conn:
+    with store.transaction() as conn:
         for session, texts in zip(sessions, encoded, strict=True):
             try:
                 _write_one(conn, session, texts, tick)
