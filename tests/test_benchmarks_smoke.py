@@ -1,4 +1,4 @@
-"""Smoke test for benchmarks/store.py: it runs and reports every figure (no timing assertions)."""
+"""Smoke tests for the benchmarks: they run and report every figure (no timing assertions)."""
 
 import json
 import subprocess
@@ -33,3 +33,16 @@ def test_quick_json_run_reports_every_figure():
     figures = list(numbers({k: result[k] for k in ("append_us", "path_ms", "fork_us", "storage")}))
     assert len(figures) == 2 * 3 + 3 * 3 + 3 + 3 * 2 + 1
     assert all(x > 0 for x in figures)
+
+
+def test_loop_benchmark_quick_json_reports_every_figure():
+    script = SCRIPT.with_name("loop.py")
+    out = subprocess.run([sys.executable, str(script), "--quick", "--json"], capture_output=True,
+                         text=True, check=True, timeout=240).stdout
+    result = json.loads(out)
+    expected = {f"{what}_depth_{d}" for what in ("loop_first_cycle_us", "loop_cycle_us",
+                                                  "store_cycle_us") for d in (100, 2000)}
+    expected |= {"loop_over_store_shallow", "loop_over_store_deep", "loop_deep_over_shallow",
+                 "reps", "cycles"}
+    assert set(result) == expected
+    assert all(value > 0 for value in result.values())

@@ -72,13 +72,14 @@ async def agent(store: Store, session: Session | str, branch: str = "main", *, c
     session = session if isinstance(session, Session) else store.session(session)
     registry = as_tools(tools)
     specs = [t.spec() for t in registry.values()]
-    run = _Run(session, branch, session.branch(branch).head_id)
-    if expect_head is not None and run.head != expect_head:
-        raise BranchMoved(branch, expect_head, run.head)
+    head = session.branch(branch).head_id
+    if expect_head is not None and head != expect_head:
+        raise BranchMoved(branch, expect_head, head)
+    run = _Run(session, branch, session.path(head) if head else [])
     model_calls = 0
     try:
         while True:
-            path = session.path(run.head) if run.head else []
+            path = run.path
             action = next_action(path)
             if action.kind == "empty":
                 raise Conflict(f"branch {branch!r} is empty: append a user message first")
@@ -94,7 +95,7 @@ async def agent(store: Store, session: Session | str, branch: str = "main", *, c
                     yield Final("max_steps", path[-1])
                     return
                 model_calls += 1
-                async for step in _model_step(run, call, path, specs):
+                async for step in _model_step(run, call, specs):
                     yield step
                     if isinstance(step, Final):
                         return
@@ -121,15 +122,24 @@ async def agent(store: Store, session: Session | str, branch: str = "main", *, c
 
 
 class _Run:
-    """The branch a run advances, and the head it last saw (for compare-and-set)."""
+    """The branch a run advances and its path, read once: every later node is one this
+    run appended with a compare-and-set, so the path in memory stays the path on disk."""
 
-    def __init__(self, session: Session, branch: str, head: str | None) -> None:
-        self.session, self.branch, self.head = session, branch, head
+    def __init__(self, session: Session, branch: str, path: list[Node]) -> None:
+        self.session, self.branch, self.path = session, branch, path
+        # The projection a model is sent, kept in step with the path.
+        self.messages = [n.payload for n in path if n.kind == "message"]
+
+    @property
+    def head(self) -> str | None:
+        return self.path[-1].id if self.path else None
 
     def append(self, payload: dict[str, Any], *, kind: str = "message", run: Any = None) -> Node:
         node = self.session.append(payload, branch=self.branch, kind=kind, run=run,
                                    expect_head=self.head)
-        self.head = node.id
+        self.path.append(node)
+        if kind == "message":
+            self.messages.append(node.payload)
         return node
 
     def fail(self, error: Exception, during: str) -> Final:
@@ -138,13 +148,13 @@ class _Run:
         return Final("error", node, f"{type(error).__name__}: {error}")
 
 
-async def _model_step(run: _Run, call: ModelCall, path: list[Node],
-                      specs: list[dict[str, Any]]) -> AsyncIterator[Step]:
+async def _model_step(run: _Run, call: ModelCall, specs: list[dict[str, Any]]
+                      ) -> AsyncIterator[Step]:
     """One model call: its Token steps, then Assistant, or Final("error")."""
     completion = None
     started = time.perf_counter()
     try:
-        async for item in _stream(call, [n.payload for n in path if n.kind == "message"], specs):
+        async for item in _stream(call, list(run.messages), specs):  # a copy: the call may keep it
             if not isinstance(item, str):
                 completion = item
             elif item:
