@@ -350,6 +350,7 @@ def compare(store: Store, branches: Sequence[str], *, session: Session | str | N
         ancestor = s.common_ancestor(ancestor, other) if ancestor else None
     if len(branches) == 1:
         ancestor = None  # one branch: summarise all of it
+    pending = {p.id for p in s.pending()}
     summaries = []
     for name in branches:
         path = s.path(name)
@@ -358,7 +359,6 @@ def compare(store: Store, branches: Sequence[str], *, session: Session | str | N
         assistants = [m for m in messages if m.get("role") == "assistant"]
         final = next((m.get("content") for m in reversed(assistants) if not m.get("tool_calls")), None)
         usage = s.usage(name, since=ancestor) if ancestor else s.usage(name)
-        pending = {p.id for p in s.pending()}
         head = path[-1]
         status = ("paused" if head.id in pending else "error" if head.kind == "error"
                   else "completed" if head.kind == "message" and head.role == "assistant"
