@@ -128,8 +128,9 @@ def _check_tool_calls(store: Store, session_id: str | None) -> list[Problem]:
         " WHERE :s IS NULL OR b.session_id = :s ORDER BY b.session_id, b.name",
         {"s": session_id}).fetchall()
     problems = []
+    sessions: dict[str, Any] = {}
     for sid, name in rows:
-        session = store.session(sid)
+        session = sessions.get(sid) or sessions.setdefault(sid, store.session(sid))
         open_calls: dict[str, bool] = {}  # call id -> answered
         for node in session.path(name):
             if node.kind != "message":

@@ -88,6 +88,7 @@ def rerun(ctx: click.Context, at: str, session: str | None, variant_specs: tuple
     for spec in variant_specs:
         name, variant_model, variant_params = parse_variant(spec)
         system = variant_params.pop("system", None)
+        # Never streamed: concurrent runs would interleave their tokens on one terminal.
         call = make_call(base_url, variant_model, api_key_env, True, params)
         variants.append(Variant(name, call, variant_params, system))
     store = open_store(ctx, write=True)

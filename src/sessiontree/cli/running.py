@@ -64,7 +64,7 @@ def print_steps(steps: AsyncIterator[Any] | Any) -> Final | None:
         nonlocal final, streamed
         async for step in steps:
             final = echo_step(step, streamed) or final
-            streamed = isinstance(step, Token) or (streamed and not isinstance(step, Assistant))
+            streamed = isinstance(step, Token)  # tokens are always followed by their Assistant
     asyncio.run(consume())
     return final
 

@@ -34,10 +34,6 @@ def keep_or_derive(original: str, *scope: str) -> str:
     return stable_id(*scope, original)
 
 
-def is_uuid(value: Any) -> bool:
-    return isinstance(value, str) and _UUID.fullmatch(value) is not None
-
-
 def iso(value: Any, default: str | None = None) -> str | None:
     """A timestamp (epoch seconds or ms, or ISO 8601 text) as ``YYYY-MM-DDTHH:MM:SS.mmmZ``."""
     try:
