@@ -70,8 +70,10 @@ def one_run(workdir: Path, processes: int, mode: str, seconds: float) -> dict:
         session = store.create_session("bench")
         root = session.append({"role": "system", "content": "root"}, branch="shared")
     start, queue = CTX.Event(), CTX.Queue()
-    procs = [CTX.Process(target=writer, args=(str(db), session.id, i, mode, seconds, start, queue))
-             for i in range(processes)]
+    procs = [
+        CTX.Process(target=writer, args=(str(db), session.id, i, mode, seconds, start, queue))
+        for i in range(processes)
+    ]
     for p in procs:
         p.start()
     time.sleep(0.2)  # let every process open the store before the clock starts
@@ -100,8 +102,10 @@ def one_run(workdir: Path, processes: int, mode: str, seconds: float) -> dict:
 
 def measure(workdir: Path, processes: int, mode: str, seconds: float, reps: int) -> dict:
     runs = [one_run(workdir, processes, mode, seconds) for _ in range(reps)]
-    return {"per_s": statistics.median(r["per_s"] for r in runs),
-            "lost_share": statistics.median(r["lost_share"] for r in runs)}
+    return {
+        "per_s": statistics.median(r["per_s"] for r in runs),
+        "lost_share": statistics.median(r["lost_share"] for r in runs),
+    }
 
 
 def main() -> None:
@@ -114,9 +118,17 @@ def main() -> None:
     seconds = args.seconds or (1.0 if args.quick else 3.0)
     reps = 3 if args.quick else 5
     n = args.processes
-    result: dict = {"quick": args.quick, "reps": reps, "seconds": seconds, "processes": n,
-                    "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                "platform": platform.platform()}}
+    result: dict = {
+        "quick": args.quick,
+        "reps": reps,
+        "seconds": seconds,
+        "processes": n,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+    }
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         # Alternate baseline and N-process runs so noise hits both alike.
@@ -133,21 +145,28 @@ def main() -> None:
     result["baseline_per_s"] = round(base, 1)
     for mode, values in figures.items():
         total = statistics.median(values)
-        result[mode] = {"total_per_s": round(total, 1), "per_process_per_s": round(total / n, 1),
-                        "ratio_to_baseline": round(total / base, 3)}
+        result[mode] = {
+            "total_per_s": round(total, 1),
+            "per_process_per_s": round(total / n, 1),
+            "ratio_to_baseline": round(total / base, 3),
+        }
     result["cas"]["lost_share"] = round(statistics.median(lost), 3)
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"sessiontree concurrency benchmark: {n} processes, {seconds:g} s windows, "
-          f"median of {reps}; {result['machine']['cpus']} CPUs, Python {result['machine']['python']}")
+    print(
+        f"sessiontree concurrency benchmark: {n} processes, {seconds:g} s windows, "
+        f"median of {reps}; {result['machine']['cpus']} CPUs, Python {result['machine']['python']}"
+    )
     print(f"  baseline, 1 process:        {base:8.0f} appends/s")
     labels = {"own": "own branch each", "shared": "one shared branch", "cas": "shared, compare-and-set"}
     for mode, label in labels.items():
         r = result[mode]
         extra = f", {r['lost_share']:.0%} of attempts lost the race" if mode == "cas" else ""
-        print(f"  {n} processes, {label + ':':25s} {r['total_per_s']:8.0f} appends/s total, "
-              f"{r['per_process_per_s']:6.0f} per process, {r['ratio_to_baseline']:.2f}x baseline{extra}")
+        print(
+            f"  {n} processes, {label + ':':25s} {r['total_per_s']:8.0f} appends/s total, "
+            f"{r['per_process_per_s']:6.0f} per process, {r['ratio_to_baseline']:.2f}x baseline{extra}"
+        )
     print("  every run checked: no acknowledged append lost or duplicated, verify() clean")
 
 

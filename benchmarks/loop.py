@@ -39,16 +39,19 @@ def noop(n: int) -> str:
 
 def seeded(store: Store, depth: int):
     session = store.create_session()
-    session.append_many([{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"}
-                         for i in range(depth - 1)] + [{"role": "user", "content": "go"}])
+    session.append_many(
+        [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(depth - 1)]
+        + [{"role": "user", "content": "go"}]
+    )
     return session
 
 
 def loop_cycle_us(store: Store, depth: int, cycles: int) -> tuple[float, float]:
     """(µs from start to the first tool answer, median µs per later cycle)."""
     session = seeded(store, depth)
-    script = iter([*(reply(None, tool_call("noop", {"n": i}, id=f"c{i}")) for i in range(cycles)),
-                   reply("done")])
+    script = iter(
+        [*(reply(None, tool_call("noop", {"n": i}, id=f"c{i}")) for i in range(cycles)), reply("done")]
+    )
 
     def model(messages, tools):  # instant, and O(1): no copying of the growing context
         return next(script)
@@ -68,8 +71,7 @@ def store_cycle_us(store: Store, depth: int, cycles: int) -> float:
     start = time.perf_counter()
     for i in range(cycles):
         session.append(reply(None, tool_call("noop", {"n": i}, id=f"c{i}")))
-        session.append({"calls": [{"id": f"c{i}", "name": "noop", "arguments": "{}"}]},
-                       kind="tool_start")
+        session.append({"calls": [{"id": f"c{i}", "name": "noop", "arguments": "{}"}]}, kind="tool_start")
         session.append({"role": "tool", "tool_call_id": f"c{i}", "content": "ok"})
     return (time.perf_counter() - start) / cycles * 1e6
 
@@ -96,25 +98,31 @@ def main() -> None:
             figures[f"loop_cycle_us_depth_{depth}"] = statistics.median(loop)
             figures[f"store_cycle_us_depth_{depth}"] = statistics.median(raw)
     shallow, deep = depths
-    figures["loop_over_store_shallow"] = (figures[f"loop_cycle_us_depth_{shallow}"]
-                                          / figures[f"store_cycle_us_depth_{shallow}"])
-    figures["loop_over_store_deep"] = (figures[f"loop_cycle_us_depth_{deep}"]
-                                       / figures[f"store_cycle_us_depth_{deep}"])
-    figures["loop_deep_over_shallow"] = (figures[f"loop_cycle_us_depth_{deep}"]
-                                         / figures[f"loop_cycle_us_depth_{shallow}"])
+    figures["loop_over_store_shallow"] = (
+        figures[f"loop_cycle_us_depth_{shallow}"] / figures[f"store_cycle_us_depth_{shallow}"]
+    )
+    figures["loop_over_store_deep"] = (
+        figures[f"loop_cycle_us_depth_{deep}"] / figures[f"store_cycle_us_depth_{deep}"]
+    )
+    figures["loop_deep_over_shallow"] = (
+        figures[f"loop_cycle_us_depth_{deep}"] / figures[f"loop_cycle_us_depth_{shallow}"]
+    )
     figures["reps"], figures["cycles"] = reps, cycles
     if args.json:
         json.dump(figures, sys.stdout, indent=2)
         print()
         return
     print(f"agent loop, one tool cycle (3 nodes) — median of {reps} reps of {cycles} cycles")
-    print(f"{'depth':>8}  {'first cycle µs':>14}  {'loop µs/cycle':>14}  {'store µs/cycle':>15}"
-          f"  {'loop/store':>10}")
+    print(
+        f"{'depth':>8}  {'first cycle µs':>14}  {'loop µs/cycle':>14}  {'store µs/cycle':>15}"
+        f"  {'loop/store':>10}"
+    )
     for depth in depths:
         first = figures[f"loop_first_cycle_us_depth_{depth}"]
         lo, st = figures[f"loop_cycle_us_depth_{depth}"], figures[f"store_cycle_us_depth_{depth}"]
         print(f"{depth:>8,}  {first:>14.0f}  {lo:>14.1f}  {st:>15.1f}  {lo / st:>9.2f}x")
     print(f"loop cycle, deep / shallow: {figures['loop_deep_over_shallow']:.2f}x")
+
 
 if __name__ == "__main__":
     main()

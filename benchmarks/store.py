@@ -186,8 +186,12 @@ def bench_storage(tmp: Path, reps: int, sizes: list[int], n: int) -> dict:
 
 
 def machine() -> dict:
-    return {"nproc": os.cpu_count(), "python": platform.python_version(),
-            "sqlite": sqlite3.sqlite_version, "platform": platform.platform()}
+    return {
+        "nproc": os.cpu_count(),
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+    }
 
 
 def run(quick: bool) -> dict:
@@ -198,17 +202,29 @@ def run(quick: bool) -> dict:
         append = bench_append(tmp, reps, n=200 if quick else 1_000, batch=1_000)
         paths, fork = bench_path_and_fork(tmp, reps, depths, forks=50 if quick else 200)
         storage = bench_storage(tmp, 3, [100, 1_000, 10_000], n=200 if quick else 2_000)
-    return {"quick": quick, "reps": reps, "storage_reps": 3, "machine": machine(),
-            "append_us": append, "path_ms": paths, "fork_us": fork, "storage": storage}
+    return {
+        "quick": quick,
+        "reps": reps,
+        "storage_reps": 3,
+        "machine": machine(),
+        "append_us": append,
+        "path_ms": paths,
+        "fork_us": fork,
+        "storage": storage,
+    }
 
 
 def print_table(r: dict) -> None:
     m = r["machine"]
-    print(f"sessiontree store vs raw sqlite3 — median of {r['reps']} reps "
-          f"({m['nproc']} cpus, Python {m['python']}, SQLite {m['sqlite']})\n")
+    print(
+        f"sessiontree store vs raw sqlite3 — median of {r['reps']} reps "
+        f"({m['nproc']} cpus, Python {m['python']}, SQLite {m['sqlite']})\n"
+    )
     print(f"{'measure':<36}{'store':>12}{'raw':>12}{'store/raw':>11}")
-    rows = [("append, 1 txn per node (µs/node)", r["append_us"]["single"]),
-            ("append_many of 1,000 (µs/node)", r["append_us"]["batched"])]
+    rows = [
+        ("append, 1 txn per node (µs/node)", r["append_us"]["single"]),
+        ("append_many of 1,000 (µs/node)", r["append_us"]["batched"]),
+    ]
     rows += [(f"path at depth {int(d):,} (ms)", v) for d, v in r["path_ms"].items()]
     for label, v in rows:
         print(f"{label:<36}{v['store']:>12.2f}{v['raw']:>12.2f}{v['ratio']:>10.2f}x")

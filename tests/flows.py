@@ -51,13 +51,19 @@ def main() -> None:
         if mode == "resume":
             pause = store.node(ref)
             decide(store, ref, {c["id"]: Approve() for c in pause.payload["calls"]}, by="ops")
-            steps = asyncio.run(_collect(resume(store, ref, call=model, tools=tools,
-                                                approve=approve_risky)))
+            steps = asyncio.run(_collect(resume(store, ref, call=model, tools=tools, approve=approve_risky)))
         else:
             steps = list(run_sync(store, ref, call=model, tools=tools))
         for step in steps:
-            print(json.dumps({"step": type(step).__name__, "node": getattr(step.node, "id", None),
-                              "reason": getattr(step, "reason", None)}))
+            print(
+                json.dumps(
+                    {
+                        "step": type(step).__name__,
+                        "node": getattr(step.node, "id", None),
+                        "reason": getattr(step, "reason", None),
+                    }
+                )
+            )
     print(json.dumps({"called": CALLED}))
 
 

@@ -27,8 +27,15 @@ from sessiontree.testing import reply, tool_call
 # -- concurrent appends ------------------------------------------------------------------
 
 
-def append_worker(db: str, session_id: str, index: int, seconds: float, out_dir: str,
-                  start, modes: tuple[str, ...] = ("shared", "own", "cas")) -> None:
+def append_worker(
+    db: str,
+    session_id: str,
+    index: int,
+    seconds: float,
+    out_dir: str,
+    start,
+    modes: tuple[str, ...] = ("shared", "own", "cas"),
+) -> None:
     """Append for ``seconds`` after ``start`` (a multiprocessing Event) is set.
 
     Cycles through ``modes``: ``shared`` appends to the branch ``shared`` (the store
@@ -72,8 +79,7 @@ def append_worker(db: str, session_id: str, index: int, seconds: float, out_dir:
         (out / f"result-{index}.json").write_text(json.dumps(result))
 
 
-def cas_round_worker(db: str, session_id: str, index: int, rounds: int, barrier,
-                     out_dir: str) -> None:
+def cas_round_worker(db: str, session_id: str, index: int, rounds: int, barrier, out_dir: str) -> None:
     """Each round: read the head of ``cas``, wait until every process has read it, then
     append with ``expect_head`` = that head. Exactly one process per round can win."""
     out = Path(out_dir)
@@ -86,8 +92,9 @@ def cas_round_worker(db: str, session_id: str, index: int, rounds: int, barrier,
                 head = session.branch("cas").head_id
                 barrier.wait(60)  # nobody writes until everybody has read
                 try:
-                    node = session.append({"role": "user", "content": f"round {r} by {index}"},
-                                          branch="cas", expect_head=head)
+                    node = session.append(
+                        {"role": "user", "content": f"round {r} by {index}"}, branch="cas", expect_head=head
+                    )
                     outcomes.append(f"won {node.id}")
                 except BranchMoved as e:
                     outcomes.append(f"moved {e.expected}")
@@ -136,8 +143,7 @@ def transfer(amount: int, ctx_note: str = "") -> str:
     return f"transferred {amount}"
 
 
-def resume_worker(db: str, pause_ids: list[str], who: str, barrier, out_dir: str,
-                  tool_log: str) -> None:
+def resume_worker(db: str, pause_ids: list[str], who: str, barrier, out_dir: str, tool_log: str) -> None:
     """For each decided pause, all racers call ``resume`` at the same moment."""
     os.environ[TOOL_LOG_ENV] = tool_log
     outcomes = []
@@ -145,8 +151,9 @@ def resume_worker(db: str, pause_ids: list[str], who: str, barrier, out_dir: str
         for pause_id in pause_ids:
             barrier.wait(60)
             try:
-                steps = list(_drain(resume(store, pause_id, call=lambda m, t: reply("done"),
-                                           tools=[transfer])))
+                steps = list(
+                    _drain(resume(store, pause_id, call=lambda m, t: reply("done"), tools=[transfer]))
+                )
                 outcomes.append(f"won {steps[-1].reason}")
             except Exception as e:
                 outcomes.append(_outcome(e))
@@ -158,10 +165,12 @@ def _drain(steps):
 
     async def collect():
         return [s async for s in steps]
+
     return asyncio.run(collect())
 
 
 # -- the writer that gets killed ---------------------------------------------------------
+
 
 @tool
 def lookup(key: str) -> str:
@@ -174,8 +183,11 @@ def agent_model(messages, tools):
     if messages[-1]["role"] == "tool":
         return reply("looked up")
     n = len(messages)
-    return reply(None, tool_call("lookup", {"key": f"a{n}"}, id=f"c{n}a"),
-                 tool_call("lookup", {"key": f"b{n}"}, id=f"c{n}b"))
+    return reply(
+        None,
+        tool_call("lookup", {"key": f"a{n}"}, id=f"c{n}a"),
+        tool_call("lookup", {"key": f"b{n}"}, id=f"c{n}b"),
+    )
 
 
 class AckLog:
@@ -209,8 +221,12 @@ def crash_writer(db: str, log_path: str, seed: int) -> None:
             elif op == "batch":
                 size = rng.randint(2, 8)
                 nodes = session.append_many(
-                    [{"role": "user", "content": f"batch {tag} {i}", "batch": tag, "n": size}
-                     for i in range(size)], branch=rng.choice(["main", "batches"]))
+                    [
+                        {"role": "user", "content": f"batch {tag} {i}", "batch": tag, "n": size}
+                        for i in range(size)
+                    ],
+                    branch=rng.choice(["main", "batches"]),
+                )
                 log.ack("batch", ids=[x.id for x in nodes], batch=tag)
             elif op == "fork":
                 head = session.branch("main").head_id if _has(session, "main") else None

@@ -62,13 +62,22 @@ class ServerProcess:
                 self.proc.wait(timeout)
 
 
-def start(name: str, argv: list[str], port: int, log_dir: Path, *, cwd: Path | None = None,
-          env: dict[str, str] | None = None, ready_timeout: float = 30.0) -> ServerProcess:
+def start(
+    name: str,
+    argv: list[str],
+    port: int,
+    log_dir: Path,
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    ready_timeout: float = 30.0,
+) -> ServerProcess:
     """Run ``argv`` and return once ``port`` accepts connections."""
     log_dir.mkdir(parents=True, exist_ok=True)
     with open(log_dir / "stdout.log", "wb") as out, open(log_dir / "stderr.log", "wb") as err:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=cwd,
-                                env=os.environ.copy() if env is None else env)
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=err, cwd=cwd, env=os.environ.copy() if env is None else env
+        )
     server = ServerProcess(name, proc, port, log_dir)
     try:
         wait_for_port(server, ready_timeout)
@@ -82,34 +91,47 @@ def wait_for_port(server: ServerProcess, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         if server.proc.poll() is not None:
-            raise RuntimeError(f"{server.name} exited with code {server.proc.returncode} before "
-                               f"listening on {HOST}:{server.port}; stderr:\n{server.stderr()}")
+            raise RuntimeError(
+                f"{server.name} exited with code {server.proc.returncode} before "
+                f"listening on {HOST}:{server.port}; stderr:\n{server.stderr()}"
+            )
         try:
             with socket.create_connection((HOST, server.port), timeout=0.5):
                 return
         except OSError:
             pass
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{server.name} did not listen on {HOST}:{server.port} within "
-                               f"{timeout:.0f}s; stderr:\n{server.stderr()}")
+            raise RuntimeError(
+                f"{server.name} did not listen on {HOST}:{server.port} within "
+                f"{timeout:.0f}s; stderr:\n{server.stderr()}"
+            )
         time.sleep(0.05)
 
 
 # -- the two servers -----------------------------------------------------------------
 
+
 def start_fakellm(config: Path, log_dir: Path) -> ServerProcess:
     """``fakellm serve`` with a rules file. OpenAI base URL: ``{url}/v1``."""
     port = free_port()
-    argv = [executable("fakellm"), "serve", "--host", HOST, "--port", str(port),
-            "--config", str(config)]
+    argv = [executable("fakellm"), "serve", "--host", HOST, "--port", str(port), "--config", str(config)]
     return start("fakellm", argv, port, log_dir, cwd=config.parent)
 
 
 def start_llmock(log_dir: Path, *extra: str) -> ServerProcess:
     """``llmock serve``; faults are scripted per test over ``POST /_llmock/scenario``."""
     port = free_port()
-    argv = [executable("llmock"), "serve", "--host", HOST, "--port", str(port),
-            "--log-level", "warning", *extra]
+    argv = [
+        executable("llmock"),
+        "serve",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        *extra,
+    ]
     # Settings reach llmock's app through LLMOCK_* variables: drop any inherited ones.
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMOCK_")}
     return start("llmock", argv, port, log_dir, cwd=log_dir, env=env)

@@ -40,30 +40,53 @@ RESUME = textwrap.dedent("""\
     """)
 
 
-
-
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_pause_decide_resume_through_fakellm(agent_fakellm, tmp_path, stream):
     db = tmp_path / "e2e.db"
     # fakellm keeps state per conversation: one id per test, shared with the resuming process.
     cid = uuid.uuid4().hex
-    call = openai_compatible(agent_fakellm.url + "/v1", "gpt-4o-mini", stream=stream, api_key="sk-fake",
-                             headers={"X-Fakellm-Conversation-Id": cid})
+    call = openai_compatible(
+        agent_fakellm.url + "/v1",
+        "gpt-4o-mini",
+        stream=stream,
+        api_key="sk-fake",
+        headers={"X-Fakellm-Conversation-Id": cid},
+    )
     with Store(db) as store:
         session = store.create_session("e2e")
         session.append({"role": "user", "content": "What is the weather in Paris? Email bob."})
-        steps = list(run_sync(store, session, call=call, tools=[get_weather, send_email],
-                              approve=approve_risky))
+        steps = list(
+            run_sync(store, session, call=call, tools=[get_weather, send_email], approve=approve_risky)
+        )
         assert [type(s).__name__ for s in steps if type(s).__name__ != "Token"] == [
-            "Assistant", "ToolStart", "ToolEnd", "Assistant", "Paused", "Final"]
+            "Assistant",
+            "ToolStart",
+            "ToolEnd",
+            "Assistant",
+            "Paused",
+            "Final",
+        ]
         pause_id = steps[-2].node.id
         run = store.run(steps[0].node.run_id)
         assert run.model and run.finish_reason == "tool_calls" and run.latency_ms > 0
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
-    result = subprocess.run([sys.executable, "-c", RESUME, str(db), pause_id, agent_fakellm.url + "/v1",
-                             "1" if stream else "0", cid], capture_output=True, text=True, env=env,
-                            timeout=60)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            RESUME,
+            str(db),
+            pause_id,
+            agent_fakellm.url + "/v1",
+            "1" if stream else "0",
+            cid,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     steps = [json.loads(line) for line in result.stdout.splitlines()]
     tokens = [s for s in steps if s["step"] == "Token"]
@@ -76,6 +99,7 @@ def test_pause_decide_resume_through_fakellm(agent_fakellm, tmp_path, stream):
         session = store.session(session.id)
         assert session.messages()[-1]["content"] == "Emailed bob: sunny in Paris."
         assert store.verify().ok and store.pending() == []
-        raw = db.read_bytes() + (db.with_name(db.name + "-wal").read_bytes()
-                                 if db.with_name(db.name + "-wal").exists() else b"")
+        raw = db.read_bytes() + (
+            db.with_name(db.name + "-wal").read_bytes() if db.with_name(db.name + "-wal").exists() else b""
+        )
         assert b"sk-fake" not in raw  # the key never reaches the database

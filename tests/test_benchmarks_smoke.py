@@ -17,8 +17,13 @@ def numbers(value):
 
 
 def test_quick_json_run_reports_every_figure():
-    out = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--json"], capture_output=True,
-                         text=True, check=True, timeout=240).stdout
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=240,
+    ).stdout
     result = json.loads(out)
     assert result["quick"] is True and result["reps"] >= 5
     assert set(result["append_us"]) == {"single", "batched"}
@@ -37,12 +42,25 @@ def test_quick_json_run_reports_every_figure():
 
 def test_loop_benchmark_quick_json_reports_every_figure():
     script = SCRIPT.with_name("loop.py")
-    out = subprocess.run([sys.executable, str(script), "--quick", "--json"], capture_output=True,
-                         text=True, check=True, timeout=240).stdout
+    out = subprocess.run(
+        [sys.executable, str(script), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=240,
+    ).stdout
     result = json.loads(out)
-    expected = {f"{what}_depth_{d}" for what in ("loop_first_cycle_us", "loop_cycle_us",
-                                                  "store_cycle_us") for d in (100, 2000)}
-    expected |= {"loop_over_store_shallow", "loop_over_store_deep", "loop_deep_over_shallow",
-                 "reps", "cycles"}
+    expected = {
+        f"{what}_depth_{d}"
+        for what in ("loop_first_cycle_us", "loop_cycle_us", "store_cycle_us")
+        for d in (100, 2000)
+    }
+    expected |= {
+        "loop_over_store_shallow",
+        "loop_over_store_deep",
+        "loop_deep_over_shallow",
+        "reps",
+        "cycles",
+    }
     assert set(result) == expected
     assert all(value > 0 for value in result.values())

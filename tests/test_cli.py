@@ -39,6 +39,7 @@ def invoke(db):
         result = runner.invoke(cli, ["--db", str(db), *args], catch_exceptions=False, **kwargs)
         assert result.exit_code == code, result.output
         return result
+
     return invoke
 
 
@@ -114,8 +115,9 @@ def test_sessions_env_variable_and_json(invoke, db, monkeypatch):
     invoke("demo")
     monkeypatch.setenv("SESSIONTREE_DB", str(db))
     result = CliRunner().invoke(cli, ["sessions"])
-    assert normalise(result.output) == ("ID  NODES  LAST ACTIVITY  TITLE\n"
-                                        "<id>  12  <time>  demo: weather report")
+    assert normalise(result.output) == (
+        "ID  NODES  LAST ACTIVITY  TITLE\n<id>  12  <time>  demo: weather report"
+    )
     data = json.loads(invoke("sessions", "--json").output)
     assert [(d["title"], d["node_count"]) for d in data] == [("demo: weather report", 12)]
 
@@ -129,11 +131,19 @@ def small(db):
         s.append({"role": "assistant", "content": "Hello!"})
         s.checkpoint("greeted", at="main")
         s.fork("alt", at=q)
-        s.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "rm", "arguments": '{"path": "/"}'}}]},
-            branch="alt")
+        s.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "rm", "arguments": '{"path": "/"}'}}
+                ],
+            },
+            branch="alt",
+        )
         from sessiontree.loop import run_sync
         from sessiontree.testing import ScriptedModel
+
         steps = list(run_sync(store, s, "alt", call=ScriptedModel([]), approve=lambda c: Pause("risky")))
         return {"session": s.id, "question": q.id, "pause": steps[0].node.id}
 
@@ -178,8 +188,10 @@ def test_tree_log_show_branches_diff_pending(invoke, small):
 
 def test_fork_checkpoint_edit(invoke, small, db, monkeypatch, tmp_path):
     assert normalise(invoke("fork", "again", "--at", "greeted").output) == "branch again -> <id>"
-    assert normalise(invoke("checkpoint", "start", "--at", small["question"]).output) == \
-        "checkpoint start -> <id>"
+    assert (
+        normalise(invoke("checkpoint", "start", "--at", small["question"]).output)
+        == "checkpoint start -> <id>"
+    )
     invoke("edit", small["question"], "-b", "polite", "--text", "Hello, please?")
     editor = tmp_path / "editor.sh"
     editor.write_text("#!/bin/sh\nprintf 'Edited in an editor\\n' > \"$1\"\n")
@@ -192,7 +204,9 @@ def test_fork_checkpoint_edit(invoke, small, db, monkeypatch, tmp_path):
         assert s.messages("edited") == [user("Edited in an editor")]
         assert s.branch("again").head_id == s.node("greeted").id
     result = invoke("checkpoint", "start", code=1)
-    assert result.output == f"Error: a checkpoint named 'start' already exists in session {small['session']}\n"
+    assert (
+        result.output == f"Error: a checkpoint named 'start' already exists in session {small['session']}\n"
+    )
 
 
 def test_approve_reject_and_decision_errors(invoke, small, db):
@@ -206,14 +220,17 @@ def test_approve_reject_and_decision_errors(invoke, small, db):
         assert decision.payload["by"] == "ops"
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["log", "no-such-branch"], "Error: no node, branch or checkpoint 'no-such-branch' in session"),
-    (["show", "ffff"], "Error: no node, branch or checkpoint 'ffff' in session"),
-    (["approve", "0000000"], "Error: no node '0000000'"),
-    (["tree", "zzzz"], "Error: no session 'zzzz'"),
-    (["fork", "x"], "Error: Missing option '--at'"),
-    (["prune", "--bogus"], "Error: No such option '--bogus'."),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["log", "no-such-branch"], "Error: no node, branch or checkpoint 'no-such-branch' in session"),
+        (["show", "ffff"], "Error: no node, branch or checkpoint 'ffff' in session"),
+        (["approve", "0000000"], "Error: no node '0000000'"),
+        (["tree", "zzzz"], "Error: no session 'zzzz'"),
+        (["fork", "x"], "Error: Missing option '--at'"),
+        (["prune", "--bogus"], "Error: No such option '--bogus'."),
+    ],
+)
 def test_user_mistakes_are_one_line_errors(db, small, args, message):
     result = CliRunner().invoke(cli, ["--db", str(db), *args])
     assert result.exit_code != 0
@@ -230,8 +247,10 @@ def test_an_ambiguous_prefix_is_refused(invoke, small):
 def test_missing_database(tmp_path):
     result = CliRunner().invoke(cli, ["--db", str(tmp_path / "nope.db"), "sessions"])
     assert result.exit_code == 1
-    assert result.output == (f"Error: no database at {tmp_path / 'nope.db'} (create one with "
-                             "`sessiontree demo` or `sessiontree run`, or check --db / SESSIONTREE_DB)\n")
+    assert result.output == (
+        f"Error: no database at {tmp_path / 'nope.db'} (create one with "
+        "`sessiontree demo` or `sessiontree run`, or check --db / SESSIONTREE_DB)\n"
+    )
     assert not (tmp_path / "nope.db").exists()
 
 
@@ -241,8 +260,9 @@ def test_prune_verify_stats_backup_migrate(invoke, small, db, tmp_path):
         s = store.session(small["session"])
         s.append(user("scratch"), branch="tmp")
         s.delete_branch("tmp")
-    assert invoke("prune").output == ("would remove 1 node(s) and 0 run(s)\n"
-                                      "run again with --yes to delete them\n")
+    assert invoke("prune").output == (
+        "would remove 1 node(s) and 0 run(s)\nrun again with --yes to delete them\n"
+    )
     assert invoke("prune", "--yes").output == "removed 1 node(s) and 0 run(s)\n"
     assert invoke("verify").output == "ok: 1 session(s), 4 node(s), 0 problem(s)\n"
     stats = json.loads(invoke("stats", "--json").output)
@@ -277,8 +297,9 @@ def test_readonly_commands_do_not_write(invoke, small, db, monkeypatch):
     from sessiontree.cli import common
 
     opened = []
-    monkeypatch.setattr(common, "Store", lambda path, readonly: opened.append(readonly) or
-                        Store(path, readonly=readonly))
+    monkeypatch.setattr(
+        common, "Store", lambda path, readonly: opened.append(readonly) or Store(path, readonly=readonly)
+    )
     wal = db.parent / (db.name + "-wal")
     before = db.read_bytes()
     for args in (["sessions"], ["tree"], ["log", "main"], ["pending"], ["verify"], ["stats"], ["prune"]):
@@ -291,11 +312,16 @@ def test_readonly_commands_do_not_write(invoke, small, db, monkeypatch):
 FIXTURES = Path(__file__).parent / "fixtures" / "conversations"
 
 
-@pytest.mark.parametrize(("name", "fmt"), [
-    ("chatgpt-tree.json", "chatgpt"), ("librechat-tree.json", "librechat"),
-    ("openwebui-chat.json", "openwebui"), ("claude-code-tool_heavy.jsonl", "claude-code"),
-    ("pi-session-mixed-boundaries.jsonl", "pi"),
-])
+@pytest.mark.parametrize(
+    ("name", "fmt"),
+    [
+        ("chatgpt-tree.json", "chatgpt"),
+        ("librechat-tree.json", "librechat"),
+        ("openwebui-chat.json", "openwebui"),
+        ("claude-code-tool_heavy.jsonl", "claude-code"),
+        ("pi-session-mixed-boundaries.jsonl", "pi"),
+    ],
+)
 def test_import_detects_each_format(invoke, name, fmt):
     result = invoke("import", str(FIXTURES / name))
     assert normalise(result.stdout).startswith(f"imported session <id> ({fmt})")

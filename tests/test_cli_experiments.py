@@ -31,9 +31,11 @@ def invoke(db, *args, code=0):
 
 def test_replay_matches_then_diverges_with_live_tools(demo_db, tmp_path):
     assert invoke(demo_db, "replay", "main").stdout == (
-        "replayed main into main-replay: all 5 message(s) matched (completed)\n")
+        "replayed main into main-replay: all 5 message(s) matched (completed)\n"
+    )
     tools = tmp_path / "changed_tools.py"
-    tools.write_text(textwrap.dedent('''\
+    tools.write_text(
+        textwrap.dedent('''\
         from sessiontree import tool
 
         @tool
@@ -45,13 +47,16 @@ def test_replay_matches_then_diverges_with_live_tools(demo_db, tmp_path):
         def send_email(to: str, subject: str, body: str) -> str:
             """Send."""
             return "sent"
-        '''))
-    result = invoke(demo_db, "replay", "main", "--tools", "live", "--tools-module", str(tools),
-                    "--into", "snowy", code=1)
+        ''')
+    )
+    result = invoke(
+        demo_db, "replay", "main", "--tools", "live", "--tools-module", str(tools), "--into", "snowy", code=1
+    )
     assert result.stdout == (
         "replayed main into snowy: diverged at message 2 of 5\n"
         '  expected: ["tool", "call_weather", "Sunny in Paris, 21C, light wind"]\n'
-        '  actual:   ["tool", "call_weather", "Snow in Paris"]\n')
+        '  actual:   ["tool", "call_weather", "Snow in Paris"]\n'
+    )
     data = json.loads(invoke(demo_db, "replay", "main", "--json").stdout)
     assert data["matched"] and data["branch"] == "main-replay-2"
 
@@ -60,7 +65,9 @@ def test_compare_table_and_diff(demo_db):
     out = invoke(demo_db, "compare", "main", "experiment", "--price", "scripted-a=1,2").stdout
     lines = normalise(out).splitlines()
     assert lines[0] == "BRANCH  STATUS  STEPS  TOOLS  IN  OUT  MS  COST  FINAL"
-    assert re.match(r"main  completed  2  1  58  14  \d+  0\.000086  Done: Bob has the Paris forecast", lines[1])
+    assert re.match(
+        r"main  completed  2  1  58  14  \d+  0\.000086  Done: Bob has the Paris forecast", lines[1]
+    )
     assert re.match(r"experiment  completed  1  0  23  12  \d+  -  Paris: sunny, 21C\.", lines[2])
     assert lines[4] == "common ancestor: <id> tool: [call_weather] Sunny in Paris, 21C, light wind"
     assert lines[5] == "--- main: 6 node(s)" and lines[-2] == "+++ experiment: 1 node(s)"
@@ -71,8 +78,6 @@ def test_compare_table_and_diff(demo_db):
     assert "expected MODEL=INPUT,OUTPUT" in bad.output
 
 
-
-
 def test_rerun_variants_against_a_real_server(agent_fakellm, tmp_path, monkeypatch):
     monkeypatch.setenv("SESSIONTREE_BASE_URL", agent_fakellm.url + "/v1")
     db = tmp_path / "r.db"
@@ -80,9 +85,21 @@ def test_rerun_variants_against_a_real_server(agent_fakellm, tmp_path, monkeypat
         s = store.create_session("rerun")
         s.append({"role": "user", "content": f"Say hi ({uuid.uuid4().hex})"})
         s.checkpoint("start", at="main")
-    result = invoke(db, "rerun", "start", "-s", s.id, "--variant", "cold=gpt-4o-mini:temperature=0",
-                    "--variant", "warm=gpt-4o-mini:temperature=1,system=Be warm.", "-n", "2",
-                    "--concurrency", "2")
+    result = invoke(
+        db,
+        "rerun",
+        "start",
+        "-s",
+        s.id,
+        "--variant",
+        "cold=gpt-4o-mini:temperature=0",
+        "--variant",
+        "warm=gpt-4o-mini:temperature=1,system=Be warm.",
+        "-n",
+        "2",
+        "--concurrency",
+        "2",
+    )
     assert normalise(result.stdout) == textwrap.dedent("""\
         BRANCH  VARIANT  RESULT  ERROR
         cold-1  cold  completed

@@ -10,7 +10,8 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 
 def test_cli_reference_is_up_to_date():
     assert DOC.read_text() == markdown(), (
-        "docs/cli.md is stale: run `python -m sessiontree.cli.reference > docs/cli.md`")
+        "docs/cli.md is stale: run `python -m sessiontree.cli.reference > docs/cli.md`"
+    )
 
 
 def test_every_command_is_documented_with_help():

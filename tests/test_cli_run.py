@@ -28,8 +28,6 @@ decide with: sessiontree approve <id>  (or: sessiontree reject <id> --reason ...
 then resume: sessiontree resume <id>"""
 
 
-
-
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
 def test_run_pauses_then_approve_and_resume(agent_fakellm, tmp_path, monkeypatch, stream):
     monkeypatch.setenv("SESSIONTREE_BASE_URL", agent_fakellm.url + "/v1")
@@ -69,8 +67,22 @@ def test_run_needs_an_endpoint(tmp_path, monkeypatch):
 
 
 def test_run_reports_a_model_error_and_exits_1(tmp_path):
-    result = CliRunner().invoke(cli, ["--db", str(tmp_path / "x.db"), "run", "hi", "--base-url",
-                                      f"http://127.0.0.1:{servers.free_port()}/v1", "-m", "m",
-                                      "--no-stream", "-o", "max_retries", "0"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "--db",
+            str(tmp_path / "x.db"),
+            "run",
+            "hi",
+            "--base-url",
+            f"http://127.0.0.1:{servers.free_port()}/v1",
+            "-m",
+            "m",
+            "--no-stream",
+            "-o",
+            "max_retries",
+            "0",
+        ],
+    )
     assert result.exit_code == 1
     assert "error: ProviderError" in result.output

@@ -54,11 +54,15 @@ def python_blocks(path: Path, text: str | None = None) -> list[Block]:
         # nothing else on the line (or at the end of the file).
         while i < len(lines):
             stripped = lines[i].strip()
-            if (len(lines[i]) - len(lines[i].lstrip(" ")) <= 3 and stripped
-                    and set(stripped) == {fence[0]} and len(stripped) >= len(fence)):
+            if (
+                len(lines[i]) - len(lines[i].lstrip(" ")) <= 3
+                and stripped
+                and set(stripped) == {fence[0]}
+                and len(stripped) >= len(fence)
+            ):
                 break
             line = lines[i]
-            body.append(line[min(indent, len(line) - len(line.lstrip(" "))):])
+            body.append(line[min(indent, len(line) - len(line.lstrip(" "))) :])
             i += 1
         i += 1
         if runnable:
@@ -78,8 +82,10 @@ def run_blocks(blocks: list[Block], namespace: dict) -> None:
                 asyncio.run(result)
         except Exception:
             details = traceback.format_exc()
-            pytest.fail(f"{block.path.name}: the python block starting at line {block.line} "
-                        f"failed:\n{details}", pytrace=False)
+            pytest.fail(
+                f"{block.path.name}: the python block starting at line {block.line} failed:\n{details}",
+                pytrace=False,
+            )
 
 
 def _doc_files() -> list:
@@ -137,7 +143,10 @@ y = 1 / 0
 def test_collector_finds_runnable_blocks_with_their_lines(tmp_path: Path) -> None:
     blocks = python_blocks(tmp_path / "sample.md", SAMPLE)
     assert [(b.line, b.source) for b in blocks] == [
-        (3, "x = 1\n"), (19, "x += 1\n"), (27, "assert x == 2\ny = 1 / 0\n")]
+        (3, "x = 1\n"),
+        (19, "x += 1\n"),
+        (27, "assert x == 2\ny = 1 / 0\n"),
+    ]
 
 
 def test_a_failing_block_names_the_file_and_line(tmp_path: Path) -> None:

@@ -18,11 +18,14 @@ TOOLS = [get_weather, send_email]
 def recorded(store, session):
     """A finished run with a tool call, a pause, a human decision and a final answer."""
     session.append(user("Weather in Paris? Email bob."))
-    model = ScriptedModel([
-        reply(None, tool_call("get_weather", {"city": "Paris"}, id="w")),
-        reply("Emailing.", tool_call("send_email", {"to": "bob", "body": "sunny"}, id="e")),
-        reply("Sent."),
-    ], model="gpt-x")
+    model = ScriptedModel(
+        [
+            reply(None, tool_call("get_weather", {"city": "Paris"}, id="w")),
+            reply("Emailing.", tool_call("send_email", {"to": "bob", "body": "sunny"}, id="e")),
+            reply("Sent."),
+        ],
+        model="gpt-x",
+    )
     pause = list(run_sync(store, session, call=model, tools=TOOLS, approve=approve_risky))[-1].node
     decide(store, pause.id, {"e": Approve()}, by="ops")
     list(run_sync(store, session, call=model, tools=TOOLS))
@@ -46,8 +49,9 @@ def test_replay_with_live_tools_reports_the_first_divergence(store, recorded):
         """Changed behaviour."""
         return f"Rain in {city}"
 
-    report = replay(store, "main", session=recorded, tools="live",
-                    implementations=[get_weather, send_email], into="live")
+    report = replay(
+        store, "main", session=recorded, tools="live", implementations=[get_weather, send_email], into="live"
+    )
     assert not report.matched
     assert report.divergence.index == 1
     assert report.divergence.expected == '["tool", "w", "Sunny in Paris, 21C"]'
@@ -57,8 +61,9 @@ def test_replay_with_live_tools_reports_the_first_divergence(store, recorded):
 
 def test_replay_replays_a_rejection(store, session):
     session.append(user("email"))
-    model = ScriptedModel([reply(None, tool_call("send_email", {"to": "b", "body": "x"}, id="e")),
-                           reply("Not sent.")])
+    model = ScriptedModel(
+        [reply(None, tool_call("send_email", {"to": "b", "body": "x"}, id="e")), reply("Not sent.")]
+    )
     pause = list(run_sync(store, session, call=model, tools=TOOLS, approve=approve_risky))[-1].node
     from sessiontree import Reject
 
@@ -89,14 +94,25 @@ def test_rerun_variants_from_a_checkpoint_then_compare(store, recorded):
         return reply(None, tool_call("get_weather", {"city": "Paris"}, id=f"w{len(calls)}"))
 
     progress = []
-    results = rerun(store, "asked", [
-        Variant("terse", ScriptedModel([terse] * 2, model="small"), params={"temperature": 0}),
-        Variant("careful", careful, system="Never send email."),
-    ], n=2, session=recorded, tools=TOOLS, concurrency=2,
-        progress=lambda done, total, r: progress.append((done, total)))
+    results = rerun(
+        store,
+        "asked",
+        [
+            Variant("terse", ScriptedModel([terse] * 2, model="small"), params={"temperature": 0}),
+            Variant("careful", careful, system="Never send email."),
+        ],
+        n=2,
+        session=recorded,
+        tools=TOOLS,
+        concurrency=2,
+        progress=lambda done, total, r: progress.append((done, total)),
+    )
     assert sorted((r.branch, r.reason) for r in results) == [
-        ("careful-1", "completed"), ("careful-2", "completed"),
-        ("terse-1", "completed"), ("terse-2", "completed")]
+        ("careful-1", "completed"),
+        ("careful-2", "completed"),
+        ("terse-1", "completed"),
+        ("terse-2", "completed"),
+    ]
     assert sorted(progress) == [(1, 4), (2, 4), (3, 4), (4, 4)]
     assert calls[0] == {"role": "system", "content": "Never send email."}
     assert recorded.branch("terse-1").metadata["variant"] == "terse"
@@ -105,9 +121,12 @@ def test_rerun_variants_from_a_checkpoint_then_compare(store, recorded):
     assert terse_run.params == {"temperature": 0} and terse_run.model == "small"
     assert recorded.messages("main")[-1]["content"] == "Sent."  # untouched
 
-    comparison = compare(store, ["main", "terse-1", "careful-1"], session=recorded,
-                         prices={"gpt-x": {"input": 1.0, "output": 2.0},
-                                 "small": {"input": 0.5, "output": 0.5}})
+    comparison = compare(
+        store,
+        ["main", "terse-1", "careful-1"],
+        session=recorded,
+        prices={"gpt-x": {"input": 1.0, "output": 2.0}, "small": {"input": 0.5, "output": 0.5}},
+    )
     assert comparison.ancestor.id == recorded.node("asked").id
     by_name = {b.branch: b for b in comparison.branches}
     assert by_name["terse-1"].final == "Sunny." and by_name["terse-1"].steps == 1
@@ -129,10 +148,16 @@ def test_rerun_refuses_taken_names_before_running_anything(store, recorded):
 
 
 def test_rerun_records_errors_and_pauses(store, recorded):
-    results = rerun(store, recorded.path("main")[0].id, [
-        Variant("broken", ScriptedModel([RuntimeError("boom")])),
-        Variant("risky", ScriptedModel([reply(None, tool_call("send_email", {"to": "x", "body": "y"}))])),
-    ], tools=TOOLS, approve=lambda call: Pause("check"))
+    results = rerun(
+        store,
+        recorded.path("main")[0].id,
+        [
+            Variant("broken", ScriptedModel([RuntimeError("boom")])),
+            Variant("risky", ScriptedModel([reply(None, tool_call("send_email", {"to": "x", "body": "y"}))])),
+        ],
+        tools=TOOLS,
+        approve=lambda call: Pause("check"),
+    )
     by_variant = {r.variant: r for r in results}
     assert by_variant["broken"].reason == "error" and "boom" in by_variant["broken"].error
     assert by_variant["risky"].reason == "paused"

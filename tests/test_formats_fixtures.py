@@ -35,9 +35,16 @@ def shape(session) -> dict:
     }
 
 
-@pytest.mark.parametrize("path, name", [(CHATGPT, "chatgpt"), (LIBRECHAT, "librechat"),
-                                        (OPENWEBUI, "openwebui"), (CLAUDE, "claude-code"),
-                                        (PI, "pi")])
+@pytest.mark.parametrize(
+    "path, name",
+    [
+        (CHATGPT, "chatgpt"),
+        (LIBRECHAT, "librechat"),
+        (OPENWEBUI, "openwebui"),
+        (CLAUDE, "claude-code"),
+        (PI, "pi"),
+    ],
+)
 def test_detect_format(path, name):
     assert detect_format(path) == name
 
@@ -47,7 +54,9 @@ def test_chatgpt(store):
     assert (s.id, s.title) == ("d5dc5307-6807-41a0-8b04-4acee626eeb7", "Assist user with summary")
     # 13 mapping entries minus the null root and the empty hidden system node.
     assert shape(s) == {
-        "nodes": 11, "kinds": {"message": 11}, "roots": 1,
+        "nodes": 11,
+        "kinds": {"message": 11},
+        "roots": 1,
         "forks": {"bda8a275": 2, "aaa20127": 2},
         "branches": {"main": "f63b8e17", "leaf-ada93f81": "ada93f81", "leaf-d0d2a7df": "d0d2a7df"},
         "checkpoints": {},
@@ -55,9 +64,13 @@ def test_chatgpt(store):
     mapping = json.loads(CHATGPT.read_text())[0]
     assert s.branch("main").head_id == mapping["current_node"]  # original ids are kept
     assert [m["content"] for m in s.messages()] == [
-        "hi there", "Hello! How can I assist you today?", "hi again",
-        "Hey! Welcome back. What's on your mind?", "tell me a joke",
-        mapping["mapping"][mapping["current_node"]]["message"]["content"]["parts"][0]]
+        "hi there",
+        "Hello! How can I assist you today?",
+        "hi again",
+        "Hey! Welcome back. What's on your mind?",
+        "tell me a joke",
+        mapping["mapping"][mapping["current_node"]]["message"]["content"]["parts"][0],
+    ]
     interrupted = s.node("leaf-ada93f81")
     assert interrupted.payload["content"].endswith("between rolling")
     assert store.run(interrupted.run_id).finish_reason == "interrupted"
@@ -69,7 +82,9 @@ def test_librechat(store):
     [s] = import_file(store, LIBRECHAT)
     assert s.id == "4a86c40e-e627-4454-b158-889680e23ad3"
     assert shape(s) == {
-        "nodes": 9, "kinds": {"message": 9}, "roots": 1,
+        "nodes": 9,
+        "kinds": {"message": 9},
+        "roots": 1,
         "forks": {"4c395510": 2, "6e4c95ca": 2},
         # No current-leaf field: main is the newest leaf, ties broken by file order.
         "branches": {"main": "1f062c99", "leaf-5da2cdce": "5da2cdce", "leaf-ad7b6ec6": "ad7b6ec6"},
@@ -83,8 +98,14 @@ def test_librechat(store):
 
 def test_openwebui(store):
     [s] = import_file(store, OPENWEBUI)
-    assert shape(s) == {"nodes": 2, "kinds": {"message": 2}, "roots": 1, "forks": {},
-                        "branches": {"main": "a9436447"}, "checkpoints": {}}
+    assert shape(s) == {
+        "nodes": 2,
+        "kinds": {"message": 2},
+        "roots": 1,
+        "forks": {},
+        "branches": {"main": "a9436447"},
+        "checkpoints": {},
+    }
     data = json.loads(OPENWEBUI.read_text())
     assert s.branch("main").head_id == data["history"]["currentId"]
     first = s.messages()[0]["content"]
@@ -99,8 +120,14 @@ def test_claude_code(store):
     assert s.id == "d6e0bada-1959-4eec-a9d2-0bfade768d8f"
     # 13 user + 9 assistant + 2 system records; assistant blocks of one message
     # merge (9 -> 6 nodes), tool results become tool messages, the rest is skipped.
-    assert shape(s) == {"nodes": 20, "kinds": {"message": 18, "note": 2}, "roots": 1,
-                        "forks": {}, "branches": {"main": "29e6224a"}, "checkpoints": {}}
+    assert shape(s) == {
+        "nodes": 20,
+        "kinds": {"message": 18, "note": 2},
+        "roots": 1,
+        "forks": {},
+        "branches": {"main": "29e6224a"},
+        "checkpoints": {},
+    }
     roles = Counter(m["role"] for m in s.messages())
     assert roles == {"user": 7, "assistant": 5, "tool": 6}
     parallel = next(m for m in s.messages() if len(m.get("tool_calls") or []) == 2)
@@ -114,30 +141,34 @@ def test_pi(store):
     assert s.title == "Complex Session - Phase 1"
     # 16 entries minus label and session_info; the branch_summary is a second root.
     assert shape(s) == {
-        "nodes": 14, "kinds": {"message": 12, "summary": 2}, "roots": 2, "forks": {},
-        "branches": {"main": s.branch("main").head_id[:8], "leaf-00000013": s.node(
-            "leaf-00000013").id[:8]},
+        "nodes": 14,
+        "kinds": {"message": 12, "summary": 2},
+        "roots": 2,
+        "forks": {},
+        "branches": {"main": s.branch("main").head_id[:8], "leaf-00000013": s.node("leaf-00000013").id[:8]},
         "checkpoints": {"checkpoint-1": s.node("checkpoint-1").id[:8]},
     }
     # pi's own SessionManager loads this as branchSummary, user, assistant (leaf 00000016).
     path = s.path("main")
     assert [n.kind for n in path] == ["summary", "message", "message"]
     assert path[0].payload["type"] == "branch_summary"
-    assert [m["content"] for m in s.messages()] == ["Continue on main path",
-                                                    "Continuing on the main path..."]
+    assert [m["content"] for m in s.messages()] == ["Continue on main path", "Continuing on the main path..."]
     assert s.node("checkpoint-1").payload["content"] == "Starting complex work..."
-    assert [n.payload.get("type") for n in s.path("leaf-00000013") if n.kind == "summary"] == [
-        "compaction"]
+    assert [n.payload.get("type") for n in s.path("leaf-00000013") if n.kind == "summary"] == ["compaction"]
 
 
 @pytest.mark.parametrize("path", [CHATGPT, LIBRECHAT, OPENWEBUI, CLAUDE, PI])
 def test_reimporting_a_fixture_changes_nothing(store, path):
     first = [s.id for s in import_file(store, path)]
-    before = [store.conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
-              for t in ("sessions", "nodes", "branches", "checkpoints", "runs")]
+    before = [
+        store.conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
+        for t in ("sessions", "nodes", "branches", "checkpoints", "runs")
+    ]
     assert [s.id for s in import_file(store, path)] == first
-    after = [store.conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
-             for t in ("sessions", "nodes", "branches", "checkpoints", "runs")]
+    after = [
+        store.conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
+        for t in ("sessions", "nodes", "branches", "checkpoints", "runs")
+    ]
     assert after == before
 
 
@@ -157,8 +188,11 @@ def test_foreign_errors_name_file_and_record(store, tmp_path):
     second["mapping"][key]["parent"] = "abc"
     path = tmp_path / "conversations.json"
     path.write_text(json.dumps([data[0], second]))
-    with pytest.raises(FormatError, match=rf"^conversations\.json: conversation 2, node '{key}':"
-                                          " parent 'abc' is not in the mapping"):
+    with pytest.raises(
+        FormatError,
+        match=rf"^conversations\.json: conversation 2, node '{key}':"
+        " parent 'abc' is not in the mapping",
+    ):
         import_file(store, path)
     assert store.sessions() == []
 
@@ -176,13 +210,16 @@ def test_foreign_errors_name_file_and_record(store, tmp_path):
     assert store.sessions() == []
 
 
-@pytest.mark.parametrize("text, match", [
-    ("", "empty"),
-    ("{not json", "unknown format|not valid JSON"),
-    ('"a string"', "unknown format"),
-    ("42", "unknown format"),
-    ('{"something": "else"}', "unknown format"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("", "empty"),
+        ("{not json", "unknown format|not valid JSON"),
+        ('"a string"', "unknown format"),
+        ("42", "unknown format"),
+        ('{"something": "else"}', "unknown format"),
+    ],
+)
 def test_unrecognisable_files(store, tmp_path, text, match):
     path = tmp_path / "in.json"
     path.write_text(text)
@@ -190,13 +227,16 @@ def test_unrecognisable_files(store, tmp_path, text, match):
         import_file(store, path)
 
 
-@pytest.mark.parametrize("fmt, data, match", [
-    ("chatgpt", [1], "conversation 1: expected an object with a 'mapping'"),
-    ("librechat", {"messages": "x"}, "conversation: expected an object with a 'messages' list"),
-    ("openwebui", {"history": []}, "chat: expected an object with a 'history.messages'"),
-    ("openai", "hi", "expected a list of messages, got str"),
-    ("openai", [{"role": "user"}, "x"], "message 2: expected an object"),
-])
+@pytest.mark.parametrize(
+    "fmt, data, match",
+    [
+        ("chatgpt", [1], "conversation 1: expected an object with a 'mapping'"),
+        ("librechat", {"messages": "x"}, "conversation: expected an object with a 'messages' list"),
+        ("openwebui", {"history": []}, "chat: expected an object with a 'history.messages'"),
+        ("openai", "hi", "expected a list of messages, got str"),
+        ("openai", [{"role": "user"}, "x"], "message 2: expected an object"),
+    ],
+)
 def test_wrong_top_level_types(store, tmp_path, fmt, data, match):
     path = tmp_path / "in.json"
     path.write_text(json.dumps(data))

@@ -41,8 +41,9 @@ def lines_of(store: Store) -> list[str]:
 
 def build(session, with_run: bool = True) -> dict:
     q = session.append(user("q"))
-    a = session.append(assistant("a"), run=Completion(assistant("a"), model="m", usage={"t": 1})
-                       if with_run else None)
+    a = session.append(
+        assistant("a"), run=Completion(assistant("a"), model="m", usage={"t": 1}) if with_run else None
+    )
     session.fork("alt", at=q)
     session.append(assistant("b"), branch="alt")
     session.checkpoint("v1", at=a)
@@ -53,19 +54,28 @@ def build(session, with_run: bool = True) -> dict:
 # -- round trips -------------------------------------------------------------
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
-                                                                max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=8,
 )
 payloads = st.fixed_dictionaries(
-    {"role": st.sampled_from(["system", "user", "assistant", "tool", "developer"]),
-     "content": st.one_of(st.none(), st.text(max_size=40))},
-    optional={"extra": json_values})
-steps = st.lists(st.tuples(st.integers(0, 10_000), st.sampled_from(["append", "fork", "marker",
-                                                                     "checkpoint", "run"]),
-                           payloads), min_size=1, max_size=25)
+    {
+        "role": st.sampled_from(["system", "user", "assistant", "tool", "developer"]),
+        "content": st.one_of(st.none(), st.text(max_size=40)),
+    },
+    optional={"extra": json_values},
+)
+steps = st.lists(
+    st.tuples(
+        st.integers(0, 10_000), st.sampled_from(["append", "fork", "marker", "checkpoint", "run"]), payloads
+    ),
+    min_size=1,
+    max_size=25,
+)
 
 
 def grow(s, plan) -> None:
@@ -90,8 +100,7 @@ def grow(s, plan) -> None:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trees=st.lists(steps, min_size=1, max_size=3), titles=st.lists(st.text(max_size=10)))
 def test_random_trees_survive_export_and_import(trees, titles):
-    with tempfile.TemporaryDirectory() as tmp, \
-            Store(Path(tmp) / "a.db") as a, Store(Path(tmp) / "b.db") as b:
+    with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "a.db") as a, Store(Path(tmp) / "b.db") as b:
         for i, plan in enumerate(trees):
             grow(a.create_session(titles[i] if i < len(titles) else None, {"i": i}), plan)
         a.archive_session(a.sessions()[0].id)
@@ -159,11 +168,20 @@ def test_conflicting_payload_is_refused_with_nothing_written(store):
     lines = lines_of(store)
     s.append(user("later"))  # not in the file
     before = dump(store)
-    bad = edited(lines, lambda r: r.get("id") == nodes["a"].id,
-                 lambda r: r["payload"].update(content="changed"))
-    extra = {"type": "node", "session_id": s.id, "id": "0" * 8 + "-0000-7000-8000-" + "0" * 12,
-             "parent_id": nodes["q"].id, "depth": 1, "kind": "message",
-             "payload": user("new"), "created_at": "2026-01-01T00:00:00.000Z", "run_id": None}
+    bad = edited(
+        lines, lambda r: r.get("id") == nodes["a"].id, lambda r: r["payload"].update(content="changed")
+    )
+    extra = {
+        "type": "node",
+        "session_id": s.id,
+        "id": "0" * 8 + "-0000-7000-8000-" + "0" * 12,
+        "parent_id": nodes["q"].id,
+        "depth": 1,
+        "kind": "message",
+        "payload": user("new"),
+        "created_at": "2026-01-01T00:00:00.000Z",
+        "run_id": None,
+    }
     with pytest.raises(ImportConflict, match=nodes["a"].id) as info:
         import_native(store, [*bad, json.dumps(extra)])
     assert isinstance(info.value, Conflict)
@@ -178,8 +196,11 @@ def test_conflicting_parent_kind_and_refs_are_refused(store):
     cases = [
         (lambda r: r.get("id") == nodes["a"].id, lambda r: r.update(kind="note"), nodes["a"].id),
         (lambda r: r.get("name") == "v1", lambda r: r.update(node_id=nodes["q"].id), "'v1'"),
-        (lambda r: r.get("name") == "alt", lambda r: r.update(type="checkpoint", node_id=r["head_id"]),
-         "'alt'"),
+        (
+            lambda r: r.get("name") == "alt",
+            lambda r: r.update(type="checkpoint", node_id=r["head_id"]),
+            "'alt'",
+        ),
     ]
     for pred, change, named in cases:
         with pytest.raises(ImportConflict, match=named):
@@ -207,8 +228,16 @@ def test_node_id_in_another_session_is_refused(store):
     other = store.create_session("other").id
     moved = [line.replace(s.id, other) for line in lines[1:] if '"type":"session"' not in line]
     with pytest.raises(ImportConflict, match="another session"):
-        import_native(store, [lines[0], json.dumps({"type": "session", "id": other, "title": None,
-                                                    "metadata": {}, "created_at": "x"}), *moved])
+        import_native(
+            store,
+            [
+                lines[0],
+                json.dumps(
+                    {"type": "session", "id": other, "title": None, "metadata": {}, "created_at": "x"}
+                ),
+                *moved,
+            ],
+        )
 
 
 # -- malformed input ---------------------------------------------------------
@@ -223,8 +252,11 @@ def exported(store, tmp_path) -> list[str]:
 
 def fails(tmp_path, lines: list[str] | str, match: str, format: str = "native") -> None:
     path = tmp_path / "chat.jsonl"
-    path.write_text(lines if isinstance(lines, str) else "".join(
-        line if line.endswith("\n") else line + "\n" for line in lines))
+    path.write_text(
+        lines
+        if isinstance(lines, str)
+        else "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    )
     with Store(tmp_path / "fresh.db") as fresh:
         with pytest.raises(FormatError, match=match):
             import_file(fresh, path, format=format)
@@ -237,31 +269,36 @@ def test_truncated_line(exported, tmp_path):
 
 
 def test_wrong_header_and_version(exported, tmp_path):
-    fails(tmp_path, ['{"format": "sessiontree", "version": 2}', *exported[1:]],
-          "line 1: unsupported sessiontree format version 2")
-    fails(tmp_path, ['{"format": "other", "version": 1}', *exported[1:]],
-          "line 1: not a sessiontree file")
+    fails(
+        tmp_path,
+        ['{"format": "sessiontree", "version": 2}', *exported[1:]],
+        "line 1: unsupported sessiontree format version 2",
+    )
+    fails(tmp_path, ['{"format": "other", "version": 1}', *exported[1:]], "line 1: not a sessiontree file")
     fails(tmp_path, exported[1:], "line 1: not a sessiontree file")
 
 
 def test_missing_parent(exported, tmp_path):
     ghost = "11111111-2222-7333-8444-555555555555"
-    lines = edited(exported, lambda r: r.get("type") == "node" and r["depth"] == 1,
-                   lambda r: r.update(parent_id=ghost))
+    lines = edited(
+        exported, lambda r: r.get("type") == "node" and r["depth"] == 1, lambda r: r.update(parent_id=ghost)
+    )
     fails(tmp_path, lines, rf"chat\.jsonl line \d+: node .*: parent {ghost} is neither")
 
 
 def test_cycle(exported, tmp_path):
     nodes = [json.loads(x) for x in exported if '"type":"node"' in x]
     root, child = nodes[0], next(n for n in nodes if n["parent_id"] == nodes[0]["id"])
-    lines = edited(exported, lambda r: r.get("id") == root["id"],
-                   lambda r: r.update(parent_id=child["id"], depth=None))
+    lines = edited(
+        exported, lambda r: r.get("id") == root["id"], lambda r: r.update(parent_id=child["id"], depth=None)
+    )
     fails(tmp_path, lines, "cycle")
 
 
 def test_wrong_depth_and_duplicates(exported, tmp_path):
-    lines = edited(exported, lambda r: r.get("type") == "node" and r["depth"] == 1,
-                   lambda r: r.update(depth=5))
+    lines = edited(
+        exported, lambda r: r.get("type") == "node" and r["depth"] == 1, lambda r: r.update(depth=5)
+    )
     fails(tmp_path, lines, "declares depth 5")
     node = next(x for x in exported if '"type":"node"' in x)
     fails(tmp_path, [*exported, node], "appears twice")
@@ -271,13 +308,18 @@ def test_bad_records(exported, tmp_path):
     fails(tmp_path, "not json at all\n", "chat.jsonl line 1: not valid JSON")
     fails(tmp_path, [exported[0], "[1, 2]"], "line 2: expected a JSON object, got list")
     fails(tmp_path, [exported[0], '{"type": "widget"}'], "line 2: unknown record type 'widget'")
-    fails(tmp_path, [*exported[:2], '{"type": "node", "session_id": "nope"}'],
-          "line 3: node of session nope, which no earlier session record introduced")
-    bad_payload = edited(exported, lambda r: r.get("type") == "node",
-                         lambda r: r.update(payload="text"))
+    fails(
+        tmp_path,
+        [*exported[:2], '{"type": "node", "session_id": "nope"}'],
+        "line 3: node of session nope, which no earlier session record introduced",
+    )
+    bad_payload = edited(exported, lambda r: r.get("type") == "node", lambda r: r.update(payload="text"))
     fails(tmp_path, bad_payload, "'payload' should be dict, got str")
-    no_role = edited(exported, lambda r: r.get("type") == "node" and r["kind"] == "message",
-                     lambda r: r["payload"].pop("role"))
+    no_role = edited(
+        exported,
+        lambda r: r.get("type") == "node" and r["kind"] == "message",
+        lambda r: r["payload"].pop("role"),
+    )
     fails(tmp_path, no_role, "needs 'role'")
     fails(tmp_path, "", "empty")
 
@@ -285,24 +327,30 @@ def test_bad_records(exported, tmp_path):
 def test_second_session_broken_writes_neither(exported, tmp_path):
     with Store(tmp_path / "other.db") as other:
         build(other.create_session("second"))
-        second = edited(lines_of(other)[1:], lambda r: r.get("parent_id") is not None,
-                        lambda r: r.update(parent_id="ghost"))
+        second = edited(
+            lines_of(other)[1:],
+            lambda r: r.get("parent_id") is not None,
+            lambda r: r.update(parent_id="ghost"),
+        )
     fails(tmp_path, [*exported, *second], "parent ghost is neither")
 
 
 def test_pause_and_decision_round_trip_and_decision_rules(store, tmp_path):
     s = store.create_session("t")
-    s.append(assistant(None, [{"id": "c1", "type": "function",
-                               "function": {"name": "f", "arguments": "{}"}}]))
+    s.append(
+        assistant(None, [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}])
+    )
     pause = s.append({"calls": [{"id": "c1"}], "why": "risky"}, kind="pause")
     s.append({"c1": {"action": "approve"}}, kind="decision")
     lines = lines_of(store)
     with Store(tmp_path / "b.db") as b:
         import_native(b, lines)
         assert dump(b) == dump(store)
-    under_message = edited(lines, lambda r: r.get("kind") == "decision",
-                           lambda r: r.update(parent_id=pause.parent_id, depth=1))
+    under_message = edited(
+        lines, lambda r: r.get("kind") == "decision", lambda r: r.update(parent_id=pause.parent_id, depth=1)
+    )
     fails(tmp_path, under_message, "a decision must be the child of a pause")
-    second = edited(lines, lambda r: r.get("kind") == "decision",
-                    lambda r: r.update(id=r["id"][:-4] + "ffff"))
+    second = edited(
+        lines, lambda r: r.get("kind") == "decision", lambda r: r.update(id=r["id"][:-4] + "ffff")
+    )
     fails(tmp_path, [*lines, second[-2]], "second decision")

@@ -23,20 +23,38 @@ from sessiontree.formats import (
 from conftest import assistant, user
 
 texts = st.text(max_size=30)
-tool_calls = st.lists(st.fixed_dictionaries({
-    "id": st.text(min_size=1, max_size=8), "type": st.just("function"),
-    "function": st.fixed_dictionaries({"name": st.text(min_size=1, max_size=8),
-                                       "arguments": texts})}), min_size=1, max_size=3)
-messages = st.lists(st.one_of(
-    st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "developer"]),
-                           "content": texts}),
-    st.fixed_dictionaries({"role": st.just("assistant"), "content": st.none() | texts},
-                          optional={"tool_calls": tool_calls}),
-    st.fixed_dictionaries({"role": st.just("tool"), "content": texts,
-                           "tool_call_id": st.text(max_size=8)}, optional={"name": texts}),
-    st.fixed_dictionaries({"role": st.just("user"), "content": st.lists(st.fixed_dictionaries(
-        {"type": st.just("text"), "text": texts}), max_size=2)}),
-), max_size=15)
+tool_calls = st.lists(
+    st.fixed_dictionaries(
+        {
+            "id": st.text(min_size=1, max_size=8),
+            "type": st.just("function"),
+            "function": st.fixed_dictionaries({"name": st.text(min_size=1, max_size=8), "arguments": texts}),
+        }
+    ),
+    min_size=1,
+    max_size=3,
+)
+messages = st.lists(
+    st.one_of(
+        st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "developer"]), "content": texts}),
+        st.fixed_dictionaries(
+            {"role": st.just("assistant"), "content": st.none() | texts}, optional={"tool_calls": tool_calls}
+        ),
+        st.fixed_dictionaries(
+            {"role": st.just("tool"), "content": texts, "tool_call_id": st.text(max_size=8)},
+            optional={"name": texts},
+        ),
+        st.fixed_dictionaries(
+            {
+                "role": st.just("user"),
+                "content": st.lists(
+                    st.fixed_dictionaries({"type": st.just("text"), "text": texts}), max_size=2
+                ),
+            }
+        ),
+    ),
+    max_size=15,
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -73,10 +91,12 @@ def test_openai_file_round_trip(store, tmp_path):
 
 
 def test_refused_messages_write_nothing(store):
-    for bad, match in [([user("ok"), {"content": "no role"}], "message 2: .*needs 'role'"),
-                       ([user("ok"), {"role": "user", "content": float("nan")}], "message 2"),
-                       ({"msgs": []}, "'messages' list"),
-                       (5, "got int")]:
+    for bad, match in [
+        ([user("ok"), {"content": "no role"}], "message 2: .*needs 'role'"),
+        ([user("ok"), {"role": "user", "content": float("nan")}], "message 2"),
+        ({"msgs": []}, "'messages' list"),
+        (5, "got int"),
+    ]:
         with pytest.raises(FormatError, match=match):
             import_openai(store, bad)
     assert store.sessions() == []

@@ -55,27 +55,38 @@ def kinds(steps):
 
 
 def flow_process(*args, env=None):
-    result = subprocess.run([sys.executable, str(TESTS / "flows.py"), *args], capture_output=True,
-                            text=True, env={**os.environ, "PYTHONPATH": str(TESTS), **(env or {})},
-                            timeout=60)
+    result = subprocess.run(
+        [sys.executable, str(TESTS / "flows.py"), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(TESTS), **(env or {})},
+        timeout=60,
+    )
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     return result.returncode, lines, result.stderr
 
 
 def test_canonical_flow_pause_then_decide_and_resume_in_a_new_process(store, session, tmp_path):
     session.append(user("Weather in Paris? Then email it to bob."))
-    model = ScriptedModel([
-        reply(None, tool_call("get_weather", {"city": "Paris"}, id="w1")),
-        reply(None, tool_call("send_email", {"to": "bob@example.com", "body": "Sunny"}, id="e1")),
-    ])
+    model = ScriptedModel(
+        [
+            reply(None, tool_call("get_weather", {"city": "Paris"}, id="w1")),
+            reply(None, tool_call("send_email", {"to": "bob@example.com", "body": "Sunny"}, id="e1")),
+        ]
+    )
     steps = run(store, session, model, approve=approve_risky)
     assert kinds(steps) == ["Assistant", "ToolStart", "ToolEnd", "Assistant", "Paused", "Final"]
-    assert steps[2].node.payload == {"role": "tool", "tool_call_id": "w1",
-                                     "content": "Sunny in Paris, 21C"}
+    assert steps[2].node.payload == {"role": "tool", "tool_call_id": "w1", "content": "Sunny in Paris, 21C"}
     assert steps[-1].reason == "paused"
     pause_id = steps[-2].node.id  # all we keep
-    assert steps[-2].calls == [{"id": "e1", "name": "send_email", "reason": "emails need a human",
-                                "arguments": '{"to": "bob@example.com", "body": "Sunny"}'}]
+    assert steps[-2].calls == [
+        {
+            "id": "e1",
+            "name": "send_email",
+            "reason": "emails need a human",
+            "arguments": '{"to": "bob@example.com", "body": "Sunny"}',
+        }
+    ]
     assert [n.id for n in store.pending()] == [pause_id]
     assert CALLED == [("get_weather", {"city": "Paris"})]
     store.close()
@@ -91,8 +102,14 @@ def test_canonical_flow_pause_then_decide_and_resume_in_a_new_process(store, ses
     with Store(tmp_path / "store.db") as again:
         s = again.session(session.id)
         assert s.messages()[-1] == {"role": "assistant", "content": "Done: the email is sent."}
-        assert [m["role"] for m in s.messages()] == ["user", "assistant", "tool", "assistant", "tool",
-                                                     "assistant"]
+        assert [m["role"] for m in s.messages()] == [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool",
+            "assistant",
+        ]
         assert again.pending() == [] and again.verify().ok
 
 
@@ -100,10 +117,10 @@ def test_three_parallel_calls_with_a_pause_on_the_second(store, session):
     session.append(user("go"))
     calls = [tool_call("get_weather", {"city": c}, id=f"c{i}") for i, c in enumerate("ABC")]
     model = ScriptedModel([reply(None, *calls), reply("all done")])
-    steps = run(store, session, model,
-                approve=lambda call: Pause("check B") if call.id == "c1" else Approve())
-    assert kinds(steps) == ["Assistant", "ToolStart", "ToolStart", "ToolEnd", "ToolEnd", "Paused",
-                            "Final"]
+    steps = run(
+        store, session, model, approve=lambda call: Pause("check B") if call.id == "c1" else Approve()
+    )
+    assert kinds(steps) == ["Assistant", "ToolStart", "ToolStart", "ToolEnd", "ToolEnd", "Paused", "Final"]
     assert [s.call.id for s in steps if isinstance(s, ToolEnd)] == ["c0", "c2"]
     pause = steps[-2].node
     assert [c["id"] for c in pause.payload["calls"]] == ["c1"]
@@ -127,15 +144,22 @@ def test_a_pause_lists_every_call_that_needs_a_human(store, session):
 
 def test_rejection_reaches_the_model_as_a_tool_message(store, session):
     session.append(user("email bob"))
-    model = ScriptedModel([reply(None, tool_call("send_email", {"to": "bob", "body": "hi"}, id="e")),
-                           reply("OK, I will not send it.")])
+    model = ScriptedModel(
+        [
+            reply(None, tool_call("send_email", {"to": "bob", "body": "hi"}, id="e")),
+            reply("OK, I will not send it."),
+        ]
+    )
     pause = run(store, session, model, approve=approve_risky)[-1].node
     decide(store, pause.id, {"e": Reject("bob is on holiday")}, by="alice")
     steps = run(store, session, model)
     assert kinds(steps) == ["ToolEnd", "Assistant", "Final"]
     sent = model.calls[-1]["messages"][-1]
-    assert sent == {"role": "tool", "tool_call_id": "e",
-                    "content": "Rejected: the call to send_email was not run. bob is on holiday"}
+    assert sent == {
+        "role": "tool",
+        "tool_call_id": "e",
+        "content": "Rejected: the call to send_email was not run. bob is on holiday",
+    }
     assert CALLED == []
     decision = session.children(pause)[0]
     assert decision.payload["by"] == "alice"
@@ -143,8 +167,9 @@ def test_rejection_reaches_the_model_as_a_tool_message(store, session):
 
 def test_edited_arguments_are_what_runs(store, session):
     session.append(user("email"))
-    model = ScriptedModel([reply(None, tool_call("send_email", {"to": "bob", "body": "hi"}, id="e")),
-                           reply("sent")])
+    model = ScriptedModel(
+        [reply(None, tool_call("send_email", {"to": "bob", "body": "hi"}, id="e")), reply("sent")]
+    )
     pause = run(store, session, model, approve=approve_risky)[-1].node
     decide(store, pause.id, {"e": Edit({"to": "alice", "body": "hello"})})
     run(store, session, model)
@@ -174,9 +199,16 @@ def test_two_processes_deciding_one_pause_exactly_one_wins(store, session, tmp_p
         "import sys; from sessiontree import Store, decide, Approve, Conflict\n"
         "store = Store(sys.argv[1])\n"
         "try:\n    decide(store, sys.argv[2], {'e': Approve()}, by=sys.argv[3]); print('won')\n"
-        "except Conflict as e:\n    print('lost:', e)\n")
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "store.db"), pause.id,
-                               f"p{i}"], stdout=subprocess.PIPE, text=True) for i in range(2)]
+        "except Conflict as e:\n    print('lost:', e)\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(tmp_path / "store.db"), pause.id, f"p{i}"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     outputs = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
     assert outputs[1] == "won" and outputs[0].startswith("lost: pause")
     assert len([n for n in session.children(pause) if n.kind == "decision"]) == 1
@@ -184,8 +216,9 @@ def test_two_processes_deciding_one_pause_exactly_one_wins(store, session, tmp_p
 
 def test_resuming_twice_the_second_gets_a_clear_error(store, session):
     session.append(user("email"))
-    model = ScriptedModel([reply(None, tool_call("send_email", {"to": "b", "body": "x"}, id="e")),
-                           reply("done")])
+    model = ScriptedModel(
+        [reply(None, tool_call("send_email", {"to": "b", "body": "x"}, id="e")), reply("done")]
+    )
     pause = run(store, session, model, approve=approve_risky)[-1].node
     decide(store, pause.id, {"e": Approve()})
     late = resume(store, pause.id, call=model, tools=TOOLS)  # found the branch at the decision
@@ -207,8 +240,9 @@ def test_an_unsafe_tool_cut_off_mid_call_is_never_rerun_silently(store, session,
     session.append(reply(None, tool_call("send_email", {"to": "bob", "body": "x"}, id="e")))
     store.close()
     log = tmp_path / "sent.log"
-    code, _, _ = flow_process("run", str(tmp_path / "store.db"), session.id,
-                              env={"DIE_IN_TOOL": "1", "SENT_LOG": str(log)})
+    code, _, _ = flow_process(
+        "run", str(tmp_path / "store.db"), session.id, env={"DIE_IN_TOOL": "1", "SENT_LOG": str(log)}
+    )
     assert code == 9 and len(log.read_text().splitlines()) == 1
 
     from sessiontree import Store
@@ -241,18 +275,22 @@ def test_bad_tool_calls_become_precise_tool_errors(store, session):
         raise ValueError(f"cannot handle {x}")
 
     session.append(user("try things"))
-    calls = [tool_call("nope", {}, id="a"), tool_call("get_weather", "{not json", id="b"),
-             tool_call("get_weather", {"town": "x"}, id="c"), tool_call("boom", {"x": 2}, id="d"),
-             tool_call("get_weather", {"city": 3}, id="e")]
-    steps = run(store, session, ScriptedModel([reply(None, *calls), reply("ok")]),
-                tools=[get_weather, boom])
+    calls = [
+        tool_call("nope", {}, id="a"),
+        tool_call("get_weather", "{not json", id="b"),
+        tool_call("get_weather", {"town": "x"}, id="c"),
+        tool_call("boom", {"x": 2}, id="d"),
+        tool_call("get_weather", {"city": 3}, id="e"),
+    ]
+    steps = run(store, session, ScriptedModel([reply(None, *calls), reply("ok")]), tools=[get_weather, boom])
     ends = {s.call.id: s for s in steps if isinstance(s, ToolEnd)}
     assert not any(e.ok for e in ends.values())
     text = {k: e.node.payload["content"] for k, e in ends.items()}
     assert text["a"] == "Error: there is no tool named 'nope'. Available tools: boom, get_weather."
     assert text["b"].startswith("Error: invalid arguments for get_weather: arguments are not valid JSON")
-    assert text["c"] == ("Error: invalid arguments for get_weather: arguments: unexpected argument(s)"
-                         " town; expected city")
+    assert text["c"] == (
+        "Error: invalid arguments for get_weather: arguments: unexpected argument(s) town; expected city"
+    )
     assert text["d"] == "Error: boom raised ValueError: cannot handle 2"
     assert text["e"] == "Error: invalid arguments for get_weather: arguments.city: expected a string, got 3"
     assert steps[-1].reason == "completed"
@@ -260,8 +298,9 @@ def test_bad_tool_calls_become_precise_tool_errors(store, session):
 
 def test_max_steps(store, session):
     session.append(user("loop forever"))
-    model = ScriptedModel([reply(None, tool_call("get_weather", {"city": "X"}, id=f"w{i}"))
-                           for i in range(10)])
+    model = ScriptedModel(
+        [reply(None, tool_call("get_weather", {"city": "X"}, id=f"w{i}")) for i in range(10)]
+    )
     steps = run(store, session, model, max_steps=3)
     assert steps[-1].reason == "max_steps" and len(model.calls) == 3
 

@@ -20,9 +20,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_steps_are_numbered_and_found_from_the_source_tree():
     steps = migrations()
     assert [s.version for s in steps] == list(range(1, len(steps) + 1))
-    assert migrations_dir().samefile(ROOT / "migrations") or (
-        migrations_dir() / "0001_initial.sql").read_bytes() == (
-        ROOT / "migrations" / "0001_initial.sql").read_bytes()
+    assert (
+        migrations_dir().samefile(ROOT / "migrations")
+        or (migrations_dir() / "0001_initial.sql").read_bytes()
+        == (ROOT / "migrations" / "0001_initial.sql").read_bytes()
+    )
 
 
 def test_opening_applies_every_step_once(tmp_path):
@@ -95,8 +97,10 @@ def test_a_failed_step_leaves_the_previous_version(tmp_path, monkeypatch):
 
 def test_the_wheel_ships_the_migrations(tmp_path):
     subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path),
-         str(ROOT)], check=True, capture_output=True)
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = tmp_path.glob("sessiontree-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     for step in migrations():

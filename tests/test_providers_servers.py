@@ -26,14 +26,22 @@ try:
 except ImportError:  # tests/ is not a package: pytest put it on sys.path
     import servers  # type: ignore[no-redef]
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                   "required": ["city"]}}}
-TIME = {"type": "function", "function": {
-    "name": "get_time", "description": "Current time in a time zone",
-    "parameters": {"type": "object", "properties": {"tz": {"type": "string"}},
-                   "required": ["tz"]}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "Current time in a time zone",
+        "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]},
+    },
+}
 
 FAKELLM_RULES = textwrap.dedent("""\
     version: 1
@@ -65,6 +73,7 @@ FAKELLM_RULES = textwrap.dedent("""\
 
 
 # -- fixtures --------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def fakellm(tmp_path_factory):
@@ -98,8 +107,10 @@ def no_env_key(monkeypatch):
 @pytest.fixture
 def sleeps(monkeypatch):
     """Record the adapter's retry delays. ``sleeps.real = True`` really waits too."""
+
     class Sleeps(list):
         real = False
+
     delays = Sleeps()
     real_sleep = asyncio.sleep
 
@@ -107,26 +118,30 @@ def sleeps(monkeypatch):
         delays.append(seconds)
         if delays.real:
             await real_sleep(seconds)
+
     monkeypatch.setattr(openai_mod, "_sleep", fake_sleep)
     return delays
 
 
 # -- helpers ---------------------------------------------------------------------------
 
-def ask(call: Any, messages: list[dict], tools: list[dict] | None = None
-        ) -> tuple[list[str], Completion]:
+
+def ask(call: Any, messages: list[dict], tools: list[dict] | None = None) -> tuple[list[str], Completion]:
     """One call, streamed or not: (text deltas, completion)."""
+
     async def go():
         if not call.stream:
             return [], await call(messages, tools)
         items = [item async for item in call(messages, tools)]
         assert isinstance(items[-1], Completion) and all(isinstance(i, str) for i in items[:-1])
         return items[:-1], items[-1]
+
     return asyncio.run(go())
 
 
-def ask_fails(call: Any, messages: list[dict], tools: list[dict] | None = None
-              ) -> tuple[list[Any], ProviderError]:
+def ask_fails(
+    call: Any, messages: list[dict], tools: list[dict] | None = None
+) -> tuple[list[Any], ProviderError]:
     seen: list[Any] = []
 
     async def go():
@@ -135,14 +150,16 @@ def ask_fails(call: Any, messages: list[dict], tools: list[dict] | None = None
         else:
             async for item in call(messages, tools):
                 seen.append(item)
+
     with pytest.raises(ProviderError) as info:
         asyncio.run(go())
     assert not any(isinstance(i, Completion) for i in seen)
     return seen, info.value
 
 
-def run_agent(call: Any, prompt: str, tools: list[dict], impl: dict[str, Any],
-              max_turns: int = 5) -> tuple[list[dict], list[tuple[str, dict]]]:
+def run_agent(
+    call: Any, prompt: str, tools: list[dict], impl: dict[str, Any], max_turns: int = 5
+) -> tuple[list[dict], list[tuple[str, dict]]]:
     """A minimal agent loop: call the model, run its tools, repeat until it answers."""
     messages: list[dict] = [{"role": "user", "content": prompt}]
     ran: list[tuple[str, dict]] = []
@@ -163,8 +180,9 @@ def run_agent(call: Any, prompt: str, tools: list[dict], impl: dict[str, Any],
 def fakellm_call(server, *, stream: bool = False, **kwargs: Any):
     # A fresh conversation id per call object: fakellm counts turns per conversation.
     headers = {"X-Fakellm-Conversation-Id": uuid.uuid4().hex, **kwargs.pop("headers", {})}
-    return openai_compatible(server.url + "/v1", "gpt-4o-mini", stream=stream, headers=headers,
-                             api_key="sk-fake", **kwargs)
+    return openai_compatible(
+        server.url + "/v1", "gpt-4o-mini", stream=stream, headers=headers, api_key="sk-fake", **kwargs
+    )
 
 
 def fakellm_hits(server, rule: str) -> int:
@@ -173,11 +191,13 @@ def fakellm_hits(server, rule: str) -> int:
 
 # -- fakellm: scripted multi-turn runs, parallel tool calls, streaming --------------------
 
+
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_fakellm_multi_turn_tool_run(fakellm, stream):
     call = fakellm_call(fakellm, stream=stream, temperature=0)
-    messages, ran = run_agent(call, "What is the weather in Paris?", [WEATHER],
-                              {"get_weather": lambda city: f"{city}: sunny, 21C"})
+    messages, ran = run_agent(
+        call, "What is the weather in Paris?", [WEATHER], {"get_weather": lambda city: f"{city}: sunny, 21C"}
+    )
     assert ran == [("get_weather", {"city": "Paris"})]
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
     assert messages[1]["content"] is None and messages[1]["tool_calls"][0]["id"]
@@ -187,11 +207,14 @@ def test_fakellm_multi_turn_tool_run(fakellm, stream):
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_fakellm_parallel_tool_calls(fakellm, stream):
     call = fakellm_call(fakellm, stream=stream)
-    deltas, result = ask(call, [{"role": "user", "content": "Tell me about Paris and its time"}],
-                         [WEATHER, TIME])
+    deltas, result = ask(
+        call, [{"role": "user", "content": "Tell me about Paris and its time"}], [WEATHER, TIME]
+    )
     calls = result.message["tool_calls"]
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
-        ("get_weather", {"city": "Paris"}), ("get_time", {"tz": "Europe/Paris"})]
+        ("get_weather", {"city": "Paris"}),
+        ("get_time", {"tz": "Europe/Paris"}),
+    ]
     assert len({c["id"] for c in calls}) == 2 and all(c["type"] == "function" for c in calls)
     assert result.finish_reason == "tool_calls" and deltas == []
 
@@ -208,8 +231,11 @@ def test_fakellm_streaming_text(fakellm):
 def test_fakellm_plain_completion_has_usage(fakellm):
     _, result = ask(fakellm_call(fakellm, seed=3), [{"role": "user", "content": "count to five"}])
     assert result.message["content"] == "one two three four five, café ✓"
-    assert result.usage["total_tokens"] == (result.usage["prompt_tokens"]
-                                            + result.usage["completion_tokens"]) > 0
+    assert (
+        result.usage["total_tokens"]
+        == (result.usage["prompt_tokens"] + result.usage["completion_tokens"])
+        > 0
+    )
     assert result.params == {"seed": 3} and result.provider == "openai-compatible"
 
 
@@ -232,9 +258,11 @@ def test_fakellm_429_without_retry_after_backs_off_and_gives_up(fakellm, sleeps)
 
 # -- llmock: rate limits, broken streams, broken tool calls, disconnects --------------------
 
+
 def llmock_call(server, *, stream: bool = False, **kwargs: Any):
-    return openai_compatible(server.url + "/v1", "gpt-4o-mini", stream=stream,
-                             api_key="sk-llmock-secret", **kwargs)
+    return openai_compatible(
+        server.url + "/v1", "gpt-4o-mini", stream=stream, api_key="sk-llmock-secret", **kwargs
+    )
 
 
 HELLO = [{"role": "user", "content": "Say hello"}]
@@ -262,8 +290,7 @@ def test_llmock_429_on_stream_start_is_retried(lm, sleeps):
 
 
 def test_llmock_400_is_not_retried(lm, sleeps):
-    servers.llmock_script(lm, {"type": "fail", "status": 400,
-                               "message": "max_tokens is too large: 999999"})
+    servers.llmock_script(lm, {"type": "fail", "status": 400, "message": "max_tokens is too large: 999999"})
     _, error = ask_fails(llmock_call(lm, max_tokens=999999), HELLO)
     assert error.status == 400 and "max_tokens is too large: 999999" in str(error)
     assert len(servers.llmock_requests(lm)) == 1 and sleeps == []
@@ -312,8 +339,9 @@ def test_llmock_disconnect_before_text_is_retried(lm, sleeps):
 
 
 def test_llmock_stalled_stream_hits_the_read_timeout(lm):
-    servers.llmock_script(lm, {"type": "stream_fault", "kind": "stall", "after_chunks": 2,
-                               "stall_seconds": 5})
+    servers.llmock_script(
+        lm, {"type": "stream_fault", "kind": "stall", "after_chunks": 2, "stall_seconds": 5}
+    )
     seen, error = ask_fails(llmock_call(lm, stream=True, timeout=0.5), HELLO)
     assert "ReadTimeout" in str(error) and len(seen) == 1
 
@@ -327,8 +355,9 @@ def test_llmock_slow_response_times_out_then_retries(lm, sleeps):
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_llmock_malformed_tool_arguments_pass_through_verbatim(lm, stream):
     servers.llmock_script(lm, {"type": "tool_fault", "kind": "malformed_arguments"})
-    _, result = ask(llmock_call(lm, stream=stream),
-                    [{"role": "user", "content": "weather in Paris?"}], [WEATHER])
+    _, result = ask(
+        llmock_call(lm, stream=stream), [{"role": "user", "content": "weather in Paris?"}], [WEATHER]
+    )
     (tc,) = result.message["tool_calls"]
     assert tc["function"]["name"] == "get_weather" and result.finish_reason == "tool_calls"
     arguments = tc["function"]["arguments"]
@@ -338,23 +367,34 @@ def test_llmock_malformed_tool_arguments_pass_through_verbatim(lm, stream):
 
 
 def test_llmock_scripted_parallel_tool_calls_stream_with_usage(lm):
-    servers.llmock_script(lm, {"type": "reply", "tool_calls": [
-        {"name": "get_weather", "arguments": {"city": "Paris, France"}},
-        {"name": "get_time", "arguments": {"tz": "Europe/Paris"}}]})
-    _, result = ask(llmock_call(lm, stream=True), [{"role": "user", "content": "both"}],
-                    [WEATHER, TIME])
+    servers.llmock_script(
+        lm,
+        {
+            "type": "reply",
+            "tool_calls": [
+                {"name": "get_weather", "arguments": {"city": "Paris, France"}},
+                {"name": "get_time", "arguments": {"tz": "Europe/Paris"}},
+            ],
+        },
+    )
+    _, result = ask(llmock_call(lm, stream=True), [{"role": "user", "content": "both"}], [WEATHER, TIME])
     calls = result.message["tool_calls"]
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
-        ("get_weather", {"city": "Paris, France"}), ("get_time", {"tz": "Europe/Paris"})]
+        ("get_weather", {"city": "Paris, France"}),
+        ("get_time", {"tz": "Europe/Paris"}),
+    ]
     # llmock honours stream_options.include_usage: a last chunk with empty choices.
     assert result.usage["total_tokens"] > 0 and result.finish_reason == "tool_calls"
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_llmock_auto_tool_agent_run(lm, stream):
-    messages, ran = run_agent(llmock_call(lm, stream=stream), "What is the weather in Paris?",
-                              [WEATHER, TIME], {"get_weather": lambda city: "sunny",
-                                                "get_time": lambda tz: "noon"})
+    messages, ran = run_agent(
+        llmock_call(lm, stream=stream),
+        "What is the weather in Paris?",
+        [WEATHER, TIME],
+        {"get_weather": lambda city: "sunny", "get_time": lambda tz: "noon"},
+    )
     assert [name for name, _ in ran] == ["get_weather"] and isinstance(ran[0][1]["city"], str)
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
     assert messages[-1]["content"] and "tool_calls" not in messages[-1]

@@ -31,9 +31,12 @@ def test_concurrent_appends_same_and_different_branches(tmp_path):
         session = store.create_session("concurrency")
         root = session.append({"role": "system", "content": "shared root"}, branch="shared")
     start = CTX.Event()
-    procs = [CTX.Process(target=workers.append_worker,
-                         args=(str(db), session.id, i, SECONDS, str(tmp_path), start))
-             for i in range(PROCESSES)]
+    procs = [
+        CTX.Process(
+            target=workers.append_worker, args=(str(db), session.id, i, SECONDS, str(tmp_path), start)
+        )
+        for i in range(PROCESSES)
+    ]
     for p in procs:
         p.start()
     start.set()
@@ -79,8 +82,10 @@ def test_concurrent_appends_same_and_different_branches(tmp_path):
     total = sum(len(a) for a in acks.values())
     elapsed = max(r["elapsed"] for r in results)
     moved = sum(r["moved"] for r in results)
-    print(f"\n{PROCESSES} processes, {elapsed:.1f}s: {total} appends, {total / elapsed:.0f}/s total, "
-          f"{total / elapsed / PROCESSES:.0f}/s per process; {moved} compare-and-set losers")
+    print(
+        f"\n{PROCESSES} processes, {elapsed:.1f}s: {total} appends, {total / elapsed:.0f}/s total, "
+        f"{total / elapsed / PROCESSES:.0f}/s per process; {moved} compare-and-set losers"
+    )
 
 
 def test_compare_and_set_rounds_exactly_one_winner_the_rest_branch_moved(tmp_path):
@@ -92,9 +97,12 @@ def test_compare_and_set_rounds_exactly_one_winner_the_rest_branch_moved(tmp_pat
         session = store.create_session("cas")
         first = session.append({"role": "system", "content": "start"}, branch="cas")
     barrier = CTX.Barrier(PROCESSES)
-    procs = [CTX.Process(target=workers.cas_round_worker,
-                         args=(str(db), session.id, i, rounds, barrier, str(tmp_path)))
-             for i in range(PROCESSES)]
+    procs = [
+        CTX.Process(
+            target=workers.cas_round_worker, args=(str(db), session.id, i, rounds, barrier, str(tmp_path))
+        )
+        for i in range(PROCESSES)
+    ]
     for p in procs:
         p.start()
     for p in procs:

@@ -23,9 +23,12 @@ TIME_BUDGET = 20.0  # seconds of killing at most; at least 10 iterations must fi
 
 
 def start_writer(db: Path, log: Path, seed: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(TESTS / "reliability_workers.py"), "crash-writer",
-                             str(db), str(log), str(seed)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(TESTS)})
+    return subprocess.Popen(
+        [sys.executable, str(TESTS / "reliability_workers.py"), "crash-writer", str(db), str(log), str(seed)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(TESTS)},
+    )
 
 
 def acknowledged(log: Path) -> list[dict]:
@@ -66,8 +69,9 @@ def check(db: Path, log: Path) -> dict:
         batches: dict[str, list[int]] = {}
         declared = {}
         for batch, n, depth in store.conn.execute(
-                "SELECT json_extract(payload, '$.batch'), json_extract(payload, '$.n'), depth"
-                " FROM nodes WHERE json_extract(payload, '$.batch') IS NOT NULL"):
+            "SELECT json_extract(payload, '$.batch'), json_extract(payload, '$.n'), depth"
+            " FROM nodes WHERE json_extract(payload, '$.batch') IS NOT NULL"
+        ):
             batches.setdefault(batch, []).append(depth)
             declared[batch] = n
         half = {b: (len(d), declared[b]) for b, d in batches.items() if len(d) != declared[b]}

@@ -30,10 +30,47 @@ from sessiontree.formats import export_native, import_file, import_native
 
 from conftest import user
 
-ODD = ["\ud800", "\udfff", "\ud83d", "\x00", "\u202e", "\u200f", "\u202d", "\ufeff", "\u0301",
-       "💥", "𝕏", "'", '"', "%", "_", "\\", "\n", "\r", "\t", "--", ";", "\u2028", "\x7f"]
-SQLISH = ["'; DROP TABLE nodes; --", "%", "_", "%%", "__", "a%b_c", "it's", 'say "hi"',
-          "Robert'); DROP TABLE sessions;--", "\\", "main%", "ma_n", "🌳 tree", "x' OR '1'='1"]
+ODD = [
+    "\ud800",
+    "\udfff",
+    "\ud83d",
+    "\x00",
+    "\u202e",
+    "\u200f",
+    "\u202d",
+    "\ufeff",
+    "\u0301",
+    "💥",
+    "𝕏",
+    "'",
+    '"',
+    "%",
+    "_",
+    "\\",
+    "\n",
+    "\r",
+    "\t",
+    "--",
+    ";",
+    "\u2028",
+    "\x7f",
+]
+SQLISH = [
+    "'; DROP TABLE nodes; --",
+    "%",
+    "_",
+    "%%",
+    "__",
+    "a%b_c",
+    "it's",
+    'say "hi"',
+    "Robert'); DROP TABLE sessions;--",
+    "\\",
+    "main%",
+    "ma_n",
+    "🌳 tree",
+    "x' OR '1'='1",
+]
 
 odd_text = st.one_of(
     st.text(max_size=30),
@@ -56,8 +93,10 @@ def pairs_up(value) -> bool:
     """A lone high surrogate right before a lone low one: JSON's \\u escapes cannot tell
     that from the one astral character they encode, so it reads back as that character."""
     if isinstance(value, str):
-        return any("\ud800" <= a <= "\udbff" and "\udc00" <= b <= "\udfff"
-                   for a, b in zip(value, value[1:], strict=False))
+        return any(
+            "\ud800" <= a <= "\udbff" and "\udc00" <= b <= "\udfff"
+            for a, b in zip(value, value[1:], strict=False)
+        )
     if isinstance(value, list):
         return any(pairs_up(v) for v in value)
     if isinstance(value, dict):
@@ -76,6 +115,7 @@ def has_non_finite(value) -> bool:
 
 
 # -- payloads --------------------------------------------------------------------------
+
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(content=odd_text, data=json_values)
@@ -96,8 +136,15 @@ def test_odd_payloads_round_trip_or_are_refused_whole(session, content, data):
 
 def test_odd_payloads_survive_reopening_and_export(tmp_path):
     path = tmp_path / "odd.db"
-    payload = {"role": "user", "content": "".join(ODD[1:]), "names": SQLISH, "big": "x" * 3_000_000,
-               "n": 2**80, "neg": -0.0, "f": 1e308}
+    payload = {
+        "role": "user",
+        "content": "".join(ODD[1:]),
+        "names": SQLISH,
+        "big": "x" * 3_000_000,
+        "n": 2**80,
+        "neg": -0.0,
+        "f": 1e308,
+    }
     with Store(path) as store:
         node = store.create_session("odd").append(payload)
         export = list(export_native(store))
@@ -109,9 +156,12 @@ def test_odd_payloads_survive_reopening_and_export(tmp_path):
         assert copy.node(node.id).payload == payload
 
 
-@pytest.mark.xfail(strict=True, reason="known limit (model.encode_payload): a lone high surrogate "
-                   "followed by a lone low one is stored as \\u escapes and reads back as one "
-                   "astral character; see docs/reliability.md")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit (model.encode_payload): a lone high surrogate "
+    "followed by a lone low one is stored as \\u escapes and reads back as one "
+    "astral character; see docs/reliability.md",
+)
 def test_split_surrogate_pair_is_not_kept_apart(session):
     node = session.append(user("\ud800\udfff"))
     assert session.store.node(node.id).payload["content"] == "\ud800\udfff"
@@ -149,8 +199,10 @@ def test_non_finite_numbers_in_metadata_and_run_usage_are_refused_whole(store, b
     session.append(user("hi"))
     before = dump(store.conn)
     reply = {"role": "assistant", "content": "x"}
-    for run in (Completion(reply, model="m", usage={"prompt_tokens": bad}),
-                Completion(reply, model="m", params={"temperature": bad})):
+    for run in (
+        Completion(reply, model="m", usage={"prompt_tokens": bad}),
+        Completion(reply, model="m", params={"temperature": bad}),
+    ):
         with pytest.raises(InvalidPayload, match="not valid JSON"):
             session.append(reply, run=run)
         assert dump(store.conn) == before
@@ -165,8 +217,9 @@ def test_lone_surrogates_outside_payloads_are_kept_or_refused_clearly(store):
     session = store.create_session("s", metadata={"note": "\ud800 lone"})
     assert store.session(session.id).metadata == {"note": "\ud800 lone"}
     session.append(user("hi"))
-    node = session.append({"role": "assistant", "content": "x"},
-                          run=Completion({"role": "assistant"}, usage={"odd\udfff": 1}))
+    node = session.append(
+        {"role": "assistant", "content": "x"}, run=Completion({"role": "assistant"}, usage={"odd\udfff": 1})
+    )
     assert store.run(node.run_id).usage == {"odd\udfff": 1}
     before = dump(store.conn)
     with pytest.raises(InvalidPayload, match="lone surrogate"):
@@ -180,6 +233,7 @@ def test_lone_surrogates_outside_payloads_are_kept_or_refused_clearly(store):
 
 
 # -- names and ids with SQL metacharacters ----------------------------------------------
+
 
 @pytest.mark.parametrize("name", SQLISH)
 def test_names_with_sql_metacharacters_are_just_names(store, name):
@@ -210,7 +264,12 @@ def test_names_with_sql_metacharacters_are_just_names(store, name):
     session.delete_checkpoint(name + "!")
     assert [b.name for b in session.branches()] == ["main"]
     assert {r[0] for r in store.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")} >= {
-        "nodes", "sessions", "branches", "checkpoints", "runs"}
+        "nodes",
+        "sessions",
+        "branches",
+        "checkpoints",
+        "runs",
+    }
     assert store.verify().ok
 
 
@@ -218,10 +277,12 @@ def test_names_with_sql_metacharacters_are_just_names(store, name):
 def test_invalid_names_are_refused_and_nothing_is_written(session, name):
     session.append(user("hi"))
     before = dump(session.conn)
-    for attempt in (lambda: session.fork(name, at="main"),
-                    lambda: session.checkpoint(name, at="main"),
-                    lambda: session.append(user("x"), branch=name),
-                    lambda: session.edit(session.head(), user("y"), branch=name)):
+    for attempt in (
+        lambda: session.fork(name, at="main"),
+        lambda: session.checkpoint(name, at="main"),
+        lambda: session.append(user("x"), branch=name),
+        lambda: session.edit(session.head(), user("y"), branch=name),
+    ):
         with pytest.raises(Conflict, match="invalid"):
             attempt()
     assert dump(session.conn) == before
@@ -229,13 +290,16 @@ def test_invalid_names_are_refused_and_nothing_is_written(session, name):
 
 # -- garbled import files -------------------------------------------------------------
 
+
 def sample_export() -> bytes:
     with Store(":memory:") as store:
         s = store.create_session("garble me", metadata={"k": "v"})
         s.append({"role": "system", "content": "be nice"})
         a = s.append(user("héllo \u202e 'quoted' %_"))
-        s.append({"role": "assistant", "content": "hi"},
-                 run=Completion({"role": "assistant"}, model="m", usage={"prompt_tokens": 3}))
+        s.append(
+            {"role": "assistant", "content": "hi"},
+            run=Completion({"role": "assistant"}, model="m", usage={"prompt_tokens": 3}),
+        )
         s.fork("alt", at=a)
         s.append({"role": "assistant", "content": "other"}, branch="alt")
         s.checkpoint("cp", at=a)
@@ -266,7 +330,7 @@ def garble(data: bytes, mutations) -> bytes:
         elif kind == "truncate":
             del out[at:]
         elif kind == "delete":
-            del out[at:at + value]
+            del out[at : at + value]
         else:
             out.insert(at, value)
     return bytes(out)
@@ -320,6 +384,7 @@ def test_importing_into_a_readonly_store_is_refused_as_read_only(tmp_path):
 
 
 # -- bad command lines -----------------------------------------------------------------
+
 
 @pytest.fixture
 def cli_db(tmp_path):

@@ -26,8 +26,15 @@ def make_pauses(store: Store, n: int) -> list[str]:
         session = store.create_session(f"race {i}")
         session.append({"role": "user", "content": f"pay {i}"})
         model = ScriptedModel([reply(None, tool_call("transfer", {"amount": i}, id="e"))])
-        steps = list(run_sync(store, session, call=model, tools=[workers.transfer],
-                              approve=lambda call: Pause("money moves need a human")))
+        steps = list(
+            run_sync(
+                store,
+                session,
+                call=model,
+                tools=[workers.transfer],
+                approve=lambda call: Pause("money moves need a human"),
+            )
+        )
         assert steps[-1].reason == "paused"
         pauses.append(steps[-1].node.id)
     return pauses
@@ -35,8 +42,10 @@ def make_pauses(store: Store, n: int) -> list[str]:
 
 def race(target, db: Path, pause_ids: list[str], out: Path, *extra) -> list[list[str]]:
     barrier = CTX.Barrier(RACERS)
-    procs = [CTX.Process(target=target, args=(str(db), pause_ids, f"r{i}", barrier, str(out), *extra))
-             for i in range(RACERS)]
+    procs = [
+        CTX.Process(target=target, args=(str(db), pause_ids, f"r{i}", barrier, str(out), *extra))
+        for i in range(RACERS)
+    ]
     for p in procs:
         p.start()
     for p in procs:

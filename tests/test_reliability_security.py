@@ -22,9 +22,18 @@ KEY_ENV = "sk-test-ENVSECRET456"
 
 
 def reply_json(message: dict, usage: dict | None = None) -> dict:
-    return {"id": "x", "model": "mock-1", "choices": [{"index": 0, "message": message,
-                                                       "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
-            "usage": usage or {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
+    return {
+        "id": "x",
+        "model": "mock-1",
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+            }
+        ],
+        "usage": usage or {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+    }
 
 
 def handler(request: httpx.Request) -> httpx.Response:
@@ -33,19 +42,23 @@ def handler(request: httpx.Request) -> httpx.Response:
     body = json.loads(request.content)
     last = body["messages"][-1]
     if "fail" in str(last.get("content")):
-        return httpx.Response(401, json={"error": {"message": f"Incorrect API key provided: "
-                                                              f"{auth.removeprefix('Bearer ')} ({auth})"}})
+        return httpx.Response(
+            401,
+            json={
+                "error": {"message": f"Incorrect API key provided: {auth.removeprefix('Bearer ')} ({auth})"}
+            },
+        )
     if last["role"] == "tool":
         return httpx.Response(200, json=reply_json({"role": "assistant", "content": "sunny, done"}))
     call = tool_call("get_weather", {"city": "Paris"}, id=f"w{len(body['messages'])}")
-    return httpx.Response(200, json=reply_json({"role": "assistant", "content": None,
-                                                "tool_calls": [call]}))
+    return httpx.Response(200, json=reply_json({"role": "assistant", "content": None, "tool_calls": [call]}))
 
 
 @pytest.fixture(autouse=True)
 def _instant_retries(monkeypatch):
     async def no_sleep(seconds):
         return None
+
     monkeypatch.setattr(openai, "_sleep", no_sleep)
 
 
@@ -57,18 +70,33 @@ def test_api_keys_never_reach_the_database_or_an_export(tmp_path, monkeypatch):
     monkeypatch.setenv("MOCK_KEY", KEY_ENV)
     db = tmp_path / "keys.db"
     transport = httpx.MockTransport(handler)
-    by_argument = openai_compatible("http://mock/v1", "mock-1", api_key=KEY_ARG, transport=transport,
-                                    max_retries=1)
-    by_env = openai_compatible("http://mock/v1", "mock-1", api_key_env="MOCK_KEY", transport=transport,
-                               max_retries=1, temperature=0.5)
+    by_argument = openai_compatible(
+        "http://mock/v1", "mock-1", api_key=KEY_ARG, transport=transport, max_retries=1
+    )
+    by_env = openai_compatible(
+        "http://mock/v1",
+        "mock-1",
+        api_key_env="MOCK_KEY",
+        transport=transport,
+        max_retries=1,
+        temperature=0.5,
+    )
     seen_errors = []
     with Store(db) as store:
         for name, call, key in (("arg", by_argument, KEY_ARG), ("env", by_env, KEY_ENV)):
             session = store.create_session(name)
             session.append(user("weather in Paris?"))
-            steps = list(run_sync(store, session, call=call, tools=[get_weather],
-                                  approve=lambda c, name=name: Pause("check") if c.id == "w2" and name == "arg"
-                                  else Approve()))
+            steps = list(
+                run_sync(
+                    store,
+                    session,
+                    call=call,
+                    tools=[get_weather],
+                    approve=lambda c, name=name: (
+                        Pause("check") if c.id == "w2" and name == "arg" else Approve()
+                    ),
+                )
+            )
             if steps[-1].reason == "paused":  # a pause and a decision are stored too
                 decide(store, steps[-1].node.id, {"w2": Approve()}, by="ops")
                 steps = list(run_sync(store, session, call=call, tools=[get_weather]))
@@ -107,10 +135,14 @@ def test_every_write_through_a_readonly_store_raises_read_only(tmp_path):
         s.append(user("hi"))
         s.checkpoint("cp", at="main")
         s.fork("other", at="main")
-        s.append({"role": "assistant", "content": None,
-                  "tool_calls": [tool_call("get_weather", {"city": "x"}, id="c")]})
-        pause = s.append({"calls": [{"id": "c", "name": "get_weather", "arguments": "{}"}]},
-                         kind="pause")
+        s.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [tool_call("get_weather", {"city": "x"}, id="c")],
+            }
+        )
+        pause = s.append({"calls": [{"id": "c", "name": "get_weather", "arguments": "{}"}]}, kind="pause")
     with Store(tmp_path / "other.db") as other:
         other.create_session("new").append(user("new"))
         native = export_file(other, tmp_path / "x.jsonl")

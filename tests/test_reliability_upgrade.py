@@ -35,8 +35,9 @@ V1_TABLES = {
 def rows(path: Path) -> dict[str, list[tuple]]:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        return {t: conn.execute(f"SELECT {c} FROM {t} ORDER BY 1, 2").fetchall()
-                for t, c in V1_TABLES.items()}
+        return {
+            t: conn.execute(f"SELECT {c} FROM {t} ORDER BY 1, 2").fetchall() for t, c in V1_TABLES.items()
+        }
     finally:
         conn.close()
 
@@ -112,7 +113,8 @@ def test_cli_migrate_list_then_migrate(v1):
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == [
         *[f"{m.version:04d}_{m.name}" for m in pending],
-        f"{len(pending)} pending step(s); schema version 1"]
+        f"{len(pending)} pending step(s); schema version 1",
+    ]
     assert digest(v1) == before  # listing applies nothing
     result = runner.invoke(cli, ["--db", str(v1), "migrate"])
     assert result.exit_code == 0, result.output

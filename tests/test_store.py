@@ -63,7 +63,10 @@ def test_fork_edit_diff_and_common_ancestor(session):
     assert session.common_ancestor("main", "retry").id == q.id
     diff = session.diff("main", "retry")
     assert (diff.ancestor.id, [n.id for n in diff.only_a], [n.id for n in diff.only_b]) == (
-        q.id, [a1.id], [a2.id])
+        q.id,
+        [a1.id],
+        [a2.id],
+    )
     assert [n.id for n in session.children(q)] == [a1.id, a2.id]
     assert {n.id for n in session.leaves()} == {a1.id, a2.id, edited.id}
 
@@ -186,7 +189,9 @@ def test_parent_from_another_session_is_refused(store, session):
     with pytest.raises(sqlite3.IntegrityError):  # the schema refuses it too
         store.conn.execute(
             "INSERT INTO nodes (id, session_id, parent_id, depth, kind, payload, created_at)"
-            " VALUES ('x', ?, ?, 1, 'message', '{}', 'now')", (session.id, foreign.id))
+            " VALUES ('x', ?, ?, 1, 'message', '{}', 'now')",
+            (session.id, foreign.id),
+        )
 
 
 def test_prefixes_resolve_like_git(store, session):
@@ -245,13 +250,24 @@ def test_odd_unicode_round_trips(session):
 
 def test_provenance_is_recorded_beside_the_node(store, session):
     session.append(user("q"))
-    completion = Completion(assistant("a"), model="m-1", provider="test", params={"seed": 1},
-                            usage={"prompt_tokens": 3, "completion_tokens": 5},
-                            finish_reason="stop", latency_ms=12.5)
+    completion = Completion(
+        assistant("a"),
+        model="m-1",
+        provider="test",
+        params={"seed": 1},
+        usage={"prompt_tokens": 3, "completion_tokens": 5},
+        finish_reason="stop",
+        latency_ms=12.5,
+    )
     node = session.append(completion.message, run=completion)
     run = store.run(node.run_id)
-    assert (run.model, run.params, run.usage["completion_tokens"], run.finish_reason,
-            run.latency_ms) == ("m-1", {"seed": 1}, 5, "stop", 12.5)
+    assert (run.model, run.params, run.usage["completion_tokens"], run.finish_reason, run.latency_ms) == (
+        "m-1",
+        {"seed": 1},
+        5,
+        "stop",
+        12.5,
+    )
     assert "usage" not in node.payload
 
 
@@ -315,20 +331,26 @@ def test_prune_removes_runs_only_pruned_nodes_used(session):
 
 
 def test_verify_reports_broken_invariants(store, session):
-    session.append(assistant(None, [{"id": "c1", "type": "function",
-                                     "function": {"name": "f", "arguments": "{}"}}]))
+    session.append(
+        assistant(None, [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}])
+    )
     session.append({"role": "tool", "tool_call_id": "c1", "content": "ok"})
     assert store.verify().ok
     session.append({"role": "tool", "tool_call_id": "c1", "content": "again"})
     session.fork("bad", at="main")
-    session.append(assistant(None, [{"id": "c2", "type": "function",
-                                     "function": {"name": "f", "arguments": "{}"}}]), branch="bad")
+    session.append(
+        assistant(None, [{"id": "c2", "type": "function", "function": {"name": "f", "arguments": "{}"}}]),
+        branch="bad",
+    )
     session.append(user("moving on"), branch="bad")
     store.conn.execute("PRAGMA foreign_keys = OFF")
-    store.conn.execute("INSERT INTO nodes VALUES ('orphan', ?, 'ghost', 3, 'message', 'not json',"
-                       " 'now', NULL)", (session.id,))
-    store.conn.execute("INSERT INTO branches VALUES (?, 'dangling', 'nowhere', '{}', 'now', 'now')",
-                       (session.id,))
+    store.conn.execute(
+        "INSERT INTO nodes VALUES ('orphan', ?, 'ghost', 3, 'message', 'not json', 'now', NULL)",
+        (session.id,),
+    )
+    store.conn.execute(
+        "INSERT INTO branches VALUES (?, 'dangling', 'nowhere', '{}', 'now', 'now')", (session.id,)
+    )
     checks = sorted({(p.check, p.detail.split(" ")[0]) for p in store.verify().problems})
     assert ("parent", "node") in checks and ("payload", "node") in checks
     assert ("ref", "branch") in checks

@@ -77,8 +77,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(data=st.data(), texts=st.lists(TEXTS, min_size=1, max_size=4))
     def append_many(self, data, texts):
         name = data.draw(st.sampled_from(sorted(self.branches)))
-        nodes = self.session.append_many([{"role": "assistant", "content": t} for t in texts],
-                                         branch=name)
+        nodes = self.session.append_many([{"role": "assistant", "content": t} for t in texts], branch=name)
         for node in nodes:
             self.record(node)
         assert nodes[0].parent_id == self.branches[name]
@@ -119,8 +118,9 @@ class StoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.parent)
     @rule(data=st.data(), name=NAMES, text=TEXTS)
     def edit(self, data, name, text):
-        original = data.draw(st.sampled_from(sorted(n for n, k in self.kind.items() if k == "message")
-                                             or ["none"]))
+        original = data.draw(
+            st.sampled_from(sorted(n for n, k in self.kind.items() if k == "message") or ["none"])
+        )
         if original == "none":
             return
         payload = {"role": "user", "content": "edited " + text}
@@ -211,7 +211,9 @@ class StoreMachine(RuleBasedStateMachine):
 
 
 StoreMachine.TestCase.settings = settings(
-    max_examples=60, stateful_step_count=25, deadline=None,
+    max_examples=60,
+    stateful_step_count=25,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestStoreMachine = StoreMachine.TestCase

@@ -30,9 +30,16 @@ class Window(TypedDict):
 
 
 @tool
-def forecast(place: Place, window: Window, unit: Unit = Unit.C, tags: list[str] | None = None,
-             mode: Literal["fast", "exact"] = "fast", limits: dict[str, float] | None = None,
-             verbose: Optional[bool] = None, ctx: ToolContext = None) -> str:  # noqa: UP045
+def forecast(
+    place: Place,
+    window: Window,
+    unit: Unit = Unit.C,
+    tags: list[str] | None = None,
+    mode: Literal["fast", "exact"] = "fast",
+    limits: dict[str, float] | None = None,
+    verbose: Optional[bool] = None,  # noqa: UP045 (the schema must handle Optional too)
+    ctx: ToolContext = None,
+) -> str:
     """Forecast the weather.
 
     Args:
@@ -50,9 +57,13 @@ def test_schema_from_type_hints_and_docstring():
     assert params["required"] == ["place", "window"]
     assert "ctx" not in params["properties"]
     props = params["properties"]
-    assert props["place"] == {"type": "object", "description": "where to look", "additionalProperties": False,
-                              "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
-                              "required": ["city"]}
+    assert props["place"] == {
+        "type": "object",
+        "description": "where to look",
+        "additionalProperties": False,
+        "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+        "required": ["city"],
+    }
     assert props["window"]["required"] == ["days", "hourly"]
     assert props["unit"] == {"enum": ["celsius", "fahrenheit"], "description": "the temperature unit"}
     assert props["tags"] == {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]}
@@ -62,32 +73,51 @@ def test_schema_from_type_hints_and_docstring():
 
 
 def test_arguments_are_converted_to_python_values():
-    args = forecast.parse('{"place": {"city": "Nice"}, "window": {"days": 2, "hourly": false},'
-                          ' "unit": "fahrenheit", "tags": ["a"], "limits": {"max": 3}}')
+    args = forecast.parse(
+        '{"place": {"city": "Nice"}, "window": {"days": 2, "hourly": false},'
+        ' "unit": "fahrenheit", "tags": ["a"], "limits": {"max": 3}}'
+    )
     assert args["place"] == Place("Nice") and args["unit"] is Unit.F
     assert args["limits"] == {"max": 3.0} and isinstance(args["limits"]["max"], float)
     assert forecast(**args) == "Nice/FR 2d F ['a'] fast {'max': 3.0} None"
 
 
-@pytest.mark.parametrize(("arguments", "message"), [
-    ('{"place": {"city": "x"}}', "arguments: missing required argument(s) window"),
-    ('{"place": {"city": 1}, "window": {"days": 1, "hourly": true}}',
-     "arguments.place.city: expected a string, got 1"),
-    ('{"place": {"city": "x"}, "window": {"days": 1.5, "hourly": true}}',
-     "arguments.window.days: expected an integer, got 1.5"),
-    ('{"place": {"city": "x"}, "window": {"days": 1, "hourly": 1}}',
-     "arguments.window.hourly: expected a boolean, got 1"),
-    ('{"place": {"city": "x"}, "window": {"days": 1, "hourly": true}, "unit": "kelvin"}',
-     'arguments.unit: expected one of "celsius", "fahrenheit", got "kelvin"'),
-    ('{"place": {"city": "x"}, "window": {"days": 1, "hourly": true}, "mode": "slow"}',
-     'arguments.mode: expected one of "fast", "exact", got "slow"'),
-    ('{"place": {"city": "x"}, "window": {"days": 1, "hourly": true}, "tags": ["a", 2]}',
-     "arguments.tags[1]: expected a string, got 2"),
-    ('{"place": {"city": "x"}, "window": {"days": 1, "hourly": true}, "extra": 1}',
-     "arguments: unexpected argument(s) extra"),
-    ('[1, 2]', "arguments must be a JSON object, got [1, 2]"),
-    ('{"place": ', "arguments are not valid JSON"),
-])
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ('{"place": {"city": "x"}}', "arguments: missing required argument(s) window"),
+        (
+            '{"place": {"city": 1}, "window": {"days": 1, "hourly": true}}',
+            "arguments.place.city: expected a string, got 1",
+        ),
+        (
+            '{"place": {"city": "x"}, "window": {"days": 1.5, "hourly": true}}',
+            "arguments.window.days: expected an integer, got 1.5",
+        ),
+        (
+            '{"place": {"city": "x"}, "window": {"days": 1, "hourly": 1}}',
+            "arguments.window.hourly: expected a boolean, got 1",
+        ),
+        (
+            '{"place": {"city": "x"}, "window": {"days": 1, "hourly": true}, "unit": "kelvin"}',
+            'arguments.unit: expected one of "celsius", "fahrenheit", got "kelvin"',
+        ),
+        (
+            '{"place": {"city": "x"}, "window": {"days": 1, "hourly": true}, "mode": "slow"}',
+            'arguments.mode: expected one of "fast", "exact", got "slow"',
+        ),
+        (
+            '{"place": {"city": "x"}, "window": {"days": 1, "hourly": true}, "tags": ["a", 2]}',
+            "arguments.tags[1]: expected a string, got 2",
+        ),
+        (
+            '{"place": {"city": "x"}, "window": {"days": 1, "hourly": true}, "extra": 1}',
+            "arguments: unexpected argument(s) extra",
+        ),
+        ("[1, 2]", "arguments must be a JSON object, got [1, 2]"),
+        ('{"place": ', "arguments are not valid JSON"),
+    ],
+)
 def test_bad_arguments_name_the_problem(arguments, message):
     with pytest.raises(ToolArgumentError) as info:
         forecast.parse(arguments)

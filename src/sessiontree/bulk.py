@@ -105,8 +105,9 @@ class ImportedSession:
 # -- writing ---------------------------------------------------------------
 
 
-def write_sessions(store: Store, sessions: Sequence[ImportedSession],
-                   progress: Progress | None = None) -> list[str]:
+def write_sessions(
+    store: Store, sessions: Sequence[ImportedSession], progress: Progress | None = None
+) -> list[str]:
     """Write (or merge) every session in one transaction; return their ids in order."""
     encoded = [_encode(s) for s in sessions]  # validate everything before taking the lock
     total = sum(len(s.nodes) for s in sessions)
@@ -157,7 +158,7 @@ def _encode(session: ImportedSession) -> dict[str, str]:
 
 def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
     for i in range(0, len(items), CHUNK):
-        yield items[i:i + CHUNK]
+        yield items[i : i + CHUNK]
 
 
 def _rows_by_id(conn: sqlite3.Connection, columns: str, ids: Sequence[str]) -> dict[str, tuple]:
@@ -169,26 +170,34 @@ def _rows_by_id(conn: sqlite3.Connection, columns: str, ids: Sequence[str]) -> d
     return found
 
 
-def _write_one(conn: sqlite3.Connection, s: ImportedSession, texts: dict[str, str],
-               tick: Callable[[int], None]) -> None:
+def _write_one(
+    conn: sqlite3.Connection, s: ImportedSession, texts: dict[str, str], tick: Callable[[int], None]
+) -> None:
     if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (s.id,)).fetchone() is None:
-        conn.execute("INSERT INTO sessions (id, title, metadata, created_at, archived_at)"
-                     " VALUES (?, ?, ?, ?, ?)",
-                     (s.id, check_text(s.title, "session title"),
-                      encode_json(s.metadata, "session metadata"), s.created_at, s.archived_at))
+        conn.execute(
+            "INSERT INTO sessions (id, title, metadata, created_at, archived_at) VALUES (?, ?, ?, ?, ?)",
+            (
+                s.id,
+                check_text(s.title, "session title"),
+                encode_json(s.metadata, "session metadata"),
+                s.created_at,
+                s.archived_at,
+            ),
+        )
     _write_runs(conn, s)
     _check_run_ids(conn, s)
     by_id = {n.id: n for n in s.nodes}
     existing = _rows_by_id(conn, "session_id, parent_id, kind, payload, depth", list(by_id))
-    outside = sorted({n.parent_id for n in s.nodes if n.parent_id is not None
-                      and n.parent_id not in by_id})
+    outside = sorted({n.parent_id for n in s.nodes if n.parent_id is not None and n.parent_id not in by_id})
     outside_rows = _rows_by_id(conn, "session_id, depth, kind", outside)
     depths = _depths(s, by_id, outside_rows)
     new_rows = []
     for node in sorted(s.nodes, key=lambda n: depths[n.id]):
         if node.depth is not None and node.depth != depths[node.id]:
-            raise InvalidTree(f"{_where(node)} declares depth {node.depth}, but its parents"
-                              f" put it at depth {depths[node.id]}")
+            raise InvalidTree(
+                f"{_where(node)} declares depth {node.depth}, but its parents"
+                f" put it at depth {depths[node.id]}"
+            )
         if node.kind == "decision":  # the same rule Session.append enforces
             parent = by_id.get(node.parent_id or "")
             stored = outside_rows.get(node.parent_id or "")
@@ -197,20 +206,36 @@ def _write_one(conn: sqlite3.Connection, s: ImportedSession, texts: dict[str, st
                 raise InvalidTree(f"{_where(node)}: a decision must be the child of a pause")
         old = existing.get(node.id)
         if old is None:
-            new_rows.append((node.id, s.id, node.parent_id, depths[node.id], node.kind,
-                             texts[node.id], node.created_at, node.run_id))
+            new_rows.append(
+                (
+                    node.id,
+                    s.id,
+                    node.parent_id,
+                    depths[node.id],
+                    node.kind,
+                    texts[node.id],
+                    node.created_at,
+                    node.run_id,
+                )
+            )
             continue
         if old[0] != s.id:
             raise ImportConflict(f"{_where(node)} already exists in another session, {old[0]}")
-        if (old[1], old[2]) != (node.parent_id, node.kind) or \
-                json.loads(old[3]) != json.loads(texts[node.id]):
-            raise ImportConflict(f"{_where(node)} already exists with a different parent, kind"
-                                 " or payload; refusing to import over it")
+        if (old[1], old[2]) != (node.parent_id, node.kind) or json.loads(old[3]) != json.loads(
+            texts[node.id]
+        ):
+            raise ImportConflict(
+                f"{_where(node)} already exists with a different parent, kind"
+                " or payload; refusing to import over it"
+            )
     for i in range(0, len(new_rows), PROGRESS_EVERY):
-        batch = new_rows[i:i + PROGRESS_EVERY]
+        batch = new_rows[i : i + PROGRESS_EVERY]
         try:
-            conn.executemany("INSERT INTO nodes (id, session_id, parent_id, depth, kind, payload,"
-                             " created_at, run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", batch)
+            conn.executemany(
+                "INSERT INTO nodes (id, session_id, parent_id, depth, kind, payload,"
+                " created_at, run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                batch,
+            )
         except sqlite3.IntegrityError as e:
             if "nodes.parent_id" in str(e):  # the unique index: one decision per pause
                 raise InvalidTree(f"session {s.id}: a pause would get a second decision") from None
@@ -221,8 +246,7 @@ def _write_one(conn: sqlite3.Connection, s: ImportedSession, texts: dict[str, st
     _write_branches(conn, s)
 
 
-def _depths(s: ImportedSession, by_id: dict[str, ImportedNode],
-            outside: dict[str, tuple]) -> dict[str, int]:
+def _depths(s: ImportedSession, by_id: dict[str, ImportedNode], outside: dict[str, tuple]) -> dict[str, int]:
     """Depth of every node from its parent chain; refuses missing parents and cycles."""
     depths: dict[str, int] = {}
     for start in s.nodes:
@@ -232,7 +256,7 @@ def _depths(s: ImportedSession, by_id: dict[str, ImportedNode],
         base = -1
         while node is not None and node.id not in depths:
             if node.id in on_chain:
-                cycle = [n.id for n in chain[chain.index(node):]]
+                cycle = [n.id for n in chain[chain.index(node) :]]
                 raise InvalidTree(f"{_where(node)} is its own ancestor: cycle {' -> '.join(cycle)}")
             chain.append(node)
             on_chain.add(node.id)
@@ -243,13 +267,13 @@ def _depths(s: ImportedSession, by_id: dict[str, ImportedNode],
                 node = by_id[parent]
             elif parent in outside:
                 if outside[parent][0] != s.id:
-                    raise InvalidTree(f"{_where(node)}: parent {parent} belongs to another session,"
-                                      f" {outside[parent][0]}")
+                    raise InvalidTree(
+                        f"{_where(node)}: parent {parent} belongs to another session, {outside[parent][0]}"
+                    )
                 base = outside[parent][1]
                 node = None
             else:
-                raise InvalidTree(f"{_where(node)}: parent {parent} is neither in the input nor"
-                                  " in the store")
+                raise InvalidTree(f"{_where(node)}: parent {parent} is neither in the input nor in the store")
         if node is not None:
             base = depths[node.id]
         for n in reversed(chain):
@@ -268,9 +292,18 @@ def _write_runs(conn: sqlite3.Connection, s: ImportedSession) -> None:
         conn.execute(
             "INSERT INTO runs (id, session_id, model, provider, params, usage, latency_ms,"
             " finish_reason, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (run.id, s.id, run.model, run.provider, encode_json(run.params, "run params"),
-             encode_json(run.usage, "run usage"), run.latency_ms, run.finish_reason,
-             run.created_at or s.created_at))
+            (
+                run.id,
+                s.id,
+                run.model,
+                run.provider,
+                encode_json(run.params, "run params"),
+                encode_json(run.usage, "run usage"),
+                run.latency_ms,
+                run.finish_reason,
+                run.created_at or s.created_at,
+            ),
+        )
 
 
 def _check_run_ids(conn: sqlite3.Connection, s: ImportedSession) -> None:
@@ -280,8 +313,9 @@ def _check_run_ids(conn: sqlite3.Connection, s: ImportedSession) -> None:
             continue
         row = conn.execute("SELECT session_id FROM runs WHERE id = ?", (node.run_id,)).fetchone()
         if row is None or row[0] != s.id:
-            raise InvalidTree(f"{_where(node)}: run {node.run_id} is neither in the input nor a"
-                              " run of this session")
+            raise InvalidTree(
+                f"{_where(node)}: run {node.run_id} is neither in the input nor a run of this session"
+            )
         known.add(node.run_id)
 
 
@@ -289,17 +323,19 @@ def _ref_kind(conn: sqlite3.Connection, session_id: str, name: str) -> tuple[str
     return conn.execute(
         "SELECT 'branch', head_id FROM branches WHERE session_id = ? AND name = ?"
         " UNION ALL SELECT 'checkpoint', node_id FROM checkpoints WHERE session_id = ? AND name = ?",
-        (session_id, name, session_id, name)).fetchone()
+        (session_id, name, session_id, name),
+    ).fetchone()
 
 
-def _check_ref_target(conn: sqlite3.Connection, s: ImportedSession, what: str,
-                      ref: ImportedRef) -> None:
+def _check_ref_target(conn: sqlite3.Connection, s: ImportedSession, what: str, ref: ImportedRef) -> None:
     if ref.node_id is None:
         return
     row = conn.execute("SELECT session_id FROM nodes WHERE id = ?", (ref.node_id,)).fetchone()
     if row is None or row[0] != s.id:
-        raise InvalidTree(f"session {s.id}: {what} {ref.name!r} points at {ref.node_id},"
-                          " which is not a node of this session")
+        raise InvalidTree(
+            f"session {s.id}: {what} {ref.name!r} points at {ref.node_id},"
+            " which is not a node of this session"
+        )
 
 
 def _write_checkpoints(conn: sqlite3.Connection, s: ImportedSession) -> None:
@@ -309,18 +345,27 @@ def _write_checkpoints(conn: sqlite3.Connection, s: ImportedSession) -> None:
             raise InvalidTree(f"session {s.id}: checkpoint {cp.name!r} points at nothing")
         found = _ref_kind(conn, s.id, cp.name)
         if found is None:
-            conn.execute("INSERT INTO checkpoints (session_id, name, node_id, created_at)"
-                         " VALUES (?, ?, ?, ?)", (s.id, cp.name, cp.node_id, cp.created_at or now()))
+            conn.execute(
+                "INSERT INTO checkpoints (session_id, name, node_id, created_at) VALUES (?, ?, ?, ?)",
+                (s.id, cp.name, cp.node_id, cp.created_at or now()),
+            )
         elif found != ("checkpoint", cp.node_id):
-            raise ImportConflict(f"session {s.id}: the store has a {found[0]} {cp.name!r} at"
-                                 f" {found[1]}; the input has a checkpoint at {cp.node_id}")
+            raise ImportConflict(
+                f"session {s.id}: the store has a {found[0]} {cp.name!r} at"
+                f" {found[1]}; the input has a checkpoint at {cp.node_id}"
+            )
 
 
 def _is_ancestor(conn: sqlite3.Connection, ancestor: str, node: str) -> bool:
-    return conn.execute(
-        "WITH RECURSIVE up(id, parent_id) AS (SELECT id, parent_id FROM nodes WHERE id = ?"
-        " UNION ALL SELECT n.id, n.parent_id FROM nodes n JOIN up ON n.id = up.parent_id)"
-        " SELECT 1 FROM up WHERE id = ?", (node, ancestor)).fetchone() is not None
+    return (
+        conn.execute(
+            "WITH RECURSIVE up(id, parent_id) AS (SELECT id, parent_id FROM nodes WHERE id = ?"
+            " UNION ALL SELECT n.id, n.parent_id FROM nodes n JOIN up ON n.id = up.parent_id)"
+            " SELECT 1 FROM up WHERE id = ?",
+            (node, ancestor),
+        ).fetchone()
+        is not None
+    )
 
 
 def _write_branches(conn: sqlite3.Connection, s: ImportedSession) -> None:
@@ -329,23 +374,36 @@ def _write_branches(conn: sqlite3.Connection, s: ImportedSession) -> None:
         found = _ref_kind(conn, s.id, b.name)
         if found is None:
             created = b.created_at or now()
-            conn.execute("INSERT INTO branches (session_id, name, head_id, metadata, created_at,"
-                         " updated_at) VALUES (?, ?, ?, ?, ?, ?)",
-                         (s.id, b.name, b.node_id, encode_json(b.metadata, "branch metadata"),
-                          created, b.updated_at or created))
+            conn.execute(
+                "INSERT INTO branches (session_id, name, head_id, metadata, created_at,"
+                " updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    s.id,
+                    b.name,
+                    b.node_id,
+                    encode_json(b.metadata, "branch metadata"),
+                    created,
+                    b.updated_at or created,
+                ),
+            )
             continue
         kind, head = found
         if kind != "branch":
-            raise ImportConflict(f"session {s.id}: {b.name!r} is a checkpoint in the store and a"
-                                 " branch in the input")
+            raise ImportConflict(
+                f"session {s.id}: {b.name!r} is a checkpoint in the store and a branch in the input"
+            )
         if b.node_id is None or head == b.node_id:
             continue
         if head is None or _is_ancestor(conn, head, b.node_id):  # fast-forward
-            conn.execute("UPDATE branches SET head_id = ?, updated_at = ? WHERE session_id = ?"
-                         " AND name = ?", (b.node_id, b.updated_at or now(), s.id, b.name))
+            conn.execute(
+                "UPDATE branches SET head_id = ?, updated_at = ? WHERE session_id = ? AND name = ?",
+                (b.node_id, b.updated_at or now(), s.id, b.name),
+            )
         elif not _is_ancestor(conn, b.node_id, head):  # store ahead of the input: keep it
-            raise ImportConflict(f"session {s.id}: branch {b.name!r} has diverged: the store's"
-                                 f" head is {head}, the input's is {b.node_id}")
+            raise ImportConflict(
+                f"session {s.id}: branch {b.name!r} has diverged: the store's"
+                f" head is {head}, the input's is {b.node_id}"
+            )
 
 
 # -- reading ---------------------------------------------------------------
@@ -365,25 +423,43 @@ def read_session(store: Store, session_id: str) -> ImportedSession:
 
 
 def _read(conn: sqlite3.Connection, session_id: str) -> ImportedSession:
-    row = conn.execute("SELECT id, title, metadata, created_at, archived_at FROM sessions"
-                       " WHERE id = ?", (session_id,)).fetchone()
+    row = conn.execute(
+        "SELECT id, title, metadata, created_at, archived_at FROM sessions WHERE id = ?", (session_id,)
+    ).fetchone()
     if row is None:
         raise NotFound(f"no session {session_id!r}")
     s = ImportedSession(row[0], row[1], json.loads(row[2]), row[3], archived_at=row[4])
-    s.runs = [ImportedRun(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4]), r[5], r[6], r[7])
-              for r in conn.execute(
-                  "SELECT id, model, provider, params, usage, latency_ms, finish_reason, created_at"
-                  " FROM runs WHERE session_id = ? ORDER BY id", (session_id,))]
-    s.nodes = [ImportedNode(r[0], r[1], r[3], json.loads(r[4]), r[5], r[6], depth=r[2])
-               for r in conn.execute(
-                   "SELECT id, parent_id, depth, kind, payload, created_at, run_id FROM nodes"
-                   " WHERE session_id = ? ORDER BY depth, id", (session_id,))]
-    s.branches = [ImportedRef(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in conn.execute(
-        "SELECT name, head_id, created_at, updated_at, metadata FROM branches"
-        " WHERE session_id = ? ORDER BY name", (session_id,))]
-    s.checkpoints = [ImportedRef(r[0], r[1], r[2]) for r in conn.execute(
-        "SELECT name, node_id, created_at FROM checkpoints WHERE session_id = ? ORDER BY name",
-        (session_id,))]
+    s.runs = [
+        ImportedRun(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4]), r[5], r[6], r[7])
+        for r in conn.execute(
+            "SELECT id, model, provider, params, usage, latency_ms, finish_reason, created_at"
+            " FROM runs WHERE session_id = ? ORDER BY id",
+            (session_id,),
+        )
+    ]
+    s.nodes = [
+        ImportedNode(r[0], r[1], r[3], json.loads(r[4]), r[5], r[6], depth=r[2])
+        for r in conn.execute(
+            "SELECT id, parent_id, depth, kind, payload, created_at, run_id FROM nodes"
+            " WHERE session_id = ? ORDER BY depth, id",
+            (session_id,),
+        )
+    ]
+    s.branches = [
+        ImportedRef(r[0], r[1], r[2], r[3], json.loads(r[4]))
+        for r in conn.execute(
+            "SELECT name, head_id, created_at, updated_at, metadata FROM branches"
+            " WHERE session_id = ? ORDER BY name",
+            (session_id,),
+        )
+    ]
+    s.checkpoints = [
+        ImportedRef(r[0], r[1], r[2])
+        for r in conn.execute(
+            "SELECT name, node_id, created_at FROM checkpoints WHERE session_id = ? ORDER BY name",
+            (session_id,),
+        )
+    ]
     return s
 
 

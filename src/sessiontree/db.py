@@ -129,8 +129,9 @@ def connect(path: str | Path, *, readonly: bool = False, apply_migrations: bool 
     if readonly:
         if memory or not Path(path).exists():
             raise SessionTreeError(f"cannot open {path!r} read-only: no such database file")
-        conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True,
-                               isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(
+            f"file:{Path(path).resolve()}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+        )
     else:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
@@ -193,8 +194,9 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         if isinstance(e, sqlite3.OperationalError) and "readonly database" in str(e):
-            raise ReadOnly("the database is open read-only (or its file is not writable); "
-                           "nothing was written") from None
+            raise ReadOnly(
+                "the database is open read-only (or its file is not writable); nothing was written"
+            ) from None
         raise
     try:
         conn.execute("COMMIT")

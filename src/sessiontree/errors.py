@@ -34,8 +34,7 @@ class BranchMoved(Conflict):
     def __init__(self, branch: str, expected: str | None, actual: str | None) -> None:
         self.branch, self.expected, self.actual = branch, expected, actual
         super().__init__(
-            f"branch {branch!r} moved: expected head {expected or '(empty)'}, "
-            f"found {actual or '(empty)'}"
+            f"branch {branch!r} moved: expected head {expected or '(empty)'}, found {actual or '(empty)'}"
         )
 
 

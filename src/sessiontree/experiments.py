@@ -70,8 +70,10 @@ def _event(node: Node) -> tuple | None:
         return None
     p = node.payload
     if p.get("role") == "assistant":
-        calls = tuple((c["function"]["name"], _canonical(c["function"].get("arguments") or ""))
-                      for c in p.get("tool_calls") or [])
+        calls = tuple(
+            (c["function"]["name"], _canonical(c["function"].get("arguments") or ""))
+            for c in p.get("tool_calls") or []
+        )
         return ("assistant", p.get("content"), calls)
     if p.get("role") == "tool":
         return ("tool", p.get("tool_call_id"), p.get("content"))
@@ -115,8 +117,9 @@ class Cassette:
     def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Completion:
         self.calls += 1
         if not self.replies:
-            raise CassetteExhausted(f"the replay asked for model call {self.calls}; the recording "
-                                    f"has {self.calls - 1}")
+            raise CassetteExhausted(
+                f"the replay asked for model call {self.calls}; the recording has {self.calls - 1}"
+            )
         return self.replies.pop(0)
 
 
@@ -141,15 +144,22 @@ class RecordedTool(Tool):
         return self.results[call_id]
 
 
-async def areplay(store: Store, branch: str, *, session: Session | str | None = None,
-                  tools: Literal["recorded", "live"] = "recorded",
-                  implementations: Iterable[Tool | Callable[..., Any]] = (),
-                  into: str | None = None, max_steps: int = 100) -> ReplayReport:
+async def areplay(
+    store: Store,
+    branch: str,
+    *,
+    session: Session | str | None = None,
+    tools: Literal["recorded", "live"] = "recorded",
+    implementations: Iterable[Tool | Callable[..., Any]] = (),
+    into: str | None = None,
+    max_steps: int = 100,
+) -> ReplayReport:
     """Re-run a recorded branch against its own recording; see the module docstring."""
     s = session_of(store, branch, session)
     path = s.path(branch)
-    first = next((i for i, n in enumerate(path) if n.kind == "message"
-                  and n.payload.get("role") == "assistant"), None)
+    first = next(
+        (i for i, n in enumerate(path) if n.kind == "message" and n.payload.get("role") == "assistant"), None
+    )
     if first is None or first == 0:
         raise Conflict(f"branch {branch!r} has no model call to replay after a first message")
     recorded = path[first:]
@@ -157,9 +167,15 @@ async def areplay(store: Store, branch: str, *, session: Session | str | None = 
     for node in recorded:
         if node.kind == "message" and node.payload.get("role") == "assistant":
             run = store.run(node.run_id) if node.run_id else None
-            replies.append(Completion(node.payload, model=run.model if run else None,
-                                      provider="cassette", params=run.params if run else {},
-                                      finish_reason=run.finish_reason if run else None))
+            replies.append(
+                Completion(
+                    node.payload,
+                    model=run.model if run else None,
+                    provider="cassette",
+                    params=run.params if run else {},
+                    finish_reason=run.finish_reason if run else None,
+                )
+            )
         elif node.kind == "message" and node.payload.get("role") == "tool":
             results[node.payload.get("tool_call_id")] = node.payload.get("content")
         elif node.kind == "decision":
@@ -179,8 +195,9 @@ async def areplay(store: Store, branch: str, *, session: Session | str | None = 
     name = into or free_branch_name(s, f"{branch}-replay")
     s.fork(name, at=path[first - 1], metadata={"replay_of": branch, "tools": tools})
     final = None
-    async for step in agent(store, s, name, call=Cassette(replies), tools=registry,
-                            approve=approve, max_steps=max_steps):
+    async for step in agent(
+        store, s, name, call=Cassette(replies), tools=registry, approve=approve, max_steps=max_steps
+    ):
         if isinstance(step, Final):
             final = step
     expected = [e for e in map(_event, recorded) if e is not None]
@@ -191,11 +208,13 @@ async def areplay(store: Store, branch: str, *, session: Session | str | None = 
         want = expected[i] if i < len(expected) else None
         got = actual[i] if i < len(actual) else None
         if want != got:
-            divergence = Divergence(i, _show(want), _show(got),
-                                    replayed_nodes[i].id if i < len(actual) else None)
+            divergence = Divergence(
+                i, _show(want), _show(got), replayed_nodes[i].id if i < len(actual) else None
+            )
             break
-    return ReplayReport(branch, name, divergence is None, len(expected), divergence,
-                        final.reason if final else "none")
+    return ReplayReport(
+        branch, name, divergence is None, len(expected), divergence, final.reason if final else "none"
+    )
 
 
 def _show(event: tuple | None) -> str | None:
@@ -228,8 +247,9 @@ class Variant:
         call = self.call
         if self.params:
             if not hasattr(call, "with_params"):
-                raise TypeError(f"variant {self.name!r}: this call takes no parameters; "
-                                "build a call per variant instead")
+                raise TypeError(
+                    f"variant {self.name!r}: this call takes no parameters; build a call per variant instead"
+                )
             call = call.with_params(**self.params)
         if self.system is None:
             return call
@@ -244,8 +264,12 @@ class Variant:
         return with_system
 
     def label(self) -> dict[str, Any]:
-        return {"variant": self.name, "params": self.params, "system": self.system,
-                "model": getattr(self.call, "model", None)}
+        return {
+            "variant": self.name,
+            "params": self.params,
+            "system": self.system,
+            "model": getattr(self.call, "model", None),
+        }
 
 
 @dataclass(frozen=True)
@@ -258,13 +282,20 @@ class RerunResult:
     error: str | None = None
 
 
-async def arerun(store: Store, at: Ref, variants: Sequence[Variant], n: int = 1, *,
-                 session: Session | str | None = None,
-                 tools: Iterable[Tool | Callable[..., Any]] = (),
-                 approve: Callable[[ToolCall], Any] | None = None, max_steps: int = 20,
-                 concurrency: int = 4, prefix: str = "",
-                 progress: Callable[[int, int, RerunResult], None] | None = None,
-                 ) -> list[RerunResult]:
+async def arerun(
+    store: Store,
+    at: Ref,
+    variants: Sequence[Variant],
+    n: int = 1,
+    *,
+    session: Session | str | None = None,
+    tools: Iterable[Tool | Callable[..., Any]] = (),
+    approve: Callable[[ToolCall], Any] | None = None,
+    max_steps: int = 20,
+    concurrency: int = 4,
+    prefix: str = "",
+    progress: Callable[[int, int, RerunResult], None] | None = None,
+) -> list[RerunResult]:
     """Run every variant ``n`` times from ``at``, each on its own new branch."""
     if not variants or n < 1:
         raise ValueError("rerun needs at least one variant and n >= 1")
@@ -287,14 +318,22 @@ async def arerun(store: Store, at: Ref, variants: Sequence[Variant], n: int = 1,
         async with limit:
             final = Final("error", None, "no final step")
             try:
-                async for step in agent(store, s, name, call=variant.model_call(), tools=tool_list,
-                                        approve=approve, max_steps=max_steps):
+                async for step in agent(
+                    store,
+                    s,
+                    name,
+                    call=variant.model_call(),
+                    tools=tool_list,
+                    approve=approve,
+                    max_steps=max_steps,
+                ):
                     if isinstance(step, Final):
                         final = step
             except SessionTreeError as e:
                 final = Final("error", None, str(e))
-            result = RerunResult(variant.name, i, name, final.reason,
-                                 final.node.id if final.node else None, final.error)
+            result = RerunResult(
+                variant.name, i, name, final.reason, final.node.id if final.node else None, final.error
+            )
             results.append(result)
             if progress:
                 progress(len(results), len(plan), result)
@@ -303,8 +342,7 @@ async def arerun(store: Store, at: Ref, variants: Sequence[Variant], n: int = 1,
     return list(await asyncio.gather(*(one(*p) for p in plan)))
 
 
-def rerun(store: Store, at: Ref, variants: Sequence[Variant], n: int = 1, **kwargs: Any
-          ) -> list[RerunResult]:
+def rerun(store: Store, at: Ref, variants: Sequence[Variant], n: int = 1, **kwargs: Any) -> list[RerunResult]:
     """``arerun`` for callers without asyncio."""
     return asyncio.run(arerun(store, at, variants, n, **kwargs))
 
@@ -335,12 +373,19 @@ class Comparison:
     branches: list[BranchSummary]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ancestor": self.ancestor.id if self.ancestor else None,
-                "branches": [b.to_dict() for b in self.branches]}
+        return {
+            "ancestor": self.ancestor.id if self.ancestor else None,
+            "branches": [b.to_dict() for b in self.branches],
+        }
 
 
-def compare(store: Store, branches: Sequence[str], *, session: Session | str | None = None,
-            prices: dict[str, dict[str, float]] | None = None) -> Comparison:
+def compare(
+    store: Store,
+    branches: Sequence[str],
+    *,
+    session: Session | str | None = None,
+    prices: dict[str, dict[str, float]] | None = None,
+) -> Comparison:
     """Summarise each branch from the common ancestor of them all."""
     if not branches:
         raise ValueError("compare needs at least one branch")
@@ -354,23 +399,37 @@ def compare(store: Store, branches: Sequence[str], *, session: Session | str | N
     summaries = []
     for name in branches:
         path = s.path(name)
-        added = path[ancestor.depth + 1:] if ancestor else path
+        added = path[ancestor.depth + 1 :] if ancestor else path
         messages = [n.payload for n in added if n.kind == "message"]
         assistants = [m for m in messages if m.get("role") == "assistant"]
         final = next((m.get("content") for m in reversed(assistants) if not m.get("tool_calls")), None)
         usage = s.usage(name, since=ancestor) if ancestor else s.usage(name)
         head = path[-1]
-        status = ("paused" if head.id in pending else "error" if head.kind == "error"
-                  else "completed" if head.kind == "message" and head.role == "assistant"
-                  and not head.payload.get("tool_calls") else "in progress")
+        status = (
+            "paused"
+            if head.id in pending
+            else "error"
+            if head.kind == "error"
+            else "completed"
+            if head.kind == "message" and head.role == "assistant" and not head.payload.get("tool_calls")
+            else "in progress"
+        )
         try:
             metadata = s.branch(name).metadata
         except SessionTreeError:
             metadata = {}  # a checkpoint or a node id
-        summaries.append(BranchSummary(
-            name, status, final, len(assistants),
-            sum(len(m.get("tool_calls") or []) for m in assistants), usage,
-            usage.cost(prices) if prices else None,
-            [n.payload.get("message", n.payload.get("error", "")) for n in added if n.kind == "error"],
-            sum(1 for n in added if n.kind == "pause"), metadata))
+        summaries.append(
+            BranchSummary(
+                name,
+                status,
+                final,
+                len(assistants),
+                sum(len(m.get("tool_calls") or []) for m in assistants),
+                usage,
+                usage.cost(prices) if prices else None,
+                [n.payload.get("message", n.payload.get("error", "")) for n in added if n.kind == "error"],
+                sum(1 for n in added if n.kind == "pause"),
+                metadata,
+            )
+        )
     return Comparison(ancestor, summaries)

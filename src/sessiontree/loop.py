@@ -61,9 +61,17 @@ class ModelOutputError(SessionTreeError):
     """A model call returned something that is not an assistant message."""
 
 
-async def agent(store: Store, session: Session | str, branch: str = "main", *, call: ModelCall,
-                tools: Iterable[Tool | Callable[..., Any]] = (), approve: Approver | None = None,
-                max_steps: int = 20, expect_head: str | None = None) -> AsyncIterator[Step]:
+async def agent(
+    store: Store,
+    session: Session | str,
+    branch: str = "main",
+    *,
+    call: ModelCall,
+    tools: Iterable[Tool | Callable[..., Any]] = (),
+    approve: Approver | None = None,
+    max_steps: int = 20,
+    expect_head: str | None = None,
+) -> AsyncIterator[Step]:
     """Advance ``branch`` until the model is done, a human is needed, or a limit is hit.
 
     With ``expect_head`` the run refuses (``BranchMoved``) to start unless the
@@ -135,8 +143,7 @@ class _Run:
         return self.path[-1].id if self.path else None
 
     def append(self, payload: dict[str, Any], *, kind: str = "message", run: Any = None) -> Node:
-        node = self.session.append(payload, branch=self.branch, kind=kind, run=run,
-                                   expect_head=self.head)
+        node = self.session.append(payload, branch=self.branch, kind=kind, run=run, expect_head=self.head)
         self.path.append(node)
         if kind == "message":
             self.messages.append(node.payload)
@@ -148,8 +155,7 @@ class _Run:
         return Final("error", node, f"{type(error).__name__}: {error}")
 
 
-async def _model_step(run: _Run, call: ModelCall, specs: list[dict[str, Any]]
-                      ) -> AsyncIterator[Step]:
+async def _model_step(run: _Run, call: ModelCall, specs: list[dict[str, Any]]) -> AsyncIterator[Step]:
     """One model call: its Token steps, then Assistant, or Final("error")."""
     completion = None
     started = time.perf_counter()
@@ -173,8 +179,9 @@ async def _model_step(run: _Run, call: ModelCall, specs: list[dict[str, Any]]
     yield Assistant(node)
 
 
-async def _resolve_calls(run: _Run, action: Action, registry: dict[str, Tool],
-                         approve: Approver | None) -> AsyncIterator[Step]:
+async def _resolve_calls(
+    run: _Run, action: Action, registry: dict[str, Tool], approve: Approver | None
+) -> AsyncIterator[Step]:
     """Answer, run or pause the unanswered calls of the last assistant message."""
     to_run: list[tuple[ToolCall, str]] = []
     rejected: list[tuple[ToolCall, str]] = []
@@ -182,8 +189,13 @@ async def _resolve_calls(run: _Run, action: Action, registry: dict[str, Tool],
     for call in action.calls:
         tool = registry.get(call.name)
         if call.id in action.interrupted and tool is not None and not tool.idempotent:
-            for_human.append((call, "interrupted: the tool started but no result was recorded, "
-                                    "and it is not safe to run twice"))
+            for_human.append(
+                (
+                    call,
+                    "interrupted: the tool started but no result was recorded, "
+                    "and it is not safe to run twice",
+                )
+            )
             continue
         answer = action.decided.get(call.id)
         if answer is None:
@@ -197,16 +209,24 @@ async def _resolve_calls(run: _Run, action: Action, registry: dict[str, Tool],
         elif isinstance(answer, Pause):
             for_human.append((call, answer.reason))
         else:
-            raise TypeError("approve() must return Approve(), Reject(reason), Pause(reason) or "
-                            f"Edit(arguments), not {answer!r}")
+            raise TypeError(
+                "approve() must return Approve(), Reject(reason), Pause(reason) or "
+                f"Edit(arguments), not {answer!r}"
+            )
 
     for call, reason in rejected:
-        node = run.append({"role": "tool", "tool_call_id": call.id,
-                           "content": f"Rejected: the call to {call.name} was not run. {reason}".strip()})
+        node = run.append(
+            {
+                "role": "tool",
+                "tool_call_id": call.id,
+                "content": f"Rejected: the call to {call.name} was not run. {reason}".strip(),
+            }
+        )
         yield ToolEnd(call, node, ok=False)
     if to_run:
-        marker = run.append({"calls": [{"id": c.id, "name": c.name, "arguments": a} for c, a in to_run]},
-                            kind="tool_start")
+        marker = run.append(
+            {"calls": [{"id": c.id, "name": c.name, "arguments": a} for c, a in to_run]}, kind="tool_start"
+        )
         for call, _ in to_run:
             yield ToolStart(call, marker)
         for call, arguments in to_run:
@@ -214,16 +234,18 @@ async def _resolve_calls(run: _Run, action: Action, registry: dict[str, Tool],
             node = run.append({"role": "tool", "tool_call_id": call.id, "content": content})
             yield ToolEnd(call, node, ok)
     if for_human:
-        pause = run.append({
-            "reason": "; ".join(sorted({r for _, r in for_human if r})) or "approval needed",
-            "assistant_id": action.assistant.id if action.assistant else None,
-            "calls": [{**c.to_dict(), "reason": r} for c, r in for_human],
-        }, kind="pause")
+        pause = run.append(
+            {
+                "reason": "; ".join(sorted({r for _, r in for_human if r})) or "approval needed",
+                "assistant_id": action.assistant.id if action.assistant else None,
+                "calls": [{**c.to_dict(), "reason": r} for c, r in for_human],
+            },
+            kind="pause",
+        )
         yield Paused(pause)
 
 
-async def _execute(registry: dict[str, Tool], call: ToolCall, arguments: str,
-                   run: _Run) -> tuple[str, bool]:
+async def _execute(registry: dict[str, Tool], call: ToolCall, arguments: str, run: _Run) -> tuple[str, bool]:
     """Run one call; every failure becomes text the model can act on."""
     tool = registry.get(call.name)
     if tool is None:
@@ -242,8 +264,9 @@ async def _execute(registry: dict[str, Tool], call: ToolCall, arguments: str,
     return json.dumps(result, ensure_ascii=False, default=str), True
 
 
-async def _stream(call: ModelCall, messages: list[dict[str, Any]],
-                  specs: list[dict[str, Any]]) -> AsyncIterator[Any]:
+async def _stream(
+    call: ModelCall, messages: list[dict[str, Any]], specs: list[dict[str, Any]]
+) -> AsyncIterator[Any]:
     """Whatever form ``call`` takes, produce its text deltas and then its reply."""
     result = call(messages, specs)
     if inspect.isawaitable(result):
@@ -274,8 +297,13 @@ def _as_completion(reply: Any) -> Completion:
         arguments = function.get("arguments")
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments if arguments is not None else {})
-        calls.append({"id": raw.get("id") or f"call_{new_id().replace('-', '')[-16:]}",
-                      "type": "function", "function": {"name": function["name"], "arguments": arguments}})
+        calls.append(
+            {
+                "id": raw.get("id") or f"call_{new_id().replace('-', '')[-16:]}",
+                "type": "function",
+                "function": {"name": function["name"], "arguments": arguments},
+            }
+        )
     if calls:
         message["tool_calls"] = calls
     else:
@@ -314,8 +342,8 @@ def run_sync(*args: Any, **kwargs: Any) -> Iterator[Step]:
 
 # -- human decisions --------------------------------------------------------
 
-def decide(store: Store, pause_id: str, decisions: dict[str, Decision], *,
-           by: str | None = None) -> Node:
+
+def decide(store: Store, pause_id: str, decisions: dict[str, Decision], *, by: str | None = None) -> Node:
     """Record a human's answer to a pause; return the decision node.
 
     ``decisions`` maps call ids of the pause to Approve(), Reject(reason) or
@@ -329,17 +357,18 @@ def decide(store: Store, pause_id: str, decisions: dict[str, Decision], *,
     known = [c["id"] for c in pause.payload.get("calls", [])]
     unknown = sorted(set(decisions) - set(known))
     if unknown:
-        raise Conflict(f"pause {pause.id} has no call(s) {', '.join(unknown)}; "
-                       f"its calls are {', '.join(known)}")
+        raise Conflict(
+            f"pause {pause.id} has no call(s) {', '.join(unknown)}; its calls are {', '.join(known)}"
+        )
     if not decisions:
         raise Conflict(f"no decision given for pause {pause.id}; its calls are {', '.join(known)}")
-    payload = {"decisions": {k: decision_to_dict(v) for k, v in decisions.items()},
-               "by": by, "at": now()}
+    payload = {"decisions": {k: decision_to_dict(v) for k, v in decisions.items()}, "by": by, "at": now()}
     session = store.session(pause.session_id)
     with store.transaction():
         at_pause = [b.name for b in session.branches() if b.head_id == pause.id]
-        node = session.append(payload, kind="decision", parent=pause,
-                              branch=at_pause[0] if at_pause else None)
+        node = session.append(
+            payload, kind="decision", parent=pause, branch=at_pause[0] if at_pause else None
+        )
         for name in at_pause[1:]:
             session.move(name, to=node, expect_head=pause.id)
     return node
@@ -358,6 +387,7 @@ def resume(store: Store, pause_id: str, **kwargs: Any) -> AsyncIterator[Step]:
         raise Conflict(f"pause {pause.id} has no decision yet: decide it first")
     branches = [b.name for b in session.branches() if b.head_id == decision.id]
     if not branches:
-        raise Conflict(f"pause {pause.id} was already resumed: no branch is at its decision "
-                       f"{decision.id} any more")
+        raise Conflict(
+            f"pause {pause.id} was already resumed: no branch is at its decision {decision.id} any more"
+        )
     return agent(store, session, branches[0], expect_head=decision.id, **kwargs)

@@ -40,25 +40,36 @@ WITH RECURSIVE
 """
 
 
-def prune(store: Store, *, dry_run: bool = True, vacuum: bool = False,
-          session_id: str | None = None) -> PruneReport:
+def prune(
+    store: Store, *, dry_run: bool = True, vacuum: bool = False, session_id: str | None = None
+) -> PruneReport:
     """Remove unreachable nodes (and runs only they used); report what goes."""
     scope = "" if session_id is None else "AND session_id = :s"
     params: dict[str, Any] = {"s": session_id}
     reached = _REACHED.format(scope_b=scope, scope_p=scope.replace("session_id", "p.session_id"))
     # A dry run only reads, so it also works on a read-only store.
-    with (nullcontext(store.conn) if dry_run else store.transaction()) as conn:
-        node_ids = [r[0] for r in conn.execute(
-            reached + f"SELECT id FROM nodes WHERE id NOT IN (SELECT id FROM reached) {scope}"
-            " ORDER BY id", params)]
-        run_ids = [r[0] for r in conn.execute(
-            reached + """
+    with nullcontext(store.conn) if dry_run else store.transaction() as conn:
+        node_ids = [
+            r[0]
+            for r in conn.execute(
+                reached + f"SELECT id FROM nodes WHERE id NOT IN (SELECT id FROM reached) {scope}"
+                " ORDER BY id",
+                params,
+            )
+        ]
+        run_ids = [
+            r[0]
+            for r in conn.execute(
+                reached
+                + """
             SELECT DISTINCT n.run_id FROM nodes n
             WHERE n.run_id IS NOT NULL AND n.id NOT IN (SELECT id FROM reached) {scope}
               AND NOT EXISTS (SELECT 1 FROM nodes k JOIN reached r ON r.id = k.id
                               WHERE k.run_id = n.run_id)
             ORDER BY n.run_id""".format(scope=scope.replace("session_id", "n.session_id")),
-            params)]
+                params,
+            )
+        ]
         if not dry_run and node_ids:
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS prune_ids (id TEXT PRIMARY KEY)")
             conn.execute("DELETE FROM prune_ids")
@@ -89,34 +100,68 @@ def verify(store: Store, *, session_id: str | None = None) -> VerifyReport:
             problems.append(Problem(row[0], check, detail.format(*row), row[1]))
 
     if session_id is None:
-        problems += [Problem("", "sqlite", message)
-                     for (message,) in conn.execute("PRAGMA quick_check") if message != "ok"]
-    add(conn.execute(f"""
+        problems += [
+            Problem("", "sqlite", message)
+            for (message,) in conn.execute("PRAGMA quick_check")
+            if message != "ok"
+        ]
+    add(
+        conn.execute(
+            f"""
         SELECT c.session_id, c.id, c.parent_id FROM nodes c LEFT JOIN nodes p ON p.id = c.parent_id
-        WHERE c.parent_id IS NOT NULL AND p.id IS NULL {scope}""", params),
-        "parent", "node {1} has a missing parent {2}")
-    add(conn.execute(f"""
+        WHERE c.parent_id IS NOT NULL AND p.id IS NULL {scope}""",
+            params,
+        ),
+        "parent",
+        "node {1} has a missing parent {2}",
+    )
+    add(
+        conn.execute(
+            f"""
         SELECT c.session_id, c.id, p.session_id FROM nodes c JOIN nodes p ON p.id = c.parent_id
-        WHERE p.session_id != c.session_id {scope}""", params),
-        "parent", "node {1} has its parent in another session {2}")
-    add(conn.execute(f"""
+        WHERE p.session_id != c.session_id {scope}""",
+            params,
+        ),
+        "parent",
+        "node {1} has its parent in another session {2}",
+    )
+    add(
+        conn.execute(
+            f"""
         SELECT c.session_id, c.id, c.depth, p.depth FROM nodes c JOIN nodes p ON p.id = c.parent_id
-        WHERE c.depth != p.depth + 1 {scope}""", params),
-        "depth", "node {1} has depth {2} under a parent of depth {3}")
-    add(conn.execute(f"""
-        SELECT c.session_id, c.id FROM nodes c WHERE json_valid(c.payload) = 0 {scope}""", params),
-        "payload", "node {1} has a payload that is not valid JSON")
-    for table, column, what in (("branches", "head_id", "branch"),
-                                ("checkpoints", "node_id", "checkpoint")):
-        add(conn.execute(f"""
+        WHERE c.depth != p.depth + 1 {scope}""",
+            params,
+        ),
+        "depth",
+        "node {1} has depth {2} under a parent of depth {3}",
+    )
+    add(
+        conn.execute(
+            f"""
+        SELECT c.session_id, c.id FROM nodes c WHERE json_valid(c.payload) = 0 {scope}""",
+            params,
+        ),
+        "payload",
+        "node {1} has a payload that is not valid JSON",
+    )
+    for table, column, what in (("branches", "head_id", "branch"), ("checkpoints", "node_id", "checkpoint")):
+        add(
+            conn.execute(
+                f"""
             SELECT c.session_id, c.{column}, c.name FROM {table} c
             LEFT JOIN nodes n ON n.id = c.{column} AND n.session_id = c.session_id
-            WHERE c.{column} IS NOT NULL AND n.id IS NULL {scope}""", params),
-            "ref", what + " {2!r} points at {1}, which is not a node of its session")
+            WHERE c.{column} IS NOT NULL AND n.id IS NULL {scope}""",
+                params,
+            ),
+            "ref",
+            what + " {2!r} points at {1}, which is not a node of its session",
+        )
     problems.extend(_check_tool_calls(store, session_id))
     counts = conn.execute(
         "SELECT (SELECT count(*) FROM sessions WHERE :s IS NULL OR id = :s),"
-        " (SELECT count(*) FROM nodes WHERE :s IS NULL OR session_id = :s)", params).fetchone()
+        " (SELECT count(*) FROM nodes WHERE :s IS NULL OR session_id = :s)",
+        params,
+    ).fetchone()
     return VerifyReport(problems=problems, sessions=counts[0], nodes=counts[1])
 
 
@@ -126,7 +171,8 @@ def _check_tool_calls(store: Store, session_id: str | None) -> list[Problem]:
     rows = store.conn.execute(
         "SELECT b.session_id, b.name FROM branches b JOIN nodes n ON n.id = b.head_id"
         " WHERE :s IS NULL OR b.session_id = :s ORDER BY b.session_id, b.name",
-        {"s": session_id}).fetchall()
+        {"s": session_id},
+    ).fetchall()
     problems = []
     sessions: dict[str, Any] = {}
     for sid, name in rows:
@@ -140,19 +186,36 @@ def _check_tool_calls(store: Store, session_id: str | None) -> list[Problem]:
             if role == "tool":
                 call_id = message.get("tool_call_id")
                 if call_id not in open_calls:
-                    problems.append(Problem(sid, "tool-calls", f"on branch {name!r}, tool message"
-                                            f" {node.id} answers no open call {call_id!r}", node.id))
+                    problems.append(
+                        Problem(
+                            sid,
+                            "tool-calls",
+                            f"on branch {name!r}, tool message {node.id} answers no open call {call_id!r}",
+                            node.id,
+                        )
+                    )
                 elif open_calls[call_id]:
-                    problems.append(Problem(sid, "tool-calls", f"on branch {name!r}, tool call"
-                                            f" {call_id!r} is answered twice", node.id))
+                    problems.append(
+                        Problem(
+                            sid,
+                            "tool-calls",
+                            f"on branch {name!r}, tool call {call_id!r} is answered twice",
+                            node.id,
+                        )
+                    )
                 else:
                     open_calls[call_id] = True
                 continue
             unanswered = [c for c, done in open_calls.items() if not done]
             if unanswered:
-                problems.append(Problem(sid, "tool-calls", f"on branch {name!r}, tool calls"
-                                        f" {unanswered} are unanswered before node {node.id}",
-                                        node.id))
+                problems.append(
+                    Problem(
+                        sid,
+                        "tool-calls",
+                        f"on branch {name!r}, tool calls {unanswered} are unanswered before node {node.id}",
+                        node.id,
+                    )
+                )
             open_calls = {}
             if role == "assistant":
                 for call in message.get("tool_calls") or []:
@@ -176,8 +239,11 @@ def stats(store: Store) -> dict[str, Any]:
         "payload_bytes": q("SELECT coalesce(sum(length(CAST(payload AS BLOB))), 0) FROM nodes").fetchone()[0],
         "models": [
             {"model": m, "runs": n, "input_tokens": i or 0, "output_tokens": o or 0}
-            for m, n, i, o in q("SELECT coalesce(model, '?'), count(*), sum(input_tokens),"
-                                " sum(output_tokens) FROM runs GROUP BY 1 ORDER BY 2 DESC, 1")],
+            for m, n, i, o in q(
+                "SELECT coalesce(model, '?'), count(*), sum(input_tokens),"
+                " sum(output_tokens) FROM runs GROUP BY 1 ORDER BY 2 DESC, 1"
+            )
+        ],
     }
 
 

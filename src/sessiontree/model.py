@@ -23,11 +23,29 @@ ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 class Node:
     """One immutable node of a session tree."""
 
-    __slots__ = ("id", "session_id", "parent_id", "depth", "kind", "created_at", "run_id",
-                 "_payload_json", "_payload")
+    __slots__ = (
+        "id",
+        "session_id",
+        "parent_id",
+        "depth",
+        "kind",
+        "created_at",
+        "run_id",
+        "_payload_json",
+        "_payload",
+    )
 
-    def __init__(self, id: str, session_id: str, parent_id: str | None, depth: int, kind: str,
-                 payload_json: str, created_at: str, run_id: str | None = None) -> None:
+    def __init__(
+        self,
+        id: str,
+        session_id: str,
+        parent_id: str | None,
+        depth: int,
+        kind: str,
+        payload_json: str,
+        created_at: str,
+        run_id: str | None = None,
+    ) -> None:
         self.id = id
         self.session_id = session_id
         self.parent_id = parent_id
@@ -56,18 +74,36 @@ class Node:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "session_id": self.session_id, "parent_id": self.parent_id,
-            "depth": self.depth, "kind": self.kind, "payload": self.payload,
-            "created_at": self.created_at, "run_id": self.run_id,
+            "id": self.id,
+            "session_id": self.session_id,
+            "parent_id": self.parent_id,
+            "depth": self.depth,
+            "kind": self.kind,
+            "payload": self.payload,
+            "created_at": self.created_at,
+            "run_id": self.run_id,
         }
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Node):
             return NotImplemented
-        return (self.id, self.session_id, self.parent_id, self.depth, self.kind,
-                self.created_at, self.run_id) == (
-            other.id, other.session_id, other.parent_id, other.depth, other.kind,
-            other.created_at, other.run_id) and self.payload == other.payload
+        return (
+            self.id,
+            self.session_id,
+            self.parent_id,
+            self.depth,
+            self.kind,
+            self.created_at,
+            self.run_id,
+        ) == (
+            other.id,
+            other.session_id,
+            other.parent_id,
+            other.depth,
+            other.kind,
+            other.created_at,
+            other.run_id,
+        ) and self.payload == other.payload
 
     def __hash__(self) -> int:
         return hash(self.id)
@@ -184,14 +220,19 @@ class Usage:
             price = prices.get(model)
             if price is None:
                 return None
-            total += (used.input_tokens * price.get("input", 0.0)
-                      + used.output_tokens * price.get("output", 0.0)) / 1_000_000
+            total += (
+                used.input_tokens * price.get("input", 0.0) + used.output_tokens * price.get("output", 0.0)
+            ) / 1_000_000
         return total
 
     def to_dict(self) -> dict[str, Any]:
-        return {"calls": self.calls, "input_tokens": self.input_tokens,
-                "output_tokens": self.output_tokens, "latency_ms": self.latency_ms,
-                "by_model": {k: v.__dict__ for k, v in self.by_model.items()}}
+        return {
+            "calls": self.calls,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "latency_ms": self.latency_ms,
+            "by_model": {k: v.__dict__ for k, v in self.by_model.items()},
+        }
 
 
 @dataclass(frozen=True)

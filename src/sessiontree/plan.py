@@ -75,5 +75,4 @@ def next_action(path: list[Node]) -> Action:
         return Action("model", assistant)
     if path[-1].kind == "pause":
         return Action("paused", assistant, unanswered)
-    return Action("tools", assistant, unanswered, decided,
-                  {c.id for c in unanswered if c.id in started})
+    return Action("tools", assistant, unanswered, decided, {c.id for c in unanswered if c.id in started})

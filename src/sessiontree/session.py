@@ -49,7 +49,7 @@ _PATH_SQL = f"""
 WITH RECURSIVE path({NODE_COLUMNS}) AS (
     SELECT {NODE_COLUMNS} FROM nodes WHERE id = ?
     UNION ALL
-    SELECT {', '.join('n.' + c.strip() for c in NODE_COLUMNS.split(','))}
+    SELECT {", ".join("n." + c.strip() for c in NODE_COLUMNS.split(","))}
     FROM nodes n JOIN path ON n.id = path.parent_id
 )
 SELECT {NODE_COLUMNS} FROM path ORDER BY depth
@@ -64,8 +64,9 @@ def branch_from_row(row: tuple) -> Branch:
     return Branch(row[0], row[1], row[2], row[3], row[4], json.loads(row[5]))
 
 
-def resolve_prefix(conn: sqlite3.Connection, table: str, what: str, prefix: str,
-                   where: str = "", params: tuple = ()) -> str:
+def resolve_prefix(
+    conn: sqlite3.Connection, table: str, what: str, prefix: str, where: str = "", params: tuple = ()
+) -> str:
     """The one id in ``table`` starting with ``prefix`` (at least MIN_PREFIX characters)."""
     if len(prefix) < MIN_PREFIX:
         raise NotFound(f"no {what} {prefix!r} (id prefixes need at least {MIN_PREFIX} characters)")
@@ -91,8 +92,9 @@ def check_text(text: str | None, what: str) -> str | None:
 def check_name(name: str, what: str = "branch") -> str:
     """Names are 1-200 printable characters without surrounding spaces."""
     if not isinstance(name, str) or not name or name != name.strip() or len(name) > MAX_NAME:
-        raise Conflict(f"invalid {what} name {name!r}: use 1-{MAX_NAME} characters, "
-                       "no leading or trailing spaces")
+        raise Conflict(
+            f"invalid {what} name {name!r}: use 1-{MAX_NAME} characters, no leading or trailing spaces"
+        )
     if any(ord(c) < 32 or ord(c) == 127 for c in name):
         raise Conflict(f"invalid {what} name {name!r}: control characters are not allowed")
     if any("\ud800" <= c <= "\udfff" for c in name):
@@ -103,8 +105,15 @@ def check_name(name: str, what: str = "branch") -> str:
 class Session:
     """A handle on one conversation tree in a ``Store``."""
 
-    def __init__(self, store: Store, id: str, title: str | None, metadata: dict[str, Any],
-                 created_at: str, archived_at: str | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        id: str,
+        title: str | None,
+        metadata: dict[str, Any],
+        created_at: str,
+        archived_at: str | None = None,
+    ) -> None:
         self.store = store
         self.id = id
         self.title = title
@@ -151,21 +160,36 @@ class Session:
 
     # -- writing nodes ---------------------------------------------------
 
-    def append(self, payload: dict[str, Any], *, branch: str | None = "main",
-               parent: Ref | None = None, kind: str = "message", run: RunLike = None,
-               expect_head: str | None = None) -> Node:
+    def append(
+        self,
+        payload: dict[str, Any],
+        *,
+        branch: str | None = "main",
+        parent: Ref | None = None,
+        kind: str = "message",
+        run: RunLike = None,
+        expect_head: str | None = None,
+    ) -> Node:
         """Add one node and move ``branch`` to it.
 
         The node is a child of ``parent`` if given, else of the branch head (a
         new root when the branch is new). With ``branch=None`` no branch moves.
         Given both, the branch must be new or at ``parent``.
         """
-        return self.append_many([payload], branch=branch, parent=parent, kind=kind,
-                                run=run, expect_head=expect_head)[0]
+        return self.append_many(
+            [payload], branch=branch, parent=parent, kind=kind, run=run, expect_head=expect_head
+        )[0]
 
-    def append_many(self, payloads: Iterable[dict[str, Any]], *, branch: str | None = "main",
-                    parent: Ref | None = None, kind: str = "message", run: RunLike = None,
-                    expect_head: str | None = None) -> list[Node]:
+    def append_many(
+        self,
+        payloads: Iterable[dict[str, Any]],
+        *,
+        branch: str | None = "main",
+        parent: Ref | None = None,
+        kind: str = "message",
+        run: RunLike = None,
+        expect_head: str | None = None,
+    ) -> list[Node]:
         """Append a chain of nodes (each the child of the one before) in one transaction."""
         texts = [encode_payload(p, kind) for p in payloads]
         if not texts:
@@ -173,11 +197,12 @@ class Session:
         if branch is not None:
             check_name(branch)
         with self.store.transaction() as conn:
-            parent_id, depth, branch_exists, parent_kind = self._place(conn, branch, parent,
-                                                                       expect_head)
+            parent_id, depth, branch_exists, parent_kind = self._place(conn, branch, parent, expect_head)
             if kind == "decision" and parent_kind != "pause":
-                raise Conflict(f"a decision must be the child of a pause, not of "
-                               f"{parent_kind or 'nothing'} node {parent_id}")
+                raise Conflict(
+                    f"a decision must be the child of a pause, not of "
+                    f"{parent_kind or 'nothing'} node {parent_id}"
+                )
             run_id = self._record_run(conn, run)
             created = now()
             rows = []
@@ -190,15 +215,17 @@ class Session:
                 self._set_head(conn, branch, parent_id, created, exists=branch_exists)
         return [node_from_row(r) for r in rows]
 
-    def _place(self, conn: sqlite3.Connection, branch: str | None, parent: Ref | None,
-               expect_head: str | None) -> tuple[str | None, int, bool, str | None]:
+    def _place(
+        self, conn: sqlite3.Connection, branch: str | None, parent: Ref | None, expect_head: str | None
+    ) -> tuple[str | None, int, bool, str | None]:
         """Where a new node goes: (parent id, depth, whether the branch exists, parent kind)."""
         head = head_depth = head_kind = None
         exists = False
         if branch is not None:
             row = conn.execute(
                 "SELECT b.head_id, n.depth, n.kind FROM branches b LEFT JOIN nodes n ON n.id = b.head_id"
-                " WHERE b.session_id = ? AND b.name = ?", (self.id, branch),
+                " WHERE b.session_id = ? AND b.name = ?",
+                (self.id, branch),
             ).fetchone()
             if row is not None:
                 exists, (head, head_depth, head_kind) = True, row
@@ -211,17 +238,19 @@ class Session:
                 raise Conflict("append needs a branch or a parent")
             return head, 0 if head is None else head_depth + 1, exists, head_kind
         parent_id = self.resolve(parent)
-        parent_depth, parent_kind = conn.execute("SELECT depth, kind FROM nodes WHERE id = ?",
-                                                 (parent_id,)).fetchone()
+        parent_depth, parent_kind = conn.execute(
+            "SELECT depth, kind FROM nodes WHERE id = ?", (parent_id,)
+        ).fetchone()
         if head is not None and head != parent_id:
-            raise Conflict(f"branch {branch!r} is at {head}, not at the parent {parent_id}: "
-                           "append with branch=None, fork a new branch, or move this one first")
+            raise Conflict(
+                f"branch {branch!r} is at {head}, not at the parent {parent_id}: "
+                "append with branch=None, fork a new branch, or move this one first"
+            )
         return parent_id, parent_depth + 1, exists, parent_kind
 
     def _insert_nodes(self, conn: sqlite3.Connection, rows: list[tuple]) -> None:
         try:
-            conn.executemany(f"INSERT INTO nodes ({NODE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                             rows)
+            conn.executemany(f"INSERT INTO nodes ({NODE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
         except sqlite3.IntegrityError as e:
             parent_id = rows[0][2]
             if "nodes.parent_id" in str(e):
@@ -233,11 +262,21 @@ class Session:
                 raise NotFound(f"parent node {parent_id} is not in session {self.id}") from None
             raise
 
-    def _set_head(self, conn: sqlite3.Connection, branch: str, head_id: str | None, when: str,
-                  *, exists: bool, metadata: dict[str, Any] | None = None) -> None:
+    def _set_head(
+        self,
+        conn: sqlite3.Connection,
+        branch: str,
+        head_id: str | None,
+        when: str,
+        *,
+        exists: bool,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
         if exists:
-            conn.execute("UPDATE branches SET head_id = ?, updated_at = ?"
-                         " WHERE session_id = ? AND name = ?", (head_id, when, self.id, branch))
+            conn.execute(
+                "UPDATE branches SET head_id = ?, updated_at = ? WHERE session_id = ? AND name = ?",
+                (head_id, when, self.id, branch),
+            )
             return
         self._check_name_free(conn, branch, "branch")
         conn.execute(
@@ -269,10 +308,17 @@ class Session:
         conn.execute(
             "INSERT INTO runs (id, session_id, model, provider, params, usage, latency_ms,"
             " finish_reason, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (run_id, self.id, fields.get("model"), fields.get("provider"),
-             encode_json(fields.get("params") or {}, "run params", default=str),
-             encode_json(fields.get("usage") or {}, "run usage", default=str),
-             fields.get("latency_ms"), fields.get("finish_reason"), now()),
+            (
+                run_id,
+                self.id,
+                fields.get("model"),
+                fields.get("provider"),
+                encode_json(fields.get("params") or {}, "run params", default=str),
+                encode_json(fields.get("usage") or {}, "run usage", default=str),
+                fields.get("latency_ms"),
+                fields.get("finish_reason"),
+                now(),
+            ),
         )
         return run_id
 
@@ -283,8 +329,7 @@ class Session:
         with self.store.transaction() as conn:
             self._check_name_free(conn, branch, "branch")
             created = now()
-            row = (new_id(), self.id, original.parent_id, original.depth, original.kind, text,
-                   created, None)
+            row = (new_id(), self.id, original.parent_id, original.depth, original.kind, text, created, None)
             self._insert_nodes(conn, [row])
             self._set_head(conn, branch, row[0], created, exists=False)
         return node_from_row(row)
@@ -293,8 +338,7 @@ class Session:
 
     def node(self, ref: Ref) -> Node:
         node_id = self.resolve(ref)
-        row = self.conn.execute(f"SELECT {NODE_COLUMNS} FROM nodes WHERE id = ?",
-                                (node_id,)).fetchone()
+        row = self.conn.execute(f"SELECT {NODE_COLUMNS} FROM nodes WHERE id = ?", (node_id,)).fetchone()
         return node_from_row(row)
 
     def head(self, branch: str = "main") -> Node | None:
@@ -329,7 +373,8 @@ class Session:
         """Nodes without children."""
         rows = self.conn.execute(
             f"SELECT {NODE_COLUMNS} FROM nodes n WHERE session_id = ? AND NOT EXISTS"
-            " (SELECT 1 FROM nodes c WHERE c.parent_id = n.id) ORDER BY id", (self.id,)
+            " (SELECT 1 FROM nodes c WHERE c.parent_id = n.id) ORDER BY id",
+            (self.id,),
         ).fetchall()
         return [node_from_row(r) for r in rows]
 
@@ -374,7 +419,8 @@ class Session:
                  SELECT id, parent_id, depth, run_id FROM nodes WHERE id = :start AND depth > :after
                  UNION ALL SELECT n.id, n.parent_id, n.depth, n.run_id
                  FROM nodes n JOIN picked ON n.id = picked.parent_id WHERE n.depth > :after)""",
-            {"start": self.resolve(ref), "after": after})
+            {"start": self.resolve(ref), "after": after},
+        )
 
     def subtree_usage(self, ref: Ref) -> Usage:
         """Model calls in ``ref`` and everything below it, on every branch."""
@@ -382,31 +428,41 @@ class Session:
             """WITH RECURSIVE picked(id, run_id) AS (
                  SELECT id, run_id FROM nodes WHERE id = :start
                  UNION ALL SELECT n.id, n.run_id FROM nodes n JOIN picked ON n.parent_id = picked.id)""",
-            {"start": self.resolve(ref), "after": -1})
+            {"start": self.resolve(ref), "after": -1},
+        )
 
     def _usage(self, picked_cte: str, params: dict[str, Any]) -> Usage:
         rows = self.conn.execute(
-            picked_cte + """
+            picked_cte
+            + """
             SELECT coalesce(r.model, '?'), count(*), coalesce(sum(r.input_tokens), 0),
                    coalesce(sum(r.output_tokens), 0), coalesce(sum(r.latency_ms), 0.0)
             FROM (SELECT DISTINCT run_id FROM picked WHERE run_id IS NOT NULL) p
             JOIN runs r ON r.id = p.run_id
-            GROUP BY 1 ORDER BY 1""", params).fetchall()
-        return Usage({model: ModelUsage(calls, tokens_in, tokens_out, latency)
-                      for model, calls, tokens_in, tokens_out, latency in rows})
+            GROUP BY 1 ORDER BY 1""",
+            params,
+        ).fetchall()
+        return Usage(
+            {
+                model: ModelUsage(calls, tokens_in, tokens_out, latency)
+                for model, calls, tokens_in, tokens_out, latency in rows
+            }
+        )
 
     # -- branches --------------------------------------------------------
 
     def branch(self, name: str) -> Branch:
-        row = self.conn.execute(f"SELECT {BRANCH_COLUMNS} FROM branches"
-                                " WHERE session_id = ? AND name = ?", (self.id, name)).fetchone()
+        row = self.conn.execute(
+            f"SELECT {BRANCH_COLUMNS} FROM branches WHERE session_id = ? AND name = ?", (self.id, name)
+        ).fetchone()
         if row is None:
             raise NotFound(f"no branch {name!r} in session {self.id}")
         return branch_from_row(row)
 
     def branches(self) -> list[Branch]:
-        rows = self.conn.execute(f"SELECT {BRANCH_COLUMNS} FROM branches WHERE session_id = ?"
-                                 " ORDER BY name", (self.id,)).fetchall()
+        rows = self.conn.execute(
+            f"SELECT {BRANCH_COLUMNS} FROM branches WHERE session_id = ? ORDER BY name", (self.id,)
+        ).fetchall()
         return [branch_from_row(r) for r in rows]
 
     def fork(self, name: str, *, at: Ref, metadata: dict[str, Any] | None = None) -> Branch:
@@ -431,10 +487,13 @@ class Session:
         except NotFound:
             if any(c.name == name for c in self.checkpoints()):
                 if doing == "move":
-                    raise CheckpointImmutable(f"{name!r} is a checkpoint, and checkpoints never "
-                                              "move; fork a branch from it") from None
-                raise Conflict(f"{name!r} is a checkpoint, not a branch"
-                               + ("; use delete_checkpoint" if doing == "delete" else "")) from None
+                    raise CheckpointImmutable(
+                        f"{name!r} is a checkpoint, and checkpoints never move; fork a branch from it"
+                    ) from None
+                raise Conflict(
+                    f"{name!r} is a checkpoint, not a branch"
+                    + ("; use delete_checkpoint" if doing == "delete" else "")
+                ) from None
             raise
 
     def rename(self, old: str, new: str) -> Branch:
@@ -443,8 +502,10 @@ class Session:
             if new == old:
                 return self.branch(old)
             self._check_name_free(conn, new, "branch")
-            conn.execute("UPDATE branches SET name = ?, updated_at = ? WHERE session_id = ?"
-                         " AND name = ?", (new, now(), self.id, old))
+            conn.execute(
+                "UPDATE branches SET name = ?, updated_at = ? WHERE session_id = ? AND name = ?",
+                (new, now(), self.id, old),
+            )
         return self.branch(new)
 
     def delete_branch(self, name: str) -> None:
@@ -461,19 +522,25 @@ class Session:
             self._check_name_free(conn, name, "checkpoint")
             created = now()
             node_id = self.resolve(at)
-            conn.execute("INSERT INTO checkpoints (session_id, name, node_id, created_at)"
-                         " VALUES (?, ?, ?, ?)", (self.id, name, node_id, created))
+            conn.execute(
+                "INSERT INTO checkpoints (session_id, name, node_id, created_at) VALUES (?, ?, ?, ?)",
+                (self.id, name, node_id, created),
+            )
         return Checkpoint(self.id, name, node_id, created)
 
     def checkpoints(self) -> list[Checkpoint]:
-        rows = self.conn.execute("SELECT session_id, name, node_id, created_at FROM checkpoints"
-                                 " WHERE session_id = ? ORDER BY name", (self.id,)).fetchall()
+        rows = self.conn.execute(
+            "SELECT session_id, name, node_id, created_at FROM checkpoints"
+            " WHERE session_id = ? ORDER BY name",
+            (self.id,),
+        ).fetchall()
         return [Checkpoint(*r) for r in rows]
 
     def delete_checkpoint(self, name: str) -> None:
         with self.store.transaction() as conn:
-            deleted = conn.execute("DELETE FROM checkpoints WHERE session_id = ? AND name = ?",
-                                   (self.id, name)).rowcount
+            deleted = conn.execute(
+                "DELETE FROM checkpoints WHERE session_id = ? AND name = ?", (self.id, name)
+            ).rowcount
             if not deleted:
                 raise NotFound(f"no checkpoint {name!r} in session {self.id}")
 

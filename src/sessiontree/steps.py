@@ -82,6 +82,7 @@ Step = Token | Assistant | ToolStart | ToolEnd | Paused | Final
 
 # -- answers to an approval question ---------------------------------------
 
+
 @dataclass(frozen=True)
 class Approve:
     """Run the call as the model asked."""

@@ -63,8 +63,9 @@ class Store:
 
     # -- sessions --------------------------------------------------------
 
-    def create_session(self, title: str | None = None, metadata: dict[str, Any] | None = None,
-                       *, id: str | None = None) -> Session:
+    def create_session(
+        self, title: str | None = None, metadata: dict[str, Any] | None = None, *, id: str | None = None
+    ) -> Session:
         """Start a new, empty session tree."""
         session_id = id or new_id()
         created = now()
@@ -105,8 +106,15 @@ class Store:
             """
         ).fetchall()
         return [
-            SessionInfo(id=r[0], title=r[1], metadata=json.loads(r[2]), created_at=r[3],
-                        archived_at=r[4], node_count=r[5], last_activity=r[6] or r[3])
+            SessionInfo(
+                id=r[0],
+                title=r[1],
+                metadata=json.loads(r[2]),
+                created_at=r[3],
+                archived_at=r[4],
+                node_count=r[5],
+                last_activity=r[6] or r[3],
+            )
             for r in rows
         ]
 
@@ -114,15 +122,17 @@ class Store:
         """Hide a session from ``sessions()`` (its tree is kept); ``archived=False`` undoes it."""
         session_id = self.resolve_session_id(session_id)
         with self.transaction() as conn:
-            conn.execute("UPDATE sessions SET archived_at = ? WHERE id = ?",
-                         (now() if archived else None, session_id))
+            conn.execute(
+                "UPDATE sessions SET archived_at = ? WHERE id = ?", (now() if archived else None, session_id)
+            )
 
     def delete_session(self, session_id: str) -> int:
         """Delete a session with all its nodes, refs and runs; return the nodes removed."""
         session_id = self.resolve_session_id(session_id)
         with self.transaction() as conn:
-            count = conn.execute("SELECT count(*) FROM nodes WHERE session_id = ?",
-                                 (session_id,)).fetchone()[0]
+            count = conn.execute("SELECT count(*) FROM nodes WHERE session_id = ?", (session_id,)).fetchone()[
+                0
+            ]
             # Refs first, then nodes (children before parents is not needed: the
             # foreign keys are checked when the statement ends), then runs.
             conn.execute("DELETE FROM branches WHERE session_id = ?", (session_id,))
@@ -137,19 +147,20 @@ class Store:
     def node(self, id_or_prefix: str) -> Node:
         """A node of any session, by id or unique id prefix."""
         node_id = self._resolve_prefix("nodes", "node", id_or_prefix)
-        row = self.conn.execute(f"SELECT {NODE_COLUMNS} FROM nodes WHERE id = ?",
-                                (node_id,)).fetchone()
+        row = self.conn.execute(f"SELECT {NODE_COLUMNS} FROM nodes WHERE id = ?", (node_id,)).fetchone()
         return node_from_row(row)
 
     def run(self, run_id: str) -> Run:
         row = self.conn.execute(
             "SELECT id, session_id, model, provider, params, usage, latency_ms, finish_reason,"
-            " created_at FROM runs WHERE id = ?", (run_id,)
+            " created_at FROM runs WHERE id = ?",
+            (run_id,),
         ).fetchone()
         if row is None:
             raise NotFound(f"no run {run_id!r}")
-        return Run(row[0], row[1], row[2], row[3], json.loads(row[4]), json.loads(row[5]),
-                   row[6], row[7], row[8])
+        return Run(
+            row[0], row[1], row[2], row[3], json.loads(row[4]), json.loads(row[5]), row[6], row[7], row[8]
+        )
 
     def pending(self, session_id: str | None = None) -> list[Node]:
         """Unresolved pauses (no decision yet) across all sessions (or one), oldest first."""
@@ -159,7 +170,8 @@ class Store:
             WHERE p.kind = 'pause' AND (:s IS NULL OR p.session_id = :s) AND NOT EXISTS (
                 SELECT 1 FROM nodes d WHERE d.parent_id = p.id AND d.kind = 'decision')
             ORDER BY p.id
-            """, {"s": session_id}
+            """,
+            {"s": session_id},
         ).fetchall()
         return [node_from_row(r) for r in rows]
 
@@ -172,8 +184,9 @@ class Store:
 
     # -- maintenance -----------------------------------------------------
 
-    def prune(self, *, dry_run: bool = True, vacuum: bool = False,
-              session_id: str | None = None) -> PruneReport:
+    def prune(
+        self, *, dry_run: bool = True, vacuum: bool = False, session_id: str | None = None
+    ) -> PruneReport:
         """Remove nodes no branch, checkpoint or unresolved pause can reach. See ``maintenance``."""
         if session_id is not None:
             session_id = self.resolve_session_id(session_id)

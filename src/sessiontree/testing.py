@@ -23,12 +23,12 @@ class ScriptExhausted(SessionTreeError):
     """The model was called more times than the script has replies."""
 
 
-def tool_call(name: str, arguments: dict[str, Any] | str | None = None, *,
-              id: str | None = None) -> dict[str, Any]:
+def tool_call(
+    name: str, arguments: dict[str, Any] | str | None = None, *, id: str | None = None
+) -> dict[str, Any]:
     """One entry of an assistant message's ``tool_calls``."""
     text = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
-    return {"id": id or f"call_{name}", "type": "function",
-            "function": {"name": name, "arguments": text}}
+    return {"id": id or f"call_{name}", "type": "function", "function": {"name": name, "arguments": text}}
 
 
 def reply(content: str | None = None, *calls: dict[str, Any]) -> dict[str, Any]:
@@ -42,8 +42,14 @@ def reply(content: str | None = None, *calls: dict[str, Any]) -> dict[str, Any]:
 class ScriptedModel:
     """A model that plays back a script."""
 
-    def __init__(self, replies: list[Any], *, stream: bool = False, model: str = "scripted",
-                 params: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        replies: list[Any],
+        *,
+        stream: bool = False,
+        model: str = "scripted",
+        params: dict[str, Any] | None = None,
+    ) -> None:
         self.replies = list(replies)
         self.stream = stream
         self.model = model
@@ -65,18 +71,25 @@ class ScriptedModel:
             answer = answer(messages, tools)
         if isinstance(answer, BaseException):
             raise answer
-        completion = answer if isinstance(answer, Completion) else Completion(
-            {"role": "assistant", "content": answer} if isinstance(answer, str) else answer)
+        completion = (
+            answer
+            if isinstance(answer, Completion)
+            else Completion({"role": "assistant", "content": answer} if isinstance(answer, str) else answer)
+        )
         completion.model = completion.model or self.model
         completion.provider = completion.provider or "scripted"
         completion.params = completion.params or dict(self.params)
         completion.finish_reason = completion.finish_reason or (
-            "tool_calls" if completion.message.get("tool_calls") else "stop")
+            "tool_calls" if completion.message.get("tool_calls") else "stop"
+        )
         if not completion.usage:
             prompt = sum(len(str(m.get("content") or "").split()) for m in messages)
             output = len(str(completion.message.get("content") or "").split())
-            completion.usage = {"prompt_tokens": prompt, "completion_tokens": output,
-                                "total_tokens": prompt + output}
+            completion.usage = {
+                "prompt_tokens": prompt,
+                "completion_tokens": output,
+                "total_tokens": prompt + output,
+            }
         return self._deltas(completion) if self.stream else completion
 
     @staticmethod

@@ -81,20 +81,27 @@ def _fields(cls: type) -> tuple[dict[str, Any], set[str]]:
     hints = get_type_hints(cls)
     if is_typeddict(cls):
         return hints, set(cls.__required_keys__)
-    required = {f.name for f in dataclasses.fields(cls)
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    required = {
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}, required
 
 
-def _object_schema(fields: dict[str, Any], required: set[str],
-                   descriptions: dict[str, str] | None = None) -> dict[str, Any]:
+def _object_schema(
+    fields: dict[str, Any], required: set[str], descriptions: dict[str, str] | None = None
+) -> dict[str, Any]:
     properties = {}
     for name, annotation in fields.items():
         properties[name] = schema_for(annotation)
         if descriptions and name in descriptions:
             properties[name]["description"] = descriptions[name]
-    schema: dict[str, Any] = {"type": "object", "properties": properties,
-                              "required": [n for n in fields if n in required]}
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "required": [n for n in fields if n in required],
+    }
     schema["additionalProperties"] = False
     return schema
 
@@ -113,8 +120,9 @@ def convert(value: Any, annotation: Any, where: str) -> Any:
             raise wrong("a boolean")
         return value
     if annotation is int:
-        if isinstance(value, bool) or not (isinstance(value, int) or
-                                           isinstance(value, float) and value.is_integer()):
+        if isinstance(value, bool) or not (
+            isinstance(value, int) or isinstance(value, float) and value.is_integer()
+        ):
             raise wrong("an integer")
         return int(value)
     if annotation is float:
@@ -163,12 +171,14 @@ def convert(value: Any, annotation: Any, where: str) -> Any:
     raise TypeError(f"cannot check values of type {annotation!r}")
 
 
-def convert_object(value: dict[str, Any], fields: dict[str, Any], required: set[str],
-                   where: str) -> dict[str, Any]:
+def convert_object(
+    value: dict[str, Any], fields: dict[str, Any], required: set[str], where: str
+) -> dict[str, Any]:
     unknown = sorted(set(value) - set(fields))
     if unknown:
-        raise ToolArgumentError(f"{where}: unexpected argument(s) {', '.join(unknown)}; "
-                                f"expected {', '.join(fields) or 'none'}")
+        raise ToolArgumentError(
+            f"{where}: unexpected argument(s) {', '.join(unknown)}; expected {', '.join(fields) or 'none'}"
+        )
     missing = [name for name in fields if name in required and name not in value]
     if missing:
         raise ToolArgumentError(f"{where}: missing required argument(s) {', '.join(missing)}")
@@ -192,8 +202,14 @@ def _docstring_parts(fn: Callable) -> tuple[str, dict[str, str]]:
 class Tool:
     """A function a model can call, with its schema and argument checking."""
 
-    def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
-                 description: str | None = None, idempotent: bool = True) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        idempotent: bool = True,
+    ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
         summary, param_docs = _docstring_parts(fn)
@@ -218,8 +234,10 @@ class Tool:
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI ``tools`` entry for this tool."""
-        return {"type": "function", "function": {
-            "name": self.name, "description": self.description, "parameters": self.parameters}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
 
     def parse(self, arguments: str | dict[str, Any] | None) -> dict[str, Any]:
         """Decode and check a call's arguments; raise ToolArgumentError saying what is wrong."""
@@ -250,9 +268,15 @@ class Tool:
         return f"Tool({self.name!r})"
 
 
-def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
-         description: str | None = None, idempotent: bool = True) -> Any:
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool = True,
+) -> Any:
     """Make a function a ``Tool``: ``@tool`` or ``@tool(idempotent=False)``."""
+
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool(f, name=name, description=description, idempotent=idempotent)
 

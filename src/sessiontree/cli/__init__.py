@@ -16,8 +16,12 @@ from .common import SessionTreeGroup
 
 @click.group(cls=SessionTreeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="sessiontree")
-@click.option("--db", type=click.Path(dir_okay=False), envvar="SESSIONTREE_DB",
-              help="Database file. Default: $SESSIONTREE_DB, else sessiontree.db in your data directory.")
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    envvar="SESSIONTREE_DB",
+    help="Database file. Default: $SESSIONTREE_DB, else sessiontree.db in your data directory.",
+)
 def cli(db: str | None) -> None:
     """Agent conversations as trees in SQLite: inspect, branch, run and resume them."""
 

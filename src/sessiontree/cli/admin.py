@@ -44,13 +44,21 @@ def verify(ctx: click.Context, session: str | None, as_json: bool) -> None:
     store = open_store(ctx)
     report = store.verify(session)
     if as_json:
-        echo_json({"ok": report.ok, "sessions": report.sessions, "nodes": report.nodes,
-                   "problems": [p.__dict__ for p in report.problems]})
+        echo_json(
+            {
+                "ok": report.ok,
+                "sessions": report.sessions,
+                "nodes": report.nodes,
+                "problems": [p.__dict__ for p in report.problems],
+            }
+        )
     else:
         for p in report.problems:
             click.echo(f"{p.check}: {p.detail}" + (f" (session {p.session_id})" if p.session_id else ""))
-        click.echo(f"{'ok' if report.ok else 'FAILED'}: {report.sessions} session(s), "
-                   f"{report.nodes} node(s), {len(report.problems)} problem(s)")
+        click.echo(
+            f"{'ok' if report.ok else 'FAILED'}: {report.sessions} session(s), "
+            f"{report.nodes} node(s), {len(report.problems)} problem(s)"
+        )
     if not report.ok:
         ctx.exit(1)
 
@@ -65,13 +73,20 @@ def stats(ctx: click.Context, as_json: bool) -> None:
         echo_json(data)
         return
     click.echo(f"{data['file']}: {data['bytes']} bytes, schema version {data['schema_version']}")
-    click.echo(f"sessions {data['sessions']}, branches {data['branches']}, "
-               f"checkpoints {data['checkpoints']}, pending pauses {data['pending']}")
-    click.echo("nodes " + (", ".join(f"{k} {v}" for k, v in data["nodes"].items()) or "0")
-               + f" ({data['payload_bytes']} bytes of payload)")
+    click.echo(
+        f"sessions {data['sessions']}, branches {data['branches']}, "
+        f"checkpoints {data['checkpoints']}, pending pauses {data['pending']}"
+    )
+    click.echo(
+        "nodes "
+        + (", ".join(f"{k} {v}" for k, v in data["nodes"].items()) or "0")
+        + f" ({data['payload_bytes']} bytes of payload)"
+    )
     for m in data["models"]:
-        click.echo(f"model {m['model']}: {m['runs']} call(s), {m['input_tokens']} tokens in, "
-                   f"{m['output_tokens']} out")
+        click.echo(
+            f"model {m['model']}: {m['runs']} call(s), {m['input_tokens']} tokens in, "
+            f"{m['output_tokens']} out"
+        )
 
 
 @click.command()
@@ -110,9 +125,13 @@ def migrate(ctx: click.Context, list_only: bool) -> None:
 
 @click.command(name="import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--format", "fmt", default="auto", show_default=True,
-              type=click.Choice(["auto", "native", "openai", "chatgpt", "librechat", "openwebui",
-                                 "claude-code", "pi"]))
+@click.option(
+    "--format",
+    "fmt",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "native", "openai", "chatgpt", "librechat", "openwebui", "claude-code", "pi"]),
+)
 @json_option
 @click.pass_context
 def import_(ctx: click.Context, file: str, fmt: str, as_json: bool) -> None:
@@ -121,11 +140,12 @@ def import_(ctx: click.Context, file: str, fmt: str, as_json: bool) -> None:
 
     store = open_store(ctx, write=True)
     fmt = detect_format(file) if fmt == "auto" else fmt
-    with click.progressbar(length=1, label=f"importing {Path(file).name}",
-                           file=sys.stderr) as bar:
+    with click.progressbar(length=1, label=f"importing {Path(file).name}", file=sys.stderr) as bar:
+
         def progress(done: int, total: int) -> None:
             bar.length = max(total, 1)
             bar.update(done - bar.pos)
+
         imported = import_file(store, file, fmt, progress)
     if as_json:
         echo_json([{"id": s.id, "title": s.title, "format": fmt} for s in imported])
@@ -137,12 +157,10 @@ def import_(ctx: click.Context, file: str, fmt: str, as_json: bool) -> None:
 @click.command()
 @click.argument("sessions", nargs=-1)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="File (default: stdout).")
-@click.option("--format", "fmt", default="native", show_default=True,
-              type=click.Choice(["native", "openai"]))
+@click.option("--format", "fmt", default="native", show_default=True, type=click.Choice(["native", "openai"]))
 @click.option("-b", "--branch", default="main", show_default=True, help="Branch (openai format).")
 @click.pass_context
-def export(ctx: click.Context, sessions: tuple[str, ...], output: str | None, fmt: str,
-           branch: str) -> None:
+def export(ctx: click.Context, sessions: tuple[str, ...], output: str | None, fmt: str, branch: str) -> None:
     """Export sessions (all by default) as native JSONL, or one branch as OpenAI messages."""
     from ..formats import export_file, export_native, export_openai
 

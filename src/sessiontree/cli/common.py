@@ -46,8 +46,10 @@ def open_store(ctx: click.Context, *, write: bool = False) -> Store:
     path, chosen = db_path(ctx)
     if not path.exists():
         if chosen and not write:
-            raise click.ClickException(f"no database at {path} (create one with `sessiontree demo` "
-                                       "or `sessiontree run`, or check --db / SESSIONTREE_DB)")
+            raise click.ClickException(
+                f"no database at {path} (create one with `sessiontree demo` "
+                "or `sessiontree run`, or check --db / SESSIONTREE_DB)"
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
         write = True  # commands that write create the file; so does first use of the default
     # An older file is opened read-write once, so that its schema can be upgraded.
@@ -93,7 +95,7 @@ def abbreviations(ids: list[str], minimum: int = 8) -> dict[str, str]:
     short = {}
     for i, current in enumerate(ordered):
         length = minimum
-        for neighbour in ordered[max(0, i - 1):i] + ordered[i + 1:i + 2]:
+        for neighbour in ordered[max(0, i - 1) : i] + ordered[i + 1 : i + 2]:
             shared = len(os.path.commonprefix([current, neighbour]))
             length = max(length, shared + 1)
         short[current] = current[:length]

@@ -54,12 +54,20 @@ def run_demo(store: Store) -> None:
     click.echo(f"user: {question}")
 
     heading("1. run: the agent checks the weather, then wants to send an email")
-    first = ScriptedModel([
-        reply(None, tool_call("get_weather", {"city": "Paris"}, id="call_weather")),
-        reply("Paris is sunny. I'll email Bob.", tool_call(
-            "send_email", {"to": "bob@example.com", "subject": "Paris forecast",
-                           "body": "Sunny, 21C, light wind."}, id="call_email")),
-    ], model="scripted-a")
+    first = ScriptedModel(
+        [
+            reply(None, tool_call("get_weather", {"city": "Paris"}, id="call_weather")),
+            reply(
+                "Paris is sunny. I'll email Bob.",
+                tool_call(
+                    "send_email",
+                    {"to": "bob@example.com", "subject": "Paris forecast", "body": "Sunny, 21C, light wind."},
+                    id="call_email",
+                ),
+            ),
+        ],
+        model="scripted-a",
+    )
     final = print_steps(agent(store, session, call=first, tools=TOOLS, approve=approve))
     pause_id = final.node.id
     weather_answer = [n for n in session.path("main") if n.payload.get("role") == "tool"][0]
@@ -73,21 +81,35 @@ def run_demo(store: Store) -> None:
     click.echo("approved call_email")
 
     heading("3. resume: the email goes out and the agent finishes")
-    print_steps(resume(store, pause_id, call=ScriptedModel(
-        ["Done: Bob has the Paris forecast (sunny, 21C)."], model="scripted-a"), tools=TOOLS,
-        approve=approve))
+    print_steps(
+        resume(
+            store,
+            pause_id,
+            call=ScriptedModel(["Done: Bob has the Paris forecast (sunny, 21C)."], model="scripted-a"),
+            tools=TOOLS,
+            approve=approve,
+        )
+    )
 
     heading("4. fork the checkpoint and re-run with another model")
     session.fork("experiment", at="weather-known")
-    second = ScriptedModel(["Paris: sunny, 21C. I drafted the email but did not send it."],
-                           model="scripted-b")
+    second = ScriptedModel(
+        ["Paris: sunny, 21C. I drafted the email but did not send it."], model="scripted-b"
+    )
     print_steps(agent(store, session, "experiment", call=second, tools=TOOLS, approve=approve))
 
     heading("5. the tree")
     nodes = session.tree()
-    for line in tree_lines(nodes, session.branches(), session.checkpoints(),
-                           {p.id for p in session.pending()}, abbreviations([n.id for n in nodes])):
+    for line in tree_lines(
+        nodes,
+        session.branches(),
+        session.checkpoints(),
+        {p.id for p in session.pending()},
+        abbreviations([n.id for n in nodes]),
+    ):
         click.echo(line)
     click.echo()
-    click.echo(f"explore: sessiontree tree {session.id[:13]}   sessiontree log experiment"
-               f"   sessiontree diff main experiment")
+    click.echo(
+        f"explore: sessiontree tree {session.id[:13]}   sessiontree log experiment"
+        f"   sessiontree diff main experiment"
+    )

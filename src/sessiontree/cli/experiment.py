@@ -20,29 +20,51 @@ from .running import approver, load_tools, make_call, model_options
 @click.command()
 @click.argument("branch")
 @session_option
-@click.option("--tools", "mode", type=click.Choice(["recorded", "live"]), default="recorded",
-              show_default=True, help="Play back recorded tool results, or run the tools again.")
-@click.option("--tools-module", "tool_specs", multiple=True,
-              help="With --tools live: module, module:attribute or file.py with the tools.")
+@click.option(
+    "--tools",
+    "mode",
+    type=click.Choice(["recorded", "live"]),
+    default="recorded",
+    show_default=True,
+    help="Play back recorded tool results, or run the tools again.",
+)
+@click.option(
+    "--tools-module",
+    "tool_specs",
+    multiple=True,
+    help="With --tools live: module, module:attribute or file.py with the tools.",
+)
 @click.option("--into", help="Name of the new branch (default: BRANCH-replay).")
 @json_option
 @click.pass_context
-def replay(ctx: click.Context, branch: str, session: str | None, mode: str,
-           tool_specs: tuple[str, ...], into: str | None, as_json: bool) -> None:
+def replay(
+    ctx: click.Context,
+    branch: str,
+    session: str | None,
+    mode: str,
+    tool_specs: tuple[str, ...],
+    into: str | None,
+    as_json: bool,
+) -> None:
     """Re-run BRANCH against its recording; exit 1 if it diverges."""
     store = open_store(ctx, write=True)
     s, ref = target(store, branch, session)
-    report = replay_branch(store, ref, session=s, tools=mode, implementations=load_tools(tool_specs),
-                           into=into)
+    report = replay_branch(
+        store, ref, session=s, tools=mode, implementations=load_tools(tool_specs), into=into
+    )
     if as_json:
         echo_json(report.to_dict())
     elif report.matched:
-        click.echo(f"replayed {report.recorded} into {report.branch}: all {report.compared} "
-                   f"message(s) matched ({report.final})")
+        click.echo(
+            f"replayed {report.recorded} into {report.branch}: all {report.compared} "
+            f"message(s) matched ({report.final})"
+        )
     else:
         d = report.divergence
-        click.echo(f"replayed {report.recorded} into {report.branch}: diverged at message "
-                   f"{d.index + 1} of {report.compared}")
+        click.echo(
+            f"replayed {report.recorded} into {report.branch}: diverged at message "
+            f"{d.index + 1} of {report.compared}"
+        )
         click.echo(f"  expected: {d.expected}")
         click.echo(f"  actual:   {d.actual}")
     if not report.matched:
@@ -70,18 +92,37 @@ def parse_variant(spec: str) -> tuple[str, str, dict]:
 @click.command()
 @click.argument("at")
 @session_option
-@click.option("--variant", "variant_specs", multiple=True, required=True,
-              help="NAME=MODEL[:key=value,...] (repeatable); key system=... sets a system prompt.")
+@click.option(
+    "--variant",
+    "variant_specs",
+    multiple=True,
+    required=True,
+    help="NAME=MODEL[:key=value,...] (repeatable); key system=... sets a system prompt.",
+)
 @click.option("-n", "repetitions", default=1, show_default=True, help="Runs per variant.")
 @click.option("--concurrency", default=4, show_default=True, help="Runs at once.")
 @click.option("--prefix", default="", help="Prefix for the new branch names.")
 @model_options
 @json_option
 @click.pass_context
-def rerun(ctx: click.Context, at: str, session: str | None, variant_specs: tuple[str, ...],
-          repetitions: int, concurrency: int, prefix: str, base_url: str | None, model: str | None,
-          api_key_env: str, no_stream: bool, tool_specs: tuple[str, ...], policy: str,
-          max_steps: int, params: tuple[tuple[str, str], ...], as_json: bool) -> None:
+def rerun(
+    ctx: click.Context,
+    at: str,
+    session: str | None,
+    variant_specs: tuple[str, ...],
+    repetitions: int,
+    concurrency: int,
+    prefix: str,
+    base_url: str | None,
+    model: str | None,
+    api_key_env: str,
+    no_stream: bool,
+    tool_specs: tuple[str, ...],
+    policy: str,
+    max_steps: int,
+    params: tuple[tuple[str, str], ...],
+    as_json: bool,
+) -> None:
     """Run each variant from AT (a checkpoint, branch or node) on a branch of its own."""
     tools = load_tools(tool_specs)
     variants = []
@@ -95,15 +136,26 @@ def rerun(ctx: click.Context, at: str, session: str | None, variant_specs: tuple
     s, ref = target(store, at, session)
     total = len(variants) * repetitions
     with click.progressbar(length=total, label="running", file=sys.stderr) as bar:
-        results = rerun_at(store, ref, variants, repetitions, session=s, tools=tools,
-                           approve=approver(policy, tools), max_steps=max_steps,
-                           concurrency=concurrency, prefix=prefix,
-                           progress=lambda done, _total, _result: bar.update(1))
+        results = rerun_at(
+            store,
+            ref,
+            variants,
+            repetitions,
+            session=s,
+            tools=tools,
+            approve=approver(policy, tools),
+            max_steps=max_steps,
+            concurrency=concurrency,
+            prefix=prefix,
+            progress=lambda done, _total, _result: bar.update(1),
+        )
     if as_json:
         echo_json([r.__dict__ for r in results])
         return
-    for line in table([[r.branch, r.variant, r.reason, one_line(r.error or "", 50)] for r in results],
-                      ["BRANCH", "VARIANT", "RESULT", "ERROR"]):
+    for line in table(
+        [[r.branch, r.variant, r.reason, one_line(r.error or "", 50)] for r in results],
+        ["BRANCH", "VARIANT", "RESULT", "ERROR"],
+    ):
         click.echo(line)
 
 
@@ -112,8 +164,9 @@ def parse_price(spec: str) -> tuple[str, dict[str, float]]:
     try:
         tokens_in, tokens_out = (float(x) for x in numbers.split(","))
     except ValueError:
-        raise click.BadParameter(f"{spec!r}: expected MODEL=INPUT,OUTPUT (dollars per million tokens)",
-                                 param_hint="--price") from None
+        raise click.BadParameter(
+            f"{spec!r}: expected MODEL=INPUT,OUTPUT (dollars per million tokens)", param_hint="--price"
+        ) from None
     if not sep or not model:
         raise click.BadParameter(f"{spec!r}: expected MODEL=INPUT,OUTPUT", param_hint="--price")
     return model, {"input": tokens_in, "output": tokens_out}
@@ -122,12 +175,14 @@ def parse_price(spec: str) -> tuple[str, dict[str, float]]:
 @click.command()
 @click.argument("branches", nargs=-1, required=True)
 @session_option
-@click.option("--price", "prices", multiple=True,
-              help="MODEL=INPUT,OUTPUT in dollars per million tokens (repeatable).")
+@click.option(
+    "--price", "prices", multiple=True, help="MODEL=INPUT,OUTPUT in dollars per million tokens (repeatable)."
+)
 @json_option
 @click.pass_context
-def compare(ctx: click.Context, branches: tuple[str, ...], session: str | None,
-            prices: tuple[str, ...], as_json: bool) -> None:
+def compare(
+    ctx: click.Context, branches: tuple[str, ...], session: str | None, prices: tuple[str, ...], as_json: bool
+) -> None:
     """Compare branches from their common ancestor: answers, steps, tokens, cost."""
     store = open_store(ctx)
     s, first = target(store, branches[0], session)
@@ -136,9 +191,20 @@ def compare(ctx: click.Context, branches: tuple[str, ...], session: str | None,
     if as_json:
         echo_json(result.to_dict())
         return
-    rows = [[b.branch, b.status, b.steps, b.tool_calls, b.usage.input_tokens, b.usage.output_tokens,
-             f"{b.usage.latency_ms:.0f}", "-" if b.cost is None else f"{b.cost:.6f}",
-             one_line(b.final or "", 40)] for b in result.branches]
+    rows = [
+        [
+            b.branch,
+            b.status,
+            b.steps,
+            b.tool_calls,
+            b.usage.input_tokens,
+            b.usage.output_tokens,
+            f"{b.usage.latency_ms:.0f}",
+            "-" if b.cost is None else f"{b.cost:.6f}",
+            one_line(b.final or "", 40),
+        ]
+        for b in result.branches
+    ]
     for line in table(rows, ["BRANCH", "STATUS", "STEPS", "TOOLS", "IN", "OUT", "MS", "COST", "FINAL"]):
         click.echo(line)
     if len(branches) == 2:

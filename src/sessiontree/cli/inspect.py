@@ -27,9 +27,18 @@ def sessions(ctx: click.Context, include_archived: bool, as_json: bool) -> None:
         click.echo("No sessions.")
         return
     short = abbreviations([r.id for r in rows])
-    for line in table([[short[r.id], r.node_count, r.last_activity,
-                        (r.title or "") + (" (archived)" if r.archived_at else "")] for r in rows],
-                      ["ID", "NODES", "LAST ACTIVITY", "TITLE"]):
+    for line in table(
+        [
+            [
+                short[r.id],
+                r.node_count,
+                r.last_activity,
+                (r.title or "") + (" (archived)" if r.archived_at else ""),
+            ]
+            for r in rows
+        ],
+        ["ID", "NODES", "LAST ACTIVITY", "TITLE"],
+    ):
         click.echo(line)
 
 
@@ -44,13 +53,18 @@ def tree(ctx: click.Context, session: str | None, as_json: bool) -> None:
     nodes, branches, checkpoints = s.tree(), s.branches(), s.checkpoints()
     pending = {n.id for n in s.pending()}
     if as_json:
-        echo_json({"session": s.id, "nodes": [n.to_dict() for n in nodes],
-                   "branches": [b.__dict__ for b in branches],
-                   "checkpoints": [c.__dict__ for c in checkpoints], "pending": sorted(pending)})
+        echo_json(
+            {
+                "session": s.id,
+                "nodes": [n.to_dict() for n in nodes],
+                "branches": [b.__dict__ for b in branches],
+                "checkpoints": [c.__dict__ for c in checkpoints],
+                "pending": sorted(pending),
+            }
+        )
         return
     click.echo(f"session {s.id}" + (f"  {s.title}" if s.title else ""))
-    for line in tree_lines(nodes, branches, checkpoints, pending,
-                           abbreviations([n.id for n in nodes])):
+    for line in tree_lines(nodes, branches, checkpoints, pending, abbreviations([n.id for n in nodes])):
         click.echo(line)
 
 
@@ -83,8 +97,7 @@ def show(ctx: click.Context, node: str, session: str | None, as_json: bool) -> N
     n = s.node(ref)
     children = s.children(n)
     run = store.run(n.run_id) if n.run_id else None
-    data = {**n.to_dict(), "children": [c.id for c in children],
-            "run": run.__dict__ if run else None}
+    data = {**n.to_dict(), "children": [c.id for c in children], "run": run.__dict__ if run else None}
     if as_json:
         echo_json(data)
         return
@@ -94,8 +107,10 @@ def show(ctx: click.Context, node: str, session: str | None, as_json: bool) -> N
     click.echo(f"parent   {n.parent_id or '(root)'}")
     click.echo(f"children {', '.join(c.id for c in children) or '(none)'}")
     if run:
-        click.echo(f"run      {run.model or '?'} via {run.provider or '?'}, usage {run.usage}, "
-                   f"{run.latency_ms} ms, finish {run.finish_reason}")
+        click.echo(
+            f"run      {run.model or '?'} via {run.provider or '?'}, usage {run.usage}, "
+            f"{run.latency_ms} ms, finish {run.finish_reason}"
+        )
     click.echo(summary(n))
     echo_json(n.payload)
 
@@ -110,8 +125,9 @@ def branches(ctx: click.Context, session: str | None, as_json: bool) -> None:
     s = pick_session(store, session)
     bs, cps = s.branches(), s.checkpoints()
     if as_json:
-        echo_json({"session": s.id, "branches": [b.__dict__ for b in bs],
-                   "checkpoints": [c.__dict__ for c in cps]})
+        echo_json(
+            {"session": s.id, "branches": [b.__dict__ for b in bs], "checkpoints": [c.__dict__ for c in cps]}
+        )
         return
     short = abbreviations([b.head_id for b in bs if b.head_id] + [c.node_id for c in cps])
     rows = [["branch", b.name, short.get(b.head_id, "-"), b.updated_at] for b in bs]
@@ -132,17 +148,20 @@ def diff(ctx: click.Context, a: str, b: str, session: str | None, as_json: bool)
     s, a_ref = target(store, a, session)
     d = s.diff(a_ref, b)  # b is read in a's session
     if as_json:
-        echo_json({"ancestor": d.ancestor.to_dict() if d.ancestor else None,
-                   "only_a": [n.to_dict() for n in d.only_a],
-                   "only_b": [n.to_dict() for n in d.only_b]})
+        echo_json(
+            {
+                "ancestor": d.ancestor.to_dict() if d.ancestor else None,
+                "only_a": [n.to_dict() for n in d.only_a],
+                "only_b": [n.to_dict() for n in d.only_b],
+            }
+        )
         return
     for line in diff_lines(d, a, b):
         click.echo(line)
 
 
 def diff_lines(d: Diff, a: str, b: str) -> list[str]:
-    short = abbreviations([n.id for n in [*d.only_a, *d.only_b]] +
-                          ([d.ancestor.id] if d.ancestor else []))
+    short = abbreviations([n.id for n in [*d.only_a, *d.only_b]] + ([d.ancestor.id] if d.ancestor else []))
     ancestor = f"{short[d.ancestor.id]} {summary(d.ancestor)}" if d.ancestor else "(none)"
     lines = [f"common ancestor: {ancestor}"]
     for sign, name, nodes in (("-", a, d.only_a), ("+", b, d.only_b)):
@@ -167,8 +186,10 @@ def pending(ctx: click.Context, as_json: bool) -> None:
     for p in pauses:
         click.echo(f"pause {p.id}  session {p.session_id}  {p.created_at}")
         for call in p.payload.get("calls", []):
-            click.echo(f"  call {call['id']}: {call['name']}({call['arguments']})"
-                       + (f"  - {call['reason']}" if call.get("reason") else ""))
+            click.echo(
+                f"  call {call['id']}: {call['name']}({call['arguments']})"
+                + (f"  - {call['reason']}" if call.get("reason") else "")
+            )
 
 
 COMMANDS = [sessions, tree, log, show, branches, diff, pending]

@@ -36,13 +36,15 @@ PREAMBLE = """\
 
 
 def markdown(width: int = 90) -> str:
-    root = click.Context(cli, info_name="sessiontree", terminal_width=width, max_content_width=width,
-                         **cli.context_settings)
+    root = click.Context(
+        cli, info_name="sessiontree", terminal_width=width, max_content_width=width, **cli.context_settings
+    )
     parts = [PREAMBLE, "## sessiontree", "", "```text", cli.get_help(root), "```", ""]
     for name in sorted(cli.commands):
         command = cli.commands[name]
-        context = click.Context(command, info_name=name, parent=root, terminal_width=width,
-                                max_content_width=width)
+        context = click.Context(
+            command, info_name=name, parent=root, terminal_width=width, max_content_width=width
+        )
         parts += [f"## sessiontree {name}", "", "```text", command.get_help(context), "```", ""]
     return "\n".join(parts)
 

@@ -50,8 +50,9 @@ def edit(ctx: click.Context, node: str, branch: str, text: str | None, session: 
     s, ref = target(store, node, session)
     original = s.node(ref)
     if original.kind != "message":
-        raise click.ClickException(f"node {original.id} is a {original.kind} node; "
-                                   "only messages can be edited")
+        raise click.ClickException(
+            f"node {original.id} is a {original.kind} node; only messages can be edited"
+        )
     if text is None:
         text = click.edit(str(original.payload.get("content") or ""))
         if text is None:

@@ -58,8 +58,9 @@ def summary(node: Node) -> str:
     return f"{node.kind}: {one_line(json.dumps(p, ensure_ascii=False))}"
 
 
-def markers(node_id: str, heads: dict[str, list[str]], checkpoints: dict[str, list[str]],
-            pending: set[str]) -> str:
+def markers(
+    node_id: str, heads: dict[str, list[str]], checkpoints: dict[str, list[str]], pending: set[str]
+) -> str:
     marks = [f"({', '.join(heads[node_id])})"] if node_id in heads else []
     marks += [f"[{name}]" for name in checkpoints.get(node_id, [])]
     if node_id in pending:
@@ -67,8 +68,13 @@ def markers(node_id: str, heads: dict[str, list[str]], checkpoints: dict[str, li
     return (" " + " ".join(marks)) if marks else ""
 
 
-def tree_lines(nodes: list[Node], branches: list[Branch], checkpoints: list[Checkpoint],
-               pending: set[str], short: dict[str, str]) -> list[str]:
+def tree_lines(
+    nodes: list[Node],
+    branches: list[Branch],
+    checkpoints: list[Checkpoint],
+    pending: set[str],
+    short: dict[str, str],
+) -> list[str]:
     """A graph like ``git log --graph``, root first: a fork opens a lane to the
     right for each side branch, drawn before the line that leads to ``main``."""
     children: dict[str | None, list[Node]] = defaultdict(list)
@@ -97,8 +103,7 @@ def tree_lines(nodes: list[Node], branches: list[Branch], checkpoints: list[Chec
 
     def draw(node: Node, lane: str) -> None:
         while True:
-            lines.append(f"{lane}* {short[node.id]} {summary(node)}"
-                         f"{markers(node.id, heads, cps, pending)}")
+            lines.append(f"{lane}* {short[node.id]} {summary(node)}{markers(node.id, heads, cps, pending)}")
             kids = ordered(children.get(node.id, []))
             if not kids:
                 return

@@ -65,6 +65,7 @@ def print_steps(steps: AsyncIterator[Any] | Any) -> Final | None:
         async for step in steps:
             final = echo_step(step, streamed) or final
             streamed = isinstance(step, Token)  # tokens are always followed by their Assistant
+
     asyncio.run(consume())
     return final
 
@@ -83,14 +84,18 @@ def echo_step(step: Any, streamed: bool = False) -> Final | None:
     elif isinstance(step, ToolStart):
         click.echo(f"  running {step.call.name} [{step.call.id}]")
     elif isinstance(step, ToolEnd):
-        click.echo(f"  {'ok' if step.ok else 'failed'} {step.call.name}: "
-                   f"{one_line(step.node.payload.get('content'), 60)}")
+        click.echo(
+            f"  {'ok' if step.ok else 'failed'} {step.call.name}: "
+            f"{one_line(step.node.payload.get('content'), 60)}"
+        )
     elif isinstance(step, Paused):
         click.echo(f"paused: {step.node.payload.get('reason')}")
         for call in step.calls:
             click.echo(f"  call {call['id']}: {call['name']}({call['arguments']})")
-        click.echo(f"decide with: sessiontree approve {step.node.id}   "
-                   f"(or: sessiontree reject {step.node.id} --reason ...)")
+        click.echo(
+            f"decide with: sessiontree approve {step.node.id}   "
+            f"(or: sessiontree reject {step.node.id} --reason ...)"
+        )
         click.echo(f"then resume: sessiontree resume {step.node.id}")
     elif isinstance(step, Final):
         if step.reason == "error":
@@ -104,29 +109,55 @@ def echo_step(step: Any, streamed: bool = False) -> Final | None:
 def model_options(function: Callable) -> Callable:
     """The options that choose a model endpoint, shared by run and resume."""
     options = [
-        click.option("--base-url", envvar="SESSIONTREE_BASE_URL",
-                     help="OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 "
-                          "(env SESSIONTREE_BASE_URL)."),
+        click.option(
+            "--base-url",
+            envvar="SESSIONTREE_BASE_URL",
+            help="OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 (env SESSIONTREE_BASE_URL).",
+        ),
         click.option("-m", "--model", envvar="SESSIONTREE_MODEL", help="Model name (env SESSIONTREE_MODEL)."),
-        click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
-                     help="Environment variable holding the API key."),
+        click.option(
+            "--api-key-env",
+            default="OPENAI_API_KEY",
+            show_default=True,
+            help="Environment variable holding the API key.",
+        ),
         click.option("--no-stream", is_flag=True, help="Wait for whole replies instead of streaming."),
-        click.option("--tools", "tool_specs", multiple=True,
-                     help="Tools to offer: module, module:attribute or file.py (repeatable)."),
-        click.option("--approve", "policy", type=click.Choice(["all", "unsafe", "none"]),
-                     default="unsafe", show_default=True,
-                     help="Which tool calls pause for a human: all, non-idempotent ones, or none."),
+        click.option(
+            "--tools",
+            "tool_specs",
+            multiple=True,
+            help="Tools to offer: module, module:attribute or file.py (repeatable).",
+        ),
+        click.option(
+            "--approve",
+            "policy",
+            type=click.Choice(["all", "unsafe", "none"]),
+            default="unsafe",
+            show_default=True,
+            help="Which tool calls pause for a human: all, non-idempotent ones, or none.",
+        ),
         click.option("--max-steps", default=20, show_default=True, help="Model calls per run."),
-        click.option("-o", "--option", "params", multiple=True, type=(str, str),
-                     help="Extra request parameter, e.g. -o temperature 0.2 (repeatable)."),
+        click.option(
+            "-o",
+            "--option",
+            "params",
+            multiple=True,
+            type=(str, str),
+            help="Extra request parameter, e.g. -o temperature 0.2 (repeatable).",
+        ),
     ]
     for option in reversed(options):
         function = option(function)
     return function
 
 
-def make_call(base_url: str | None, model: str | None, api_key_env: str, no_stream: bool,
-              params: tuple[tuple[str, str], ...]) -> Any:
+def make_call(
+    base_url: str | None,
+    model: str | None,
+    api_key_env: str,
+    no_stream: bool,
+    params: tuple[tuple[str, str], ...],
+) -> Any:
     from ..providers import openai_compatible
 
     if not base_url or not model:
@@ -137,8 +168,9 @@ def make_call(base_url: str | None, model: str | None, api_key_env: str, no_stre
             extra[key] = json.loads(value)
         except ValueError:
             extra[key] = value
-    return openai_compatible(base_url, model, api_key=os.environ.get(api_key_env),
-                             stream=not no_stream, **extra)
+    return openai_compatible(
+        base_url, model, api_key=os.environ.get(api_key_env), stream=not no_stream, **extra
+    )
 
 
 @click.command()
@@ -148,10 +180,21 @@ def make_call(base_url: str | None, model: str | None, api_key_env: str, no_stre
 @click.option("--system", help="System prompt for a new session.")
 @model_options
 @click.pass_context
-def run(ctx: click.Context, prompt: str | None, session: str | None, branch: str, system: str | None,
-        base_url: str | None, model: str | None, api_key_env: str, no_stream: bool,
-        tool_specs: tuple[str, ...], policy: str, max_steps: int,
-        params: tuple[tuple[str, str], ...]) -> None:
+def run(
+    ctx: click.Context,
+    prompt: str | None,
+    session: str | None,
+    branch: str,
+    system: str | None,
+    base_url: str | None,
+    model: str | None,
+    api_key_env: str,
+    no_stream: bool,
+    tool_specs: tuple[str, ...],
+    policy: str,
+    max_steps: int,
+    params: tuple[tuple[str, str], ...],
+) -> None:
     """Send PROMPT on a branch to an OpenAI-compatible model and run the agent loop."""
     call = make_call(base_url, model, api_key_env, no_stream, params)
     tools = load_tools(tool_specs)
@@ -167,8 +210,9 @@ def run(ctx: click.Context, prompt: str | None, session: str | None, branch: str
     if prompt:
         s.append({"role": "user", "content": prompt}, branch=branch)
     click.echo(f"session {s.id} branch {branch}", err=True)
-    final = print_steps(agent(store, s, branch, call=call, tools=tools, approve=approver(policy, tools),
-                              max_steps=max_steps))
+    final = print_steps(
+        agent(store, s, branch, call=call, tools=tools, approve=approver(policy, tools), max_steps=max_steps)
+    )
     if final is not None and final.reason == "error":
         ctx.exit(1)
 
@@ -177,15 +221,32 @@ def run(ctx: click.Context, prompt: str | None, session: str | None, branch: str
 @click.argument("pause")
 @model_options
 @click.pass_context
-def resume(ctx: click.Context, pause: str, base_url: str | None, model: str | None, api_key_env: str,
-           no_stream: bool, tool_specs: tuple[str, ...], policy: str, max_steps: int,
-           params: tuple[tuple[str, str], ...]) -> None:
+def resume(
+    ctx: click.Context,
+    pause: str,
+    base_url: str | None,
+    model: str | None,
+    api_key_env: str,
+    no_stream: bool,
+    tool_specs: tuple[str, ...],
+    policy: str,
+    max_steps: int,
+    params: tuple[tuple[str, str], ...],
+) -> None:
     """Continue the branch of a decided PAUSE."""
     call = make_call(base_url, model, api_key_env, no_stream, params)
     tools = load_tools(tool_specs)
     store = open_store(ctx, write=True)
-    final = print_steps(resume_pause(store, store.node(pause).id, call=call, tools=tools,
-                                     approve=approver(policy, tools), max_steps=max_steps))
+    final = print_steps(
+        resume_pause(
+            store,
+            store.node(pause).id,
+            call=call,
+            tools=tools,
+            approve=approver(policy, tools),
+            max_steps=max_steps,
+        )
+    )
     if final is not None and final.reason == "error":
         ctx.exit(1)
 

@@ -42,19 +42,39 @@ if TYPE_CHECKING:
     from ..session import Session
     from ..store import Store
 
-__all__ = ["FORMATS", "FormatError", "ImportConflict", "detect_format", "export_file",
-           "export_native", "export_openai", "import_file", "import_native", "import_openai",
-           "parse_file"]
+__all__ = [
+    "FORMATS",
+    "FormatError",
+    "ImportConflict",
+    "detect_format",
+    "export_file",
+    "export_native",
+    "export_openai",
+    "import_file",
+    "import_native",
+    "import_openai",
+    "parse_file",
+]
 
 Progress = Callable[[int, int], None]
 JSONL_FORMATS = {"native": parse_native, "claude-code": parse_claude_code, "pi": parse_pi}
 JSON_FORMATS: dict[str, Callable[[Any], Any]] = {
-    "openai": parse_openai, "chatgpt": parse_chatgpt, "librechat": parse_librechat,
-    "openwebui": parse_openwebui}
+    "openai": parse_openai,
+    "chatgpt": parse_chatgpt,
+    "librechat": parse_librechat,
+    "openwebui": parse_openwebui,
+}
 FORMATS = (*JSONL_FORMATS, *JSON_FORMATS)
 EXPORT_FORMATS = ("native", "openai")
-CLAUDE_CODE_TYPES = {"user", "assistant", "system", "progress", "summary", "queue-operation",
-                     "file-history-snapshot"}
+CLAUDE_CODE_TYPES = {
+    "user",
+    "assistant",
+    "system",
+    "progress",
+    "summary",
+    "queue-operation",
+    "file-history-snapshot",
+}
 
 
 @contextmanager
@@ -102,8 +122,12 @@ def _jsonl_kind(record: dict[str, Any]) -> str | None:
         return "native"
     if record.get("type") == "session" and "id" in record and "history" not in record:
         return "pi"
-    if "uuid" in record or "parentUuid" in record or "leafUuid" in record or (
-            record.get("type") in CLAUDE_CODE_TYPES and "messages" not in record):
+    if (
+        "uuid" in record
+        or "parentUuid" in record
+        or "leafUuid" in record
+        or (record.get("type") in CLAUDE_CODE_TYPES and "messages" not in record)
+    ):
         return "claude-code"
     return None
 
@@ -119,8 +143,11 @@ def _json_kind(data: Any) -> str | None:
     if "history" in sample or isinstance(sample.get("chat"), dict):
         return "openwebui"
     messages = sample.get("messages")
-    if isinstance(messages, list) and ("conversationId" in sample or "recursive" in sample or any(
-            isinstance(m, dict) and "messageId" in m for m in messages[:5])):
+    if isinstance(messages, list) and (
+        "conversationId" in sample
+        or "recursive" in sample
+        or any(isinstance(m, dict) and "messageId" in m for m in messages[:5])
+    ):
         return "librechat"
     if isinstance(data, list) and "role" in sample or isinstance(messages, list):
         return "openai"
@@ -158,8 +185,9 @@ def _parse(parser: Callable[[Any], Any], data: Any, name: str) -> Any:
         raise FormatError(located(name, str(e))) from None
 
 
-def write(store: Store, sessions: list[ImportedSession], name: str | None = None,
-          progress: Progress | None = None) -> list[Session]:
+def write(
+    store: Store, sessions: list[ImportedSession], name: str | None = None, progress: Progress | None = None
+) -> list[Session]:
     """Write parsed sessions in one transaction; errors gain the file name."""
     try:
         ids = bulk.write_sessions(store, sessions, progress)
@@ -170,14 +198,16 @@ def write(store: Store, sessions: list[ImportedSession], name: str | None = None
     return [store.session(i) for i in ids]
 
 
-def import_file(store: Store, path: str | Path, format: str = "auto",
-                progress: Progress | None = None) -> list[Session]:
+def import_file(
+    store: Store, path: str | Path, format: str = "auto", progress: Progress | None = None
+) -> list[Session]:
     """Import every session of a file, all or nothing; return them."""
     return write(store, parse_file(path, format), Path(path).name, progress)
 
 
-def import_native(store: Store, source: str | Path | Iterable[str],
-                  progress: Progress | None = None) -> list[Session]:
+def import_native(
+    store: Store, source: str | Path | Iterable[str], progress: Progress | None = None
+) -> list[Session]:
     """Import a native file (a path) or its lines; merges by id, idempotently."""
     if isinstance(source, str | Path):
         return import_file(store, source, "native", progress)
@@ -189,8 +219,14 @@ def import_openai(store: Store, messages: Any, title: str | None = None) -> Sess
     return write(store, [parse_openai(messages, title)])[0]
 
 
-def export_file(store: Store, path: str | Path, format: str = "native", *,
-                session_ids: Iterable[str] | None = None, branch: str = "main") -> Path:
+def export_file(
+    store: Store,
+    path: str | Path,
+    format: str = "native",
+    *,
+    session_ids: Iterable[str] | None = None,
+    branch: str = "main",
+) -> Path:
     """Write sessions to ``path`` (atomically); ``openai`` takes exactly one session id."""
     path = Path(path)
     if format == "native":
@@ -198,8 +234,9 @@ def export_file(store: Store, path: str | Path, format: str = "native", *,
     elif format == "openai":
         ids = list(session_ids or [])
         if len(ids) != 1:
-            raise FormatError(f"the openai format holds one branch of one session; got"
-                              f" {len(ids)} session ids")
+            raise FormatError(
+                f"the openai format holds one branch of one session; got {len(ids)} session ids"
+            )
         messages = export_openai(store.session(ids[0]), branch)
         text = json.dumps(messages, ensure_ascii=False, indent=2)
         try:

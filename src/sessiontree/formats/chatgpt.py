@@ -69,10 +69,13 @@ def _conversation(conv: dict[str, Any], where: str) -> ImportedSession:
     raw_id = str(conv.get("conversation_id") or conv.get("id") or stable_id(where, str(conv.get("title"))))
     sid = keep_or_derive(raw_id, "chatgpt")
     created = iso(conv.get("create_time")) or now()
-    session = ImportedSession(sid, conv.get("title") if isinstance(conv.get("title"), str) else None,
-                              {"source": "chatgpt", "original_id": raw_id,
-                               "model": conv.get("default_model_slug")},
-                              created, source=where)
+    session = ImportedSession(
+        sid,
+        conv.get("title") if isinstance(conv.get("title"), str) else None,
+        {"source": "chatgpt", "original_id": raw_id, "model": conv.get("default_model_slug")},
+        created,
+        source=where,
+    )
     mapping: dict[str, Any] = conv["mapping"]
     aliases: dict[str, str | None] = {}  # skipped entry -> its parent
     ids: dict[str, str] = {}
@@ -100,8 +103,17 @@ def _conversation(conv: dict[str, Any], where: str) -> ImportedSession:
         at = iso(msg.get("create_time")) or times.get(parent or "", created or EPOCH)
         times[ids[key]] = at
         payload, run = _payload(msg, ids[key], parent, calls, at, where, key)
-        session.nodes.append(ImportedNode(ids[key], parent, "message", payload, at,
-                                          run.id if run else None, source=f"{where}, node {key!r}"))
+        session.nodes.append(
+            ImportedNode(
+                ids[key],
+                parent,
+                "message",
+                payload,
+                at,
+                run.id if run else None,
+                source=f"{where}, node {key!r}",
+            )
+        )
         if run:
             session.runs.append(run)
     current = resolve(aliases, conv.get("current_node"))
@@ -120,8 +132,15 @@ def _skipped(msg: Any) -> bool:
     return role == "system" and not content_text(msg.get("content")).strip()
 
 
-def _payload(msg: dict[str, Any], node_id: str, parent: str | None, calls: dict[str, str],
-             at: str, where: str, key: str) -> tuple[dict[str, Any], ImportedRun | None]:
+def _payload(
+    msg: dict[str, Any],
+    node_id: str,
+    parent: str | None,
+    calls: dict[str, str],
+    at: str,
+    where: str,
+    key: str,
+) -> tuple[dict[str, Any], ImportedRun | None]:
     author = msg.get("author") or {}
     role = author.get("role")
     if role not in ROLES:
@@ -131,14 +150,13 @@ def _payload(msg: dict[str, Any], node_id: str, parent: str | None, calls: dict[
     finish = (meta.get("finish_details") or {}).get("type")
     run = None
     if role == "assistant":
-        run = make_run(node_id, at, model=meta.get("model_slug"), provider="chatgpt",
-                       finish_reason=finish)
+        run = make_run(node_id, at, model=meta.get("model_slug"), provider="chatgpt", finish_reason=finish)
     recipient = msg.get("recipient")
     if role == "assistant" and isinstance(recipient, str) and recipient != "all":
         calls[node_id] = call_id = f"call_{node_id.replace('-', '')[:24]}"
-        return chat_message("assistant", None, tool_calls=[
-            tool_call(call_id, recipient, {"input": text})]), run
+        return chat_message(
+            "assistant", None, tool_calls=[tool_call(call_id, recipient, {"input": text})]
+        ), run
     if role == "tool":
-        return chat_message("tool", text, tool_call_id=calls.get(parent or ""),
-                            name=author.get("name")), run
+        return chat_message("tool", text, tool_call_id=calls.get(parent or ""), name=author.get("name")), run
     return chat_message(role, text, name=author.get("name")), run

@@ -74,14 +74,16 @@ def parse_claude_code(lines: Iterable[str]) -> ImportedSession:
 
 
 class _Builder:
-    def __init__(self, records: dict[str, tuple[int, dict[str, Any]]], meta: dict[str, Any],
-                 title: str | None) -> None:
+    def __init__(
+        self, records: dict[str, tuple[int, dict[str, Any]]], meta: dict[str, Any], title: str | None
+    ) -> None:
         self.records = records
         raw_id = meta.get("sessionId") or stable_id("claude-code", *sorted(records)[:1])
         self.scope = ("claude-code", raw_id)
         first_time = iso(records[next(iter(records))][1].get("timestamp"))
-        self.session = ImportedSession(keep_or_derive(raw_id, "claude-code"), title, meta,
-                                       first_time or now())
+        self.session = ImportedSession(
+            keep_or_derive(raw_id, "claude-code"), title, meta, first_time or now()
+        )
         self.node_of: dict[str, str | None] = {}  # record uuid -> node it ends at (None: root)
         self.by_id: dict[str, ImportedNode] = {}
         self.group: dict[str, str] = {}  # assistant node id -> its message.id
@@ -118,8 +120,7 @@ class _Builder:
         return parent if isinstance(parent, str) else None
 
     def _id(self, uid: str, part: int = 0) -> str:
-        return keep_or_derive(uid, *self.scope) if part == 0 else stable_id(*self.scope, uid,
-                                                                             str(part))
+        return keep_or_derive(uid, *self.scope) if part == 0 else stable_id(*self.scope, uid, str(part))
 
     def _add(self, node: ImportedNode) -> str:
         self.session.nodes.append(node)
@@ -134,8 +135,13 @@ class _Builder:
         at = iso(rec.get("timestamp")) or self.session.created_at
         where = f"line {number}"
         if kind == "system":
-            payload = {"source": "claude-code", "type": "system", "subtype": rec.get("subtype"),
-                       "content": rec.get("content"), "level": rec.get("level")}
+            payload = {
+                "source": "claude-code",
+                "type": "system",
+                "subtype": rec.get("subtype"),
+                "content": rec.get("content"),
+                "level": rec.get("level"),
+            }
             return self._add(ImportedNode(self._id(uid), parent, "note", payload, at, source=where))
         msg = rec.get("message")
         if not isinstance(msg, dict):
@@ -144,8 +150,7 @@ class _Builder:
             return self._assistant(uid, msg, parent, at, where)
         return self._user(uid, rec, msg, parent, at, where)
 
-    def _assistant(self, uid: str, msg: dict[str, Any], parent: str | None, at: str,
-                   where: str) -> str:
+    def _assistant(self, uid: str, msg: dict[str, Any], parent: str | None, at: str, where: str) -> str:
         content = msg.get("content")
         blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
         message_id = msg.get("id")
@@ -153,12 +158,27 @@ class _Builder:
             node_id = parent  # another block of the same message: merge
         else:
             node_id = self._id(uid)
-            run = make_run(node_id, at, model=msg.get("model"), provider="anthropic",
-                           usage=msg.get("usage"), finish_reason=msg.get("stop_reason"))
+            run = make_run(
+                node_id,
+                at,
+                model=msg.get("model"),
+                provider="anthropic",
+                usage=msg.get("usage"),
+                finish_reason=msg.get("stop_reason"),
+            )
             if run:
                 self.session.runs.append(run)
-            self._add(ImportedNode(node_id, parent, "message", chat_message("assistant", None),
-                                   at, run.id if run else None, source=where))
+            self._add(
+                ImportedNode(
+                    node_id,
+                    parent,
+                    "message",
+                    chat_message("assistant", None),
+                    at,
+                    run.id if run else None,
+                    source=where,
+                )
+            )
             self.texts[node_id] = []
             if message_id:
                 self.group[node_id] = message_id
@@ -170,11 +190,13 @@ class _Builder:
                 self.texts[node_id].append(str(block.get("text") or ""))
             elif block.get("type") == "tool_use":
                 payload.setdefault("tool_calls", []).append(
-                    tool_call(str(block.get("id")), str(block.get("name")), block.get("input") or {}))
+                    tool_call(str(block.get("id")), str(block.get("name")), block.get("input") or {})
+                )
         return node_id
 
-    def _user(self, uid: str, rec: dict[str, Any], msg: dict[str, Any], parent: str | None,
-              at: str, where: str) -> str:
+    def _user(
+        self, uid: str, rec: dict[str, Any], msg: dict[str, Any], parent: str | None, at: str, where: str
+    ) -> str:
         content = msg.get("content")
         blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
         results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
@@ -185,27 +207,33 @@ class _Builder:
             owner = self.owner.get(parent, parent)
             node_id = self.tail.get(owner, parent)  # chain parallel results, do not fork
         for block in results:
-            tool = chat_message("tool", block_text(block.get("content")),
-                                tool_call_id=str(block.get("tool_use_id")))
-            node_id = self._add(ImportedNode(self._id(uid, part), node_id, "message", tool, at,
-                                             source=where))
+            tool = chat_message(
+                "tool", block_text(block.get("content")), tool_call_id=str(block.get("tool_use_id"))
+            )
+            node_id = self._add(ImportedNode(self._id(uid, part), node_id, "message", tool, at, source=where))
             part += 1
             if parent is not None:
                 owner = self.owner.get(parent, parent)
                 self.owner[node_id], self.tail[owner] = owner, node_id
         if others or not results:
             text = block_text(others)
-            kind, payload = ("summary", {"summary": text, "source": "claude-code"}) \
-                if rec.get("isCompactSummary") else ("message", chat_message("user", text))
-            node_id = self._add(ImportedNode(self._id(uid, part), node_id, kind, payload, at,
-                                             source=where))
+            kind, payload = (
+                ("summary", {"summary": text, "source": "claude-code"})
+                if rec.get("isCompactSummary")
+                else ("message", chat_message("user", text))
+            )
+            node_id = self._add(ImportedNode(self._id(uid, part), node_id, kind, payload, at, source=where))
         return node_id  # type: ignore[return-value]
 
     def _first_prompt(self) -> str | None:
         for node in self.session.nodes:
             content = node.payload.get("content")
-            if node.payload.get("role") == "user" and isinstance(content, str) \
-                    and content.strip() and not content.startswith("<"):
+            if (
+                node.payload.get("role") == "user"
+                and isinstance(content, str)
+                and content.strip()
+                and not content.startswith("<")
+            ):
                 line = content.strip().splitlines()[0]
                 return line[:77] + "..." if len(line) > 80 else line
         return None

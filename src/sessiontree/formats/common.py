@@ -88,22 +88,35 @@ def chat_message(role: str, content: Any, **extra: Any) -> dict[str, Any]:
     return payload
 
 
-def make_run(node_id: str, created_at: str, *, model: Any = None, provider: Any = None,
-             usage: Any = None, finish_reason: Any = None) -> ImportedRun | None:
+def make_run(
+    node_id: str,
+    created_at: str,
+    *,
+    model: Any = None,
+    provider: Any = None,
+    usage: Any = None,
+    finish_reason: Any = None,
+) -> ImportedRun | None:
     """Provenance for an imported assistant node (None when the source says nothing)."""
     if not model and not usage and not finish_reason:
         return None
-    return ImportedRun(stable_id("run", node_id), model=_str(model), provider=_str(provider),
-                       usage=usage if isinstance(usage, dict) else {},
-                       finish_reason=_str(finish_reason), created_at=created_at)
+    return ImportedRun(
+        stable_id("run", node_id),
+        model=_str(model),
+        provider=_str(provider),
+        usage=usage if isinstance(usage, dict) else {},
+        finish_reason=_str(finish_reason),
+        created_at=created_at,
+    )
 
 
 def _str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def leaf_branches(nodes: list[ImportedNode], main_head: str | None,
-                  label: dict[str, str] | None = None) -> list[ImportedRef]:
+def leaf_branches(
+    nodes: list[ImportedNode], main_head: str | None, label: dict[str, str] | None = None
+) -> list[ImportedRef]:
     """``main`` at ``main_head``, and one ``leaf-<short id>`` branch per other leaf.
 
     ``label`` maps node ids to the short original id shown in the branch name
@@ -200,8 +213,7 @@ def require(value: Any, types: type | tuple[type, ...], where: str, field_name: 
     """``value`` when it has one of ``types``, else a FormatError naming the field."""
     if not isinstance(value, types) or isinstance(value, bool) and bool not in _tuple(types):
         expected = " or ".join(t.__name__ if t is not type(None) else "null" for t in _tuple(types))
-        raise FormatError(f"{where}: {field_name!r} should be {expected},"
-                          f" got {type(value).__name__}")
+        raise FormatError(f"{where}: {field_name!r} should be {expected}, got {type(value).__name__}")
     return value
 
 

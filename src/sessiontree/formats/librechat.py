@@ -57,15 +57,18 @@ def _flatten(export: dict[str, Any], where: str) -> list[tuple[dict[str, Any], s
     while stack:
         msg, nest_parent = stack.pop()
         if not isinstance(msg, dict) or not isinstance(msg.get("messageId"), str):
-            raise FormatError(f"{where}, message {len(out) + 1}: expected an object with a"
-                              " 'messageId' string")
+            raise FormatError(
+                f"{where}, message {len(out) + 1}: expected an object with a 'messageId' string"
+            )
         parent = msg.get("parentMessageId")
         if parent in (None, ZERO, ""):
             parent = None
         if nest_parent is not None:
             if parent not in (None, nest_parent):
-                raise FormatError(f"{where}, message {msg['messageId']!r}: nested under"
-                                  f" {nest_parent!r} but its parentMessageId is {parent!r}")
+                raise FormatError(
+                    f"{where}, message {msg['messageId']!r}: nested under"
+                    f" {nest_parent!r} but its parentMessageId is {parent!r}"
+                )
             parent = nest_parent
         out.append((msg, parent))
         children = msg.get("children") or []
@@ -84,11 +87,18 @@ def _conversation(export: dict[str, Any], where: str) -> ImportedSession:
     first_time = next((iso(m.get("createdAt")) for m, _ in flat if iso(m.get("createdAt"))), None)
     created = first_time or now()
     options = export.get("options") if isinstance(export.get("options"), dict) else {}
-    session = ImportedSession(sid, export.get("title") if isinstance(export.get("title"), str)
-                              else None,
-                              {"source": "librechat", "original_id": raw_id,
-                               "endpoint": export.get("endpoint"), "options": options},
-                              created, source=where)
+    session = ImportedSession(
+        sid,
+        export.get("title") if isinstance(export.get("title"), str) else None,
+        {
+            "source": "librechat",
+            "original_id": raw_id,
+            "endpoint": export.get("endpoint"),
+            "options": options,
+        },
+        created,
+        source=where,
+    )
     known = {m["messageId"] for m, _ in flat}
     ids = {m["messageId"]: keep_or_derive(m["messageId"], "librechat", raw_id) for m, _ in flat}
     times: dict[str, str] = {}
@@ -111,13 +121,28 @@ def _conversation(export: dict[str, Any], where: str) -> ImportedSession:
         else:
             kind, payload = "message", chat_message("assistant", text)
             usage = {k: msg[k] for k in ("promptTokens", "tokenCount") if isinstance(msg.get(k), int)}
-            run = make_run(node_id, at, model=msg.get("model"),
-                           provider=msg.get("endpoint") or export.get("endpoint"),
-                           usage=usage or None, finish_reason=msg.get("finish_reason"))
+            run = make_run(
+                node_id,
+                at,
+                model=msg.get("model"),
+                provider=msg.get("endpoint") or export.get("endpoint"),
+                usage=usage or None,
+                finish_reason=msg.get("finish_reason"),
+            )
         if run:
             session.runs.append(run)
-        session.nodes.append(ImportedNode(node_id, ids[parent] if parent else None, kind, payload,
-                                          at, run.id if run else None, source=label))
-    session.branches = leaf_branches(session.nodes, latest_leaf(session.nodes),
-                                     {v: k for k, v in ids.items()})
+        session.nodes.append(
+            ImportedNode(
+                node_id,
+                ids[parent] if parent else None,
+                kind,
+                payload,
+                at,
+                run.id if run else None,
+                source=label,
+            )
+        )
+    session.branches = leaf_branches(
+        session.nodes, latest_leaf(session.nodes), {v: k for k, v in ids.items()}
+    )
     return session

@@ -47,23 +47,57 @@ def _line(record: dict[str, Any]) -> str:
 
 def session_records(s: ImportedSession) -> Iterator[dict[str, Any]]:
     """The records of one session, in file order."""
-    yield {"type": "session", "id": s.id, "title": s.title, "metadata": s.metadata,
-           "created_at": s.created_at, "archived_at": s.archived_at}
+    yield {
+        "type": "session",
+        "id": s.id,
+        "title": s.title,
+        "metadata": s.metadata,
+        "created_at": s.created_at,
+        "archived_at": s.archived_at,
+    }
     for r in s.runs:
-        yield {"type": "run", "session_id": s.id, "id": r.id, "model": r.model,
-               "provider": r.provider, "params": r.params, "usage": r.usage,
-               "latency_ms": r.latency_ms, "finish_reason": r.finish_reason,
-               "created_at": r.created_at}
+        yield {
+            "type": "run",
+            "session_id": s.id,
+            "id": r.id,
+            "model": r.model,
+            "provider": r.provider,
+            "params": r.params,
+            "usage": r.usage,
+            "latency_ms": r.latency_ms,
+            "finish_reason": r.finish_reason,
+            "created_at": r.created_at,
+        }
     for n in s.nodes:
-        yield {"type": "node", "session_id": s.id, "id": n.id, "parent_id": n.parent_id,
-               "depth": n.depth, "kind": n.kind, "payload": n.payload,
-               "created_at": n.created_at, "run_id": n.run_id}
+        yield {
+            "type": "node",
+            "session_id": s.id,
+            "id": n.id,
+            "parent_id": n.parent_id,
+            "depth": n.depth,
+            "kind": n.kind,
+            "payload": n.payload,
+            "created_at": n.created_at,
+            "run_id": n.run_id,
+        }
     for b in s.branches:
-        yield {"type": "branch", "session_id": s.id, "name": b.name, "head_id": b.node_id,
-               "created_at": b.created_at, "updated_at": b.updated_at, "metadata": b.metadata}
+        yield {
+            "type": "branch",
+            "session_id": s.id,
+            "name": b.name,
+            "head_id": b.node_id,
+            "created_at": b.created_at,
+            "updated_at": b.updated_at,
+            "metadata": b.metadata,
+        }
     for c in s.checkpoints:
-        yield {"type": "checkpoint", "session_id": s.id, "name": c.name, "node_id": c.node_id,
-               "created_at": c.created_at}
+        yield {
+            "type": "checkpoint",
+            "session_id": s.id,
+            "name": c.name,
+            "node_id": c.node_id,
+            "created_at": c.created_at,
+        }
 
 
 def export_native(store: Store, session_ids: Iterable[str] | None = None) -> Iterator[str]:
@@ -71,8 +105,9 @@ def export_native(store: Store, session_ids: Iterable[str] | None = None) -> Ite
 
     Session ids may be unique prefixes; they are resolved before the first line.
     """
-    ids = bulk.session_ids(store) if session_ids is None else [
-        store.resolve_session_id(i) for i in session_ids]
+    ids = (
+        bulk.session_ids(store) if session_ids is None else [store.resolve_session_id(i) for i in session_ids]
+    )
     return _lines(store, ids)
 
 
@@ -85,12 +120,13 @@ def _lines(store: Store, ids: list[str]) -> Iterator[str]:
 
 def _header(number: int, record: dict[str, Any]) -> None:
     if record.get("format") != FORMAT:
-        raise FormatError(f"line {number}: not a sessiontree file (the header needs"
-                          f' "format": "{FORMAT}")')
+        raise FormatError(f'line {number}: not a sessiontree file (the header needs "format": "{FORMAT}")')
     version = record.get("version")
     if version != VERSION:
-        raise FormatError(f"line {number}: unsupported sessiontree format version {version!r}"
-                          f" (this version of sessiontree reads version {VERSION})")
+        raise FormatError(
+            f"line {number}: unsupported sessiontree format version {version!r}"
+            f" (this version of sessiontree reads version {VERSION})"
+        )
 
 
 def parse_native(lines: Iterable[str]) -> list[ImportedSession]:
@@ -109,18 +145,19 @@ def parse_native(lines: Iterable[str]) -> list[ImportedSession]:
             if sid in sessions:
                 raise FormatError(f"{where}: session {sid} appears twice")
             sessions[sid] = ImportedSession(
-                sid, require(rec.get("title"), _opt, where, "title"),
+                sid,
+                require(rec.get("title"), _opt, where, "title"),
                 require(rec.get("metadata", {}), _dict, where, "metadata"),
                 require(rec.get("created_at"), _str, where, "created_at"),
-                archived_at=require(rec.get("archived_at"), _opt, where, "archived_at"))
+                archived_at=require(rec.get("archived_at"), _opt, where, "archived_at"),
+            )
             continue
         if kind not in ("run", "node", "branch", "checkpoint"):
             raise FormatError(f"{where}: unknown record type {kind!r}")
         sid = require(rec.get("session_id"), _str, where, "session_id")
         s = sessions.get(sid)
         if s is None:
-            raise FormatError(f"{where}: {kind} of session {sid}, which no earlier"
-                              " session record introduced")
+            raise FormatError(f"{where}: {kind} of session {sid}, which no earlier session record introduced")
         _add(s, kind, rec, where)
     if not header_seen:
         raise FormatError("the file is empty (expected a sessiontree header line)")
@@ -135,18 +172,40 @@ def _add(s: ImportedSession, kind: str, rec: dict[str, Any], where: str) -> None
         depth = get("depth", (int, type(None)))
         if depth is not None and depth < 0:
             raise FormatError(f"{where}: 'depth' must not be negative")
-        s.nodes.append(ImportedNode(
-            get("id", _str), get("parent_id", _opt), get("kind", _str), get("payload", _dict),
-            get("created_at", _str), get("run_id", _opt), depth=depth, source=where))
+        s.nodes.append(
+            ImportedNode(
+                get("id", _str),
+                get("parent_id", _opt),
+                get("kind", _str),
+                get("payload", _dict),
+                get("created_at", _str),
+                get("run_id", _opt),
+                depth=depth,
+                source=where,
+            )
+        )
     elif kind == "run":
-        s.runs.append(ImportedRun(
-            get("id", _str), get("model", _opt), get("provider", _opt), get("params", _dict, {}),
-            get("usage", _dict, {}), get("latency_ms", (int, float, type(None))),
-            get("finish_reason", _opt), get("created_at", _opt)))
+        s.runs.append(
+            ImportedRun(
+                get("id", _str),
+                get("model", _opt),
+                get("provider", _opt),
+                get("params", _dict, {}),
+                get("usage", _dict, {}),
+                get("latency_ms", (int, float, type(None))),
+                get("finish_reason", _opt),
+                get("created_at", _opt),
+            )
+        )
     elif kind == "branch":
-        s.branches.append(ImportedRef(get("name", _str), get("head_id", _opt),
-                                      get("created_at", _opt), get("updated_at", _opt),
-                                      get("metadata", _dict, {})))
+        s.branches.append(
+            ImportedRef(
+                get("name", _str),
+                get("head_id", _opt),
+                get("created_at", _opt),
+                get("updated_at", _opt),
+                get("metadata", _dict, {}),
+            )
+        )
     else:
-        s.checkpoints.append(ImportedRef(get("name", _str), get("node_id", _str),
-                                         get("created_at", _opt)))
+        s.checkpoints.append(ImportedRef(get("name", _str), get("node_id", _str), get("created_at", _opt)))

@@ -52,8 +52,7 @@ def parse_openai(data: Any, title: str | None = None) -> ImportedSession:
     for i, item in enumerate(data, 1):
         if not isinstance(item, dict):
             raise FormatError(f"message {i}: expected an object, got {type(item).__name__}")
-        node = ImportedNode(new_id(), parent, "message", copy.deepcopy(item), created,
-                            source=f"message {i}")
+        node = ImportedNode(new_id(), parent, "message", copy.deepcopy(item), created, source=f"message {i}")
         session.nodes.append(node)
         parent = node.id
     session.branches.append(ImportedRef("main", parent))

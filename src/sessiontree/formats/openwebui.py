@@ -48,8 +48,9 @@ def parse_openwebui(data: Any) -> list[ImportedSession]:
     return sessions
 
 
-def _chat(outer: dict[str, Any], inner: dict[str, Any], history: dict[str, Any],
-          where: str) -> ImportedSession:
+def _chat(
+    outer: dict[str, Any], inner: dict[str, Any], history: dict[str, Any], where: str
+) -> ImportedSession:
     messages: dict[str, Any] = history["messages"]
     raw_id = outer.get("id") or inner.get("id")
     if not isinstance(raw_id, str) or not raw_id:
@@ -58,10 +59,18 @@ def _chat(outer: dict[str, Any], inner: dict[str, Any], history: dict[str, Any],
     sid = keep_or_derive(raw_id, "openwebui")
     created = iso(outer.get("created_at")) or iso(inner.get("timestamp")) or now()
     title = outer.get("title") or inner.get("title")
-    session = ImportedSession(sid, title if isinstance(title, str) else None,
-                              {"source": "openwebui", "original_id": raw_id,
-                               "models": inner.get("models"), "tags": inner.get("tags")},
-                              created, source=where)
+    session = ImportedSession(
+        sid,
+        title if isinstance(title, str) else None,
+        {
+            "source": "openwebui",
+            "original_id": raw_id,
+            "models": inner.get("models"),
+            "tags": inner.get("tags"),
+        },
+        created,
+        source=where,
+    )
     ids = {key: keep_or_derive(key, "openwebui", raw_id) for key in messages}
     for key, msg in messages.items():
         label = f"{where}, message {key!r}"
@@ -81,15 +90,23 @@ def _chat(outer: dict[str, Any], inner: dict[str, Any], history: dict[str, Any],
         at = iso(msg.get("timestamp")) or created
         run = None
         if role == "assistant":
-            run = make_run(ids[key], at, model=msg.get("model"), provider="openwebui",
-                           usage=msg.get("usage"))
+            run = make_run(ids[key], at, model=msg.get("model"), provider="openwebui", usage=msg.get("usage"))
             if run:
                 session.runs.append(run)
-        session.nodes.append(ImportedNode(ids[key], ids[parent] if parent else None, "message",
-                                          chat_message(role, content), at,
-                                          run.id if run else None, source=label))
+        session.nodes.append(
+            ImportedNode(
+                ids[key],
+                ids[parent] if parent else None,
+                "message",
+                chat_message(role, content),
+                at,
+                run.id if run else None,
+                source=label,
+            )
+        )
     current = history.get("currentId")
     head = ids.get(current) if isinstance(current, str) else None
-    session.branches = leaf_branches(session.nodes, head or latest_leaf(session.nodes),
-                                     {v: k for k, v in ids.items()})
+    session.branches = leaf_branches(
+        session.nodes, head or latest_leaf(session.nodes), {v: k for k, v in ids.items()}
+    )
     return session

@@ -46,8 +46,14 @@ from .common import (
 from .errors import FormatError
 
 SKIPPED = {"label", "session_info", "custom"}
-NODE_TYPES = {"message", "compaction", "branch_summary", "custom_message", "model_change",
-              "thinking_level_change"}
+NODE_TYPES = {
+    "message",
+    "compaction",
+    "branch_summary",
+    "custom_message",
+    "model_change",
+    "thinking_level_change",
+}
 
 
 def parse_pi(lines: Iterable[str]) -> ImportedSession:
@@ -60,8 +66,9 @@ def parse_pi(lines: Iterable[str]) -> ImportedSession:
         raise FormatError(f"line {number}: not a pi session header (expected type 'session')")
     version = header.get("version", 1)
     if not isinstance(version, int) or version > 3:
-        raise FormatError(f"line {number}: unsupported pi session version {version!r}"
-                          " (versions 1 to 3 are supported)")
+        raise FormatError(
+            f"line {number}: unsupported pi session version {version!r} (versions 1 to 3 are supported)"
+        )
     raw_id = str(header.get("id") or "")
     if not raw_id:
         raise FormatError(f"line {number}: the header has no session 'id'")
@@ -84,8 +91,7 @@ def parse_pi(lines: Iterable[str]) -> ImportedSession:
             raise FormatError(f"line {entries[eid][0]}: parent {parent!r} is not in the file")
     meta = {"source": "pi", "original_id": raw_id, "version": version}
     meta.update({k: header[k] for k in ("cwd", "parentSession") if k in header})
-    session = ImportedSession(keep_or_derive(raw_id, "pi"), None, meta,
-                              iso(header.get("timestamp")) or now())
+    session = ImportedSession(keep_or_derive(raw_id, "pi"), None, meta, iso(header.get("timestamp")) or now())
     ids = {eid: keep_or_derive(eid, "pi", raw_id) for eid in entries}
     aliases: dict[str, str | None] = {}
     labels: dict[str, str | None] = {}  # target entry -> label
@@ -106,9 +112,17 @@ def parse_pi(lines: Iterable[str]) -> ImportedSession:
         node_kind, payload, run = _convert(entry, ids, ids[eid], at, f"line {number}")
         if run:
             session.runs.append(run)
-        session.nodes.append(ImportedNode(ids[eid], ids[parent] if parent else None, node_kind,
-                                          payload, at, run.id if run else None,
-                                          source=f"line {number}"))
+        session.nodes.append(
+            ImportedNode(
+                ids[eid],
+                ids[parent] if parent else None,
+                node_kind,
+                payload,
+                at,
+                run.id if run else None,
+                source=f"line {number}",
+            )
+        )
     head = resolve(aliases, previous)
     originals = {v: k for k, v in ids.items()}
     session.branches = leaf_branches(session.nodes, ids[head] if head else None, originals)
@@ -116,8 +130,9 @@ def parse_pi(lines: Iterable[str]) -> ImportedSession:
     return session
 
 
-def _checkpoints(labels: dict[str, str | None], aliases: dict[str, str | None],
-                 ids: dict[str, str], taken: set[str]) -> list[ImportedRef]:
+def _checkpoints(
+    labels: dict[str, str | None], aliases: dict[str, str | None], ids: dict[str, str], taken: set[str]
+) -> list[ImportedRef]:
     refs = []
     for target, label in labels.items():
         node = resolve(aliases, target) if target in ids else None
@@ -131,19 +146,36 @@ def _checkpoints(labels: dict[str, str | None], aliases: dict[str, str | None],
     return refs
 
 
-def _convert(entry: dict[str, Any], ids: dict[str, str], node_id: str, at: str,
-             where: str) -> tuple[str, dict[str, Any], Any]:
+def _convert(
+    entry: dict[str, Any], ids: dict[str, str], node_id: str, at: str, where: str
+) -> tuple[str, dict[str, Any], Any]:
     """(kind, payload, run or None) of one entry that becomes a node."""
     kind = entry.get("type")
     if kind == "compaction":
         first = entry.get("firstKeptEntryId")
-        return "summary", {"source": "pi", "type": "compaction", "summary": entry.get("summary"),
-                           "first_kept_entry_id": ids.get(first, first),
-                           "tokens_before": entry.get("tokensBefore")}, None
+        return (
+            "summary",
+            {
+                "source": "pi",
+                "type": "compaction",
+                "summary": entry.get("summary"),
+                "first_kept_entry_id": ids.get(first, first),
+                "tokens_before": entry.get("tokensBefore"),
+            },
+            None,
+        )
     if kind == "branch_summary":
         origin = entry.get("fromId")
-        return "summary", {"source": "pi", "type": "branch_summary",
-                           "summary": entry.get("summary"), "from_id": ids.get(origin, origin)}, None
+        return (
+            "summary",
+            {
+                "source": "pi",
+                "type": "branch_summary",
+                "summary": entry.get("summary"),
+                "from_id": ids.get(origin, origin),
+            },
+            None,
+        )
     if kind == "custom_message":
         return "message", chat_message("user", block_text(entry.get("content"))), None
     if kind in ("model_change", "thinking_level_change"):
@@ -163,17 +195,28 @@ def _message(msg: dict[str, Any], node_id: str, at: str) -> tuple[str, dict[str,
     if role == "assistant":
         blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
         texts = [b.get("text") for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
-        calls = [tool_call(str(b.get("id")), str(b.get("name")), b.get("arguments") or {})
-                 for b in blocks if isinstance(b, dict) and b.get("type") == "toolCall"]
+        calls = [
+            tool_call(str(b.get("id")), str(b.get("name")), b.get("arguments") or {})
+            for b in blocks
+            if isinstance(b, dict) and b.get("type") == "toolCall"
+        ]
         text = "\n\n".join(t for t in texts if isinstance(t, str) and t.strip())
-        run = make_run(node_id, at, model=msg.get("model"), provider=msg.get("provider"),
-                       usage=msg.get("usage"), finish_reason=msg.get("stopReason"))
-        payload = chat_message("assistant", text or (None if calls else ""),
-                               tool_calls=calls or None)
+        run = make_run(
+            node_id,
+            at,
+            model=msg.get("model"),
+            provider=msg.get("provider"),
+            usage=msg.get("usage"),
+            finish_reason=msg.get("stopReason"),
+        )
+        payload = chat_message("assistant", text or (None if calls else ""), tool_calls=calls or None)
         return "message", payload, run
     if role == "toolResult":
-        return "message", chat_message("tool", block_text(content),
-                                       tool_call_id=str(msg.get("toolCallId"))), None
+        return (
+            "message",
+            chat_message("tool", block_text(content), tool_call_id=str(msg.get("toolCallId"))),
+            None,
+        )
     if role == "bashExecution":
         text = f"$ {msg.get('command', '')}\n{msg.get('output', '')}"
         if msg.get("excludeFromContext"):

@@ -53,12 +53,20 @@ _sleep = asyncio.sleep
 _random = random.Random()
 
 
-def openai_compatible(base_url: str, model: str, *, api_key: str | None = None,
-                      api_key_env: str | None = "OPENAI_API_KEY", stream: bool = False,
-                      timeout: float | httpx.Timeout = 60.0, max_retries: int = 4,
-                      max_retry_time: float = 60.0, headers: Mapping[str, str] | None = None,
-                      transport: httpx.AsyncBaseTransport | None = None,
-                      **params: Any) -> OpenAICompatible:
+def openai_compatible(
+    base_url: str,
+    model: str,
+    *,
+    api_key: str | None = None,
+    api_key_env: str | None = "OPENAI_API_KEY",
+    stream: bool = False,
+    timeout: float | httpx.Timeout = 60.0,
+    max_retries: int = 4,
+    max_retry_time: float = 60.0,
+    headers: Mapping[str, str] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    **params: Any,
+) -> OpenAICompatible:
     """Build a model ``call`` for an OpenAI-compatible endpoint.
 
     ``params`` (temperature, seed, max_tokens, tool_choice, ...) are sent as
@@ -70,34 +78,55 @@ def openai_compatible(base_url: str, model: str, *, api_key: str | None = None,
         raise TypeError(f"openai_compatible() sets {sorted(clash)} itself; do not pass them")
     if api_key is None and api_key_env:
         api_key = os.environ.get(api_key_env) or None
-    return OpenAICompatible(base_url, model, api_key=api_key, stream=stream, timeout=timeout,
-                            max_retries=max_retries, max_retry_time=max_retry_time,
-                            headers=headers, transport=transport, params=params)
+    return OpenAICompatible(
+        base_url,
+        model,
+        api_key=api_key,
+        stream=stream,
+        timeout=timeout,
+        max_retries=max_retries,
+        max_retry_time=max_retry_time,
+        headers=headers,
+        transport=transport,
+        params=params,
+    )
 
 
 class OpenAICompatible:
     """The callable ``openai_compatible`` returns. Holds no connection between calls."""
 
-    def __init__(self, base_url: str, model: str, *, api_key: str | None, stream: bool,
-                 timeout: float | httpx.Timeout, max_retries: int, max_retry_time: float,
-                 headers: Mapping[str, str] | None, transport: httpx.AsyncBaseTransport | None,
-                 params: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None,
+        stream: bool,
+        timeout: float | httpx.Timeout,
+        max_retries: int,
+        max_retry_time: float,
+        headers: Mapping[str, str] | None,
+        transport: httpx.AsyncBaseTransport | None,
+        params: dict[str, Any],
+    ) -> None:
         self.base_url, self.model, self.stream = base_url.rstrip("/"), model, bool(stream)
         self.url = self.base_url + "/chat/completions"
         self.params = dict(params)
         self.max_retries, self.max_retry_time = max_retries, max_retry_time
         self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         self._transport = transport
-        self._headers = httpx.Headers(
-            {"Accept": "text/event-stream" if stream else "application/json"})
+        self._headers = httpx.Headers({"Accept": "text/event-stream" if stream else "application/json"})
         self._headers.update(headers or {})
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"  # replaces any given one
         # Everything that could be a credential, to scrub from error messages.
-        self._secrets = [part for name, value in self._headers.items()
-                         if name in ("authorization", "api-key", "x-api-key")
-                         for part in [value, *value.split()]
-                         if part.lower() not in ("bearer", "basic", "token")]
+        self._secrets = [
+            part
+            for name, value in self._headers.items()
+            if name in ("authorization", "api-key", "x-api-key")
+            for part in [value, *value.split()]
+            if part.lower() not in ("bearer", "basic", "token")
+        ]
 
     def with_params(self, **params: Any) -> OpenAICompatible:
         """The same endpoint and model with these request parameters added or replaced."""
@@ -111,8 +140,9 @@ class OpenAICompatible:
     def __repr__(self) -> str:
         return f"OpenAICompatible(base_url={self.base_url!r}, model={self.model!r}, stream={self.stream})"
 
-    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
-                 ) -> Awaitable[Completion] | AsyncIterator[str | Completion]:
+    def __call__(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> Awaitable[Completion] | AsyncIterator[str | Completion]:
         body: dict[str, Any] = {"model": self.model, "messages": messages, **self.params}
         if tools:
             body["tools"] = tools
@@ -139,8 +169,14 @@ class OpenAICompatible:
             raise self._error(f"response has no choices: {json.dumps(data)[:200]}")
         raw = choices[0].get("message") or {}
         tool_calls = [_tool_call(tc, i) for i, tc in enumerate(raw.get("tool_calls") or [])]
-        return self._completion(raw.get("content"), tool_calls, data.get("model"),
-                                data.get("usage"), choices[0].get("finish_reason"), budget.started)
+        return self._completion(
+            raw.get("content"),
+            tool_calls,
+            data.get("model"),
+            data.get("usage"),
+            choices[0].get("finish_reason"),
+            budget.started,
+        )
 
     async def _streamed(self, body: dict[str, Any]) -> AsyncIterator[str | Completion]:
         budget = _Budget(time.monotonic())
@@ -160,7 +196,9 @@ class OpenAICompatible:
                 except httpx.HTTPError as exc:  # the connection dropped or stalled
                     failure = self._error(
                         f"stream interrupted after {len(state.text)} text chunks: "
-                        f"{type(exc).__name__}: {exc}", retryable=not state.text)
+                        f"{type(exc).__name__}: {exc}",
+                        retryable=not state.text,
+                    )
                 finally:
                     await response.aclose()
                 # Only when nothing reached the caller yet: a restart is then invisible.
@@ -168,8 +206,9 @@ class OpenAICompatible:
         if state.finish is None and not state.done:
             raise self._error("stream ended without a finish_reason or [DONE]: truncated")
         tool_calls = [_tool_call(state.calls[i], n) for n, i in enumerate(sorted(state.calls))]
-        yield self._completion("".join(state.text) or None, tool_calls, state.model, state.usage,
-                               state.finish, budget.started)
+        yield self._completion(
+            "".join(state.text) or None, tool_calls, state.model, state.usage, state.finish, budget.started
+        )
 
     # -- HTTP and retries ----------------------------------------------------
 
@@ -184,8 +223,9 @@ class OpenAICompatible:
             if self._transport is None:  # a transport passed in is the caller's to close
                 await client.aclose()
 
-    async def _send(self, client: httpx.AsyncClient, body: dict[str, Any], budget: _Budget,
-                    *, stream: bool = False) -> httpx.Response:
+    async def _send(
+        self, client: httpx.AsyncClient, body: dict[str, Any], budget: _Budget, *, stream: bool = False
+    ) -> httpx.Response:
         """POST until a 2xx arrives, retrying what is worth retrying.
 
         Returns the open response; with ``stream=True`` its body is not read yet
@@ -197,8 +237,7 @@ class OpenAICompatible:
             try:
                 response = await client.send(request, stream=stream)
             except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-                failure = self._error(f"{type(exc).__name__} on POST {self.url}: {exc}",
-                                      retryable=True)
+                failure = self._error(f"{type(exc).__name__} on POST {self.url}: {exc}", retryable=True)
             else:
                 if response.is_success:
                     return response
@@ -206,9 +245,11 @@ class OpenAICompatible:
                 await response.aclose()
                 status = response.status_code
                 retryable = status in RETRYABLE_STATUS or status >= 500
-                failure = self._error(f"HTTP {status} from POST {self.url}: "
-                                      f"{_error_text(response)}",
-                                      status=status, retryable=retryable)
+                failure = self._error(
+                    f"HTTP {status} from POST {self.url}: {_error_text(response)}",
+                    status=status,
+                    retryable=retryable,
+                )
                 wait = _retry_after(response.headers)
             await self._pause(failure, wait, budget)
 
@@ -221,34 +262,49 @@ class OpenAICompatible:
             wait = _random.uniform(0, min(_BACKOFF_CAP, _BACKOFF_BASE * 2 ** (budget.attempts - 1)))
         elapsed = time.monotonic() - budget.started
         if budget.attempts > self.max_retries or elapsed + wait > self.max_retry_time:
-            raise ProviderError(f"{failure} (gave up after {budget.attempts} attempt(s) in "
-                                f"{elapsed:.1f}s; next wait would be {wait:.1f}s)",
-                                status=failure.status, retryable=True)
+            raise ProviderError(
+                f"{failure} (gave up after {budget.attempts} attempt(s) in "
+                f"{elapsed:.1f}s; next wait would be {wait:.1f}s)",
+                status=failure.status,
+                retryable=True,
+            )
         await _sleep(wait)
 
-    def _error(self, message: str, *, status: int | None = None,
-               retryable: bool = False) -> ProviderError:
+    def _error(self, message: str, *, status: int | None = None, retryable: bool = False) -> ProviderError:
         """A ProviderError whose message carries no secret."""
         for secret in self._secrets:
             message = message.replace(secret, "[redacted]")
-        message = re.sub(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+(\s+[^\s\"',}]+)?",
-                         r"\1[redacted]", message)
+        message = re.sub(
+            r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+(\s+[^\s\"',}]+)?", r"\1[redacted]", message
+        )
         message = re.sub(r"(?i)\bbearer\s+(?!\[redacted\])\S+", "Bearer [redacted]", message)
-        return ProviderError(f"{PROVIDER} ({self.model}): {message}", status=status,
-                             retryable=retryable)
+        return ProviderError(f"{PROVIDER} ({self.model}): {message}", status=status, retryable=retryable)
 
-    def _completion(self, content: Any, tool_calls: list[dict[str, Any]], model: str | None,
-                    usage: Any, finish: str | None, started: float) -> Completion:
+    def _completion(
+        self,
+        content: Any,
+        tool_calls: list[dict[str, Any]],
+        model: str | None,
+        usage: Any,
+        finish: str | None,
+        started: float,
+    ) -> Completion:
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if tool_calls:
             message["tool_calls"] = tool_calls
-        return Completion(message, model=model or self.model, provider=PROVIDER,
-                          params=dict(self.params), finish_reason=finish,
-                          usage=dict(usage) if isinstance(usage, dict) else {},
-                          latency_ms=round((time.monotonic() - started) * 1000, 3))
+        return Completion(
+            message,
+            model=model or self.model,
+            provider=PROVIDER,
+            params=dict(self.params),
+            finish_reason=finish,
+            usage=dict(usage) if isinstance(usage, dict) else {},
+            latency_ms=round((time.monotonic() - started) * 1000, 3),
+        )
 
 
 # -- helpers -------------------------------------------------------------------
+
 
 @dataclass
 class _Budget:
@@ -326,8 +382,11 @@ def _tool_call(raw: dict[str, Any], position: int) -> dict[str, Any]:
         arguments = json.dumps(arguments if arguments is not None else {})
     # An agent loop matches tool results to calls by id, so never leave it empty.
     call_id = raw.get("id") or f"call_{position}_{uuid.uuid4().hex[:12]}"
-    return {"id": call_id, "type": "function",
-            "function": {"name": function.get("name") or "", "arguments": arguments}}
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": function.get("name") or "", "arguments": arguments},
+    }
 
 
 def _error_text(body: Any) -> str:
