@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sessiontree import Store, ToolEnd, run_sync, tool
+from sessiontree import Store, ToolEnd, run, tool
 from sessiontree.testing import reply, tool_call
 
 
@@ -58,7 +58,7 @@ def loop_cycle_us(store: Store, depth: int, cycles: int) -> tuple[float, float]:
 
     start = time.perf_counter()
     answered = []  # when each cycle's tool message was committed
-    for step in run_sync(store, session, call=model, tools=[noop], max_steps=cycles + 1):
+    for step in run(store, session, call=model, tools=[noop], max_steps=cycles + 1):
         if isinstance(step, ToolEnd):
             answered.append(time.perf_counter())
     assert len(answered) == cycles and step.reason == "completed", step

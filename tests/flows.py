@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from sessiontree import Approve, Pause, Store, ToolCall, decide, resume, run_sync, tool
+from sessiontree import Approve, Pause, Store, ToolCall, aresume, decide, run, tool
 from sessiontree.testing import ScriptedModel, reply
 
 CALLED: list[tuple[str, dict]] = []  # (tool, arguments), in this process
@@ -51,9 +51,9 @@ def main() -> None:
         if mode == "resume":
             pause = store.node(ref)
             decide(store, ref, {c["id"]: Approve() for c in pause.payload["calls"]}, by="ops")
-            steps = asyncio.run(_collect(resume(store, ref, call=model, tools=tools, approve=approve_risky)))
+            steps = asyncio.run(_collect(aresume(store, ref, call=model, tools=tools, approve=approve_risky)))
         else:
-            steps = list(run_sync(store, ref, call=model, tools=tools))
+            steps = list(run(store, ref, call=model, tools=tools, approve=lambda call: Approve()))
         for step in steps:
             print(
                 json.dumps(

@@ -21,7 +21,7 @@ import time
 import traceback
 from pathlib import Path
 
-from sessiontree import Approve, BranchMoved, Conflict, Store, decide, resume, run_sync, tool
+from sessiontree import Approve, BranchMoved, Conflict, Store, aresume, decide, run, tool
 from sessiontree.testing import reply, tool_call
 
 # -- concurrent appends ------------------------------------------------------------------
@@ -152,7 +152,7 @@ def resume_worker(db: str, pause_ids: list[str], who: str, barrier, out_dir: str
             barrier.wait(60)
             try:
                 steps = list(
-                    _drain(resume(store, pause_id, call=lambda m, t: reply("done"), tools=[transfer]))
+                    _drain(aresume(store, pause_id, call=lambda m, t: reply("done"), tools=[transfer]))
                 )
                 outcomes.append(f"won {steps[-1].reason}")
             except Exception as e:
@@ -239,12 +239,12 @@ def crash_writer(db: str, log_path: str, seed: int) -> None:
                     log.ack("checkpoint", name=cp.name, at=cp.node_id)
             else:
                 if _has(session, "agent"):  # finish whatever a kill cut off first
-                    for step in run_sync(store, session, "agent", call=agent_model, tools=[lookup]):
+                    for step in run(store, session, "agent", call=agent_model, tools=[lookup]):
                         if step.node is not None:
                             log.ack("agent", ids=[step.node.id])
                 node = session.append({"role": "user", "content": f"agent {tag}"}, branch="agent")
                 log.ack("agent", ids=[node.id])
-                for step in run_sync(store, session, "agent", call=agent_model, tools=[lookup]):
+                for step in run(store, session, "agent", call=agent_model, tools=[lookup]):
                     if step.node is not None:
                         log.ack("agent", ids=[step.node.id])
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sessiontree import Store, run_sync
+from sessiontree import Store, run
 from sessiontree.providers import openai_compatible
 
 from flows import approve_risky, get_weather, send_email
@@ -21,7 +21,7 @@ from flows import approve_risky, get_weather, send_email
 RESUME = textwrap.dedent("""\
     import asyncio, json, sys
     from flows import approve_risky, get_weather, send_email
-    from sessiontree import Approve, Store, decide, resume
+    from sessiontree import Approve, Store, aresume, decide
     from sessiontree.providers import openai_compatible
 
     db, pause_id, url, stream, cid = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1", sys.argv[5]
@@ -32,7 +32,7 @@ RESUME = textwrap.dedent("""\
                              headers={"X-Fakellm-Conversation-Id": cid})
 
     async def main():
-        async for step in resume(store, pause_id, call=call, tools=[get_weather, send_email],
+        async for step in aresume(store, pause_id, call=call, tools=[get_weather, send_email],
                                  approve=approve_risky):
             print(json.dumps({"step": type(step).__name__, "reason": getattr(step, "reason", None)}))
 
@@ -55,9 +55,7 @@ def test_pause_decide_resume_through_fakellm(agent_fakellm, tmp_path, stream):
     with Store(db) as store:
         session = store.create_session("e2e")
         session.append({"role": "user", "content": "What is the weather in Paris? Email bob."})
-        steps = list(
-            run_sync(store, session, call=call, tools=[get_weather, send_email], approve=approve_risky)
-        )
+        steps = list(run(store, session, call=call, tools=[get_weather, send_email], approve=approve_risky))
         assert [type(s).__name__ for s in steps if type(s).__name__ != "Token"] == [
             "Assistant",
             "ToolStart",
@@ -67,8 +65,8 @@ def test_pause_decide_resume_through_fakellm(agent_fakellm, tmp_path, stream):
             "Final",
         ]
         pause_id = steps[-2].node.id
-        run = store.run(steps[0].node.run_id)
-        assert run.model and run.finish_reason == "tool_calls" and run.latency_ms > 0
+        record = store.run(steps[0].node.run_id)
+        assert record.model and record.finish_reason == "tool_calls" and record.latency_ms > 0
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
     result = subprocess.run(

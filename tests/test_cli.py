@@ -141,10 +141,10 @@ def small(db):
             },
             branch="alt",
         )
-        from sessiontree.loop import run_sync
+        from sessiontree.loop import run
         from sessiontree.testing import ScriptedModel
 
-        steps = list(run_sync(store, s, "alt", call=ScriptedModel([]), approve=lambda c: Pause("risky")))
+        steps = list(run(store, s, "alt", call=ScriptedModel([]), approve=lambda c: Pause("risky")))
         return {"session": s.id, "question": q.id, "pause": steps[0].node.id}
 
 

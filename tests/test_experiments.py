@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sessiontree import Approve, Conflict, Pause, decide, run_sync, tool
+from sessiontree import Approve, Conflict, Pause, decide, run, tool
 from sessiontree.experiments import Variant, compare, replay, rerun
 from sessiontree.testing import ScriptedModel, reply, tool_call
 
@@ -26,9 +26,9 @@ def recorded(store, session):
         ],
         model="gpt-x",
     )
-    pause = list(run_sync(store, session, call=model, tools=TOOLS, approve=approve_risky))[-1].node
+    pause = list(run(store, session, call=model, tools=TOOLS, approve=approve_risky))[-1].node
     decide(store, pause.id, {"e": Approve()}, by="ops")
-    list(run_sync(store, session, call=model, tools=TOOLS))
+    list(run(store, session, call=model, tools=TOOLS))
     return session
 
 
@@ -64,11 +64,11 @@ def test_replay_replays_a_rejection(store, session):
     model = ScriptedModel(
         [reply(None, tool_call("send_email", {"to": "b", "body": "x"}, id="e")), reply("Not sent.")]
     )
-    pause = list(run_sync(store, session, call=model, tools=TOOLS, approve=approve_risky))[-1].node
+    pause = list(run(store, session, call=model, tools=TOOLS, approve=approve_risky))[-1].node
     from sessiontree import Reject
 
     decide(store, pause.id, {"e": Reject("no")})
-    list(run_sync(store, session, call=model, tools=TOOLS))
+    list(run(store, session, call=model, tools=TOOLS))
     report = replay(store, "main", session=session, tools="live", implementations=TOOLS)
     assert report.matched  # the recorded rejection was applied, send_email never ran live
 

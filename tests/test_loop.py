@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import sessiontree
 from sessiontree import (
     Approve,
     Assistant,
@@ -25,10 +26,9 @@ from sessiontree import (
     ToolContext,
     ToolEnd,
     ToolStart,
-    agent,
+    aresume,
+    arun,
     decide,
-    resume,
-    run_sync,
     tool,
 )
 from sessiontree.testing import ScriptedModel, ScriptExhausted, reply, tool_call
@@ -47,7 +47,7 @@ def _clear_calls():
 
 def run(store, session, model, branch="main", **kwargs):
     kwargs.setdefault("tools", TOOLS)
-    return list(run_sync(store, session, branch, call=model, **kwargs))
+    return list(sessiontree.run(store, session, branch, call=model, **kwargs))
 
 
 def kinds(steps):
@@ -185,7 +185,7 @@ def test_decide_errors_and_one_decision_per_pause(store, session):
     with pytest.raises(Conflict, match="not a pause"):
         decide(store, session.path("main")[0].id, {"e": Approve()})
     with pytest.raises(Conflict, match="no decision yet"):
-        resume(store, pause.id, call=model)
+        aresume(store, pause.id, call=model)
     decide(store, pause.id, {"e": Approve()})
     with pytest.raises(Conflict, match=f"pause {pause.id} already has a decision"):
         decide(store, pause.id, {"e": Reject("late")})
@@ -221,13 +221,13 @@ def test_resuming_twice_the_second_gets_a_clear_error(store, session):
     )
     pause = run(store, session, model, approve=approve_risky)[-1].node
     decide(store, pause.id, {"e": Approve()})
-    late = resume(store, pause.id, call=model, tools=TOOLS)  # found the branch at the decision
-    steps = asyncio.run(_collect(resume(store, pause.id, call=model, tools=TOOLS)))
+    late = aresume(store, pause.id, call=model, tools=TOOLS)  # found the branch at the decision
+    steps = asyncio.run(_collect(aresume(store, pause.id, call=model, tools=TOOLS)))
     assert steps[-1].reason == "completed"
     with pytest.raises(BranchMoved, match="moved"):
         asyncio.run(_collect(late))
     with pytest.raises(Conflict, match="already resumed"):
-        resume(store, pause.id, call=model)
+        aresume(store, pause.id, call=model)
     assert CALLED == [("send_email", {"to": "b", "body": "x"})]
 
 
@@ -336,7 +336,7 @@ def test_cancel_ends_with_final_cancelled_and_an_error_node(store, session):
         steps = []
 
         async def consume():
-            async for step in agent(store, session, call=slow_model):
+            async for step in arun(store, session, call=slow_model):
                 steps.append(step)
 
         task = asyncio.create_task(consume())
@@ -440,7 +440,8 @@ def test_a_failing_approver_ends_the_run_with_an_error_and_runs_nothing(store, s
     assert steps[-1].reason == "error" and steps[-1].error == "RuntimeError: policy service down"
     assert steps[-1].node.payload["during"] == "approval"
     assert CALLED == []
-    steps = run(store, session, ScriptedModel([reply("ok")]))  # fixed approver: it carries on
+    # fixed approver: it carries on
+    steps = run(store, session, ScriptedModel([reply("ok")]), approve=lambda call: Approve())
     assert kinds(steps) == ["ToolStart", "ToolEnd", "Assistant", "Final"]
 
 

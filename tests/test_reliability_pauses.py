@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import reliability_workers as workers
-from sessiontree import Approve, Pause, Store, decide, run_sync
+from sessiontree import Approve, Pause, Store, decide, run
 from sessiontree.testing import ScriptedModel, reply, tool_call
 
 CTX = multiprocessing.get_context("spawn")
@@ -27,7 +27,7 @@ def make_pauses(store: Store, n: int) -> list[str]:
         session.append({"role": "user", "content": f"pay {i}"})
         model = ScriptedModel([reply(None, tool_call("transfer", {"amount": i}, id="e"))])
         steps = list(
-            run_sync(
+            run(
                 store,
                 session,
                 call=model,

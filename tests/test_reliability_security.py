@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sessiontree import Approve, Pause, ReadOnly, Store, decide, export_file, import_file, run_sync
+from sessiontree import Approve, Pause, ReadOnly, Store, decide, export_file, import_file, run
 from sessiontree.providers import openai, openai_compatible
 from sessiontree.testing import tool_call
 
@@ -87,7 +87,7 @@ def test_api_keys_never_reach_the_database_or_an_export(tmp_path, monkeypatch):
             session = store.create_session(name)
             session.append(user("weather in Paris?"))
             steps = list(
-                run_sync(
+                run(
                     store,
                     session,
                     call=call,
@@ -99,16 +99,16 @@ def test_api_keys_never_reach_the_database_or_an_export(tmp_path, monkeypatch):
             )
             if steps[-1].reason == "paused":  # a pause and a decision are stored too
                 decide(store, steps[-1].node.id, {"w2": Approve()}, by="ops")
-                steps = list(run_sync(store, session, call=call, tools=[get_weather]))
+                steps = list(run(store, session, call=call, tools=[get_weather]))
             assert steps[-1].reason == "completed"
             session.append(user("now fail please"))
-            failed = list(run_sync(store, session, call=call))[-1]
+            failed = list(run(store, session, call=call))[-1]
             assert failed.reason == "error" and failed.node.kind == "error"
             assert "Incorrect API key" in failed.node.payload["message"]  # the server's words...
             assert key not in failed.node.payload["message"]  # ...without the key
             seen_errors.append(failed.error)
-            run = store.run(session.path("main")[1].run_id)
-            assert run.model == "mock-1" and key not in json.dumps(run.params)
+            record = store.run(session.path("main")[1].run_id)
+            assert record.model == "mock-1" and key not in json.dumps(record.params)
         assert store.verify().ok
         ids = [s.id for s in store.sessions()]
         native = export_file(store, tmp_path / "all.jsonl", "native")

@@ -31,7 +31,7 @@ from .experiments import (
 )
 from .formats import FormatError, detect_format, export_file, import_file
 from .ids import new_id
-from .loop import ModelOutputError, agent, decide, resume, run_sync
+from .loop import ModelOutputError, aresume, arun, decide, resume, run
 from .model import (
     Branch,
     Checkpoint,
@@ -112,7 +112,8 @@ __all__ = [
     "Usage",
     "Variant",
     "VerifyReport",
-    "agent",
+    "aresume",
+    "arun",
     "areplay",
     "arerun",
     "compare",
@@ -124,6 +125,6 @@ __all__ = [
     "replay",
     "rerun",
     "resume",
-    "run_sync",
+    "run",
     "tool",
 ]

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import Conflict, SessionTreeError
-from .loop import ModelCall, agent
+from .loop import ModelCall, arun
 from .model import Completion, Node, Usage
 from .session import Ref, Session
 from .steps import Approve, Decision, Final, ToolCall, decision_from_dict
@@ -195,7 +195,7 @@ async def areplay(
     name = into or free_branch_name(s, f"{branch}-replay")
     s.fork(name, at=path[first - 1], metadata={"replay_of": branch, "tools": tools})
     final = None
-    async for step in agent(
+    async for step in arun(
         store, s, name, call=Cassette(replies), tools=registry, approve=approve, max_steps=max_steps
     ):
         if isinstance(step, Final):
@@ -318,7 +318,7 @@ async def arerun(
         async with limit:
             final = Final("error", None, "no final step")
             try:
-                async for step in agent(
+                async for step in arun(
                     store,
                     s,
                     name,

@@ -1,8 +1,10 @@
 """The agent loop: advance a branch one committed node at a time.
 
 Contract:
-- ``agent(store, session, branch, call=..., tools=..., approve=...)`` is an
-  async generator of steps (see ``steps``). It reads the branch, asks
+- ``arun(store, session, branch, call=..., tools=..., approve=...)`` is an
+  async generator of steps (see ``steps``); ``run`` is its sync twin, and
+  ``aresume``/``resume`` continue a decided pause (see ``bridge`` for the
+  naming rule and how the twins behave inside a running event loop). It reads the branch, asks
   ``plan.next_action`` what to do, does it, commits the node it produced, and
   repeats. Each append is a compare-and-set on the head this run last wrote,
   so two runs can never interleave on one branch: the later one gets
@@ -29,11 +31,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
+from . import bridge
 from .errors import BranchMoved, Conflict, InvalidPayload, SessionTreeError
 from .ids import new_id, now
 from .model import Completion, Node
 from .plan import Action, next_action
-from .session import Session
+from .session import Ref, Session
 from .steps import (
     Approve,
     Assistant,
@@ -61,7 +64,7 @@ class ModelOutputError(SessionTreeError):
     """A model call returned something that is not an assistant message."""
 
 
-async def agent(
+async def arun(
     store: Store,
     session: Session | str,
     branch: str = "main",
@@ -70,24 +73,28 @@ async def agent(
     tools: Iterable[Tool | Callable[..., Any]] = (),
     approve: Approver | None = None,
     max_steps: int = 20,
-    expect_head: str | None = None,
+    expect_head: Ref | None = None,
 ) -> AsyncIterator[Step]:
     """Advance ``branch`` until the model is done, a human is needed, or a limit is hit.
 
-    With ``expect_head`` the run refuses (``BranchMoved``) to start unless the
-    branch is still at that node.
+    With ``approve=None`` calls to tools marked ``requires_approval`` (by
+    default, the ``idempotent=False`` ones) pause for a human and every other
+    call runs; an ``approve`` function replaces that rule and is asked about
+    every call. With ``expect_head`` (a ``Node`` or an id) the run refuses
+    (``BranchMoved``) to start unless the branch is still at that node.
     """
     session = session if isinstance(session, Session) else store.session(session)
     registry = as_tools(tools)
     specs = [t.spec() for t in registry.values()]
     head = session.branch(branch).head_id
-    if expect_head is not None and head != expect_head:
-        raise BranchMoved(branch, expect_head, head)
-    run = _Run(session, branch, session.path(head) if head else [])
+    expected = session.expected_head(expect_head)
+    if expected is not None and head != expected:
+        raise BranchMoved(branch, expected, head)
+    cursor = _BranchCursor(session, branch, session.path(head) if head else [])
     model_calls = 0
     try:
         while True:
-            path = run.path
+            path = cursor.path
             action = next_action(path)
             if action.kind == "empty":
                 raise Conflict(f"branch {branch!r} is empty: append a user message first")
@@ -103,33 +110,33 @@ async def agent(
                     yield Final("max_steps", path[-1])
                     return
                 model_calls += 1
-                async for step in _model_step(run, call, specs):
+                async for step in _model_step(cursor, call, specs):
                     yield step
                     if isinstance(step, Final):
                         return
                 continue
             pause = None
             try:
-                async for step in _resolve_calls(run, action, registry, approve):
+                async for step in _resolve_calls(cursor, action, registry, approve):
                     pause = step.node if isinstance(step, Paused) else pause
                     yield step
             except SessionTreeError:
                 raise  # a lost compare-and-set: another run owns the branch now
             except Exception as e:  # the approver failed: stop, say why, run nothing more
-                yield run.fail(e, "approval")
+                yield cursor.fail(e, "approval")
                 return
             if pause is not None:
                 yield Final("paused", pause)
                 return
     except asyncio.CancelledError:
         try:
-            node = run.append({"error": "cancelled", "message": "the run was cancelled"}, kind="error")
+            node = cursor.append({"error": "cancelled", "message": "the run was cancelled"}, kind="error")
         except SessionTreeError:
             node = None
         yield Final("cancelled", node, "cancelled")
 
 
-class _Run:
+class _BranchCursor:
     """The branch a run advances and its path, read once: every later node is one this
     run appended with a compare-and-set, so the path in memory stays the path on disk."""
 
@@ -155,32 +162,34 @@ class _Run:
         return Final("error", node, f"{type(error).__name__}: {error}")
 
 
-async def _model_step(run: _Run, call: ModelCall, specs: list[dict[str, Any]]) -> AsyncIterator[Step]:
+async def _model_step(
+    cursor: _BranchCursor, call: ModelCall, specs: list[dict[str, Any]]
+) -> AsyncIterator[Step]:
     """One model call: its Token steps, then Assistant, or Final("error")."""
     completion = None
     started = time.perf_counter()
     try:
-        async for item in _stream(call, list(run.messages), specs):  # a copy: the call may keep it
+        async for item in _stream(call, list(cursor.messages), specs):  # a copy: the call may keep it
             if not isinstance(item, str):
                 completion = item
             elif item:
                 yield Token(item)
         completion = _as_completion(completion)
-    except Exception as e:  # CancelledError is not an Exception: agent() handles it
-        yield run.fail(e, "model call")
+    except Exception as e:  # CancelledError is not an Exception: arun() handles it
+        yield cursor.fail(e, "model call")
         return
     if completion.latency_ms is None:  # the call did not time itself
         completion.latency_ms = round((time.perf_counter() - started) * 1000, 3)
     try:
-        node = run.append(completion.message, run=completion)
+        node = cursor.append(completion.message, run=completion)
     except InvalidPayload as e:  # NaN in the usage, a reply nested absurdly deep, ...
-        yield run.fail(e, "model reply")
+        yield cursor.fail(e, "model reply")
         return
     yield Assistant(node)
 
 
 async def _resolve_calls(
-    run: _Run, action: Action, registry: dict[str, Tool], approve: Approver | None
+    cursor: _BranchCursor, action: Action, registry: dict[str, Tool], approve: Approver | None
 ) -> AsyncIterator[Step]:
     """Answer, run or pause the unanswered calls of the last assistant message."""
     to_run: list[tuple[ToolCall, str]] = []
@@ -199,7 +208,7 @@ async def _resolve_calls(
             continue
         answer = action.decided.get(call.id)
         if answer is None:
-            answer = Approve() if approve is None else await _maybe_await(approve(call))
+            answer = default_approval(call, tool) if approve is None else await _maybe_await(approve(call))
         if isinstance(answer, Approve):
             to_run.append((call, call.arguments))
         elif isinstance(answer, Edit):
@@ -215,7 +224,7 @@ async def _resolve_calls(
             )
 
     for call, reason in rejected:
-        node = run.append(
+        node = cursor.append(
             {
                 "role": "tool",
                 "tool_call_id": call.id,
@@ -224,17 +233,17 @@ async def _resolve_calls(
         )
         yield ToolEnd(call, node, ok=False)
     if to_run:
-        marker = run.append(
+        marker = cursor.append(
             {"calls": [{"id": c.id, "name": c.name, "arguments": a} for c, a in to_run]}, kind="tool_start"
         )
         for call, _ in to_run:
             yield ToolStart(call, marker)
         for call, arguments in to_run:
-            content, ok = await _execute(registry, call, arguments, run)
-            node = run.append({"role": "tool", "tool_call_id": call.id, "content": content})
+            content, ok = await _execute(registry, call, arguments, cursor)
+            node = cursor.append({"role": "tool", "tool_call_id": call.id, "content": content})
             yield ToolEnd(call, node, ok)
     if for_human:
-        pause = run.append(
+        pause = cursor.append(
             {
                 "reason": "; ".join(sorted({r for _, r in for_human if r})) or "approval needed",
                 "assistant_id": action.assistant.id if action.assistant else None,
@@ -245,7 +254,9 @@ async def _resolve_calls(
         yield Paused(pause)
 
 
-async def _execute(registry: dict[str, Tool], call: ToolCall, arguments: str, run: _Run) -> tuple[str, bool]:
+async def _execute(
+    registry: dict[str, Tool], call: ToolCall, arguments: str, cursor: _BranchCursor
+) -> tuple[str, bool]:
     """Run one call; every failure becomes text the model can act on."""
     tool = registry.get(call.name)
     if tool is None:
@@ -256,7 +267,7 @@ async def _execute(registry: dict[str, Tool], call: ToolCall, arguments: str, ru
     except ToolArgumentError as e:
         return f"Error: invalid arguments for {call.name}: {e}", False
     try:
-        result = await tool.invoke(parsed, ToolContext(run.session, run.branch, call.id))
+        result = await tool.invoke(parsed, ToolContext(cursor.session, cursor.branch, call.id))
     except Exception as e:
         return f"Error: {call.name} raised {type(e).__name__}: {e}", False
     if isinstance(result, str):
@@ -320,30 +331,47 @@ def _error_payload(error: BaseException, during: str) -> dict[str, Any]:
     return payload
 
 
+def default_approval(call: ToolCall, tool: Tool | None) -> Approve | Pause:
+    """The rule with no approver: pause calls to tools that require approval, run the rest."""
+    if tool is not None and tool.requires_approval:
+        return Pause(f"{call.name} requires approval")
+    return Approve()
+
+
 async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-def run_sync(*args: Any, **kwargs: Any) -> Iterator[Step]:
-    """``agent(...)`` for callers without asyncio: the same steps, as a plain iterator."""
-    loop = asyncio.new_event_loop()
-    steps = agent(*args, **kwargs)
-    try:
-        while True:
-            try:
-                yield loop.run_until_complete(steps.__anext__())
-            except StopAsyncIteration:
-                return
-    finally:
-        loop.run_until_complete(steps.aclose())
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
+def run(
+    store: Store,
+    session: Session | str,
+    branch: str = "main",
+    *,
+    call: ModelCall,
+    tools: Iterable[Tool | Callable[..., Any]] = (),
+    approve: Approver | None = None,
+    max_steps: int = 20,
+    expect_head: Ref | None = None,
+) -> Iterator[Step]:
+    """``arun`` for callers without asyncio: the same steps, as a plain iterator."""
+    return bridge.iterate(
+        arun(
+            store,
+            session,
+            branch,
+            call=call,
+            tools=tools,
+            approve=approve,
+            max_steps=max_steps,
+            expect_head=expect_head,
+        )
+    )
 
 
 # -- human decisions --------------------------------------------------------
 
 
-def decide(store: Store, pause_id: str, decisions: dict[str, Decision], *, by: str | None = None) -> Node:
+def decide(store: Store, pause: Ref, decisions: dict[str, Decision], *, by: str | None = None) -> Node:
     """Record a human's answer to a pause; return the decision node.
 
     ``decisions`` maps call ids of the pause to Approve(), Reject(reason) or
@@ -351,7 +379,7 @@ def decide(store: Store, pause_id: str, decisions: dict[str, Decision], *, by: s
     branch whose head is the pause moves to the decision. A pause takes one
     decision: a second decider gets ``Conflict``.
     """
-    pause = store.node(pause_id)
+    pause = store.node(pause)
     if pause.kind != "pause":
         raise Conflict(f"node {pause.id} is a {pause.kind} node, not a pause")
     known = [c["id"] for c in pause.payload.get("calls", [])]
@@ -374,13 +402,13 @@ def decide(store: Store, pause_id: str, decisions: dict[str, Decision], *, by: s
     return node
 
 
-def resume(store: Store, pause_id: str, **kwargs: Any) -> AsyncIterator[Step]:
-    """Run the branch a decided pause belongs to (``agent`` keyword arguments apply).
+def aresume(store: Store, pause: Ref, **kwargs: Any) -> AsyncIterator[Step]:
+    """Run the branch a decided pause belongs to (``arun`` keyword arguments apply).
 
     Raises ``Conflict`` when the pause has no decision yet, or when its branch
     has already moved past the decision (someone else resumed it).
     """
-    pause = store.node(pause_id)
+    pause = store.node(pause)
     session = store.session(pause.session_id)
     decision = next((n for n in session.children(pause) if n.kind == "decision"), None)
     if decision is None:
@@ -390,4 +418,9 @@ def resume(store: Store, pause_id: str, **kwargs: Any) -> AsyncIterator[Step]:
         raise Conflict(
             f"pause {pause.id} was already resumed: no branch is at its decision {decision.id} any more"
         )
-    return agent(store, session, branches[0], expect_head=decision.id, **kwargs)
+    return arun(store, session, branches[0], expect_head=decision.id, **kwargs)
+
+
+def resume(store: Store, pause: Ref, **kwargs: Any) -> Iterator[Step]:
+    """``aresume`` for callers without asyncio: the same steps, as a plain iterator."""
+    return bridge.iterate(aresume(store, pause, **kwargs))

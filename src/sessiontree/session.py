@@ -15,6 +15,7 @@ Contract:
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ NODE_COLUMNS = "id, session_id, parent_id, depth, kind, payload, created_at, run
 BRANCH_COLUMNS = "session_id, name, head_id, created_at, updated_at, metadata"
 MAX_NAME = 200
 MIN_PREFIX = 4
+_FULL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 Ref = str | Node
 RunLike = str | Completion | dict[str, Any] | None
@@ -158,6 +160,16 @@ class Session:
             hint = f" (id prefixes need at least {MIN_PREFIX} characters)" if len(ref) < MIN_PREFIX else ""
             raise NotFound(f"no node, branch or checkpoint {ref!r} in session {self.id}{hint}") from None
 
+    def expected_head(self, expect_head: Ref | None) -> str | None:
+        """The node id an ``expect_head=`` argument names (None: no compare-and-set)."""
+        if expect_head is None:
+            return None
+        if isinstance(expect_head, Node):
+            return self.resolve(expect_head)
+        if isinstance(expect_head, str):
+            return expect_head if _FULL_ID.fullmatch(expect_head) else self.resolve(expect_head)
+        raise TypeError(f"expect_head must be a Node, a node id or None, not {type(expect_head).__name__}")
+
     # -- writing nodes ---------------------------------------------------
 
     def append(
@@ -168,7 +180,7 @@ class Session:
         parent: Ref | None = None,
         kind: str = "message",
         run: RunLike = None,
-        expect_head: str | None = None,
+        expect_head: Ref | None = None,
     ) -> Node:
         """Add one node and move ``branch`` to it.
 
@@ -188,7 +200,7 @@ class Session:
         parent: Ref | None = None,
         kind: str = "message",
         run: RunLike = None,
-        expect_head: str | None = None,
+        expect_head: Ref | None = None,
     ) -> list[Node]:
         """Append a chain of nodes (each the child of the one before) in one transaction."""
         texts = [encode_payload(p, kind) for p in payloads]
@@ -197,7 +209,9 @@ class Session:
         if branch is not None:
             check_name(branch)
         with self.store.transaction() as conn:
-            parent_id, depth, branch_exists, parent_kind = self._place(conn, branch, parent, expect_head)
+            parent_id, depth, branch_exists, parent_kind = self._place(
+                conn, branch, parent, self.expected_head(expect_head)
+            )
             if kind == "decision" and parent_kind != "pause":
                 raise Conflict(
                     f"a decision must be the child of a pause, not of "
@@ -472,12 +486,13 @@ class Session:
             self._set_head(conn, name, node_id, now(), exists=False, metadata=metadata)
         return self.branch(name)
 
-    def move(self, name: str, *, to: Ref, expect_head: str | None = None) -> Branch:
+    def move(self, name: str, *, to: Ref, expect_head: Ref | None = None) -> Branch:
         """Point an existing branch somewhere else (compare-and-set with ``expect_head``)."""
         with self.store.transaction() as conn:
             current = self._existing_branch_head(name)
-            if expect_head is not None and expect_head != current:
-                raise BranchMoved(name, expect_head, current)
+            expected = self.expected_head(expect_head)
+            if expected is not None and expected != current:
+                raise BranchMoved(name, expected, current)
             self._set_head(conn, name, self.resolve(to), now(), exists=True)
         return self.branch(name)
 

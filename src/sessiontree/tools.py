@@ -13,6 +13,10 @@ Contract:
   loop passes the session, branch and call id in it.
 - ``idempotent=False`` marks a tool that must not run twice: if a run dies after
   starting it, the loop pauses for a human instead of running it again.
+- ``requires_approval=True`` marks a tool whose calls pause for a human when
+  the run has no approver (the library's and the CLI's default). It defaults
+  to ``not idempotent``: a tool that is unsafe to repeat is also not run
+  without a human's yes, unless it says ``requires_approval=False``.
 """
 
 from __future__ import annotations
@@ -209,12 +213,14 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         idempotent: bool = True,
+        requires_approval: bool | None = None,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
         summary, param_docs = _docstring_parts(fn)
         self.description = description if description is not None else summary
         self.idempotent = idempotent
+        self.requires_approval = not idempotent if requires_approval is None else requires_approval
         self.is_async = inspect.iscoroutinefunction(fn)
         hints = get_type_hints(fn)
         self.fields: dict[str, Any] = {}
@@ -274,11 +280,14 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     idempotent: bool = True,
+    requires_approval: bool | None = None,
 ) -> Any:
-    """Make a function a ``Tool``: ``@tool`` or ``@tool(idempotent=False)``."""
+    """Make a function a ``Tool``: ``@tool`` or ``@tool(idempotent=False, requires_approval=True)``."""
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(f, name=name, description=description, idempotent=idempotent)
+        return Tool(
+            f, name=name, description=description, idempotent=idempotent, requires_approval=requires_approval
+        )
 
     return wrap(fn) if fn is not None else wrap
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from ..loop import agent, decide, resume
+from ..loop import aresume, arun, decide
 from ..steps import Approve, Pause
 from ..store import Store
 from ..testing import ScriptedModel, reply, tool_call
@@ -68,7 +68,7 @@ def run_demo(store: Store) -> None:
         ],
         model="scripted-a",
     )
-    final = print_steps(agent(store, session, call=first, tools=TOOLS, approve=approve))
+    final = print_steps(arun(store, session, call=first, tools=TOOLS, approve=approve))
     pause_id = final.node.id
     weather_answer = [n for n in session.path("main") if n.payload.get("role") == "tool"][0]
     session.checkpoint("weather-known", at=weather_answer)
@@ -82,7 +82,7 @@ def run_demo(store: Store) -> None:
 
     heading("3. resume: the email goes out and the agent finishes")
     print_steps(
-        resume(
+        aresume(
             store,
             pause_id,
             call=ScriptedModel(["Done: Bob has the Paris forecast (sunny, 21C)."], model="scripted-a"),
@@ -96,7 +96,7 @@ def run_demo(store: Store) -> None:
     second = ScriptedModel(
         ["Paris: sunny, 21C. I drafted the email but did not send it."], model="scripted-b"
     )
-    print_steps(agent(store, session, "experiment", call=second, tools=TOOLS, approve=approve))
+    print_steps(arun(store, session, "experiment", call=second, tools=TOOLS, approve=approve))
 
     heading("5. the tree")
     nodes = session.tree()

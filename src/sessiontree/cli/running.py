@@ -13,8 +13,7 @@ from typing import Any
 
 import click
 
-from ..loop import agent
-from ..loop import resume as resume_pause
+from ..loop import aresume, arun
 from ..steps import Approve, Assistant, Final, Pause, Paused, Token, ToolCall, ToolEnd, ToolStart
 from ..tools import Tool, as_tools
 from .common import open_store
@@ -211,7 +210,7 @@ def run(
         s.append({"role": "user", "content": prompt}, branch=branch)
     click.echo(f"session {s.id} branch {branch}", err=True)
     final = print_steps(
-        agent(store, s, branch, call=call, tools=tools, approve=approver(policy, tools), max_steps=max_steps)
+        arun(store, s, branch, call=call, tools=tools, approve=approver(policy, tools), max_steps=max_steps)
     )
     if final is not None and final.reason == "error":
         ctx.exit(1)
@@ -238,7 +237,7 @@ def resume(
     tools = load_tools(tool_specs)
     store = open_store(ctx, write=True)
     final = print_steps(
-        resume_pause(
+        aresume(
             store,
             store.node(pause).id,
             call=call,
