@@ -148,7 +148,7 @@ def bench_path_and_fork(tmp: Path, reps: int, depths: list[int], forks: int) -> 
         total = dict.fromkeys(fork_t, 0.0)
         for i in range(forks):
             for depth in rng.sample(list(total), 2):
-                name, at = f"f-{depth}-{rep}-{i}", ids[depth - 1]
+                name, at = f"fork-{depth}-{rep}-{i}", ids[depth - 1]
                 total[depth] += timed(lambda n=name, a=at: s.fork(n, at=a))
         for depth, t in total.items():
             fork_t[depth].append(t / forks)

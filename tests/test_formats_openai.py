@@ -67,7 +67,7 @@ def test_messages_round_trip(messages, wrapped):
         assert session.title == "t"
 
 
-def test_import_is_linear_main_and_export_skips_markers(session):
+def test_import_is_linear_main_and_export_skips_markers(store, session):
     session.append(user("q"))
     session.append({"why": "x"}, kind="note")
     session.append(assistant("a"))
@@ -75,7 +75,7 @@ def test_import_is_linear_main_and_export_skips_markers(session):
     assert out == [user("q"), assistant("a")]
     out[0]["content"] = "mutated"  # a copy: the node's payload is untouched
     assert session.messages()[0] == user("q")
-    copy = import_openai(session.store, out)
+    copy = import_openai(store, out)
     assert [n.depth for n in copy.tree()] == [0, 1]
     assert copy.head().id == copy.branch("main").head_id
     assert copy.id != session.id  # no ids in the input: a new session every time

@@ -92,7 +92,7 @@ def test_a_failed_step_leaves_the_previous_version(tmp_path, monkeypatch):
     monkeypatch.undo()
     with Store(path) as store:
         assert store.schema_version == len(good)
-        assert not store.db["extra"].exists()
+        assert not store.storage.db["extra"].exists()
 
 
 def test_the_wheel_ships_the_migrations(tmp_path):

@@ -119,17 +119,17 @@ def has_non_finite(value) -> bool:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(content=odd_text, data=json_values)
-def test_odd_payloads_round_trip_or_are_refused_whole(session, content, data):
+def test_odd_payloads_round_trip_or_are_refused_whole(store, session, content, data):
     payload = {"role": "user", "content": content, "data": data}
     assume(not pairs_up(payload))  # see test_split_surrogate_pair_is_not_kept_apart
-    before = dump(session.conn)
+    before = dump(store.conn)
     if has_non_finite(data):
         with pytest.raises(InvalidPayload, match="not valid JSON"):
             session.append_many([user("first of a batch"), payload], branch="odd")
-        assert dump(session.conn) == before
+        assert dump(store.conn) == before
         return
     node = session.append(payload, branch="odd")
-    again = session.store.node(node.id)  # read back from the database, not the cache
+    again = store.node(node.id)  # read back from the database, not the cache
     assert json.dumps(again.payload, sort_keys=True) == json.dumps(payload, sort_keys=True)
     assert session.verify().ok
 
@@ -162,28 +162,28 @@ def test_odd_payloads_survive_reopening_and_export(tmp_path):
     "followed by a lone low one is stored as \\u escapes and reads back as one "
     "astral character; see docs/reliability.md",
 )
-def test_split_surrogate_pair_is_not_kept_apart(session):
+def test_split_surrogate_pair_is_not_kept_apart(store, session):
     node = session.append(user("\ud800\udfff"))
-    assert session.store.node(node.id).payload["content"] == "\ud800\udfff"
+    assert store.node(node.id).payload["content"] == "\ud800\udfff"
 
 
 @pytest.mark.parametrize("depth", [5_000, 100_000])
-def test_absurdly_deep_payloads_are_refused_clearly(session, depth):
+def test_absurdly_deep_payloads_are_refused_clearly(store, session, depth):
     deep: list = []
     for _ in range(depth):
         deep = [deep]
-    before = dump(session.conn)
+    before = dump(store.conn)
     with pytest.raises(InvalidPayload, match="nested too deeply"):
         session.append({"role": "user", "content": "x", "deep": deep})
-    assert dump(session.conn) == before
+    assert dump(store.conn) == before
 
 
-def test_moderately_deep_payloads_round_trip(session):
+def test_moderately_deep_payloads_round_trip(store, session):
     deep: dict = {"leaf": True}
     for i in range(200):
         deep = {f"k{i}": deep}
     node = session.append({"role": "user", "content": "deep", "d": deep})
-    assert session.store.node(node.id).payload["d"] == deep
+    assert store.node(node.id).payload["d"] == deep
     assert session.verify().ok
 
 
@@ -274,9 +274,9 @@ def test_names_with_sql_metacharacters_are_just_names(store, name):
 
 
 @pytest.mark.parametrize("name", ["", " main", "main ", "a\x00b", "a\nb", "x" * 201, "\x7f"])
-def test_invalid_names_are_refused_and_nothing_is_written(session, name):
+def test_invalid_names_are_refused_and_nothing_is_written(store, session, name):
     session.append(user("hi"))
-    before = dump(session.conn)
+    before = dump(store.conn)
     for attempt in (
         lambda: session.fork(name, at="main"),
         lambda: session.checkpoint(name, at="main"),
@@ -285,7 +285,7 @@ def test_invalid_names_are_refused_and_nothing_is_written(session, name):
     ):
         with pytest.raises(Conflict, match="invalid"):
             attempt()
-    assert dump(session.conn) == before
+    assert dump(store.conn) == before
 
 
 # -- garbled import files -------------------------------------------------------------

@@ -71,14 +71,14 @@ def test_fork_edit_diff_and_common_ancestor(session):
     assert {n.id for n in session.leaves()} == {a1.id, a2.id, edited.id}
 
 
-def test_edit_keeps_the_kind_and_refuses_a_taken_name(session):
+def test_edit_keeps_the_kind_and_refuses_a_taken_name(store, session):
     session.append(user("q"))
     with pytest.raises(Conflict, match="'main' already exists"):
         session.edit("main", user("x"), branch="main")
-    assert node_count(session.store) == 1
+    assert node_count(store) == 1
 
 
-def test_fork_is_one_row_and_checkpoints_never_move(session):
+def test_fork_is_one_row_and_checkpoints_never_move(store, session):
     session.append_many([user("a"), assistant("b")])
     cp = session.checkpoint("v1", at="main")
     session.append(user("c"))
@@ -86,12 +86,12 @@ def test_fork_is_one_row_and_checkpoints_never_move(session):
     with pytest.raises(CheckpointImmutable, match="'v1' is a checkpoint"):
         session.move("v1", to="main")
     with pytest.raises(sqlite3.IntegrityError, match="checkpoints never move"):
-        session.conn.execute("UPDATE checkpoints SET node_id = node_id")
+        store.conn.execute("UPDATE checkpoints SET node_id = node_id")
     with pytest.raises(Conflict, match="checkpoint named 'v1' already exists"):
         session.checkpoint("v1", at="main")
-    before = node_count(session.store)
+    before = node_count(store)
     branch = session.fork("exp", at="v1")
-    assert branch.head_id == cp.node_id and node_count(session.store) == before
+    assert branch.head_id == cp.node_id and node_count(store) == before
     session.delete_checkpoint("v1")
     assert session.checkpoints() == []
     with pytest.raises(NotFound, match="no checkpoint 'v1'"):
@@ -109,7 +109,7 @@ def test_branch_and_checkpoint_names_share_one_namespace(session):
         session.append(user("b"), branch="cp")
 
 
-def test_move_rename_delete_branch(session):
+def test_move_rename_delete_branch(store, session):
     a = session.append(user("a"))
     b = session.append(user("b"))
     session.fork("x", at=a)
@@ -124,18 +124,18 @@ def test_move_rename_delete_branch(session):
         session.rename("y", "main")
     session.delete_branch("y")
     assert [br.name for br in session.branches()] == ["main"]
-    assert node_count(session.store) == 2  # the pointer only
+    assert node_count(store) == 2  # the pointer only
     with pytest.raises(NotFound, match="no branch 'y'"):
         session.delete_branch("y")
 
 
-def test_stale_expect_head_raises_branch_moved_and_writes_nothing(session):
+def test_stale_expect_head_raises_branch_moved_and_writes_nothing(store, session):
     a = session.append(user("a"))
     b = session.append(user("b"), expect_head=a.id)
     with pytest.raises(BranchMoved) as info:
         session.append(user("c"), expect_head=a.id)
     assert str(info.value) == f"branch 'main' moved: expected head {a.id}, found {b.id}"
-    assert node_count(session.store) == 2
+    assert node_count(store) == 2
 
 
 def test_two_store_handles_compare_and_set(tmp_path):
@@ -208,11 +208,11 @@ def test_prefixes_resolve_like_git(store, session):
         store.node(shared)
 
 
-def test_nodes_are_immutable_in_the_schema(session):
+def test_nodes_are_immutable_in_the_schema(store, session):
     node = session.append(user("a"))
     for column, value in (("payload", "'{}'"), ("parent_id", "NULL"), ("session_id", "'s'")):
         with pytest.raises(sqlite3.IntegrityError, match="nodes are immutable"):
-            session.conn.execute(f"UPDATE nodes SET {column} = {value} WHERE id = ?", (node.id,))
+            store.conn.execute(f"UPDATE nodes SET {column} = {value} WHERE id = ?", (node.id,))
     assert session.node(node.id).payload == user("a")
 
 
@@ -233,13 +233,13 @@ def test_invalid_payloads_are_refused_whole(session, payload, kind, message):
     assert session.messages() == [user("keep me")]
 
 
-def test_append_many_is_one_transaction(session):
+def test_append_many_is_one_transaction(store, session):
     session.append(user("a"))
     session.fork("cp-name", at="main")
     session.checkpoint("taken", at="main")
     with pytest.raises(Conflict):
         session.append_many([user("b"), user("c")], branch="taken")
-    assert node_count(session.store) == 1
+    assert node_count(store) == 1
 
 
 def test_odd_unicode_round_trips(session):
@@ -290,12 +290,12 @@ def test_sessions_listing_archive_and_delete(store):
         assert store.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
 
 
-def test_path_is_one_query_whatever_the_depth(session):
+def test_path_is_one_query_whatever_the_depth(store, session):
     session.append_many([user(str(i)) for i in range(500)])
     statements = []
-    session.conn.set_trace_callback(statements.append)
+    store.conn.set_trace_callback(statements.append)
     path = session.path("main")
-    session.conn.set_trace_callback(None)
+    store.conn.set_trace_callback(None)
     assert len(path) == 500
     assert sum("WITH RECURSIVE" in s for s in statements) == 1
     assert len(statements) <= 2  # resolving the branch name, then the path
@@ -317,7 +317,7 @@ def test_prune_keeps_refs_and_unresolved_pauses_and_vacuums(store, session):
     assert [n.id for n in store.pending()] == [pause.id]
 
 
-def test_prune_removes_runs_only_pruned_nodes_used(session):
+def test_prune_removes_runs_only_pruned_nodes_used(store, session):
     session.append(user("q"))
     kept = session.append(assistant("a"), run=Completion(assistant("a"), model="keep"))
     session.fork("tmp", at="main")
@@ -325,9 +325,9 @@ def test_prune_removes_runs_only_pruned_nodes_used(session):
     session.delete_branch("tmp")
     report = session.prune(dry_run=False)
     assert report.run_ids == [gone.run_id]
-    assert session.store.run(kept.run_id).model == "keep"
+    assert store.run(kept.run_id).model == "keep"
     with pytest.raises(NotFound):
-        session.store.run(gone.run_id)
+        store.run(gone.run_id)
 
 
 def test_verify_reports_broken_invariants(store, session):
@@ -363,7 +363,7 @@ def test_store_json_columns_are_valid(store, session):
     session.append(user("a"))
     row = store.conn.execute("SELECT payload FROM nodes").fetchone()
     assert json.loads(row[0]) == user("a")
-    assert store.db["nodes"].count == 1  # sqlite-utils sees the same file
+    assert store.stats()["tables"]["nodes"] == 1  # counted by sqlite-utils' introspection
 
 
 def test_a_failed_write_inside_an_outer_transaction_leaves_nothing(store, session):

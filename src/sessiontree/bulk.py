@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import Conflict, InvalidPayload, NotFound, SessionTreeError
 from .ids import now
 from .model import encode_json, encode_payload
-from .session import check_name, check_text
+from .names import check_name, check_text
 
 if TYPE_CHECKING:
     from .store import Store

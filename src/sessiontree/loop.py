@@ -90,7 +90,7 @@ async def arun(
     expected = session.expected_head(expect_head)
     if expected is not None and head != expected:
         raise BranchMoved(branch, expected, head)
-    cursor = _BranchCursor(session, branch, session.path(head) if head else [])
+    cursor = _BranchCursor(store, session, branch, session.path(head) if head else [])
     model_calls = 0
     try:
         while True:
@@ -140,8 +140,8 @@ class _BranchCursor:
     """The branch a run advances and its path, read once: every later node is one this
     run appended with a compare-and-set, so the path in memory stays the path on disk."""
 
-    def __init__(self, session: Session, branch: str, path: list[Node]) -> None:
-        self.session, self.branch, self.path = session, branch, path
+    def __init__(self, store: Store, session: Session, branch: str, path: list[Node]) -> None:
+        self.store, self.session, self.branch, self.path = store, session, branch, path
         # The projection a model is sent, kept in step with the path.
         self.messages = [n.payload for n in path if n.kind == "message"]
 
@@ -267,7 +267,7 @@ async def _execute(
     except ToolArgumentError as e:
         return f"Error: invalid arguments for {call.name}: {e}", False
     try:
-        result = await tool.invoke(parsed, ToolContext(cursor.session, cursor.branch, call.id))
+        result = await tool.invoke(parsed, ToolContext(cursor.session, cursor.branch, call.id, cursor.store))
     except Exception as e:
         return f"Error: {call.name} raised {type(e).__name__}: {e}", False
     if isinstance(result, str):

@@ -3,120 +3,59 @@
 Contract:
 - Nodes are immutable and only ever added. ``append`` adds a child of a
   branch's head (or of an explicit ``parent``) and moves the head, in one
-  transaction; ``expect_head`` makes the move a compare-and-set that raises
-  ``BranchMoved`` when the head is not what the caller last saw.
+  transaction; ``expect_head`` (a ``Node`` or an id) makes the move a
+  compare-and-set that raises ``BranchMoved`` when the head is not what the
+  caller last saw.
 - A *ref* is a branch name, a checkpoint name, a node id, a unique id prefix
-  (4+ characters) or a ``Node``. Branch and checkpoint names share one
-  namespace per session, so a name always means one thing.
+  (4+ characters) or a ``Node``, optionally with a git-style ``~N`` suffix
+  for the Nth ancestor (see ``names``). Branch and checkpoint names share one
+  namespace per session and can never look like an id, so a ref always means
+  one thing.
 - Branches move; checkpoints never do. Forking is one row; nothing is copied.
 - ``path`` reads root-to-node in one recursive query, whatever the depth.
+- The rules live here; every statement runs in the storage backend.
 """
 
 from __future__ import annotations
 
-import json
-import re
-import sqlite3
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .errors import AmbiguousRef, BranchMoved, CheckpointImmutable, Conflict, InvalidPayload, NotFound
+from . import maintenance
+from .errors import BranchMoved, CheckpointImmutable, Conflict, NotFound
 from .ids import new_id, now
 from .model import (
     Branch,
     Checkpoint,
     Completion,
     Diff,
-    ModelUsage,
     Node,
+    PruneReport,
     Usage,
+    VerifyReport,
     encode_json,
     encode_payload,
 )
-
-if TYPE_CHECKING:
-    from .model import PruneReport, VerifyReport
-    from .store import Store
-
-NODE_COLUMNS = "id, session_id, parent_id, depth, kind, payload, created_at, run_id"
-BRANCH_COLUMNS = "session_id, name, head_id, created_at, updated_at, metadata"
-MAX_NAME = 200
-MIN_PREFIX = 4
-_FULL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+from .names import FULL_ID, MIN_PREFIX, check_name, split_ancestry
+from .storage import SQLiteStorage
 
 Ref = str | Node
 RunLike = str | Completion | dict[str, Any] | None
 
-_PATH_SQL = f"""
-WITH RECURSIVE path({NODE_COLUMNS}) AS (
-    SELECT {NODE_COLUMNS} FROM nodes WHERE id = ?
-    UNION ALL
-    SELECT {", ".join("n." + c.strip() for c in NODE_COLUMNS.split(","))}
-    FROM nodes n JOIN path ON n.id = path.parent_id
-)
-SELECT {NODE_COLUMNS} FROM path ORDER BY depth
-"""
-
-
-def node_from_row(row: tuple) -> Node:
-    return Node(*row)
-
-
-def branch_from_row(row: tuple) -> Branch:
-    return Branch(row[0], row[1], row[2], row[3], row[4], json.loads(row[5]))
-
-
-def resolve_prefix(
-    conn: sqlite3.Connection, table: str, what: str, prefix: str, where: str = "", params: tuple = ()
-) -> str:
-    """The one id in ``table`` starting with ``prefix`` (at least MIN_PREFIX characters)."""
-    if len(prefix) < MIN_PREFIX:
-        raise NotFound(f"no {what} {prefix!r} (id prefixes need at least {MIN_PREFIX} characters)")
-    # A range scan on the primary key: ids are lower-case hex and dashes.
-    rows = conn.execute(
-        f"SELECT id FROM {table} WHERE id >= ? AND id < ? {where} ORDER BY id LIMIT 2",
-        (prefix.lower(), prefix.lower() + "\uffff", *params),
-    ).fetchall()
-    if not rows:
-        raise NotFound(f"no {what} {prefix!r}")
-    if len(rows) > 1:
-        raise AmbiguousRef(f"{what} prefix {prefix!r} is ambiguous: {rows[0][0]}, {rows[1][0]}, ...")
-    return rows[0][0]
-
-
-def check_text(text: str | None, what: str) -> str | None:
-    """Text SQLite can store as UTF-8: no lone surrogates."""
-    if isinstance(text, str) and any("\ud800" <= c <= "\udfff" for c in text):
-        raise InvalidPayload(f"{what} {text!r} holds a lone surrogate, which is not valid Unicode text")
-    return text
-
-
-def check_name(name: str, what: str = "branch") -> str:
-    """Names are 1-200 printable characters without surrounding spaces."""
-    if not isinstance(name, str) or not name or name != name.strip() or len(name) > MAX_NAME:
-        raise Conflict(
-            f"invalid {what} name {name!r}: use 1-{MAX_NAME} characters, no leading or trailing spaces"
-        )
-    if any(ord(c) < 32 or ord(c) == 127 for c in name):
-        raise Conflict(f"invalid {what} name {name!r}: control characters are not allowed")
-    if any("\ud800" <= c <= "\udfff" for c in name):
-        raise Conflict(f"invalid {what} name {name!r}: lone surrogates are not allowed")
-    return name
-
 
 class Session:
-    """A handle on one conversation tree in a ``Store``."""
+    """A handle on one conversation tree; get one from ``Store.session`` or ``Store.create_session``."""
 
     def __init__(
         self,
-        store: Store,
+        storage: SQLiteStorage,
         id: str,
         title: str | None,
         metadata: dict[str, Any],
         created_at: str,
         archived_at: str | None = None,
     ) -> None:
-        self.store = store
+        self.storage = storage
         self.id = id
         self.title = title
         self.metadata = metadata
@@ -125,10 +64,6 @@ class Session:
 
     def __repr__(self) -> str:
         return f"Session(id={self.id!r}, title={self.title!r})"
-
-    @property
-    def conn(self) -> sqlite3.Connection:
-        return self.store.conn
 
     # -- resolving refs --------------------------------------------------
 
@@ -140,22 +75,29 @@ class Session:
             return ref.id
         if not isinstance(ref, str) or not ref:
             raise NotFound(f"no node, branch or checkpoint {ref!r} in session {self.id}")
-        row = self.conn.execute(
-            "SELECT head_id FROM branches WHERE session_id = ? AND name = ?"
-            " UNION ALL SELECT node_id FROM checkpoints WHERE session_id = ? AND name = ?",
-            (self.id, ref, self.id, ref),
-        ).fetchone()
-        if row is not None:
-            if row[0] is None:
+        base, generations = split_ancestry(ref)
+        node_id = self._resolve_base(base)
+        if generations:
+            ancestor = self.storage.ancestor(node_id, generations)
+            if ancestor is None:
+                depth = self.storage.node_place(node_id)[0]
+                raise NotFound(f"{ref!r} goes past the root: {base!r} is at depth {depth}")
+            node_id = ancestor
+        return node_id
+
+    def _resolve_base(self, ref: str) -> str:
+        found = self.storage.ref(self.id, ref)
+        if found is not None:
+            if found[1] is None:
                 raise NotFound(f"branch {ref!r} has no nodes yet")
-            return row[0]
-        row = self.conn.execute("SELECT session_id FROM nodes WHERE id = ?", (ref,)).fetchone()
-        if row is not None:
-            if row[0] != self.id:
-                raise Conflict(f"node {ref} belongs to session {row[0]}, not {self.id}")
+            return found[1]
+        owner = self.storage.node_session(ref)
+        if owner is not None:
+            if owner != self.id:
+                raise Conflict(f"node {ref} belongs to session {owner}, not {self.id}")
             return ref
         try:
-            return resolve_prefix(self.conn, "nodes", "node", ref, "AND session_id = ?", (self.id,))
+            return self.storage.resolve_id("nodes", "node", ref, self.id)
         except NotFound:
             hint = f" (id prefixes need at least {MIN_PREFIX} characters)" if len(ref) < MIN_PREFIX else ""
             raise NotFound(f"no node, branch or checkpoint {ref!r} in session {self.id}{hint}") from None
@@ -167,7 +109,7 @@ class Session:
         if isinstance(expect_head, Node):
             return self.resolve(expect_head)
         if isinstance(expect_head, str):
-            return expect_head if _FULL_ID.fullmatch(expect_head) else self.resolve(expect_head)
+            return expect_head if FULL_ID.fullmatch(expect_head) else self.resolve(expect_head)
         raise TypeError(f"expect_head must be a Node, a node id or None, not {type(expect_head).__name__}")
 
     # -- writing nodes ---------------------------------------------------
@@ -207,42 +149,41 @@ class Session:
         if not texts:
             return []
         if branch is not None:
-            check_name(branch)
-        with self.store.transaction() as conn:
+            check_name(branch, new=False)
+        with self.storage.transaction():
             parent_id, depth, branch_exists, parent_kind = self._place(
-                conn, branch, parent, self.expected_head(expect_head)
+                branch, parent, self.expected_head(expect_head)
             )
             if kind == "decision" and parent_kind != "pause":
                 raise Conflict(
                     f"a decision must be the child of a pause, not of "
                     f"{parent_kind or 'nothing'} node {parent_id}"
                 )
-            run_id = self._record_run(conn, run)
+            run_id = self._record_run(run)
             created = now()
             rows = []
             for text in texts:
                 node_id = new_id()
                 rows.append((node_id, self.id, parent_id, depth, kind, text, created, run_id))
                 parent_id, depth = node_id, depth + 1
-            self._insert_nodes(conn, rows)
+            self.storage.insert_nodes(rows)
             if branch is not None:
-                self._set_head(conn, branch, parent_id, created, exists=branch_exists)
-        return [node_from_row(r) for r in rows]
+                self._set_head(branch, parent_id, created, exists=branch_exists)
+        return [Node(*r) for r in rows]
 
     def _place(
-        self, conn: sqlite3.Connection, branch: str | None, parent: Ref | None, expect_head: str | None
+        self, branch: str | None, parent: Ref | None, expect_head: str | None
     ) -> tuple[str | None, int, bool, str | None]:
         """Where a new node goes: (parent id, depth, whether the branch exists, parent kind)."""
-        head = head_depth = head_kind = None
+        head: str | None = None
+        head_depth, head_kind = -1, None
         exists = False
         if branch is not None:
-            row = conn.execute(
-                "SELECT b.head_id, n.depth, n.kind FROM branches b LEFT JOIN nodes n ON n.id = b.head_id"
-                " WHERE b.session_id = ? AND b.name = ?",
-                (self.id, branch),
-            ).fetchone()
-            if row is not None:
-                exists, (head, head_depth, head_kind) = True, row
+            found = self.storage.branch_head(self.id, branch)
+            if found is not None:
+                exists, head = True, found[0]
+                if head is not None:
+                    head_depth, head_kind = found[1] or 0, found[2]
             if expect_head is not None and expect_head != head:
                 raise BranchMoved(branch, expect_head, head)
         elif expect_head is not None:
@@ -250,11 +191,9 @@ class Session:
         if parent is None:
             if branch is None:
                 raise Conflict("append needs a branch or a parent")
-            return head, 0 if head is None else head_depth + 1, exists, head_kind
+            return head, head_depth + 1, exists, head_kind
         parent_id = self.resolve(parent)
-        parent_depth, parent_kind = conn.execute(
-            "SELECT depth, kind FROM nodes WHERE id = ?", (parent_id,)
-        ).fetchone()
+        parent_depth, parent_kind = self.storage.node_place(parent_id)
         if head is not None and head != parent_id:
             raise Conflict(
                 f"branch {branch!r} is at {head}, not at the parent {parent_id}: "
@@ -262,23 +201,8 @@ class Session:
             )
         return parent_id, parent_depth + 1, exists, parent_kind
 
-    def _insert_nodes(self, conn: sqlite3.Connection, rows: list[tuple]) -> None:
-        try:
-            conn.executemany(f"INSERT INTO nodes ({NODE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
-        except sqlite3.IntegrityError as e:
-            parent_id = rows[0][2]
-            if "nodes.parent_id" in str(e):
-                raise Conflict(f"pause {parent_id} already has a decision") from None
-            if "FOREIGN KEY" in str(e):
-                run_id = rows[0][7]
-                if run_id and not conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
-                    raise NotFound(f"no run {run_id!r}") from None
-                raise NotFound(f"parent node {parent_id} is not in session {self.id}") from None
-            raise
-
     def _set_head(
         self,
-        conn: sqlite3.Connection,
         branch: str,
         head_id: str | None,
         when: str,
@@ -287,41 +211,32 @@ class Session:
         metadata: dict[str, Any] | None = None,
     ) -> None:
         if exists:
-            conn.execute(
-                "UPDATE branches SET head_id = ?, updated_at = ? WHERE session_id = ? AND name = ?",
-                (head_id, when, self.id, branch),
-            )
+            self.storage.set_head(self.id, branch, head_id, when)
             return
-        self._check_name_free(conn, branch, "branch")
-        conn.execute(
-            "INSERT INTO branches (session_id, name, head_id, metadata, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (self.id, branch, head_id, encode_json(metadata or {}, "branch metadata"), when, when),
+        self._check_name_free(branch, "branch")
+        self.storage.insert_branch(
+            self.id, branch, head_id, encode_json(metadata or {}, "branch metadata"), when
         )
 
-    def _check_name_free(self, conn: sqlite3.Connection, name: str, what: str) -> None:
+    def _check_name_free(self, name: str, what: str) -> None:
         check_name(name, what)
-        row = conn.execute(
-            "SELECT 'branch' FROM branches WHERE session_id = ? AND name = ?"
-            " UNION ALL SELECT 'checkpoint' FROM checkpoints WHERE session_id = ? AND name = ?",
-            (self.id, name, self.id, name),
-        ).fetchone()
-        if row is not None:
-            raise Conflict(f"a {row[0]} named {name!r} already exists in session {self.id}")
+        found = self.storage.ref(self.id, name)
+        if found is not None:
+            raise Conflict(f"a {found[0]} named {name!r} already exists in session {self.id}")
 
     def record_run(self, run: Completion | dict[str, Any]) -> str:
         """Store a model call's provenance (without its message) and return the run id."""
-        with self.store.transaction() as conn:
-            return self._record_run(conn, run)
+        with self.storage.transaction():
+            run_id = self._record_run(run)
+        assert run_id is not None
+        return run_id
 
-    def _record_run(self, conn: sqlite3.Connection, run: RunLike) -> str | None:
+    def _record_run(self, run: RunLike) -> str | None:
         if run is None or isinstance(run, str):
             return run
         fields = run.__dict__ if isinstance(run, Completion) else run
         run_id = new_id()
-        conn.execute(
-            "INSERT INTO runs (id, session_id, model, provider, params, usage, latency_ms,"
-            " finish_reason, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        self.storage.insert_run(
             (
                 run_id,
                 self.id,
@@ -332,7 +247,7 @@ class Session:
                 fields.get("latency_ms"),
                 fields.get("finish_reason"),
                 now(),
-            ),
+            )
         )
         return run_id
 
@@ -340,20 +255,18 @@ class Session:
         """A sibling of ``node`` carrying ``payload``, on the new branch ``branch``."""
         original = self.node(node)
         text = encode_payload(payload, original.kind)
-        with self.store.transaction() as conn:
-            self._check_name_free(conn, branch, "branch")
+        with self.storage.transaction():
+            self._check_name_free(branch, "branch")
             created = now()
             row = (new_id(), self.id, original.parent_id, original.depth, original.kind, text, created, None)
-            self._insert_nodes(conn, [row])
-            self._set_head(conn, branch, row[0], created, exists=False)
-        return node_from_row(row)
+            self.storage.insert_nodes([row])
+            self._set_head(branch, row[0], created, exists=False)
+        return Node(*row)
 
     # -- reading ---------------------------------------------------------
 
     def node(self, ref: Ref) -> Node:
-        node_id = self.resolve(ref)
-        row = self.conn.execute(f"SELECT {NODE_COLUMNS} FROM nodes WHERE id = ?", (node_id,)).fetchone()
-        return node_from_row(row)
+        return self.storage.node(self.resolve(ref))
 
     def head(self, branch: str = "main") -> Node | None:
         """The node a branch points at, or None for a branch with no node yet."""
@@ -361,16 +274,11 @@ class Session:
         return None if head_id is None else self.node(head_id)
 
     def children(self, ref: Ref) -> list[Node]:
-        node_id = self.resolve(ref)
-        rows = self.conn.execute(
-            f"SELECT {NODE_COLUMNS} FROM nodes WHERE parent_id = ? ORDER BY id", (node_id,)
-        ).fetchall()
-        return [node_from_row(r) for r in rows]
+        return self.storage.children(self.resolve(ref))
 
     def path(self, ref: Ref) -> list[Node]:
         """Root-to-node, in one recursive query."""
-        rows = self.conn.execute(_PATH_SQL, (self.resolve(ref),)).fetchall()
-        return [node_from_row(r) for r in rows]
+        return self.storage.path_to(self.resolve(ref))
 
     def messages(self, ref: Ref = "main") -> list[dict[str, Any]]:
         """The chat messages on the path to ``ref``: what a chat-completions API takes."""
@@ -378,40 +286,19 @@ class Session:
 
     def tree(self) -> list[Node]:
         """Every node of the session, parents before children."""
-        rows = self.conn.execute(
-            f"SELECT {NODE_COLUMNS} FROM nodes WHERE session_id = ? ORDER BY depth, id", (self.id,)
-        ).fetchall()
-        return [node_from_row(r) for r in rows]
+        return self.storage.tree(self.id)
 
     def leaves(self) -> list[Node]:
         """Nodes without children."""
-        rows = self.conn.execute(
-            f"SELECT {NODE_COLUMNS} FROM nodes n WHERE session_id = ? AND NOT EXISTS"
-            " (SELECT 1 FROM nodes c WHERE c.parent_id = n.id) ORDER BY id",
-            (self.id,),
-        ).fetchall()
-        return [node_from_row(r) for r in rows]
+        return self.storage.leaves(self.id)
 
     def pending(self) -> list[Node]:
         """This session's unresolved pauses."""
-        return self.store.pending(self.id)
+        return self.storage.pending(self.id)
 
     def common_ancestor(self, a: Ref, b: Ref) -> Node | None:
         """The deepest node on both paths, or None when they share no root."""
-        row = self.conn.execute(
-            f"""
-            WITH RECURSIVE
-              pa(id, parent_id) AS (SELECT id, parent_id FROM nodes WHERE id = :a
-                UNION ALL SELECT n.id, n.parent_id FROM nodes n JOIN pa ON n.id = pa.parent_id),
-              pb(id, parent_id) AS (SELECT id, parent_id FROM nodes WHERE id = :b
-                UNION ALL SELECT n.id, n.parent_id FROM nodes n JOIN pb ON n.id = pb.parent_id)
-            SELECT {NODE_COLUMNS} FROM nodes
-            WHERE id IN (SELECT id FROM pa INTERSECT SELECT id FROM pb)
-            ORDER BY depth DESC LIMIT 1
-            """,
-            {"a": self.resolve(a), "b": self.resolve(b)},
-        ).fetchone()
-        return None if row is None else node_from_row(row)
+        return self.storage.common_ancestor(self.resolve(a), self.resolve(b))
 
     def diff(self, a: Ref, b: Ref) -> Diff:
         """The common ancestor of two refs and the nodes each adds after it."""
@@ -428,147 +315,106 @@ class Session:
     def usage(self, ref: Ref = "main", *, since: Ref | None = None) -> Usage:
         """Model calls on the path to ``ref`` (only those after ``since``, if given)."""
         after = -1 if since is None else self.node(since).depth
-        return self._usage(
-            """WITH RECURSIVE picked(id, parent_id, depth, run_id) AS (
-                 SELECT id, parent_id, depth, run_id FROM nodes WHERE id = :start AND depth > :after
-                 UNION ALL SELECT n.id, n.parent_id, n.depth, n.run_id
-                 FROM nodes n JOIN picked ON n.id = picked.parent_id WHERE n.depth > :after)""",
-            {"start": self.resolve(ref), "after": after},
-        )
+        return self.storage.path_usage(self.resolve(ref), after)
 
     def subtree_usage(self, ref: Ref) -> Usage:
         """Model calls in ``ref`` and everything below it, on every branch."""
-        return self._usage(
-            """WITH RECURSIVE picked(id, run_id) AS (
-                 SELECT id, run_id FROM nodes WHERE id = :start
-                 UNION ALL SELECT n.id, n.run_id FROM nodes n JOIN picked ON n.parent_id = picked.id)""",
-            {"start": self.resolve(ref), "after": -1},
-        )
-
-    def _usage(self, picked_cte: str, params: dict[str, Any]) -> Usage:
-        rows = self.conn.execute(
-            picked_cte
-            + """
-            SELECT coalesce(r.model, '?'), count(*), coalesce(sum(r.input_tokens), 0),
-                   coalesce(sum(r.output_tokens), 0), coalesce(sum(r.latency_ms), 0.0)
-            FROM (SELECT DISTINCT run_id FROM picked WHERE run_id IS NOT NULL) p
-            JOIN runs r ON r.id = p.run_id
-            GROUP BY 1 ORDER BY 1""",
-            params,
-        ).fetchall()
-        return Usage(
-            {
-                model: ModelUsage(calls, tokens_in, tokens_out, latency)
-                for model, calls, tokens_in, tokens_out, latency in rows
-            }
-        )
+        return self.storage.subtree_usage(self.resolve(ref))
 
     # -- branches --------------------------------------------------------
 
     def branch(self, name: str) -> Branch:
-        row = self.conn.execute(
-            f"SELECT {BRANCH_COLUMNS} FROM branches WHERE session_id = ? AND name = ?", (self.id, name)
-        ).fetchone()
-        if row is None:
+        found = self.storage.branch(self.id, name)
+        if found is None:
             raise NotFound(f"no branch {name!r} in session {self.id}")
-        return branch_from_row(row)
+        return found
 
     def branches(self) -> list[Branch]:
-        rows = self.conn.execute(
-            f"SELECT {BRANCH_COLUMNS} FROM branches WHERE session_id = ? ORDER BY name", (self.id,)
-        ).fetchall()
-        return [branch_from_row(r) for r in rows]
+        return self.storage.branches(self.id)
 
     def fork(self, name: str, *, at: Ref, metadata: dict[str, Any] | None = None) -> Branch:
         """A new branch pointing at ``at``. One row; nothing is copied."""
-        with self.store.transaction() as conn:
-            node_id = self.resolve(at)
-            self._set_head(conn, name, node_id, now(), exists=False, metadata=metadata)
+        with self.storage.transaction():
+            self._set_head(name, self.resolve(at), now(), exists=False, metadata=metadata)
         return self.branch(name)
 
     def move(self, name: str, *, to: Ref, expect_head: Ref | None = None) -> Branch:
         """Point an existing branch somewhere else (compare-and-set with ``expect_head``)."""
-        with self.store.transaction() as conn:
+        with self.storage.transaction():
             current = self._existing_branch_head(name)
             expected = self.expected_head(expect_head)
             if expected is not None and expected != current:
                 raise BranchMoved(name, expected, current)
-            self._set_head(conn, name, self.resolve(to), now(), exists=True)
+            self._set_head(name, self.resolve(to), now(), exists=True)
         return self.branch(name)
 
     def _existing_branch_head(self, name: str, doing: str = "move") -> str | None:
-        try:
-            return self.branch(name).head_id
-        except NotFound:
-            if any(c.name == name for c in self.checkpoints()):
-                if doing == "move":
-                    raise CheckpointImmutable(
-                        f"{name!r} is a checkpoint, and checkpoints never move; fork a branch from it"
-                    ) from None
-                raise Conflict(
-                    f"{name!r} is a checkpoint, not a branch"
-                    + ("; use delete_checkpoint" if doing == "delete" else "")
-                ) from None
-            raise
+        found = self.storage.ref(self.id, name)
+        if found is None:
+            raise NotFound(f"no branch {name!r} in session {self.id}")
+        if found[0] == "checkpoint":
+            if doing == "move":
+                raise CheckpointImmutable(
+                    f"{name!r} is a checkpoint, and checkpoints never move; fork a branch from it"
+                )
+            raise Conflict(
+                f"{name!r} is a checkpoint, not a branch"
+                + ("; use delete_checkpoint" if doing == "delete" else "")
+            )
+        return found[1]
 
     def rename(self, old: str, new: str) -> Branch:
-        with self.store.transaction() as conn:
+        """Give branch ``old`` the name ``new``."""
+        with self.storage.transaction():
             self._existing_branch_head(old, "rename")
             if new == old:
                 return self.branch(old)
-            self._check_name_free(conn, new, "branch")
-            conn.execute(
-                "UPDATE branches SET name = ?, updated_at = ? WHERE session_id = ? AND name = ?",
-                (new, now(), self.id, old),
-            )
+            self._check_name_free(new, "branch")
+            self.storage.rename_branch(self.id, old, new, now())
         return self.branch(new)
 
     def delete_branch(self, name: str) -> None:
         """Remove the pointer only; its nodes stay until ``prune``."""
-        with self.store.transaction() as conn:
+        with self.storage.transaction():
             self._existing_branch_head(name, "delete")
-            conn.execute("DELETE FROM branches WHERE session_id = ? AND name = ?", (self.id, name))
+            self.storage.delete_branch(self.id, name)
 
     # -- checkpoints -----------------------------------------------------
 
     def checkpoint(self, name: str, *, at: Ref) -> Checkpoint:
         """A named pointer at ``at`` that never moves."""
-        with self.store.transaction() as conn:
-            self._check_name_free(conn, name, "checkpoint")
+        with self.storage.transaction():
+            self._check_name_free(name, "checkpoint")
             created = now()
             node_id = self.resolve(at)
-            conn.execute(
-                "INSERT INTO checkpoints (session_id, name, node_id, created_at) VALUES (?, ?, ?, ?)",
-                (self.id, name, node_id, created),
-            )
+            self.storage.insert_checkpoint(self.id, name, node_id, created)
         return Checkpoint(self.id, name, node_id, created)
 
     def checkpoints(self) -> list[Checkpoint]:
-        rows = self.conn.execute(
-            "SELECT session_id, name, node_id, created_at FROM checkpoints"
-            " WHERE session_id = ? ORDER BY name",
-            (self.id,),
-        ).fetchall()
-        return [Checkpoint(*r) for r in rows]
+        return self.storage.checkpoints(self.id)
 
     def delete_checkpoint(self, name: str) -> None:
-        with self.store.transaction() as conn:
-            deleted = conn.execute(
-                "DELETE FROM checkpoints WHERE session_id = ? AND name = ?", (self.id, name)
-            ).rowcount
-            if not deleted:
+        """Remove a checkpoint (its node stays until ``prune``)."""
+        with self.storage.transaction():
+            if not self.storage.delete_checkpoint(self.id, name):
                 raise NotFound(f"no checkpoint {name!r} in session {self.id}")
 
     # -- whole-session operations ----------------------------------------
 
     def archive(self, archived: bool = True) -> None:
-        self.store.archive_session(self.id, archived=archived)
+        """Hide the session from ``Store.sessions()``; ``archived=False`` undoes it."""
+        with self.storage.transaction():
+            self.storage.set_archived(self.id, now() if archived else None)
 
     def delete(self) -> int:
-        return self.store.delete_session(self.id)
+        """Delete the session with all its nodes, refs and runs; return the nodes removed."""
+        with self.storage.transaction():
+            return self.storage.delete_session(self.id)
 
     def prune(self, *, dry_run: bool = True, vacuum: bool = False) -> PruneReport:
-        return self.store.prune(dry_run=dry_run, vacuum=vacuum, session_id=self.id)
+        """``Store.prune`` for this session only."""
+        return maintenance.prune(self.storage, dry_run=dry_run, vacuum=vacuum, session_id=self.id)
 
     def verify(self) -> VerifyReport:
-        return self.store.verify(session_id=self.id)
+        """``Store.verify`` for this session only."""
+        return maintenance.verify(self.storage, session_id=self.id)

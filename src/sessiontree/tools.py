@@ -36,6 +36,7 @@ from .errors import SessionTreeError
 
 if typing.TYPE_CHECKING:
     from .session import Session
+    from .store import Store
 
 
 class ToolArgumentError(SessionTreeError, ValueError):
@@ -49,6 +50,7 @@ class ToolContext:
     session: Session
     branch: str
     call_id: str
+    store: Store | None = None  # the store the run writes to, to read other sessions
 
 
 _SCALARS: dict[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}

@@ -20,7 +20,8 @@ import click
 
 from ..db import needs_migration
 from ..errors import NotFound, SessionTreeError
-from ..session import MIN_PREFIX, Session
+from ..names import MIN_PREFIX
+from ..session import Session
 from ..store import Store
 
 

@@ -1,0 +1,72 @@
+"""What names and refs may look like. Pure functions, no I/O.
+
+Contract:
+- A branch or checkpoint name is 1-200 printable characters without
+  surrounding spaces or ``~``, and never something that could be read as a
+  node id or an id prefix (4+ hex digits and dashes): a name can therefore
+  never shadow a node, and a printed id prefix always means the node.
+- A ref is a name, a node id, a unique id prefix (MIN_PREFIX+ characters)
+  or a ``Node``, optionally followed git-style by ``~N`` (the Nth ancestor;
+  ``~`` alone is ``~1``; suffixes add up: ``main~2~1`` is ``main~3``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import Conflict, InvalidPayload
+
+MAX_NAME = 200
+MIN_PREFIX = 4
+"""Shortest id prefix accepted as a ref."""
+
+FULL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_ID_LIKE = re.compile(rf"[0-9a-fA-F-]{{{MIN_PREFIX},}}")
+_ANCESTRY = re.compile(r"(~\d*)+\Z")
+
+
+def looks_like_id(text: str) -> bool:
+    """Whether ``text`` could be a node id or an id prefix."""
+    return bool(_ID_LIKE.fullmatch(text))
+
+
+def split_ancestry(ref: str) -> tuple[str, int]:
+    """``"main~2"`` -> ``("main", 2)``; a ref without ``~`` -> ``(ref, 0)``."""
+    match = _ANCESTRY.search(ref)
+    if match is None or match.start() == 0:
+        return ref, 0
+    steps = sum(int(part) if part else 1 for part in ref[match.start() + 1 :].split("~"))
+    return ref[: match.start()], steps
+
+
+def check_text(text: str | None, what: str) -> str | None:
+    """Text SQLite can store as UTF-8: no lone surrogates."""
+    if isinstance(text, str) and any("\ud800" <= c <= "\udfff" for c in text):
+        raise InvalidPayload(f"{what} {text!r} holds a lone surrogate, which is not valid Unicode text")
+    return text
+
+
+def check_name(name: str, what: str = "branch", *, new: bool = True) -> str:
+    """A valid branch or checkpoint name (see the module docstring), or Conflict saying why not.
+
+    ``new=False`` checks only what any lookup needs (text SQLite can store), so
+    that a name made before the ``~`` and id-like rules still works.
+    """
+    if not isinstance(name, str) or not name or name != name.strip() or len(name) > MAX_NAME:
+        raise Conflict(
+            f"invalid {what} name {name!r}: use 1-{MAX_NAME} characters, no leading or trailing spaces"
+        )
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise Conflict(f"invalid {what} name {name!r}: control characters are not allowed")
+    if any("\ud800" <= c <= "\udfff" for c in name):
+        raise Conflict(f"invalid {what} name {name!r}: lone surrogates are not allowed")
+    if not new:
+        return name
+    if "~" in name:
+        raise Conflict(f"invalid {what} name {name!r}: '~' is not allowed (REF~N means the Nth ancestor)")
+    if looks_like_id(name):
+        raise Conflict(
+            f"invalid {what} name {name!r}: it could be read as a node id prefix; "
+            "use a name with a letter beyond a-f"
+        )
+    return name
