@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import Conflict, InvalidPayload, NotFound, SessionTreeError
+from .errors import Conflict, ImportConflict, InvalidPayload, InvalidTree, NotFound, SessionTreeError
 from .ids import now
 from .model import encode_json, encode_payload
 from .names import check_name, check_text
@@ -43,14 +43,6 @@ if TYPE_CHECKING:
 Progress = Callable[[int, int], None]
 CHUNK = 500  # ids per IN (...) query: well under SQLite's variable limit
 PROGRESS_EVERY = 1000
-
-
-class InvalidTree(SessionTreeError, ValueError):
-    """The input is not a tree: a missing parent, a cycle, a bad payload or depth."""
-
-
-class ImportConflict(Conflict):
-    """The input disagrees with what the store already holds under the same ids."""
 
 
 @dataclass

@@ -3,7 +3,8 @@
 Contract: all derive from ``SessionTreeError``, so callers can catch one class;
 each message names the thing that is wrong (the id, the name, the file).
 Lookups that find nothing raise ``NotFound`` (also a ``KeyError``); refusals of
-a well-formed request raise ``Conflict`` (also a ``ValueError``).
+a well-formed request raise ``Conflict`` (also a ``ValueError``). Every class
+sessiontree raises is defined here; ``docs/api.md`` draws the hierarchy.
 """
 
 from __future__ import annotations
@@ -64,3 +65,35 @@ class ProviderError(SessionTreeError):
     def __init__(self, message: str, *, status: int | None = None, retryable: bool = False) -> None:
         super().__init__(message)
         self.status, self.retryable = status, retryable
+
+
+class ModelOutputError(SessionTreeError):
+    """A model call returned something that is not an assistant message."""
+
+
+class ToolArgumentError(SessionTreeError, ValueError):
+    """Arguments a model sent that do not fit the tool's signature."""
+
+
+class InvalidTree(SessionTreeError, ValueError):
+    """Import input that is not a tree: a missing parent, a cycle, a bad payload or depth."""
+
+
+class FormatError(InvalidTree):
+    """Malformed or unsupported import input; nothing was written.
+
+    The message names the file when there is one, then the line or record, then
+    the problem: ``chat.jsonl line 7: ...``.
+    """
+
+
+class ImportConflict(Conflict):
+    """Import input that disagrees with what the store already holds under the same ids."""
+
+
+class CassetteExhausted(SessionTreeError):
+    """A replay asked for more model calls than the recording holds."""
+
+
+class ScriptExhausted(SessionTreeError):
+    """A scripted model was called more times than its script has replies."""

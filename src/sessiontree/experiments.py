@@ -24,7 +24,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .errors import Conflict, SessionTreeError
+from . import bridge
+from .errors import CassetteExhausted, Conflict, SessionTreeError
 from .loop import ModelCall, arun
 from .model import Completion, Node, Usage
 from .session import Ref, Session
@@ -81,10 +82,6 @@ def _event(node: Node) -> tuple | None:
 
 
 # -- replay ------------------------------------------------------------------
-
-
-class CassetteExhausted(SessionTreeError):
-    """A replay asked for more model calls than the recording holds."""
 
 
 @dataclass(frozen=True)
@@ -223,7 +220,7 @@ def _show(event: tuple | None) -> str | None:
 
 def replay(store: Store, branch: str, **kwargs: Any) -> ReplayReport:
     """``areplay`` for callers without asyncio."""
-    return asyncio.run(areplay(store, branch, **kwargs))
+    return bridge.call(areplay(store, branch, **kwargs))
 
 
 # -- rerun -------------------------------------------------------------------
@@ -344,7 +341,7 @@ async def arerun(
 
 def rerun(store: Store, at: Ref, variants: Sequence[Variant], n: int = 1, **kwargs: Any) -> list[RerunResult]:
     """``arerun`` for callers without asyncio."""
-    return asyncio.run(arerun(store, at, variants, n, **kwargs))
+    return bridge.call(arerun(store, at, variants, n, **kwargs))
 
 
 # -- compare -----------------------------------------------------------------

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 from . import bridge
-from .errors import BranchMoved, Conflict, InvalidPayload, SessionTreeError
+from .errors import BranchMoved, Conflict, InvalidPayload, ModelOutputError, SessionTreeError
 from .ids import new_id, now
 from .model import Completion, Node
 from .plan import Action, next_action
@@ -58,10 +58,6 @@ from .tools import Tool, ToolArgumentError, ToolContext, as_tools
 
 ModelCall = Callable[[list[dict[str, Any]], list[dict[str, Any]]], Any]
 Approver = Callable[[ToolCall], Any]
-
-
-class ModelOutputError(SessionTreeError):
-    """A model call returned something that is not an assistant message."""
 
 
 async def arun(

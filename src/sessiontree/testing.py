@@ -15,12 +15,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from .errors import SessionTreeError
+from .errors import ScriptExhausted
 from .model import Completion
-
-
-class ScriptExhausted(SessionTreeError):
-    """The model was called more times than the script has replies."""
 
 
 def tool_call(

@@ -32,15 +32,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, is_typeddict
 
-from .errors import SessionTreeError
+from .errors import ToolArgumentError
 
 if typing.TYPE_CHECKING:
     from .session import Session
     from .store import Store
-
-
-class ToolArgumentError(SessionTreeError, ValueError):
-    """Arguments a model sent that do not fit the tool's signature."""
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from .. import bulk
 from ..bulk import ImportConflict, ImportedSession, InvalidTree
+from ..errors import FormatError
 from .chatgpt import parse_chatgpt
 from .claude_code import parse_claude_code
 from .common import load_json
-from .errors import FormatError, located
+from .errors import located
 from .librechat import parse_librechat
 from .native import export_native, parse_native
 from .openai import export_openai, parse_openai

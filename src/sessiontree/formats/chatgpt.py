@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..bulk import ImportedNode, ImportedRun, ImportedSession
+from ..errors import FormatError
 from ..ids import now
 from .common import (
     EPOCH,
@@ -36,7 +37,6 @@ from .common import (
     stable_id,
     tool_call,
 )
-from .errors import FormatError
 
 ROLES = {"system", "user", "assistant", "tool"}
 

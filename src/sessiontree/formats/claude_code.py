@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..bulk import ImportedNode, ImportedSession
+from ..errors import FormatError
 from ..ids import now
 from .common import (
     block_text,
@@ -45,7 +46,6 @@ from .common import (
     stable_id,
     tool_call,
 )
-from .errors import FormatError
 
 KEPT = {"user", "assistant", "system"}
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..bulk import ImportedNode, ImportedRef, ImportedRun
-from .errors import FormatError
+from ..errors import FormatError
 
 NAMESPACE = uuid.UUID("3f6c1e0a-8d51-4e0b-9c8e-5a1f2b7d9e40")  # sessiontree imports
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")

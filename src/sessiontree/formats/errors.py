@@ -1,18 +1,13 @@
-"""The error every importer raises for input it cannot read.
+"""Where an import error happened, in its message.
 
-Contract: ``FormatError`` is a ``SessionTreeError`` (and a ``ValueError``) whose
-message names the file when there is one, then the line or record, then the
-problem: ``chat.jsonl line 7: ...`` or
-``conversations.json: conversation 2, node 'abc': ...``.
+Contract: ``FormatError`` (defined in ``sessiontree.errors``) is the error every
+importer raises for input it cannot read; its message names the file when
+there is one, then the line or record, then the problem: ``chat.jsonl line 7:
+...`` or ``conversations.json: conversation 2, node 'abc': ...``. ``located``
+adds the file name.
 """
 
 from __future__ import annotations
-
-from ..bulk import InvalidTree
-
-
-class FormatError(InvalidTree):
-    """Malformed or unsupported import input; nothing was written."""
 
 
 def located(name: str | None, message: str) -> str:

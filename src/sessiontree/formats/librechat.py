@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..bulk import ImportedNode, ImportedSession
+from ..errors import FormatError
 from ..ids import now
 from .common import (
     block_text,
@@ -34,7 +35,6 @@ from .common import (
     make_run,
     stable_id,
 )
-from .errors import FormatError
 
 ZERO = "00000000-0000-0000-0000-000000000000"
 

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import bulk
 from ..bulk import ImportedNode, ImportedRef, ImportedRun, ImportedSession
+from ..errors import FormatError
 from .common import jsonl_records, require
-from .errors import FormatError
 
 if TYPE_CHECKING:
     from ..store import Store

@@ -18,9 +18,8 @@ import copy
 from typing import TYPE_CHECKING, Any
 
 from ..bulk import ImportedNode, ImportedRef, ImportedSession
-from ..errors import NotFound
+from ..errors import FormatError, NotFound
 from ..ids import new_id, now
-from .errors import FormatError
 
 if TYPE_CHECKING:
     from ..session import Session

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..bulk import ImportedNode, ImportedSession
+from ..errors import FormatError
 from ..ids import now
 from ..model import ROLES
 from .common import (
@@ -31,7 +32,6 @@ from .common import (
     make_run,
     stable_id,
 )
-from .errors import FormatError
 
 
 def parse_openwebui(data: Any) -> list[ImportedSession]:

@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..bulk import ImportedNode, ImportedRef, ImportedSession
+from ..errors import FormatError
 from ..ids import now
 from .common import (
     block_text,
@@ -43,7 +44,6 @@ from .common import (
     resolve,
     tool_call,
 )
-from .errors import FormatError
 
 SKIPPED = {"label", "session_info", "custom"}
 NODE_TYPES = {

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,48 @@ WITH RECURSIVE
     WHERE n.parent_id IS NOT NULL
   )
 """
+
+
+# (check, detail, query): each query returns (session id, node id, details...).
+_INTEGRITY_CHECKS = [
+    (
+        "parent",
+        "node {1} has a missing parent {2}",
+        """SELECT c.session_id, c.id, c.parent_id FROM nodes c LEFT JOIN nodes p ON p.id = c.parent_id
+        WHERE c.parent_id IS NOT NULL AND p.id IS NULL {scope}""",
+    ),
+    (
+        "parent",
+        "node {1} has its parent in another session {2}",
+        """SELECT c.session_id, c.id, p.session_id FROM nodes c JOIN nodes p ON p.id = c.parent_id
+        WHERE p.session_id != c.session_id {scope}""",
+    ),
+    (
+        "depth",
+        "node {1} has depth {2} under a parent of depth {3}",
+        """SELECT c.session_id, c.id, c.depth, p.depth FROM nodes c JOIN nodes p ON p.id = c.parent_id
+        WHERE c.depth != p.depth + 1 {scope}""",
+    ),
+    (
+        "payload",
+        "node {1} has a payload that is not valid JSON",
+        "SELECT c.session_id, c.id FROM nodes c WHERE json_valid(c.payload) = 0 {scope}",
+    ),
+    (
+        "ref",
+        "branch {2!r} points at {1}, which is not a node of its session",
+        """SELECT c.session_id, c.head_id, c.name FROM branches c
+        LEFT JOIN nodes n ON n.id = c.head_id AND n.session_id = c.session_id
+        WHERE c.head_id IS NOT NULL AND n.id IS NULL {scope}""",
+    ),
+    (
+        "ref",
+        "checkpoint {2!r} points at {1}, which is not a node of its session",
+        """SELECT c.session_id, c.node_id, c.name FROM checkpoints c
+        LEFT JOIN nodes n ON n.id = c.node_id AND n.session_id = c.session_id
+        WHERE n.id IS NULL {scope}""",
+    ),
+]
 
 
 def _node(row: Sequence[Any]) -> Node:
@@ -381,7 +423,8 @@ class SQLiteStorage:
 
     def checkpoints(self, session_id: str) -> list[Checkpoint]:
         rows = self.conn.execute(
-            "SELECT session_id, name, node_id, created_at FROM checkpoints WHERE session_id = ? ORDER BY name",
+            "SELECT session_id, name, node_id, created_at FROM checkpoints"
+            " WHERE session_id = ? ORDER BY name",
             (session_id,),
         )
         return [Checkpoint(*r) for r in rows]
@@ -465,64 +508,15 @@ class SQLiteStorage:
 
     def integrity_problems(self, session_id: str | None) -> list[tuple[str, str, str, str | None]]:
         """(session id, check, detail, node id) for every row that breaks a tree invariant."""
-        conn = self.conn
         scope = "" if session_id is None else "AND c.session_id = :s"
-        params = {"s": session_id}
         problems: list[tuple[str, str, str, str | None]] = []
-
-        def add(rows: Iterable[Sequence[Any]], check: str, detail: str) -> None:
-            problems.extend((row[0], check, detail.format(*row), row[1]) for row in rows)
-
         if session_id is None:
-            problems += [("", "sqlite", m, None) for (m,) in conn.execute("PRAGMA quick_check") if m != "ok"]
-        add(
-            conn.execute(
-                f"""SELECT c.session_id, c.id, c.parent_id FROM nodes c LEFT JOIN nodes p ON p.id = c.parent_id
-                WHERE c.parent_id IS NOT NULL AND p.id IS NULL {scope}""",
-                params,
-            ),
-            "parent",
-            "node {1} has a missing parent {2}",
-        )
-        add(
-            conn.execute(
-                f"""SELECT c.session_id, c.id, p.session_id FROM nodes c JOIN nodes p ON p.id = c.parent_id
-                WHERE p.session_id != c.session_id {scope}""",
-                params,
-            ),
-            "parent",
-            "node {1} has its parent in another session {2}",
-        )
-        add(
-            conn.execute(
-                f"""SELECT c.session_id, c.id, c.depth, p.depth FROM nodes c JOIN nodes p ON p.id = c.parent_id
-                WHERE c.depth != p.depth + 1 {scope}""",
-                params,
-            ),
-            "depth",
-            "node {1} has depth {2} under a parent of depth {3}",
-        )
-        add(
-            conn.execute(
-                f"SELECT c.session_id, c.id FROM nodes c WHERE json_valid(c.payload) = 0 {scope}", params
-            ),
-            "payload",
-            "node {1} has a payload that is not valid JSON",
-        )
-        for table, column, what in (
-            ("branches", "head_id", "branch"),
-            ("checkpoints", "node_id", "checkpoint"),
-        ):
-            add(
-                conn.execute(
-                    f"""SELECT c.session_id, c.{column}, c.name FROM {table} c
-                    LEFT JOIN nodes n ON n.id = c.{column} AND n.session_id = c.session_id
-                    WHERE c.{column} IS NOT NULL AND n.id IS NULL {scope}""",
-                    params,
-                ),
-                "ref",
-                what + " {2!r} points at {1}, which is not a node of its session",
-            )
+            problems += [
+                ("", "sqlite", m, None) for (m,) in self.conn.execute("PRAGMA quick_check") if m != "ok"
+            ]
+        for check, detail, sql in _INTEGRITY_CHECKS:
+            for row in self.conn.execute(sql.format(scope=scope), {"s": session_id}):
+                problems.append((row[0], check, detail.format(*row), row[1]))
         return problems
 
     def branch_heads(self, session_id: str | None) -> list[tuple[str, str, str]]:
