@@ -156,3 +156,47 @@ def test_a_failing_block_names_the_file_and_line(tmp_path: Path) -> None:
     message = str(info.value)
     assert "sample.md: the python block starting at line 27 failed" in message
     assert f'File "{path}", line 29' in message and "ZeroDivisionError" in message
+
+
+def test_every_public_name_is_documented_where_the_index_says():
+    import sessiontree
+
+    text = (DOCS / "api.md").read_text("utf-8")
+    index = text[text.index("## Everything `sessiontree` exports") :]
+    listed: dict[str, str] = {}
+    for row in index.splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        page = re.search(r"\]\(([\w.]+\.md)", cells[2])
+        assert page, f"no page link in {row!r}"
+        for name in re.findall(r"`(\w+)`", cells[0]):
+            listed[name] = page[1]
+    assert sorted(listed) == sorted(sessiontree.__all__)
+    for name, page in listed.items():
+        body = (DOCS / page).read_text("utf-8")
+        assert re.search(rf"\b{name}\b", body), f"{name} is listed under {page} but {page} does not mention it"
+
+
+def test_the_error_hierarchy_drawn_in_the_docs_is_the_real_one():
+    import sessiontree.errors as errors
+
+    text = (DOCS / "api.md").read_text("utf-8")
+    drawing = text[text.index("SessionTreeError\n├") : text.index("```", text.index("SessionTreeError\n├"))]
+    parents: dict[str, str] = {}
+    stack: list[tuple[int, str]] = [(-1, "SessionTreeError")]
+    for line in drawing.splitlines()[1:]:
+        name = re.search(r"[─] (\w+)", line)[1]
+        depth = line.index("─") // 4
+        while stack[-1][0] >= depth:
+            stack.pop()
+        parents[name] = stack[-1][1]
+        stack.append((depth, name))
+    defined = {
+        n: c for n, c in vars(errors).items() if isinstance(c, type) and issubclass(c, errors.SessionTreeError)
+    }
+    assert set(parents) == set(defined) - {"SessionTreeError"}
+    for name, parent in parents.items():
+        assert defined[name].__mro__[1].__name__ == parent or parent in {
+            b.__name__ for b in defined[name].__bases__
+        }, name

@@ -4,18 +4,24 @@ The public API is re-exported here; import from ``sessiontree``, not from its
 modules.
 """
 
-from .bulk import ImportConflict
 from .errors import (
     AmbiguousRef,
     BranchMoved,
+    CassetteExhausted,
     CheckpointImmutable,
     Conflict,
+    FormatError,
+    ImportConflict,
     InvalidPayload,
+    InvalidTree,
+    ModelOutputError,
     NotFound,
     ProviderError,
     ReadOnly,
     SchemaTooNew,
+    ScriptExhausted,
     SessionTreeError,
+    ToolArgumentError,
 )
 from .experiments import (
     BranchSummary,
@@ -29,9 +35,9 @@ from .experiments import (
     replay,
     rerun,
 )
-from .formats import FormatError, detect_format, export_file, import_file
+from .formats import detect_format, export_file, import_file
 from .ids import new_id
-from .loop import ModelOutputError, aresume, arun, decide, resume, run
+from .loop import aresume, arun, decide, resume, run
 from .model import (
     Branch,
     Checkpoint,
@@ -61,7 +67,7 @@ from .steps import (
     ToolStart,
 )
 from .store import Store
-from .tools import Tool, ToolArgumentError, ToolContext, tool
+from .tools import Tool, ToolContext, tool
 
 __version__ = "0.1.0"
 
@@ -72,6 +78,7 @@ __all__ = [
     "Branch",
     "BranchMoved",
     "BranchSummary",
+    "CassetteExhausted",
     "Checkpoint",
     "CheckpointImmutable",
     "Comparison",
@@ -83,6 +90,7 @@ __all__ = [
     "FormatError",
     "ImportConflict",
     "InvalidPayload",
+    "InvalidTree",
     "ModelOutputError",
     "Node",
     "NotFound",
@@ -97,6 +105,7 @@ __all__ = [
     "RerunResult",
     "Run",
     "SchemaTooNew",
+    "ScriptExhausted",
     "Session",
     "SessionInfo",
     "SessionTreeError",
@@ -112,10 +121,10 @@ __all__ = [
     "Usage",
     "Variant",
     "VerifyReport",
-    "aresume",
-    "arun",
     "areplay",
     "arerun",
+    "aresume",
+    "arun",
     "compare",
     "decide",
     "detect_format",
