@@ -175,7 +175,9 @@ def test_every_public_name_is_documented_where_the_index_says():
     assert sorted(listed) == sorted(sessiontree.__all__)
     for name, page in listed.items():
         body = (DOCS / page).read_text("utf-8")
-        assert re.search(rf"\b{name}\b", body), f"{name} is listed under {page} but {page} does not mention it"
+        assert re.search(rf"\b{name}\b", body), (
+            f"{name} is listed under {page} but {page} does not mention it"
+        )
 
 
 def test_the_error_hierarchy_drawn_in_the_docs_is_the_real_one():
@@ -193,7 +195,9 @@ def test_the_error_hierarchy_drawn_in_the_docs_is_the_real_one():
         parents[name] = stack[-1][1]
         stack.append((depth, name))
     defined = {
-        n: c for n, c in vars(errors).items() if isinstance(c, type) and issubclass(c, errors.SessionTreeError)
+        n: c
+        for n, c in vars(errors).items()
+        if isinstance(c, type) and issubclass(c, errors.SessionTreeError)
     }
     assert set(parents) == set(defined) - {"SessionTreeError"}
     for name, parent in parents.items():

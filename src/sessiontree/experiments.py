@@ -127,7 +127,7 @@ def _recorded() -> None:
 class RecordedTool(Tool):
     """A tool that answers each call id with the result recorded for it."""
 
-    def __init__(self, name: str, results: dict[str, str]) -> None:
+    def __init__(self, name: str, results: dict[str, Any]) -> None:
         super().__init__(_recorded, name=name)
         self.results = results
 
@@ -160,7 +160,9 @@ async def areplay(
     if first is None or first == 0:
         raise Conflict(f"branch {branch!r} has no model call to replay after a first message")
     recorded = path[first:]
-    replies, results, decisions = [], {}, {}
+    replies: list[Completion] = []
+    results: dict[str, Any] = {}
+    decisions: dict[str, Decision] = {}
     for node in recorded:
         if node.kind == "message" and node.payload.get("role") == "assistant":
             run = store.run(node.run_id) if node.run_id else None
@@ -174,13 +176,13 @@ async def areplay(
                 )
             )
         elif node.kind == "message" and node.payload.get("role") == "tool":
-            results[node.payload.get("tool_call_id")] = node.payload.get("content")
+            results[str(node.payload.get("tool_call_id"))] = node.payload.get("content")
         elif node.kind == "decision":
             for call_id, data in node.payload.get("decisions", {}).items():
                 decisions[call_id] = decision_from_dict(data)
     if tools == "recorded":
         names = {c["function"]["name"] for r in replies for c in r.message.get("tool_calls") or []}
-        registry = [RecordedTool(name, results) for name in sorted(names)]
+        registry: list[Tool] = [RecordedTool(name, results) for name in sorted(names)]
     elif tools == "live":
         registry = list(as_tools(implementations).values())
     else:

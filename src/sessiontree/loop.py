@@ -202,7 +202,7 @@ async def _resolve_calls(
                 )
             )
             continue
-        answer = action.decided.get(call.id)
+        answer: Decision | Pause | None = action.decided.get(call.id)
         if answer is None:
             answer = default_approval(call, tool) if approve is None else await _maybe_await(approve(call))
         if isinstance(answer, Approve):

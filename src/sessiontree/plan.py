@@ -61,7 +61,9 @@ def next_action(path: list[Node]) -> Action:
     decided: dict[str, Decision] = {}
     for node in tail:
         if node.kind == "message":  # a tool message
-            answered.add(node.payload.get("tool_call_id"))
+            call_id = node.payload.get("tool_call_id")
+            if isinstance(call_id, str):
+                answered.add(call_id)
         elif node.kind == "tool_start":
             for call in node.payload.get("calls", []):
                 started.add(call["id"])

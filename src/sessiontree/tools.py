@@ -82,7 +82,7 @@ def _fields(cls: type) -> tuple[dict[str, Any], set[str]]:
     """(field -> annotation, required field names) of a dataclass or TypedDict."""
     hints = get_type_hints(cls)
     if is_typeddict(cls):
-        return hints, set(cls.__required_keys__)
+        return hints, set(typing.cast(Any, cls).__required_keys__)
     required = {
         f.name
         for f in dataclasses.fields(cls)
@@ -246,10 +246,11 @@ class Tool:
     def parse(self, arguments: str | dict[str, Any] | None) -> dict[str, Any]:
         """Decode and check a call's arguments; raise ToolArgumentError saying what is wrong."""
         if isinstance(arguments, str):
+            text = arguments
             try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
+                arguments = json.loads(text) if text.strip() else {}
             except json.JSONDecodeError as e:
-                raise ToolArgumentError(f"arguments are not valid JSON ({e}): {arguments[:200]}") from None
+                raise ToolArgumentError(f"arguments are not valid JSON ({e}): {text[:200]}") from None
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, dict):
