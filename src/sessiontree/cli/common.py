@@ -20,7 +20,7 @@ import click
 
 from ..db import needs_migration
 from ..errors import NotFound, SessionTreeError
-from ..names import MIN_PREFIX
+from ..names import looks_like_id, split_ancestry
 from ..session import Session
 from ..store import Store
 
@@ -81,26 +81,20 @@ def target(store: Store, ref: str, session: str | None) -> tuple[Session, str]:
     """
     if session:
         return store.session(session), ref
-    if len(ref) >= MIN_PREFIX and all(c in "0123456789abcdef-" for c in ref.lower()):
+    if looks_like_id(split_ancestry(ref)[0]):
         try:
             node = store.node(ref)
             return store.session(node.session_id), node.id
         except NotFound:
-            pass
+            if split_ancestry(ref)[1]:
+                raise  # an id was meant, and the walk up went past the root
     return latest_session(store), ref
 
 
-def abbreviations(ids: list[str], minimum: int = 8) -> dict[str, str]:
-    """The shortest unique prefix of each id among ``ids`` (at least ``minimum`` long)."""
-    ordered = sorted(set(ids))
-    short = {}
-    for i, current in enumerate(ordered):
-        length = minimum
-        for neighbour in ordered[max(0, i - 1) : i] + ordered[i + 1 : i + 2]:
-            shared = len(os.path.commonprefix([current, neighbour]))
-            length = max(length, shared + 1)
-        short[current] = current[:length]
-    return short
+def abbreviations(store: Store, ids: list[str]) -> dict[str, str]:
+    """Ids shortened to one width at which each is unique in the whole store, so any
+    id a listing prints can be pasted back into another command."""
+    return store.abbreviations(ids)
 
 
 def echo_json(data: Any) -> None:

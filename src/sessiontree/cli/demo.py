@@ -105,11 +105,12 @@ def run_demo(store: Store) -> None:
         session.branches(),
         session.checkpoints(),
         {p.id for p in session.pending()},
-        abbreviations([n.id for n in nodes]),
+        abbreviations(store, [n.id for n in nodes]),
     ):
         click.echo(line)
     click.echo()
     click.echo(
-        f"explore: sessiontree tree {session.id[:13]}   sessiontree log experiment"
+        f"explore: sessiontree tree {abbreviations(store, [session.id])[session.id]}"
+        "   sessiontree log experiment"
         f"   sessiontree diff main experiment"
     )

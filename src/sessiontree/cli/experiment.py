@@ -209,7 +209,7 @@ def compare(
         click.echo(line)
     if len(branches) == 2:
         click.echo()
-        for line in diff_lines(s.diff(first, branches[1]), branches[0], branches[1]):
+        for line in diff_lines(store, s.diff(first, branches[1]), branches[0], branches[1]):
             click.echo(line)
 
 

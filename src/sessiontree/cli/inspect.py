@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import click
 
+from ..errors import NotFound
 from ..model import Diff
+from ..names import looks_like_id
+from ..session import Session
+from ..store import Store
 from .common import abbreviations, echo_json, open_store, pick_session, target
 from .render import summary, table, transcript, tree_lines
 
@@ -26,7 +30,7 @@ def sessions(ctx: click.Context, include_archived: bool, as_json: bool) -> None:
     if not rows:
         click.echo("No sessions.")
         return
-    short = abbreviations([r.id for r in rows])
+    short = abbreviations(store, [r.id for r in rows])
     for line in table(
         [
             [
@@ -64,7 +68,9 @@ def tree(ctx: click.Context, session: str | None, as_json: bool) -> None:
         )
         return
     click.echo(f"session {s.id}" + (f"  {s.title}" if s.title else ""))
-    for line in tree_lines(nodes, branches, checkpoints, pending, abbreviations([n.id for n in nodes])):
+    for line in tree_lines(
+        nodes, branches, checkpoints, pending, abbreviations(store, [n.id for n in nodes])
+    ):
         click.echo(line)
 
 
@@ -81,7 +87,7 @@ def log(ctx: click.Context, ref: str, session: str | None, as_json: bool) -> Non
     if as_json:
         echo_json([n.to_dict() for n in path])
         return
-    for line in transcript(path, abbreviations([n.id for n in path])):
+    for line in transcript(path, abbreviations(store, [n.id for n in path])):
         click.echo(line)
 
 
@@ -91,8 +97,14 @@ def log(ctx: click.Context, ref: str, session: str | None, as_json: bool) -> Non
 @json_option
 @click.pass_context
 def show(ctx: click.Context, node: str, session: str | None, as_json: bool) -> None:
-    """Show one node in full: payload, parent, children, provenance."""
+    """Show one node in full (payload, parent, children, provenance), or a session by its id."""
     store = open_store(ctx)
+    if session is None and looks_like_id(node) and not _is_node(store, node):
+        try:
+            show_session(store.session(node), as_json)
+            return
+        except NotFound:
+            pass  # neither a node nor a session: the node lookup below says so
     s, ref = target(store, node, session)
     n = s.node(ref)
     children = s.children(n)
@@ -115,6 +127,39 @@ def show(ctx: click.Context, node: str, session: str | None, as_json: bool) -> N
     echo_json(n.payload)
 
 
+def _is_node(store: Store, ref: str) -> bool:
+    try:
+        store.node(ref)
+    except NotFound:
+        return False
+    return True
+
+
+def show_session(s: Session, as_json: bool) -> None:
+    """A session's header: id, title, times, size, and its refs."""
+    nodes, branches, checkpoints = s.tree(), s.branches(), s.checkpoints()
+    if as_json:
+        echo_json(
+            {
+                "id": s.id,
+                "title": s.title,
+                "metadata": s.metadata,
+                "created_at": s.created_at,
+                "archived_at": s.archived_at,
+                "nodes": len(nodes),
+                "branches": {b.name: b.head_id for b in branches},
+                "checkpoints": {c.name: c.node_id for c in checkpoints},
+            }
+        )
+        return
+    click.echo(f"session  {s.id}" + (f"  {s.title}" if s.title else ""))
+    click.echo(f"created  {s.created_at}" + (f"    archived {s.archived_at}" if s.archived_at else ""))
+    click.echo(f"nodes    {len(nodes)}")
+    click.echo(f"branches {', '.join(b.name for b in branches) or '(none)'}")
+    if checkpoints:
+        click.echo(f"checkpoints {', '.join(c.name for c in checkpoints)}")
+
+
 @click.command()
 @click.argument("session", required=False)
 @json_option
@@ -129,7 +174,7 @@ def branches(ctx: click.Context, session: str | None, as_json: bool) -> None:
             {"session": s.id, "branches": [b.__dict__ for b in bs], "checkpoints": [c.__dict__ for c in cps]}
         )
         return
-    short = abbreviations([b.head_id for b in bs if b.head_id] + [c.node_id for c in cps])
+    short = abbreviations(store, [b.head_id for b in bs if b.head_id] + [c.node_id for c in cps])
     rows = [["branch", b.name, short.get(b.head_id, "-"), b.updated_at] for b in bs]
     rows += [["checkpoint", c.name, short[c.node_id], c.created_at] for c in cps]
     for line in table(rows, ["KIND", "NAME", "AT", "UPDATED"]):
@@ -156,12 +201,14 @@ def diff(ctx: click.Context, a: str, b: str, session: str | None, as_json: bool)
             }
         )
         return
-    for line in diff_lines(d, a, b):
+    for line in diff_lines(store, d, a, b):
         click.echo(line)
 
 
-def diff_lines(d: Diff, a: str, b: str) -> list[str]:
-    short = abbreviations([n.id for n in [*d.only_a, *d.only_b]] + ([d.ancestor.id] if d.ancestor else []))
+def diff_lines(store: Store, d: Diff, a: str, b: str) -> list[str]:
+    short = abbreviations(
+        store, [n.id for n in [*d.only_a, *d.only_b]] + ([d.ancestor.id] if d.ancestor else [])
+    )
     ancestor = f"{short[d.ancestor.id]} {summary(d.ancestor)}" if d.ancestor else "(none)"
     lines = [f"common ancestor: {ancestor}"]
     for sign, name, nodes in (("-", a, d.only_a), ("+", b, d.only_b)):
