@@ -18,6 +18,8 @@ from sessiontree.providers import openai_compatible
 
 from flows import approve_risky, get_weather, send_email
 
+pytestmark = pytest.mark.slow  # starts a fakellm server and resumes in new processes
+
 RESUME = textwrap.dedent("""\
     import asyncio, json, sys
     from flows import approve_risky, get_weather, send_email

@@ -97,6 +97,7 @@ def grow(s, plan) -> None:
             nodes.append(s.append(body, kind=kind, run=run, **where))
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trees=st.lists(steps, min_size=1, max_size=3), titles=st.lists(st.text(max_size=10)))
 def test_random_trees_survive_export_and_import(trees, titles):

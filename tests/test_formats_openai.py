@@ -57,6 +57,7 @@ messages = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(messages=messages, wrapped=st.booleans())
 def test_messages_round_trip(messages, wrapped):

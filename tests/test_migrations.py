@@ -95,7 +95,7 @@ def test_a_failed_step_leaves_the_previous_version(tmp_path, monkeypatch):
         assert not store.storage.db["extra"].exists()
 
 
-def test_the_wheel_ships_the_migrations(tmp_path):
+def test_the_wheel_ships_the_migrations_and_the_typing_marker(tmp_path):
     subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path), str(ROOT)],
         check=True,
@@ -105,3 +105,5 @@ def test_the_wheel_ships_the_migrations(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     for step in migrations():
         assert f"sessiontree/migrations/{step.version:04d}_{step.name}.sql" in names
+    # PEP 561: without it, type checkers ignore the package's annotations
+    assert "sessiontree/py.typed" in names

@@ -21,6 +21,8 @@ from sessiontree.model import Completion
 from sessiontree.providers import openai as openai_mod
 from sessiontree.providers import openai_compatible
 
+pytestmark = pytest.mark.slow  # starts fakellm and llmock servers
+
 try:
     from tests import servers
 except ImportError:  # tests/ is not a package: pytest put it on sys.path

@@ -12,8 +12,12 @@ import multiprocessing
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 import reliability_workers as workers
 from sessiontree import Store
+
+pytestmark = pytest.mark.slow  # writer processes racing for seconds
 
 PROCESSES = 4
 SECONDS = 2.0

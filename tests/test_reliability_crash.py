@@ -15,7 +15,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from sessiontree import Store
+
+pytestmark = pytest.mark.slow  # kills writer processes for up to 20 s
 
 TESTS = Path(__file__).parent
 ITERATIONS = 40

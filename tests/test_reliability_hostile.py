@@ -117,6 +117,7 @@ def has_non_finite(value) -> bool:
 # -- payloads --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(content=odd_text, data=json_values)
 def test_odd_payloads_round_trip_or_are_refused_whole(store, session, content, data):
@@ -336,6 +337,7 @@ def garble(data: bytes, mutations) -> bytes:
     return bytes(out)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutations=st.lists(mutation, min_size=1, max_size=3))
 def test_garbled_native_files_import_cleanly_or_not_at_all(tmp_path, mutations):

@@ -10,6 +10,8 @@ import multiprocessing
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 import reliability_workers as workers
 from sessiontree import Approve, Pause, Store, decide, run
 from sessiontree.testing import ScriptedModel, reply, tool_call
@@ -55,6 +57,7 @@ def race(target, db: Path, pause_ids: list[str], out: Path, *extra) -> list[list
     return [json.loads((out / f"{prefix}-r{i}.json").read_text()) for i in range(RACERS)]
 
 
+@pytest.mark.slow
 def test_two_processes_deciding_one_pause_many_times(tmp_path):
     db = tmp_path / "d.db"
     with Store(db) as store:
@@ -72,6 +75,7 @@ def test_two_processes_deciding_one_pause_many_times(tmp_path):
         assert store.pending() == [] and store.verify().ok
 
 
+@pytest.mark.slow
 def test_two_processes_resuming_one_decided_pause_many_times(tmp_path):
     db, tool_log = tmp_path / "r.db", tmp_path / "executions.log"
     tool_log.touch()

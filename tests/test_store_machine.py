@@ -11,10 +11,13 @@ import tempfile
 from pathlib import Path
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from sessiontree import CheckpointImmutable, Conflict, Store
+
+pytestmark = pytest.mark.slow  # hypothesis state machine, seconds per run
 
 NAMES = st.sampled_from(["main", "dev", "x", "y", "cp1", "cp2"])
 TEXTS = st.text(max_size=12)

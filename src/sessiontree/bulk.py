@@ -153,8 +153,8 @@ def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
         yield items[i : i + CHUNK]
 
 
-def _rows_by_id(conn: sqlite3.Connection, columns: str, ids: Sequence[str]) -> dict[str, tuple]:
-    found = {}
+def _rows_by_id(conn: sqlite3.Connection, columns: str, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+    found: dict[str, tuple[Any, ...]] = {}
     for chunk in _chunks(ids):
         marks = ",".join("?" * len(chunk))
         for row in conn.execute(f"SELECT id, {columns} FROM nodes WHERE id IN ({marks})", chunk):
@@ -238,7 +238,9 @@ def _write_one(
     _write_branches(conn, s)
 
 
-def _depths(s: ImportedSession, by_id: dict[str, ImportedNode], outside: dict[str, tuple]) -> dict[str, int]:
+def _depths(
+    s: ImportedSession, by_id: dict[str, ImportedNode], outside: dict[str, tuple[Any, ...]]
+) -> dict[str, int]:
     """Depth of every node from its parent chain; refuses missing parents and cycles."""
     depths: dict[str, int] = {}
     for start in s.nodes:
@@ -312,11 +314,12 @@ def _check_run_ids(conn: sqlite3.Connection, s: ImportedSession) -> None:
 
 
 def _ref_kind(conn: sqlite3.Connection, session_id: str, name: str) -> tuple[str, str | None] | None:
-    return conn.execute(
+    row: tuple[str, str | None] | None = conn.execute(
         "SELECT 'branch', head_id FROM branches WHERE session_id = ? AND name = ?"
         " UNION ALL SELECT 'checkpoint', node_id FROM checkpoints WHERE session_id = ? AND name = ?",
         (session_id, name, session_id, name),
     ).fetchone()
+    return row
 
 
 def _check_ref_target(conn: sqlite3.Connection, s: ImportedSession, what: str, ref: ImportedRef) -> None:

@@ -67,7 +67,8 @@ def migrations() -> list[Migration]:
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
-    return conn.execute("PRAGMA user_version").fetchone()[0]
+    version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+    return version
 
 
 def pending_migrations(conn: sqlite3.Connection) -> list[Migration]:

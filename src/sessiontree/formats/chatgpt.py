@@ -58,8 +58,9 @@ def content_text(content: Any) -> str:
         return ""
     if isinstance(content.get("parts"), list):
         return block_text(content["parts"])
-    if isinstance(content.get("text"), str):  # code, execution_output
-        return content["text"]
+    text = content.get("text")
+    if isinstance(text, str):  # code, execution_output
+        return text
     # user_editable_context (custom instructions), tether_browsing_display, ...
     texts = [content.get(k) for k in ("user_profile", "user_instructions", "result", "summary")]
     return "\n\n".join(t for t in texts if isinstance(t, str) and t)

@@ -111,7 +111,7 @@ class _Builder:
             self.session.metadata["dangling_parents"] = sorted(set(self.dangling))
         if self.session.title is None:
             self.session.title = self._first_prompt()
-        originals = {self.node_of[u]: u for u in self.records if self.node_of[u] == self._id(u)}
+        originals = {self._id(u): u for u in self.records if self.node_of[u] == self._id(u)}
         self.session.branches = leaf_branches(self.session.nodes, self.node_of[last], originals)
         return self.session
 
@@ -222,8 +222,9 @@ class _Builder:
                 if rec.get("isCompactSummary")
                 else ("message", chat_message("user", text))
             )
-            node_id = self._add(ImportedNode(self._id(uid, part), node_id, kind, payload, at, source=where))
-        return node_id  # type: ignore[return-value]
+            return self._add(ImportedNode(self._id(uid, part), node_id, kind, payload, at, source=where))
+        assert node_id is not None  # results is not empty here, and each one added a node
+        return node_id
 
     def _first_prompt(self) -> str | None:
         for node in self.session.nodes:

@@ -53,7 +53,7 @@ def parse_librechat(data: Any) -> list[ImportedSession]:
 def _flatten(export: dict[str, Any], where: str) -> list[tuple[dict[str, Any], str | None]]:
     """(message, parent message id) in file order, walking nested children depth-first."""
     out: list[tuple[dict[str, Any], str | None]] = []
-    stack = [(m, None) for m in reversed(export["messages"])]
+    stack: list[tuple[Any, str | None]] = [(m, None) for m in reversed(export["messages"])]
     while stack:
         msg, nest_parent = stack.pop()
         if not isinstance(msg, dict) or not isinstance(msg.get("messageId"), str):

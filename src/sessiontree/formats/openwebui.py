@@ -40,7 +40,8 @@ def parse_openwebui(data: Any) -> list[ImportedSession]:
     for i, chat in enumerate(chats, 1):
         where = f"chat {i}" if isinstance(data, list) else "chat"
         outer = chat if isinstance(chat, dict) else {}
-        inner = outer.get("chat") if isinstance(outer.get("chat"), dict) else outer
+        nested = outer.get("chat")
+        inner = nested if isinstance(nested, dict) else outer
         history = inner.get("history")
         if not isinstance(history, dict) or not isinstance(history.get("messages"), dict):
             raise FormatError(f"{where}: expected an object with a 'history.messages' object")

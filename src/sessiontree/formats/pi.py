@@ -146,6 +146,11 @@ def _checkpoints(
     return refs
 
 
+def _mapped(ids: dict[str, str], value: Any) -> Any:
+    """The node id an entry id became; anything else (None, a stray number) unchanged."""
+    return ids.get(value, value) if isinstance(value, str) else value
+
+
 def _convert(
     entry: dict[str, Any], ids: dict[str, str], node_id: str, at: str, where: str
 ) -> tuple[str, dict[str, Any], Any]:
@@ -159,7 +164,7 @@ def _convert(
                 "source": "pi",
                 "type": "compaction",
                 "summary": entry.get("summary"),
-                "first_kept_entry_id": ids.get(first, first),
+                "first_kept_entry_id": _mapped(ids, first),
                 "tokens_before": entry.get("tokensBefore"),
             },
             None,
@@ -172,7 +177,7 @@ def _convert(
                 "source": "pi",
                 "type": "branch_summary",
                 "summary": entry.get("summary"),
-                "from_id": ids.get(origin, origin),
+                "from_id": _mapped(ids, origin),
             },
             None,
         )
