@@ -175,6 +175,7 @@ def export(ctx: click.Context, sessions: tuple[str, ...], output: str | None, fm
         for line in export_native(store, ids):
             click.echo(line, nl=False)
     else:
+        assert ids  # openai: one session, picked above
         click.echo(json.dumps(export_openai(store.session(ids[0]), branch), ensure_ascii=False, indent=2))
 
 

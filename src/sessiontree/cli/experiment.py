@@ -61,6 +61,7 @@ def replay(
         )
     else:
         d = report.divergence
+        assert d is not None  # a report that did not match says where
         click.echo(
             f"replayed {report.recorded} into {report.branch}: diverged at message "
             f"{d.index + 1} of {report.compared}"

@@ -130,7 +130,7 @@ def branches(ctx: click.Context, session: str | None, as_json: bool) -> None:
         )
         return
     short = abbreviations([b.head_id for b in bs if b.head_id] + [c.node_id for c in cps])
-    rows = [["branch", b.name, short.get(b.head_id, "-"), b.updated_at] for b in bs]
+    rows = [["branch", b.name, short.get(b.head_id or "", "-"), b.updated_at] for b in bs]
     rows += [["checkpoint", c.name, short[c.node_id], c.created_at] for c in cps]
     for line in table(rows, ["KIND", "NAME", "AT", "UPDATED"]):
         click.echo(line)
