@@ -182,7 +182,11 @@ def test_run_and_resume_print_json_lines(endpoint, tmp_path, stream):
         },
     ]
     pause = json.loads(result.stdout.splitlines()[-1])["node"]
-    cli_run(db, "approve", pause)
+    decision = json.loads(cli_run(db, "approve", pause, "--json").stdout)
+    assert decision["kind"] == "decision" and decision["parent_id"] == pause
+    assert decision["payload"]["decisions"] == {
+        json.loads(result.stdout.splitlines()[3])["tool_calls"][0]["id"]: {"action": "approve"}
+    }
 
     result = cli_run(db, "resume", pause, "--tools", FLOWS, "--json", *extra)
     assert result.stderr == ""

@@ -1,15 +1,18 @@
-"""Read-only commands: sessions, tree, log, show, branches, diff, pending."""
+"""Read-only commands: sessions, tree, log, show, branches, diff, pending, usage."""
 
 from __future__ import annotations
 
 import click
 
 from ..model import Diff
+from . import complete
 from .common import abbreviations, echo_json, open_store, pick_session, target
 from .render import summary, table, transcript, tree_lines
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Output JSON.")
-session_option = click.option("-s", "--session", help="Session id or prefix (default: the latest).")
+session_option = click.option(
+    "-s", "--session", help="Session id or prefix (default: the latest).", shell_complete=complete.sessions
+)
 
 
 @click.command()
@@ -43,7 +46,7 @@ def sessions(ctx: click.Context, include_archived: bool, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("session", required=False)
+@click.argument("session", required=False, shell_complete=complete.sessions)
 @json_option
 @click.pass_context
 def tree(ctx: click.Context, session: str | None, as_json: bool) -> None:
@@ -69,7 +72,7 @@ def tree(ctx: click.Context, session: str | None, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("ref", default="main")
+@click.argument("ref", default="main", shell_complete=complete.refs)
 @session_option
 @json_option
 @click.pass_context
@@ -86,7 +89,7 @@ def log(ctx: click.Context, ref: str, session: str | None, as_json: bool) -> Non
 
 
 @click.command()
-@click.argument("node")
+@click.argument("node", shell_complete=complete.refs)
 @session_option
 @json_option
 @click.pass_context
@@ -116,7 +119,7 @@ def show(ctx: click.Context, node: str, session: str | None, as_json: bool) -> N
 
 
 @click.command()
-@click.argument("session", required=False)
+@click.argument("session", required=False, shell_complete=complete.sessions)
 @json_option
 @click.pass_context
 def branches(ctx: click.Context, session: str | None, as_json: bool) -> None:
@@ -137,8 +140,8 @@ def branches(ctx: click.Context, session: str | None, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("a")
-@click.argument("b")
+@click.argument("a", shell_complete=complete.refs)
+@click.argument("b", shell_complete=complete.refs)
 @session_option
 @json_option
 @click.pass_context
@@ -192,4 +195,29 @@ def pending(ctx: click.Context, as_json: bool) -> None:
             )
 
 
-COMMANDS = [sessions, tree, log, show, branches, diff, pending]
+@click.command()
+@click.argument("ref", default="main", shell_complete=complete.refs)
+@click.option(
+    "--since", help="Count only the calls after this ref (an ancestor of REF).", shell_complete=complete.refs
+)
+@session_option
+@json_option
+@click.pass_context
+def usage(ctx: click.Context, ref: str, since: str | None, session: str | None, as_json: bool) -> None:
+    """Model calls, tokens and latency per model on the path to REF."""
+    store = open_store(ctx)
+    s, ref = target(store, ref, session)
+    used = s.usage(ref, since=since)
+    if as_json:
+        echo_json({"session": s.id, "ref": ref, "since": since, **used.to_dict()})
+        return
+    rows: list[list[object]] = [
+        [model, m.calls, m.input_tokens, m.output_tokens, f"{m.latency_ms:.0f}"]
+        for model, m in used.by_model.items()
+    ]
+    rows.append(["total", used.calls, used.input_tokens, used.output_tokens, f"{used.latency_ms:.0f}"])
+    for line in table(rows, ["MODEL", "CALLS", "IN", "OUT", "MS"]):
+        click.echo(line)
+
+
+COMMANDS = [sessions, tree, log, show, branches, diff, pending, usage]
