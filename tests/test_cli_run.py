@@ -264,5 +264,6 @@ def test_run_continues_the_latest_session_unless_new(endpoint, tmp_path):
         (["--system", "x", "hi"], "Error: --system only applies to a new session (add --new)\n"),
         (["--new", "-s", session, "hi"], "Error: give -s SESSION or --new, not both\n"),
         (["--new"], "Error: give a PROMPT to start a new session\n"),
+        (["-b", "typo", "hi"], f"Error: no branch 'typo' in session {session}\n"),
     ]:
         assert cli_run(db, "run", *args, code=1).output == message

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import click
 
 from ..loop import decide
+from ..session import Session
 from ..steps import Approve, Decision, Edit, Reject
 from . import complete
 from .common import echo_json, open_store, pick_session, target
@@ -120,14 +121,20 @@ def append(ctx: click.Context, text: str, role: str, branch: str, session: str |
         text = sys.stdin.read().rstrip("\n")
     store = open_store(ctx, write=True)
     s = pick_session(store, session)
-    existing = s.branches()
-    if existing and branch not in {b.name for b in existing}:
-        s.branch(branch)  # raises NotFound: a typo must not start a new root
+    require_branch(s, branch)
     node = s.append({"role": role, "content": text}, branch=branch)
     if as_json:
         echo_json({"node": node.to_dict(), "branch": s.branch(branch).__dict__})
     else:
         click.echo(f"branch {branch} -> {node.id}")
+
+
+def require_branch(session: Session, name: str) -> None:
+    """Refuse (NotFound) a branch the session does not have, unless it has none yet:
+    appending to a new branch would start a second root, which a typo must not do."""
+    existing = session.branches()
+    if existing and name not in {b.name for b in existing}:
+        session.branch(name)  # raises NotFound with the library's message
 
 
 def _decide(

@@ -18,6 +18,7 @@ from ..steps import Approve, Assistant, Final, Pause, Paused, Token, ToolCall, T
 from ..tools import Tool, as_tools
 from . import complete
 from .common import open_store, pick_session
+from .refs import require_branch
 from .render import calls_text, one_line
 
 
@@ -267,7 +268,7 @@ def make_call(
     "--branch",
     default="main",
     show_default=True,
-    help="Branch to advance.",
+    help="Branch to advance (in a continued session it must exist: fork it first).",
     shell_complete=complete.refs,
 )
 @click.option("--system", help="System prompt (only for a new session).")
@@ -312,6 +313,7 @@ def run(
         if system:
             raise click.ClickException("--system only applies to a new session (add --new)")
         s = pick_session(store, session)
+        require_branch(s, branch)
     if prompt:
         s.append({"role": "user", "content": prompt}, branch=branch)
     click.echo(f"session {s.id} branch {branch}", err=True)
