@@ -50,7 +50,7 @@ def test_replay_matches_then_diverges_with_live_tools(demo_db, tmp_path):
         ''')
     )
     result = invoke(
-        demo_db, "replay", "main", "--tools", "live", "--tools-module", str(tools), "--into", "snowy", code=1
+        demo_db, "replay", "main", "--tool-results", "live", "--tools", str(tools), "--into", "snowy", code=1
     )
     assert result.stdout == (
         "replayed main into snowy: diverged at message 2 of 5\n"
@@ -59,6 +59,10 @@ def test_replay_matches_then_diverges_with_live_tools(demo_db, tmp_path):
     )
     data = json.loads(invoke(demo_db, "replay", "main", "--json").stdout)
     assert data["matched"] and data["branch"] == "main-replay-2"
+    bad = invoke(demo_db, "replay", "main", "--tools", str(tools), code=1)
+    assert bad.output == "Error: --tools only applies with --tool-results live\n"
+    bad = invoke(demo_db, "replay", "main", "--tools-module", str(tools), code=2)
+    assert "No such option '--tools-module'" in bad.output
 
 
 def test_compare_table_and_diff(demo_db):
@@ -114,3 +118,13 @@ def test_rerun_variants_against_a_real_server(agent_fakellm, tmp_path, monkeypat
         assert s.messages("main") == s.messages("start")  # the start is untouched
     bad = invoke(db, "rerun", "start", "--variant", "nomodel", code=2)
     assert "expected NAME=MODEL" in bad.output
+    # the variants name the models and reruns never stream: no --model, no --no-stream
+    for option in ("--model", "--no-stream"):
+        bad = invoke(db, "rerun", "start", "--variant", "a=m", option, code=2)
+        assert f"No such option '{option}'" in bad.output
+
+
+def test_rerun_needs_a_base_url(tmp_path, monkeypatch):
+    monkeypatch.delenv("SESSIONTREE_BASE_URL", raising=False)
+    bad = invoke(tmp_path / "x.db", "rerun", "main", "--variant", "a=m", code=2)
+    assert "Error: give --base-url (or SESSIONTREE_BASE_URL)" in bad.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from pathlib import Path
@@ -22,7 +23,7 @@ assistant -> get_weather({"city": "Paris"})
   running get_weather [call_<id>]
   ok get_weather: Sunny in Paris, 21C
 assistant -> send_email({"to": "bob@example.com", "body": "Sunny, 21C"})
-paused: --approve unsafe: send_email needs a human
+paused: send_email requires approval
   call call_<id>: send_email({"to": "bob@example.com", "body": "Sunny, 21C"})
 decide with: sessiontree approve <id>  (or: sessiontree reject <id> --reason ...)
 then resume: sessiontree resume <id>"""
@@ -86,3 +87,183 @@ def test_run_reports_a_model_error_and_exits_1(tmp_path):
     )
     assert result.exit_code == 1
     assert "error: ProviderError" in result.output
+
+
+@pytest.fixture
+def endpoint(agent_fakellm, monkeypatch):
+    monkeypatch.setenv("SESSIONTREE_BASE_URL", agent_fakellm.url + "/v1")
+    monkeypatch.setenv("SESSIONTREE_MODEL", "gpt-4o-mini")
+
+
+def cli_run(db, *args, code=0):
+    result = CliRunner().invoke(cli, ["--db", str(db), *args])
+    assert result.exit_code == code, result.output
+    return result
+
+
+def json_lines(text: str) -> list[dict]:
+    """Each line one JSON object; ids (nodes, sessions, tool calls) replaced by placeholders."""
+    steps = [json.loads(line) for line in text.splitlines()]
+    ids: dict[str, str] = {}
+
+    def placeholder(value):
+        if isinstance(value, dict):
+            return {
+                k: placeholder(v)
+                if k not in ("node", "session", "id")
+                else ids.setdefault(v, f"<{k}{len(ids)}>")
+                for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [placeholder(v) for v in value]
+        return value
+
+    return [placeholder(s) for s in steps]
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
+def test_run_and_resume_print_json_lines(endpoint, tmp_path, stream):
+    db = tmp_path / "run.db"
+    extra = [] if stream else ["--no-stream"]
+    prompt = f"What is the weather in Paris? Email bob. ({uuid.uuid4().hex})"
+    result = cli_run(db, "run", prompt, "--tools", FLOWS, "--json", *extra)
+    assert result.stderr.startswith("session ")  # the note is not on stdout
+    assert json_lines(result.stdout) == [
+        {
+            "step": "assistant",
+            "node": "<node0>",
+            "content": None,
+            "tool_calls": [{"id": "<id1>", "name": "get_weather", "arguments": '{"city": "Paris"}'}],
+        },
+        {
+            "step": "tool_start",
+            "node": "<node2>",
+            "call": {"id": "<id1>", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+        },
+        {
+            "step": "tool_end",
+            "node": "<node3>",
+            "call": {"id": "<id1>", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+            "ok": True,
+            "content": "Sunny in Paris, 21C",
+        },
+        {
+            "step": "assistant",
+            "node": "<node4>",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "<id5>",
+                    "name": "send_email",
+                    "arguments": '{"to": "bob@example.com", "body": "Sunny, 21C"}',
+                }
+            ],
+        },
+        {
+            "step": "paused",
+            "node": "<node6>",
+            "reason": "send_email requires approval",
+            "calls": [
+                {
+                    "id": "<id5>",
+                    "name": "send_email",
+                    "arguments": '{"to": "bob@example.com", "body": "Sunny, 21C"}',
+                    "reason": "send_email requires approval",
+                }
+            ],
+        },
+        {
+            "step": "final",
+            "node": "<node6>",
+            "reason": "paused",
+            "error": None,
+            "session": "<session7>",
+            "branch": "main",
+        },
+    ]
+    pause = json.loads(result.stdout.splitlines()[-1])["node"]
+    decision = json.loads(cli_run(db, "approve", pause, "--json").stdout)
+    assert decision["kind"] == "decision" and decision["parent_id"] == pause
+    assert decision["payload"]["decisions"] == {
+        json.loads(result.stdout.splitlines()[3])["tool_calls"][0]["id"]: {"action": "approve"}
+    }
+
+    result = cli_run(db, "resume", pause, "--tools", FLOWS, "--json", *extra)
+    assert result.stderr == ""
+    steps = json_lines(result.stdout)
+    tokens = [s.pop("text") for s in steps if s["step"] == "token"]
+    assert bool(tokens) == stream
+    steps = [s for s in steps if s["step"] != "token"]
+    assert steps == [
+        {
+            "step": "tool_start",
+            "node": "<node0>",
+            "call": {
+                "id": "<id1>",
+                "name": "send_email",
+                "arguments": '{"to": "bob@example.com", "body": "Sunny, 21C"}',
+            },
+        },
+        {
+            "step": "tool_end",
+            "node": "<node2>",
+            "call": {
+                "id": "<id1>",
+                "name": "send_email",
+                "arguments": '{"to": "bob@example.com", "body": "Sunny, 21C"}',
+            },
+            "ok": True,
+            "content": "sent to bob@example.com",
+        },
+        {"step": "assistant", "node": "<node3>", "content": "Emailed bob: sunny in Paris.", "tool_calls": []},
+        {
+            "step": "final",
+            "node": "<node3>",
+            "reason": "completed",
+            "error": None,
+            "session": "<session4>",
+            "branch": "main",
+        },
+    ]
+    if stream:
+        assert "".join(tokens) == "Emailed bob: sunny in Paris."
+
+
+def test_approve_policies(endpoint, tmp_path):
+    prompt = f"What is the weather in Paris? Email bob. ({uuid.uuid4().hex})"
+    result = cli_run(tmp_path / "all.db", "run", prompt, "--tools", FLOWS, "--approve", "all", "--no-stream")
+    assert "paused: --approve all: get_weather needs a human" in result.stdout
+    result = cli_run(
+        tmp_path / "none.db", "run", prompt, "--tools", FLOWS, "--approve", "none", "--no-stream"
+    )
+    assert "paused" not in result.stdout
+    assert "ok send_email: sent to bob@example.com" in result.stdout
+    assert result.stdout.endswith("assistant: Emailed bob: sunny in Paris.\n")
+    result = cli_run(tmp_path / "x.db", "run", "hi", "--approve", "unsafe", code=2)
+    assert "'unsafe' is not one of 'default', 'all', 'none'" in result.output
+
+
+def test_run_continues_the_latest_session_unless_new(endpoint, tmp_path):
+    db = tmp_path / "s.db"
+    tag = uuid.uuid4().hex
+    first = cli_run(db, "run", f"first {tag}", "--system", "Be brief.", "--no-stream")
+    assert first.stdout.startswith("assistant: [mock response for gpt-4o-mini")  # fakellm's fallback
+    session = re.match(r"session (\S+) branch main", first.stderr)[1]
+    again = cli_run(db, "run", f"again {tag}", "--no-stream")
+    assert again.stderr == f"session {session} branch main\n"
+    other = cli_run(db, "run", "--new", f"other {tag}", "--no-stream")
+    assert session not in other.stderr
+    cli_run(db, "run", "-s", session[:13], f"third {tag}", "--no-stream")
+    with Store(db) as store:
+        assert [m["role"] for m in store.session(session).messages()] == ["system"] + [
+            "user",
+            "assistant",
+        ] * 3
+        assert len(store.sessions()) == 2
+    for args, message in [
+        (["--system", "x", "hi"], "Error: --system only applies to a new session (add --new)\n"),
+        (["--new", "-s", session, "hi"], "Error: give -s SESSION or --new, not both\n"),
+        (["--new"], "Error: give a PROMPT to start a new session\n"),
+        (["-b", "typo", "hi"], f"Error: no branch 'typo' in session {session}\n"),
+    ]:
+        assert cli_run(db, "run", *args, code=1).output == message

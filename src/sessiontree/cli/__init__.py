@@ -2,7 +2,7 @@
 
 Contract: the database comes from ``--db``, then ``SESSIONTREE_DB``, then a
 default file in the user's data directory (created on first use). Listings
-take ``--json``. Ids may be abbreviated to a unique prefix. User mistakes exit
+and write commands take ``--json``. Ids may be abbreviated to a unique prefix. User mistakes exit
 non-zero with a one-line message and no traceback.
 """
 
@@ -27,9 +27,9 @@ def cli(db: str | None) -> None:
 
 
 def _register() -> None:
-    from . import admin, experiment, inspect, refs, running
+    from . import admin, experiment, inspect, pointers, refs, running
 
-    for module in (inspect, refs, running, experiment, admin):
+    for module in (inspect, refs, pointers, running, experiment, admin):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -1,4 +1,4 @@
-"""Maintenance commands: prune, verify, stats, backup, migrate, import, export, archive."""
+"""Maintenance commands: prune, verify, stats, backup, migrate, import, export, archive, delete."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from .. import db as _db
+from . import complete
 from .common import db_path, echo_json, open_store, pick_session
 from .inspect import json_option
 
@@ -17,7 +18,7 @@ from .inspect import json_option
 @click.command()
 @click.option("--yes", is_flag=True, help="Really delete (default: a dry run that only reports).")
 @click.option("--vacuum", is_flag=True, help="Compact the file afterwards (with --yes).")
-@click.option("-s", "--session", help="Only this session.")
+@click.option("-s", "--session", help="Only this session.", shell_complete=complete.sessions)
 @json_option
 @click.pass_context
 def prune(ctx: click.Context, yes: bool, vacuum: bool, session: str | None, as_json: bool) -> None:
@@ -36,7 +37,7 @@ def prune(ctx: click.Context, yes: bool, vacuum: bool, session: str | None, as_j
 
 
 @click.command()
-@click.option("-s", "--session", help="Only this session.")
+@click.option("-s", "--session", help="Only this session.", shell_complete=complete.sessions)
 @json_option
 @click.pass_context
 def verify(ctx: click.Context, session: str | None, as_json: bool) -> None:
@@ -155,10 +156,17 @@ def import_(ctx: click.Context, file: str, fmt: str, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("sessions", nargs=-1)
+@click.argument("sessions", nargs=-1, shell_complete=complete.sessions)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="File (default: stdout).")
 @click.option("--format", "fmt", default="native", show_default=True, type=click.Choice(["native", "openai"]))
-@click.option("-b", "--branch", default="main", show_default=True, help="Branch (openai format).")
+@click.option(
+    "-b",
+    "--branch",
+    default="main",
+    show_default=True,
+    help="Branch (openai format).",
+    shell_complete=complete.branches,
+)
 @click.pass_context
 def export(ctx: click.Context, sessions: tuple[str, ...], output: str | None, fmt: str, branch: str) -> None:
     """Export sessions (all by default) as native JSONL, or one branch as OpenAI messages."""
@@ -175,18 +183,50 @@ def export(ctx: click.Context, sessions: tuple[str, ...], output: str | None, fm
         for line in export_native(store, ids):
             click.echo(line, nl=False)
     else:
+        assert ids  # openai: one session, picked above
         click.echo(json.dumps(export_openai(store.session(ids[0]), branch), ensure_ascii=False, indent=2))
 
 
 @click.command()
-@click.argument("session")
+@click.argument("session", shell_complete=complete.sessions)
 @click.option("--undo", is_flag=True, help="Un-archive instead.")
+@json_option
 @click.pass_context
-def archive(ctx: click.Context, session: str, undo: bool) -> None:
+def archive(ctx: click.Context, session: str, undo: bool, as_json: bool) -> None:
     """Hide a session from `sessions` (its tree is kept)."""
     store = open_store(ctx, write=True)
     store.archive_session(session, archived=not undo)
-    click.echo(f"{'un-archived' if undo else 'archived'} session {store.resolve_session_id(session)}")
+    s = store.session(session)
+    if as_json:
+        echo_json({"session": s.id, "title": s.title, "archived_at": s.archived_at})
+    else:
+        click.echo(f"{'un-archived' if undo else 'archived'} session {s.id}")
 
 
-COMMANDS = [prune, verify, stats, backup, migrate, import_, export, archive]
+@click.command()
+@click.argument("session", shell_complete=complete.sessions)
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Really delete (without it the command refuses and says what it would remove).",
+)
+@json_option
+@click.pass_context
+def delete(ctx: click.Context, session: str, yes: bool, as_json: bool) -> None:
+    """Delete SESSION with all its nodes, branches, checkpoints and runs, for good."""
+    store = open_store(ctx, write=yes)
+    session_id = store.resolve_session_id(session)
+    if not yes:
+        nodes = next(s.node_count for s in store.sessions(include_archived=True) if s.id == session_id)
+        raise click.ClickException(
+            f"session {session_id} has {nodes} node(s); add --yes to delete it for good "
+            "(or `sessiontree archive` to hide it)"
+        )
+    removed = store.delete_session(session_id)
+    if as_json:
+        echo_json({"session": session_id, "nodes_removed": removed})
+    else:
+        click.echo(f"deleted session {session_id} and its {removed} node(s)")
+
+
+COMMANDS = [prune, verify, stats, backup, migrate, import_, export, archive, delete]

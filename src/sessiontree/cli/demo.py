@@ -69,6 +69,7 @@ def run_demo(store: Store) -> None:
         model="scripted-a",
     )
     final = print_steps(arun(store, session, call=first, tools=TOOLS, approve=approve))
+    assert final is not None and final.node is not None
     pause_id = final.node.id
     weather_answer = [n for n in session.path("main") if n.payload.get("role") == "tool"][0]
     session.checkpoint("weather-known", at=weather_answer)

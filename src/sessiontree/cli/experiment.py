@@ -11,28 +11,29 @@ from ..experiments import Variant
 from ..experiments import compare as compare_branches
 from ..experiments import replay as replay_branch
 from ..experiments import rerun as rerun_at
+from . import complete
 from .common import echo_json, open_store, target
 from .inspect import diff_lines, json_option, session_option
 from .render import one_line, table
-from .running import approver, load_tools, make_call, model_options
+from .running import approver, load_tools, make_call, rerun_options
 
 
 @click.command()
-@click.argument("branch")
+@click.argument("branch", shell_complete=complete.refs)
 @session_option
 @click.option(
-    "--tools",
+    "--tool-results",
     "mode",
     type=click.Choice(["recorded", "live"]),
     default="recorded",
     show_default=True,
-    help="Play back recorded tool results, or run the tools again.",
+    help="Play back the recorded tool results, or run the tools given with --tools again.",
 )
 @click.option(
-    "--tools-module",
+    "--tools",
     "tool_specs",
     multiple=True,
-    help="With --tools live: module, module:attribute or file.py with the tools.",
+    help="With --tool-results live: the tools, as module, module:attribute or file.py (repeatable).",
 )
 @click.option("--into", help="Name of the new branch (default: BRANCH-replay).")
 @json_option
@@ -47,6 +48,8 @@ def replay(
     as_json: bool,
 ) -> None:
     """Re-run BRANCH against its recording; exit 1 if it diverges."""
+    if tool_specs and mode != "live":
+        raise click.ClickException("--tools only applies with --tool-results live")
     store = open_store(ctx, write=True)
     s, ref = target(store, branch, session)
     report = replay_branch(
@@ -61,6 +64,7 @@ def replay(
         )
     else:
         d = report.divergence
+        assert d is not None  # a report that did not match says where
         click.echo(
             f"replayed {report.recorded} into {report.branch}: diverged at message "
             f"{d.index + 1} of {report.compared}"
@@ -90,7 +94,7 @@ def parse_variant(spec: str) -> tuple[str, str, dict]:
 
 
 @click.command()
-@click.argument("at")
+@click.argument("at", shell_complete=complete.refs)
 @session_option
 @click.option(
     "--variant",
@@ -102,7 +106,7 @@ def parse_variant(spec: str) -> tuple[str, str, dict]:
 @click.option("-n", "repetitions", default=1, show_default=True, help="Runs per variant.")
 @click.option("--concurrency", default=4, show_default=True, help="Runs at once.")
 @click.option("--prefix", default="", help="Prefix for the new branch names.")
-@model_options
+@rerun_options
 @json_option
 @click.pass_context
 def rerun(
@@ -114,9 +118,7 @@ def rerun(
     concurrency: int,
     prefix: str,
     base_url: str | None,
-    model: str | None,
     api_key_env: str,
-    no_stream: bool,
     tool_specs: tuple[str, ...],
     policy: str,
     max_steps: int,
@@ -130,7 +132,7 @@ def rerun(
         name, variant_model, variant_params = parse_variant(spec)
         system = variant_params.pop("system", None)
         # Never streamed: concurrent runs would interleave their tokens on one terminal.
-        call = make_call(base_url, variant_model, api_key_env, True, params)
+        call = make_call(base_url, variant_model, api_key_env, False, params)
         variants.append(Variant(name, call, variant_params, system))
     store = open_store(ctx, write=True)
     s, ref = target(store, at, session)
@@ -143,7 +145,7 @@ def rerun(
             repetitions,
             session=s,
             tools=tools,
-            approve=approver(policy, tools),
+            approve=approver(policy),
             max_steps=max_steps,
             concurrency=concurrency,
             prefix=prefix,
@@ -173,7 +175,7 @@ def parse_price(spec: str) -> tuple[str, dict[str, float]]:
 
 
 @click.command()
-@click.argument("branches", nargs=-1, required=True)
+@click.argument("branches", nargs=-1, required=True, shell_complete=complete.refs)
 @session_option
 @click.option(
     "--price", "prices", multiple=True, help="MODEL=INPUT,OUTPUT in dollars per million tokens (repeatable)."

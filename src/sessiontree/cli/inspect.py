@@ -1,4 +1,4 @@
-"""Read-only commands: sessions, tree, log, show, branches, diff, pending."""
+"""Read-only commands: sessions, tree, log, show, branches, diff, pending, usage."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ from ..model import Diff
 from ..names import looks_like_id
 from ..session import Session
 from ..store import Store
+from . import complete
 from .common import abbreviations, echo_json, open_store, pick_session, target
 from .render import summary, table, transcript, tree_lines
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Output JSON.")
-session_option = click.option("-s", "--session", help="Session id or prefix (default: the latest).")
+session_option = click.option(
+    "-s", "--session", help="Session id or prefix (default: the latest).", shell_complete=complete.sessions
+)
 
 
 @click.command()
@@ -47,7 +50,7 @@ def sessions(ctx: click.Context, include_archived: bool, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("session", required=False)
+@click.argument("session", required=False, shell_complete=complete.sessions)
 @json_option
 @click.pass_context
 def tree(ctx: click.Context, session: str | None, as_json: bool) -> None:
@@ -75,7 +78,7 @@ def tree(ctx: click.Context, session: str | None, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("ref", default="main")
+@click.argument("ref", default="main", shell_complete=complete.refs)
 @session_option
 @json_option
 @click.pass_context
@@ -92,7 +95,7 @@ def log(ctx: click.Context, ref: str, session: str | None, as_json: bool) -> Non
 
 
 @click.command()
-@click.argument("node")
+@click.argument("node", shell_complete=complete.refs)
 @session_option
 @json_option
 @click.pass_context
@@ -161,7 +164,7 @@ def show_session(s: Session, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("session", required=False)
+@click.argument("session", required=False, shell_complete=complete.sessions)
 @json_option
 @click.pass_context
 def branches(ctx: click.Context, session: str | None, as_json: bool) -> None:
@@ -175,15 +178,15 @@ def branches(ctx: click.Context, session: str | None, as_json: bool) -> None:
         )
         return
     short = abbreviations(store, [b.head_id for b in bs if b.head_id] + [c.node_id for c in cps])
-    rows = [["branch", b.name, short.get(b.head_id, "-"), b.updated_at] for b in bs]
+    rows = [["branch", b.name, short.get(b.head_id or "", "-"), b.updated_at] for b in bs]
     rows += [["checkpoint", c.name, short[c.node_id], c.created_at] for c in cps]
     for line in table(rows, ["KIND", "NAME", "AT", "UPDATED"]):
         click.echo(line)
 
 
 @click.command()
-@click.argument("a")
-@click.argument("b")
+@click.argument("a", shell_complete=complete.refs)
+@click.argument("b", shell_complete=complete.refs)
 @session_option
 @json_option
 @click.pass_context
@@ -239,4 +242,29 @@ def pending(ctx: click.Context, as_json: bool) -> None:
             )
 
 
-COMMANDS = [sessions, tree, log, show, branches, diff, pending]
+@click.command()
+@click.argument("ref", default="main", shell_complete=complete.refs)
+@click.option(
+    "--since", help="Count only the calls after this ref (an ancestor of REF).", shell_complete=complete.refs
+)
+@session_option
+@json_option
+@click.pass_context
+def usage(ctx: click.Context, ref: str, since: str | None, session: str | None, as_json: bool) -> None:
+    """Model calls, tokens and latency per model on the path to REF."""
+    store = open_store(ctx)
+    s, ref = target(store, ref, session)
+    used = s.usage(ref, since=since)
+    if as_json:
+        echo_json({"session": s.id, "ref": ref, "since": since, **used.to_dict()})
+        return
+    rows: list[list[object]] = [
+        [model, m.calls, m.input_tokens, m.output_tokens, f"{m.latency_ms:.0f}"]
+        for model, m in used.by_model.items()
+    ]
+    rows.append(["total", used.calls, used.input_tokens, used.output_tokens, f"{used.latency_ms:.0f}"])
+    for line in table(rows, ["MODEL", "CALLS", "IN", "OUT", "MS"]):
+        click.echo(line)
+
+
+COMMANDS = [sessions, tree, log, show, branches, diff, pending, usage]

@@ -27,11 +27,42 @@ PREAMBLE = """\
 - **Refs.** Where a command takes a REF it accepts a branch name, a checkpoint name or a
   node id. A node id names its own session; a name is looked up in `--session`, else in
   the most recently active session.
-- **Output.** Listings take `--json`. User mistakes (unknown id, ambiguous prefix,
-  missing database, bad option) exit non-zero with a one-line `Error:` message.
-- **Models.** `run` and `resume` talk to any OpenAI-compatible endpoint (`--base-url`,
-  `--model`, or `$SESSIONTREE_BASE_URL`, `$SESSIONTREE_MODEL`); the API key is read from
-  the variable named by `--api-key-env` (default `OPENAI_API_KEY`) and never stored.
+- **Sessions.** Commands that work in one session take `-s/--session` (`tree` and
+  `branches` take SESSION as an argument); without it they use the most recently active
+  session. So does `run`; `run --new` starts a new session.
+- **Output.** Listings take `--json`, and so do the commands that write: they print what
+  they made as one JSON object. `run --json` and `resume --json` print one JSON object
+  per step, one per line (JSON Lines). User mistakes (unknown id, ambiguous prefix,
+  missing database, name taken, bad option) exit non-zero with a one-line `Error:` message.
+- **Models.** `run`, `resume` and `rerun` talk to any OpenAI-compatible endpoint
+  (`--base-url` or `$SESSIONTREE_BASE_URL`; `run` and `resume` take `--model` or
+  `$SESSIONTREE_MODEL`, `rerun`'s variants name theirs); the API key is read from the
+  variable named by `--api-key-env` (default `OPENAI_API_KEY`) and never stored.
+- **Approval.** `--approve default` follows the library's rule: calls to tools marked
+  `requires_approval` (by default the `idempotent=False` ones) pause for a human, every
+  other call runs. `--approve all` pauses every call, `--approve none` runs every call.
+
+## Shell completion
+
+Session ids, branch and checkpoint names and pause ids complete from the database that
+`--db`, `$SESSIONTREE_DB` or the default names, opened read-only (no database, no
+completions). To enable it in bash, add this line to `~/.bashrc`:
+
+```bash
+eval "$(_SESSIONTREE_COMPLETE=bash_source sessiontree)"
+```
+
+In zsh, add this line to `~/.zshrc`:
+
+```zsh
+eval "$(_SESSIONTREE_COMPLETE=zsh_source sessiontree)"
+```
+
+In fish, add this line to `~/.config/fish/completions/sessiontree.fish`:
+
+```fish
+_SESSIONTREE_COMPLETE=fish_source sessiontree | source
+```
 """
 
 

@@ -1,50 +1,77 @@
-"""Commands that add refs or nodes by hand: fork, checkpoint, edit, approve, reject."""
+"""Commands that add refs or nodes by hand: fork, checkpoint, edit, append, approve, reject.
+
+With ``--json`` each prints what it created as one JSON object.
+"""
 
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Callable
 
 import click
 
 from ..loop import decide
-from ..steps import Approve, Edit, Reject
-from .common import open_store, target
-from .inspect import session_option
+from ..session import Session
+from ..steps import Approve, Decision, Edit, Reject
+from . import complete
+from .common import echo_json, open_store, pick_session, target
+from .inspect import json_option, session_option
 
 
 @click.command()
 @click.argument("name")
-@click.option("--at", "at", required=True, help="Branch, checkpoint or node to fork from.")
+@click.option(
+    "--at", "at", required=True, help="Branch, checkpoint or node to fork from.", shell_complete=complete.refs
+)
 @session_option
+@json_option
 @click.pass_context
-def fork(ctx: click.Context, name: str, at: str, session: str | None) -> None:
+def fork(ctx: click.Context, name: str, at: str, session: str | None, as_json: bool) -> None:
     """Start branch NAME at a node, branch or checkpoint (nothing is copied)."""
     store = open_store(ctx, write=True)
     s, ref = target(store, at, session)
     branch = s.fork(name, at=ref)
-    click.echo(f"branch {branch.name} -> {branch.head_id}")
+    if as_json:
+        echo_json(branch.__dict__)
+    else:
+        click.echo(f"branch {branch.name} -> {branch.head_id}")
 
 
 @click.command()
 @click.argument("name")
-@click.option("--at", "at", default="main", show_default=True, help="What the checkpoint marks.")
+@click.option(
+    "--at",
+    "at",
+    default="main",
+    show_default=True,
+    help="What the checkpoint marks.",
+    shell_complete=complete.refs,
+)
 @session_option
+@json_option
 @click.pass_context
-def checkpoint(ctx: click.Context, name: str, at: str, session: str | None) -> None:
+def checkpoint(ctx: click.Context, name: str, at: str, session: str | None, as_json: bool) -> None:
     """Mark a node with checkpoint NAME; checkpoints never move."""
     store = open_store(ctx, write=True)
     s, ref = target(store, at, session)
     cp = s.checkpoint(name, at=ref)
-    click.echo(f"checkpoint {cp.name} -> {cp.node_id}")
+    if as_json:
+        echo_json(cp.__dict__)
+    else:
+        click.echo(f"checkpoint {cp.name} -> {cp.node_id}")
 
 
 @click.command()
-@click.argument("node")
+@click.argument("node", shell_complete=complete.refs)
 @click.option("-b", "--branch", required=True, help="New branch for the edited turn.")
 @click.option("--text", help="The new message text (default: open $EDITOR).")
 @session_option
+@json_option
 @click.pass_context
-def edit(ctx: click.Context, node: str, branch: str, text: str | None, session: str | None) -> None:
+def edit(
+    ctx: click.Context, node: str, branch: str, text: str | None, session: str | None, as_json: bool
+) -> None:
     """Write an edited copy of a message as its sibling, on a new branch."""
     store = open_store(ctx, write=True)
     s, ref = target(store, node, session)
@@ -59,49 +86,116 @@ def edit(ctx: click.Context, node: str, branch: str, text: str | None, session: 
             raise click.ClickException("the editor was closed without saving; nothing changed")
         text = text.rstrip("\n")
     new = s.edit(original, {**original.payload, "content": text}, branch=branch)
-    click.echo(f"branch {branch} -> {new.id}")
+    if as_json:
+        echo_json({"node": new.to_dict(), "branch": s.branch(branch).__dict__})
+    else:
+        click.echo(f"branch {branch} -> {new.id}")
 
 
-def _decide(ctx: click.Context, pause: str, calls: tuple[str, ...], make, by: str | None) -> None:
+@click.command()
+@click.argument("text")
+@click.option(
+    "--role",
+    type=click.Choice(["user", "system", "assistant"]),
+    default="user",
+    show_default=True,
+    help="Who says TEXT.",
+)
+@click.option(
+    "-b",
+    "--branch",
+    default="main",
+    show_default=True,
+    help="Branch to extend.",
+    shell_complete=complete.branches,
+)
+@session_option
+@json_option
+@click.pass_context
+def append(ctx: click.Context, text: str, role: str, branch: str, session: str | None, as_json: bool) -> None:
+    """Append a message with TEXT (- reads it from stdin) to a branch.
+
+    The branch must exist, unless the session has no branch at all yet.
+    """
+    if text == "-":
+        text = sys.stdin.read().rstrip("\n")
+    store = open_store(ctx, write=True)
+    s = pick_session(store, session)
+    require_branch(s, branch)
+    node = s.append({"role": role, "content": text}, branch=branch)
+    if as_json:
+        echo_json({"node": node.to_dict(), "branch": s.branch(branch).__dict__})
+    else:
+        click.echo(f"branch {branch} -> {node.id}")
+
+
+def require_branch(session: Session, name: str) -> None:
+    """Refuse (NotFound) a branch the session does not have, unless it has none yet:
+    appending to a new branch would start a second root, which a typo must not do."""
+    existing = session.branches()
+    if existing and name not in {b.name for b in existing}:
+        session.branch(name)  # raises NotFound with the library's message
+
+
+def _decide(
+    ctx: click.Context,
+    pause: str,
+    calls: tuple[str, ...],
+    make: Callable[[], Decision],
+    by: str | None,
+    as_json: bool,
+) -> None:
     store = open_store(ctx, write=True)
     node = store.node(pause)
     ids = list(calls) or [c["id"] for c in node.payload.get("calls", [])]
     decision = decide(store, node.id, {i: make() for i in ids}, by=by)
+    if as_json:
+        echo_json(decision.to_dict())
+        return
     click.echo(f"decision {decision.id} on pause {node.id}: {', '.join(ids)}")
     click.echo(f"resume with: sessiontree resume {node.id}")
 
 
-by_option = click.option("--by", help="Who decided (recorded in the decision).")
+def decision_options(function: Callable) -> Callable:
+    function = click.option("--by", help="Who decided (recorded in the decision).")(function)
+    return json_option(function)
+
+
+pause_argument = click.argument("pause", shell_complete=complete.pending)
 
 
 @click.command()
-@click.argument("pause")
+@pause_argument
 @click.argument("calls", nargs=-1)
-@by_option
+@decision_options
 @click.pass_context
-def approve(ctx: click.Context, pause: str, calls: tuple[str, ...], by: str | None) -> None:
+def approve(ctx: click.Context, pause: str, calls: tuple[str, ...], by: str | None, as_json: bool) -> None:
     """Approve CALLS of PAUSE (all of them when none are named)."""
-    _decide(ctx, pause, calls, Approve, by)
+    _decide(ctx, pause, calls, Approve, by, as_json)
 
 
 @click.command()
-@click.argument("pause")
+@pause_argument
 @click.argument("calls", nargs=-1)
 @click.option("--reason", default="", help="Told to the model in the tool message.")
-@by_option
+@decision_options
 @click.pass_context
-def reject(ctx: click.Context, pause: str, calls: tuple[str, ...], reason: str, by: str | None) -> None:
+def reject(
+    ctx: click.Context, pause: str, calls: tuple[str, ...], reason: str, by: str | None, as_json: bool
+) -> None:
     """Reject CALLS of PAUSE (all of them when none are named)."""
-    _decide(ctx, pause, calls, lambda: Reject(reason), by)
+    _decide(ctx, pause, calls, lambda: Reject(reason), by, as_json)
 
 
 @click.command(name="edit-call")
-@click.argument("pause")
+@pause_argument
 @click.argument("call")
 @click.argument("arguments")
-@by_option
+@decision_options
 @click.pass_context
-def edit_call(ctx: click.Context, pause: str, call: str, arguments: str, by: str | None) -> None:
+def edit_call(
+    ctx: click.Context, pause: str, call: str, arguments: str, by: str | None, as_json: bool
+) -> None:
     """Approve CALL of PAUSE with new JSON ARGUMENTS."""
     try:
         parsed = json.loads(arguments)
@@ -109,7 +203,7 @@ def edit_call(ctx: click.Context, pause: str, call: str, arguments: str, by: str
         raise click.BadParameter(f"not JSON: {e}", param_hint="ARGUMENTS") from None
     if not isinstance(parsed, dict):
         raise click.BadParameter("must be a JSON object", param_hint="ARGUMENTS")
-    _decide(ctx, pause, (call,), lambda: Edit(parsed), by)
+    _decide(ctx, pause, (call,), lambda: Edit(parsed), by, as_json)
 
 
-COMMANDS = [fork, checkpoint, edit, approve, reject, edit_call]
+COMMANDS = [fork, checkpoint, edit, append, approve, reject, edit_call]

@@ -144,7 +144,7 @@ def transcript(path: list[Node], short: dict[str, str]) -> list[str]:
     return lines[:-1] if lines else lines
 
 
-def table(rows: list[list[str]], headers: list[str]) -> list[str]:
+def table(rows: list[list[Any]], headers: list[str]) -> list[str]:
     """Left-aligned columns separated by two spaces."""
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)

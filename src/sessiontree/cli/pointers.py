@@ -1,0 +1,89 @@
+"""Commands that change or remove named pointers: rename-branch, move-branch,
+delete-branch, delete-checkpoint.
+
+Nodes are never touched here: a removed pointer's nodes stay until ``prune``.
+With ``--json`` each prints the result as one JSON object.
+"""
+
+from __future__ import annotations
+
+import click
+
+from . import complete
+from .common import echo_json, open_store, pick_session, target
+from .inspect import json_option, session_option
+
+
+@click.command(name="rename-branch")
+@click.argument("old", shell_complete=complete.branches)
+@click.argument("new")
+@session_option
+@json_option
+@click.pass_context
+def rename_branch(ctx: click.Context, old: str, new: str, session: str | None, as_json: bool) -> None:
+    """Rename branch OLD to NEW (refused if NEW names a branch or checkpoint)."""
+    store = open_store(ctx, write=True)
+    branch = pick_session(store, session).rename(old, new)
+    if as_json:
+        echo_json(branch.__dict__)
+    else:
+        click.echo(f"renamed branch {old} to {branch.name} -> {branch.head_id}")
+
+
+@click.command(name="move-branch")
+@click.argument("name", shell_complete=complete.branches)
+@click.argument("ref", shell_complete=complete.refs)
+@click.option("--expect", help="Move only if the branch is still at this node (compare-and-set).")
+@session_option
+@json_option
+@click.pass_context
+def move_branch(
+    ctx: click.Context, name: str, ref: str, expect: str | None, session: str | None, as_json: bool
+) -> None:
+    """Point branch NAME at REF (a branch, checkpoint or node) instead."""
+    store = open_store(ctx, write=True)
+    s, to = target(store, ref, session)
+    branch = s.move(name, to=to, expect_head=expect)
+    if as_json:
+        echo_json(branch.__dict__)
+    else:
+        click.echo(f"branch {branch.name} -> {branch.head_id}")
+
+
+@click.command(name="delete-branch")
+@click.argument("name", shell_complete=complete.branches)
+@session_option
+@json_option
+@click.pass_context
+def delete_branch(ctx: click.Context, name: str, session: str | None, as_json: bool) -> None:
+    """Delete branch NAME; its nodes stay until `sessiontree prune`."""
+    store = open_store(ctx, write=True)
+    s = pick_session(store, session)
+    if name in {c.name for c in s.checkpoints()}:
+        raise click.ClickException(
+            f"{name!r} is a checkpoint, not a branch; use `sessiontree delete-checkpoint`"
+        )
+    s.delete_branch(name)
+    if as_json:
+        echo_json({"session": s.id, "deleted_branch": name})
+    else:
+        click.echo(f"deleted branch {name} (prune removes nodes nothing reaches any more)")
+
+
+@click.command(name="delete-checkpoint")
+@click.argument("name", shell_complete=complete.checkpoints)
+@session_option
+@json_option
+@click.pass_context
+def delete_checkpoint(ctx: click.Context, name: str, session: str | None, as_json: bool) -> None:
+    """Delete checkpoint NAME; the node it marked stays."""
+    store = open_store(ctx, write=True)
+    s = pick_session(store, session)
+    s.delete_checkpoint(name)
+    if as_json:
+        echo_json({"session": s.id, "deleted_checkpoint": name})
+    else:
+        click.echo(f"deleted checkpoint {name}")
+
+
+COMMANDS = [rename_branch, move_branch, delete_branch, delete_checkpoint]
