@@ -222,7 +222,6 @@ def test_the_cycle_finder_counts_every_kind_of_import(tmp_path):
     assert "pkg.a -> pkg.b -> pkg.sub.c -> pkg.a" in describe(graph, groups)
 
 
-@pytest.mark.xfail(strict=True, reason="cycles being removed on main")
 def test_no_import_cycle_between_sessiontree_modules():
     graph = import_graph(SRC, PACKAGE)
     groups = strongly_connected(graph)

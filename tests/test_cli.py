@@ -54,7 +54,7 @@ assistant -> get_weather({"city": "Paris"})
   ok get_weather: Sunny in Paris, 21C, light wind
 assistant: Paris is sunny. I'll email Bob.
 assistant -> send_email({"to": "bob@example.com", "subject": "Paris forecast", "body": "Sunny, 21C, light wind."})
-paused: sending email needs a human
+paused: send_email requires approval
   call call_email: send_email({"to": "bob@example.com", "subject": "Paris forecast", "body": "Sunny, 21C, light wind."})
 decide with: sessiontree approve <id>  (or: sessiontree reject <id> --reason ...)
 then resume: sessiontree resume <id>
@@ -81,7 +81,7 @@ assistant: Paris: sunny, 21C. I drafted the email but did not send it.
 |\\
 | * <id> assistant: Paris: sunny, 21C. I drafted the email but did not send it. (experiment)
 * <id> assistant: Paris is sunny. I'll email Bob. -> send_email({"to": "bob@example.com",…
-* <id> pause: send_email (sending email needs a human)
+* <id> pause: send_email (send_email requires approval)
 * <id> decision: call_email approve by demo-operator
 * <id> tool_start: send_email
 * <id> tool: [call_email] email to bob@example.com queued: 'Paris forecast'

@@ -133,6 +133,7 @@ def run_shell(script: str, cwd: Path, env: dict[str, str], where: str) -> None:
         )
 
 
+@pytest.mark.slow  # starts a model server and runs whole CLI sessions
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.name) for p in FILES if runnable(p)])
 def test_shell_examples_run(path: Path, tmp_path: Path, echo_llm) -> None:
     env = shell_env(tmp_path, echo_llm.url)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import click
 
 from ..loop import aresume, arun, decide
-from ..steps import Approve, Pause
+from ..steps import Approve
 from ..store import Store
 from ..testing import ScriptedModel, reply, tool_call
 from ..tools import tool
-from .common import abbreviations
+from .common import abbreviations, open_store
 from .render import tree_lines
-from .running import print_steps
+from .stepview import print_steps
 
 
 @tool
@@ -26,17 +26,13 @@ def get_weather(city: str) -> str:
     return f"Sunny in {city}, 21C, light wind"
 
 
-@tool(idempotent=False)
+@tool(idempotent=False)  # not safe to repeat, so it requires approval: the run pauses
 def send_email(to: str, subject: str, body: str) -> str:
     """Send an email. Not safe to repeat: a human approves each one."""
     return f"email to {to} queued: {subject!r}"
 
 
 TOOLS = [get_weather, send_email]
-
-
-def approve(call):
-    return Pause("sending email needs a human") if call.name == "send_email" else Approve()
 
 
 def heading(text: str) -> None:
@@ -68,7 +64,7 @@ def run_demo(store: Store) -> None:
         ],
         model="scripted-a",
     )
-    final = print_steps(arun(store, session, call=first, tools=TOOLS, approve=approve))
+    final = print_steps(arun(store, session, call=first, tools=TOOLS))
     assert final is not None and final.node is not None
     pause_id = final.node.id
     weather_answer = [n for n in session.path("main") if n.payload.get("role") == "tool"][0]
@@ -88,7 +84,6 @@ def run_demo(store: Store) -> None:
             pause_id,
             call=ScriptedModel(["Done: Bob has the Paris forecast (sunny, 21C)."], model="scripted-a"),
             tools=TOOLS,
-            approve=approve,
         )
     )
 
@@ -97,7 +92,7 @@ def run_demo(store: Store) -> None:
     second = ScriptedModel(
         ["Paris: sunny, 21C. I drafted the email but did not send it."], model="scripted-b"
     )
-    print_steps(arun(store, session, "experiment", call=second, tools=TOOLS, approve=approve))
+    print_steps(arun(store, session, "experiment", call=second, tools=TOOLS))
 
     heading("5. the tree")
     nodes = session.tree()
@@ -115,3 +110,13 @@ def run_demo(store: Store) -> None:
         "   sessiontree log experiment"
         f"   sessiontree diff main experiment"
     )
+
+
+@click.command()
+@click.pass_context
+def demo(ctx: click.Context) -> None:
+    """An offline tour: pause before a risky tool, approve, resume, fork a checkpoint, rerun."""
+    run_demo(open_store(ctx, write=True))
+
+
+COMMANDS = [demo]

@@ -1,0 +1,117 @@
+"""How the agent loop's steps reach the terminal: readable lines, or one JSON
+object per line (``--json``) for scripts.
+
+Contract: ``print_steps`` consumes an async iterator of steps as they come and
+returns the ``Final`` step; nothing here touches the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import click
+
+from ..steps import Assistant, Final, Paused, Token, ToolCall, ToolEnd, ToolStart
+from .render import calls_text, one_line
+
+
+def print_steps(
+    steps: AsyncIterator[Any], as_json: bool = False, about: Callable[[Final], dict[str, Any]] | None = None
+) -> Final | None:
+    """Print steps as they come (as text, or one JSON object per line); return the Final step.
+
+    ``about(final)`` adds fields to the JSON line of the Final step.
+    """
+    final = None
+    streamed = False
+
+    async def consume() -> None:
+        nonlocal final, streamed
+        async for step in steps:
+            if as_json:
+                data = step_dict(step)
+                if isinstance(step, Final) and about is not None:
+                    data.update(about(step))
+                click.echo(json.dumps(data, ensure_ascii=False, default=str))
+            else:
+                echo_step(step, streamed)
+            final = step if isinstance(step, Final) else final
+            streamed = isinstance(step, Token)  # tokens are always followed by their Assistant
+
+    asyncio.run(consume())
+    return final
+
+
+def step_dict(step: Any) -> dict[str, Any]:
+    """A step as a JSON object: ``step`` names its type, ``node`` the node it wrote."""
+    if isinstance(step, Token):
+        return {"step": "token", "text": step.text}
+    if isinstance(step, Assistant):
+        return {
+            "step": "assistant",
+            "node": step.node.id,
+            "content": step.message.get("content"),
+            "tool_calls": [ToolCall.from_message(c).to_dict() for c in step.message.get("tool_calls") or []],
+        }
+    if isinstance(step, ToolStart):
+        return {"step": "tool_start", "node": step.node.id, "call": step.call.to_dict()}
+    if isinstance(step, ToolEnd):
+        return {
+            "step": "tool_end",
+            "node": step.node.id,
+            "call": step.call.to_dict(),
+            "ok": step.ok,
+            "content": step.node.payload.get("content"),
+        }
+    if isinstance(step, Paused):
+        return {
+            "step": "paused",
+            "node": step.node.id,
+            "reason": step.node.payload.get("reason"),
+            "calls": step.calls,
+        }
+    if isinstance(step, Final):
+        return {
+            "step": "final",
+            "node": step.node.id if step.node else None,
+            "reason": step.reason,
+            "error": step.error,
+        }
+    raise TypeError(f"unknown step {step!r}")
+
+
+def echo_step(step: Any, streamed: bool = False) -> None:
+    if isinstance(step, Token):
+        click.echo(step.text, nl=False)
+    elif isinstance(step, Assistant):
+        message = step.message
+        if streamed:
+            click.echo()
+        elif message.get("content"):
+            click.echo(f"assistant: {message['content']}")
+        if message.get("tool_calls"):
+            click.echo(f"assistant -> {calls_text(message['tool_calls'])}")
+    elif isinstance(step, ToolStart):
+        click.echo(f"  running {step.call.name} [{step.call.id}]")
+    elif isinstance(step, ToolEnd):
+        click.echo(
+            f"  {'ok' if step.ok else 'failed'} {step.call.name}: "
+            f"{one_line(step.node.payload.get('content'), 60)}"
+        )
+    elif isinstance(step, Paused):
+        click.echo(f"paused: {step.node.payload.get('reason')}")
+        for call in step.calls:
+            click.echo(f"  call {call['id']}: {call['name']}({call['arguments']})")
+        click.echo(
+            f"decide with: sessiontree approve {step.node.id}   "
+            f"(or: sessiontree reject {step.node.id} --reason ...)"
+        )
+        click.echo(f"then resume: sessiontree resume {step.node.id}")
+    elif isinstance(step, Final):
+        if step.reason == "error":
+            click.echo(f"error: {step.error}", err=True)
+        elif step.reason not in ("completed", "paused"):
+            click.echo(f"stopped: {step.reason}")
