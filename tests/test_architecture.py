@@ -14,8 +14,6 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "sessiontree"
 
