@@ -59,3 +59,23 @@ def assistant(text: str | None = None, tool_calls: list | None = None) -> dict:
     if tool_calls:
         message["tool_calls"] = tool_calls
     return message
+
+
+# Every table as public ids (the rows link by integer keys inside the file, and keys
+# differ between two stores holding the same sessions).
+PUBLIC_ROWS = {
+    "sessions": "SELECT id, title, metadata, created_at, archived_at FROM sessions",
+    "runs": "SELECT r.id, s.id, model, provider, params, usage, latency_ms, finish_reason, r.created_at"
+    " FROM runs r JOIN sessions s ON s.key = r.session",
+    "nodes": "SELECT n.id, s.id, p.id, n.depth, n.kind, n.payload, n.created_at, r.id FROM nodes n"
+    " JOIN sessions s ON s.key = n.session LEFT JOIN nodes p ON p.key = n.parent LEFT JOIN runs r ON r.key = n.run",
+    "branches": "SELECT s.id, b.name, n.id, b.metadata, b.created_at, b.updated_at FROM branches b"
+    " JOIN sessions s ON s.key = b.session LEFT JOIN nodes n ON n.key = b.head",
+    "checkpoints": "SELECT s.id, c.name, n.id, c.created_at FROM checkpoints c"
+    " JOIN sessions s ON s.key = c.session JOIN nodes n ON n.key = c.node",
+}
+
+
+def public_rows(conn) -> dict[str, list[tuple]]:
+    """Every row of every table, with ids instead of row keys, sorted."""
+    return {t: sorted(conn.execute(sql).fetchall(), key=repr) for t, sql in PUBLIC_ROWS.items()}

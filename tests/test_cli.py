@@ -271,7 +271,7 @@ def test_prune_verify_stats_backup_migrate(invoke, small, db, tmp_path):
     assert out.startswith(f"backed up {db} to {tmp_path / 'copy.db'}")
     with Store(tmp_path / "copy.db") as copy:
         assert copy.verify().nodes == 4
-    assert invoke("migrate", "--list").output == "0 pending step(s); schema version 2\n"
+    assert invoke("migrate", "--list").output == "0 pending step(s); schema version 3\n"
     with Store(db) as store:  # break it: verify exits 1
         store.conn.execute("PRAGMA foreign_keys = OFF")
         store.conn.execute("DELETE FROM nodes WHERE id = ?", (small["question"],))

@@ -20,19 +20,11 @@ from sessiontree.formats import (
     import_native,
 )
 
-from conftest import assistant, user
-
-TABLES = {
-    "sessions": "SELECT * FROM sessions ORDER BY id",
-    "runs": "SELECT * FROM runs ORDER BY id",
-    "nodes": "SELECT * FROM nodes ORDER BY id",
-    "branches": "SELECT * FROM branches ORDER BY session_id, name",
-    "checkpoints": "SELECT * FROM checkpoints ORDER BY session_id, name",
-}
+from conftest import assistant, public_rows, user
 
 
 def dump(store: Store) -> dict[str, list[tuple]]:
-    return {name: store.conn.execute(sql).fetchall() for name, sql in TABLES.items()}
+    return public_rows(store.conn)
 
 
 def lines_of(store: Store) -> list[str]:

@@ -15,9 +15,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sessiontree import SchemaTooNew, SessionTreeError, Store
+from sessiontree import Approve, Conflict, SchemaTooNew, SessionTreeError, Store, decide
 from sessiontree.cli import cli
 from sessiontree.db import migrations
+from sessiontree.formats import export_file
+
+from conftest import public_rows
 
 FIXTURES = Path(__file__).parent / "fixtures"
 V1 = FIXTURES / "schema_v1.db"
@@ -33,10 +36,13 @@ V1_TABLES = {
 
 
 def rows(path: Path) -> dict[str, list[tuple]]:
+    """Every table's rows as public ids, whatever the schema version."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
+        if conn.execute("PRAGMA user_version").fetchone()[0] >= 3:
+            return public_rows(conn)
         return {
-            t: conn.execute(f"SELECT {c} FROM {t} ORDER BY 1, 2").fetchall() for t, c in V1_TABLES.items()
+            t: sorted(conn.execute(f"SELECT {c} FROM {t}").fetchall(), key=repr) for t, c in V1_TABLES.items()
         }
     finally:
         conn.close()
@@ -150,3 +156,61 @@ def test_a_newer_schema_is_refused_by_the_cli_and_not_modified(v1, args):
     with pytest.raises(SchemaTooNew):
         Store(v1, readonly=True)
     assert digest(v1) == before
+
+
+V2 = FIXTURES / "schema_v2.db"
+
+
+@pytest.fixture
+def v2(tmp_path):
+    copy = tmp_path / "v2.db"
+    shutil.copyfile(V2, copy)
+    return copy
+
+
+def test_a_schema_2_store_with_real_data_upgrades_losslessly(v2, tmp_path):
+    """tests/fixtures/schema_v2.db (see make_schema_v2.py): every node, ref, run and pause
+    survives the rebuild to integer keys, byte for byte in the native export."""
+    before = rows(v2)
+    with sqlite3.connect(f"file:{v2}?mode=ro", uri=True) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    with Store(v2) as store:
+        assert store.schema_version == len(migrations())
+        report = store.verify()
+        assert report.ok, report.problems
+        assert [p.payload["calls"][0]["name"] for p in store.pending()] == ["wire_money"]
+        export_file(store, tmp_path / "after.jsonl", "native")
+    assert rows(v2) == before
+    assert (tmp_path / "after.jsonl").read_text("utf-8") == (FIXTURES / "schema_v2.expected.jsonl").read_text(
+        "utf-8"
+    )
+    with Store(v2) as store:  # and it is a normal store afterwards
+        session = store.session(store.pending()[0].session_id)
+        decide(store, store.pending()[0].id, {"pay": Approve()})
+        assert session.head("main").kind == "decision"
+        again = store.create_session("after the upgrade")
+        again.append({"role": "user", "content": "hi"})
+        assert store.verify().ok
+
+
+def test_the_upgrade_keeps_the_schema_invariants(v2):
+    with Store(v2) as store:
+        session = store.session(store.pending()[0].session_id)
+        head = session.head("main")
+        for sql, params in [
+            ("UPDATE nodes SET payload = '{}' WHERE id = ?", (head.id,)),
+            ("UPDATE checkpoints SET created_at = 'x'", ()),
+        ]:
+            with pytest.raises(sqlite3.IntegrityError):
+                store.conn.execute(sql, params)
+        other = store.create_session("other")
+        with pytest.raises(sqlite3.IntegrityError, match="same session"):
+            store.conn.execute(
+                "INSERT INTO nodes (id, session, parent, depth, kind, payload, created_at)"
+                " SELECT 'x', (SELECT key FROM sessions WHERE id = ?), key, depth + 1, 'message', '{}', 'now'"
+                " FROM nodes WHERE id = ?",
+                (other.id, head.id),
+            )
+        decide(store, store.pending()[0].id, {"pay": Approve()})
+        with pytest.raises(Conflict, match="already has a decision"):
+            session.append({"decisions": {}}, kind="decision", parent=head, branch=None)

@@ -27,21 +27,20 @@ Contract:
 from __future__ import annotations
 
 import json
-import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import Conflict, ImportConflict, InvalidPayload, InvalidTree, NotFound, SessionTreeError
+from .errors import Conflict, ImportConflict, InvalidPayload, InvalidTree, SessionTreeError
 from .ids import now
 from .model import encode_json, encode_payload
 from .names import check_name, check_text
 
 if TYPE_CHECKING:
+    from .storage import SQLiteStorage
     from .store import Store
 
 Progress = Callable[[int, int], None]
-CHUNK = 500  # ids per IN (...) query: well under SQLite's variable limit
 PROGRESS_EVERY = 1000
 
 
@@ -110,10 +109,11 @@ def write_sessions(
         if progress is not None:
             progress(done[0], total)
 
-    with store.transaction() as conn:
+    storage = store.storage
+    with storage.transaction():
         for session, texts in zip(sessions, encoded, strict=True):
             try:
-                _write_one(conn, session, texts, tick)
+                _write_one(storage, session, texts, tick)
             except SessionTreeError as e:
                 if session.source:
                     raise type(e)(f"{session.source}: {e}") from None
@@ -148,42 +148,28 @@ def _encode(session: ImportedSession) -> dict[str, str]:
     return texts
 
 
-def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
-    for i in range(0, len(items), CHUNK):
-        yield items[i : i + CHUNK]
-
-
-def _rows_by_id(conn: sqlite3.Connection, columns: str, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
-    found: dict[str, tuple[Any, ...]] = {}
-    for chunk in _chunks(ids):
-        marks = ",".join("?" * len(chunk))
-        for row in conn.execute(f"SELECT id, {columns} FROM nodes WHERE id IN ({marks})", chunk):
-            found[row[0]] = row[1:]
-    return found
-
-
 def _write_one(
-    conn: sqlite3.Connection, s: ImportedSession, texts: dict[str, str], tick: Callable[[int], None]
+    storage: SQLiteStorage, s: ImportedSession, texts: dict[str, str], tick: Callable[[int], None]
 ) -> None:
-    if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (s.id,)).fetchone() is None:
-        conn.execute(
-            "INSERT INTO sessions (id, title, metadata, created_at, archived_at) VALUES (?, ?, ?, ?, ?)",
-            (
-                s.id,
-                check_text(s.title, "session title"),
-                encode_json(s.metadata, "session metadata"),
-                s.created_at,
-                s.archived_at,
-            ),
+    key = storage.session_key(s.id)
+    if key is None:
+        key = storage.insert_session(
+            s.id,
+            check_text(s.title, "session title"),
+            encode_json(s.metadata, "session metadata"),
+            s.created_at,
+            s.archived_at,
         )
-    _write_runs(conn, s)
-    _check_run_ids(conn, s)
+    run_keys = _write_runs(storage, key, s)
     by_id = {n.id: n for n in s.nodes}
-    existing = _rows_by_id(conn, "session_id, parent_id, kind, payload, depth", list(by_id))
-    outside = sorted({n.parent_id for n in s.nodes if n.parent_id is not None and n.parent_id not in by_id})
-    outside_rows = _rows_by_id(conn, "session_id, depth, kind", outside)
-    depths = _depths(s, by_id, outside_rows)
-    new_rows = []
+    existing = storage.nodes_by_ids(list(by_id))
+    outside_ids = sorted(
+        {n.parent_id for n in s.nodes if n.parent_id is not None and n.parent_id not in by_id}
+    )
+    outside = storage.nodes_by_ids(outside_ids)
+    depths = _depths(s, by_id, {i: (row[1], row[5], row[3]) for i, row in outside.items()})
+    node_keys = {i: row[0] for i, row in outside.items()}
+    new_nodes = []
     for node in sorted(s.nodes, key=lambda n: depths[n.id]):
         if node.depth is not None and node.depth != depths[node.id]:
             raise InvalidTree(
@@ -192,50 +178,47 @@ def _write_one(
             )
         if node.kind == "decision":  # the same rule Session.append enforces
             parent = by_id.get(node.parent_id or "")
-            stored = outside_rows.get(node.parent_id or "")
-            parent_kind = parent.kind if parent else stored[2] if stored else None
+            stored = outside.get(node.parent_id or "")
+            parent_kind = parent.kind if parent else stored[3] if stored else None
             if parent_kind != "pause":
                 raise InvalidTree(f"{_where(node)}: a decision must be the child of a pause")
         old = existing.get(node.id)
         if old is None:
-            new_rows.append(
-                (
-                    node.id,
-                    s.id,
-                    node.parent_id,
-                    depths[node.id],
-                    node.kind,
-                    texts[node.id],
-                    node.created_at,
-                    node.run_id,
-                )
-            )
+            new_nodes.append(node)
             continue
-        if old[0] != s.id:
-            raise ImportConflict(f"{_where(node)} already exists in another session, {old[0]}")
-        if (old[1], old[2]) != (node.parent_id, node.kind) or json.loads(old[3]) != json.loads(
+        node_keys[node.id] = old[0]
+        if old[1] != s.id:
+            raise ImportConflict(f"{_where(node)} already exists in another session, {old[1]}")
+        if (old[2], old[3]) != (node.parent_id, node.kind) or json.loads(old[4]) != json.loads(
             texts[node.id]
         ):
             raise ImportConflict(
                 f"{_where(node)} already exists with a different parent, kind"
                 " or payload; refusing to import over it"
             )
-    for i in range(0, len(new_rows), PROGRESS_EVERY):
-        batch = new_rows[i : i + PROGRESS_EVERY]
+    first = storage.next_node_key()
+    node_keys.update((node.id, first + i) for i, node in enumerate(new_nodes))
+    rows = []
+    for node in new_nodes:
+        run_key = None
+        if node.run_id is not None:
+            run_key = run_keys.get(node.run_id) or _stored_run(storage, s, node)
+        parent_key = None if node.parent_id is None else node_keys[node.parent_id]
+        rows.append(
+            (node.id, key, parent_key, depths[node.id], node.kind, texts[node.id], node.created_at, run_key)
+        )
+    for i in range(0, len(rows), PROGRESS_EVERY):
+        batch = rows[i : i + PROGRESS_EVERY]
         try:
-            conn.executemany(
-                "INSERT INTO nodes (id, session_id, parent_id, depth, kind, payload,"
-                " created_at, run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                batch,
-            )
-        except sqlite3.IntegrityError as e:
-            if "nodes.parent_id" in str(e):  # the unique index: one decision per pause
-                raise InvalidTree(f"session {s.id}: a pause would get a second decision") from None
+            storage.insert_nodes(batch, keys_from=first + i)
+        except Conflict as e:  # the schema refused: a second decision for a pause
+            raise InvalidTree(f"session {s.id}: a pause would get a second decision ({e})") from None
+        except SessionTreeError as e:
             raise InvalidTree(f"session {s.id}: {e}") from None
         tick(len(batch))
-    tick(len(s.nodes) - len(new_rows))
-    _write_checkpoints(conn, s)
-    _write_branches(conn, s)
+    tick(len(s.nodes) - len(rows))
+    _write_checkpoints(storage, key, s, node_keys)
+    _write_branches(storage, key, s, node_keys)
 
 
 def _depths(
@@ -276,19 +259,20 @@ def _depths(
     return depths
 
 
-def _write_runs(conn: sqlite3.Connection, s: ImportedSession) -> None:
+def _write_runs(storage: SQLiteStorage, session_key: int, s: ImportedSession) -> dict[str, int]:
+    """Insert the input's runs that are new; their keys (and those of the ones already there)."""
+    keys = {}
     for run in s.runs:
-        row = conn.execute("SELECT session_id FROM runs WHERE id = ?", (run.id,)).fetchone()
-        if row is not None:
-            if row[0] != s.id:
-                raise ImportConflict(f"run {run.id} already exists in another session, {row[0]}")
+        found = storage.run_handle(run.id)
+        if found is not None:
+            if found[1] != s.id:
+                raise ImportConflict(f"run {run.id} already exists in another session, {found[1]}")
+            keys[run.id] = found[0]
             continue
-        conn.execute(
-            "INSERT INTO runs (id, session_id, model, provider, params, usage, latency_ms,"
-            " finish_reason, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        keys[run.id] = storage.insert_run(
+            run.id,
+            session_key,
             (
-                run.id,
-                s.id,
                 run.model,
                 run.provider,
                 encode_json(run.params, "run params"),
@@ -298,106 +282,84 @@ def _write_runs(conn: sqlite3.Connection, s: ImportedSession) -> None:
                 run.created_at or s.created_at,
             ),
         )
+    return keys
 
 
-def _check_run_ids(conn: sqlite3.Connection, s: ImportedSession) -> None:
-    known = {r.id for r in s.runs}
-    for node in s.nodes:
-        if node.run_id is None or node.run_id in known:
-            continue
-        row = conn.execute("SELECT session_id FROM runs WHERE id = ?", (node.run_id,)).fetchone()
-        if row is None or row[0] != s.id:
-            raise InvalidTree(
-                f"{_where(node)}: run {node.run_id} is neither in the input nor a run of this session"
-            )
-        known.add(node.run_id)
+def _stored_run(storage: SQLiteStorage, s: ImportedSession, node: ImportedNode) -> int:
+    """The key of a run the input does not carry: it must be a run of this session already."""
+    found = storage.run_handle(node.run_id or "")
+    if found is None or found[1] != s.id:
+        raise InvalidTree(
+            f"{_where(node)}: run {node.run_id} is neither in the input nor a run of this session"
+        )
+    return found[0]
 
 
-def _ref_kind(conn: sqlite3.Connection, session_id: str, name: str) -> tuple[str, str | None] | None:
-    row: tuple[str, str | None] | None = conn.execute(
-        "SELECT 'branch', head_id FROM branches WHERE session_id = ? AND name = ?"
-        " UNION ALL SELECT 'checkpoint', node_id FROM checkpoints WHERE session_id = ? AND name = ?",
-        (session_id, name, session_id, name),
-    ).fetchone()
-    return row
-
-
-def _check_ref_target(conn: sqlite3.Connection, s: ImportedSession, what: str, ref: ImportedRef) -> None:
+def _target(s: ImportedSession, what: str, ref: ImportedRef, node_keys: dict[str, int]) -> int | None:
+    """The key of the node a ref points at, which must be a node of this session."""
     if ref.node_id is None:
-        return
-    row = conn.execute("SELECT session_id FROM nodes WHERE id = ?", (ref.node_id,)).fetchone()
-    if row is None or row[0] != s.id:
+        return None
+    if ref.node_id not in node_keys:
         raise InvalidTree(
             f"session {s.id}: {what} {ref.name!r} points at {ref.node_id},"
             " which is not a node of this session"
         )
+    return node_keys[ref.node_id]
 
 
-def _write_checkpoints(conn: sqlite3.Connection, s: ImportedSession) -> None:
+def _write_checkpoints(
+    storage: SQLiteStorage, session_key: int, s: ImportedSession, node_keys: dict[str, int]
+) -> None:
+    node_keys = _with_session_refs(storage, s, node_keys)
     for cp in s.checkpoints:
-        _check_ref_target(conn, s, "checkpoint", cp)
-        if cp.node_id is None:
+        target = _target(s, "checkpoint", cp, node_keys)
+        if target is None:
             raise InvalidTree(f"session {s.id}: checkpoint {cp.name!r} points at nothing")
-        found = _ref_kind(conn, s.id, cp.name)
+        found = storage.ref(session_key, cp.name)
         if found is None:
-            conn.execute(
-                "INSERT INTO checkpoints (session_id, name, node_id, created_at) VALUES (?, ?, ?, ?)",
-                (s.id, cp.name, cp.node_id, cp.created_at or now()),
-            )
-        elif found != ("checkpoint", cp.node_id):
+            storage.insert_checkpoint(session_key, cp.name, target, cp.created_at or now())
+        elif (found[0], found[2]) != ("checkpoint", cp.node_id):
             raise ImportConflict(
-                f"session {s.id}: the store has a {found[0]} {cp.name!r} at"
-                f" {found[1]}; the input has a checkpoint at {cp.node_id}"
+                f"session {s.id}: the store has a {found[0]} {cp.name!r} at {found[2]};"
+                f" the input has a checkpoint at {cp.node_id}"
             )
 
 
-def _is_ancestor(conn: sqlite3.Connection, ancestor: str, node: str) -> bool:
-    return (
-        conn.execute(
-            "WITH RECURSIVE up(id, parent_id) AS (SELECT id, parent_id FROM nodes WHERE id = ?"
-            " UNION ALL SELECT n.id, n.parent_id FROM nodes n JOIN up ON n.id = up.parent_id)"
-            " SELECT 1 FROM up WHERE id = ?",
-            (node, ancestor),
-        ).fetchone()
-        is not None
-    )
+def _with_session_refs(
+    storage: SQLiteStorage, s: ImportedSession, node_keys: dict[str, int]
+) -> dict[str, int]:
+    """``node_keys`` plus the keys of the nodes the input's refs name that are already stored."""
+    wanted = [r.node_id for r in (*s.branches, *s.checkpoints) if r.node_id and r.node_id not in node_keys]
+    extra = {i: row[0] for i, row in storage.nodes_by_ids(wanted).items() if row[1] == s.id}
+    return {**node_keys, **extra} if extra else node_keys
 
 
-def _write_branches(conn: sqlite3.Connection, s: ImportedSession) -> None:
+def _write_branches(
+    storage: SQLiteStorage, session_key: int, s: ImportedSession, node_keys: dict[str, int]
+) -> None:
+    node_keys = _with_session_refs(storage, s, node_keys)
     for b in s.branches:
-        _check_ref_target(conn, s, "branch", b)
-        found = _ref_kind(conn, s.id, b.name)
+        target = _target(s, "branch", b, node_keys)
+        found = storage.ref(session_key, b.name)
         if found is None:
             created = b.created_at or now()
-            conn.execute(
-                "INSERT INTO branches (session_id, name, head_id, metadata, created_at,"
-                " updated_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    s.id,
-                    b.name,
-                    b.node_id,
-                    encode_json(b.metadata, "branch metadata"),
-                    created,
-                    b.updated_at or created,
-                ),
+            storage.insert_branch(
+                session_key, b.name, target, encode_json(b.metadata, "branch metadata"), created, b.updated_at
             )
             continue
-        kind, head = found
+        kind, head_key, head = found
         if kind != "branch":
             raise ImportConflict(
                 f"session {s.id}: {b.name!r} is a checkpoint in the store and a branch in the input"
             )
-        if b.node_id is None or head == b.node_id:
+        if target is None or head == b.node_id:
             continue
-        if head is None or _is_ancestor(conn, head, b.node_id):  # fast-forward
-            conn.execute(
-                "UPDATE branches SET head_id = ?, updated_at = ? WHERE session_id = ? AND name = ?",
-                (b.node_id, b.updated_at or now(), s.id, b.name),
-            )
-        elif not _is_ancestor(conn, b.node_id, head):  # store ahead of the input: keep it
+        if head_key is None or storage.is_ancestor(head_key, target):  # fast-forward
+            storage.set_head(session_key, b.name, target, b.updated_at or now())
+        elif not storage.is_ancestor(target, head_key):  # store ahead of the input: keep it
             raise ImportConflict(
-                f"session {s.id}: branch {b.name!r} has diverged: the store's"
-                f" head is {head}, the input's is {b.node_id}"
+                f"session {s.id}: branch {b.name!r} has diverged: the store's head is {head},"
+                f" the input's is {b.node_id}"
             )
 
 
@@ -406,58 +368,28 @@ def _write_branches(conn: sqlite3.Connection, s: ImportedSession) -> None:
 
 def read_session(store: Store, session_id: str) -> ImportedSession:
     """One session, whole, as a consistent snapshot (see the module docstring)."""
-    conn = store.conn
-    own = not conn.in_transaction
-    if own:
-        conn.execute("BEGIN")  # deferred: a read snapshot, no write lock
-    try:
-        return _read(conn, session_id)
-    finally:
-        if own and conn.in_transaction:
-            conn.execute("COMMIT")
-
-
-def _read(conn: sqlite3.Connection, session_id: str) -> ImportedSession:
-    row = conn.execute(
-        "SELECT id, title, metadata, created_at, archived_at FROM sessions WHERE id = ?", (session_id,)
-    ).fetchone()
-    if row is None:
-        raise NotFound(f"no session {session_id!r}")
-    s = ImportedSession(row[0], row[1], json.loads(row[2]), row[3], archived_at=row[4])
-    s.runs = [
-        ImportedRun(r[0], r[1], r[2], json.loads(r[3]), json.loads(r[4]), r[5], r[6], r[7])
-        for r in conn.execute(
-            "SELECT id, model, provider, params, usage, latency_ms, finish_reason, created_at"
-            " FROM runs WHERE session_id = ? ORDER BY id",
-            (session_id,),
-        )
-    ]
-    s.nodes = [
-        ImportedNode(r[0], r[1], r[3], json.loads(r[4]), r[5], r[6], depth=r[2])
-        for r in conn.execute(
-            "SELECT id, parent_id, depth, kind, payload, created_at, run_id FROM nodes"
-            " WHERE session_id = ? ORDER BY depth, id",
-            (session_id,),
-        )
-    ]
-    s.branches = [
-        ImportedRef(r[0], r[1], r[2], r[3], json.loads(r[4]))
-        for r in conn.execute(
-            "SELECT name, head_id, created_at, updated_at, metadata FROM branches"
-            " WHERE session_id = ? ORDER BY name",
-            (session_id,),
-        )
-    ]
-    s.checkpoints = [
-        ImportedRef(r[0], r[1], r[2])
-        for r in conn.execute(
-            "SELECT name, node_id, created_at FROM checkpoints WHERE session_id = ? ORDER BY name",
-            (session_id,),
-        )
-    ]
+    storage = store.storage
+    with storage.snapshot():
+        key, id, title, metadata, created_at, archived_at = storage.session_row(session_id)
+        s = ImportedSession(id, title, metadata, created_at, archived_at=archived_at)
+        s.runs = [
+            ImportedRun(
+                r.id, r.model, r.provider, r.params, r.usage, r.latency_ms, r.finish_reason, r.created_at
+            )
+            for r in storage.runs(key)
+        ]
+        s.nodes = [
+            ImportedNode(n.id, n.parent_id, n.kind, n.payload, n.created_at, n.run_id, depth=n.depth)
+            for n in storage.tree(key)
+        ]
+        s.branches = [
+            ImportedRef(b.name, b.head_id, b.created_at, b.updated_at, b.metadata)
+            for b in storage.branches(key, id)
+        ]
+        s.checkpoints = [ImportedRef(c.name, c.node_id, c.created_at) for c in storage.checkpoints(key, id)]
     return s
 
 
 def session_ids(store: Store) -> list[str]:
     """Every session id, archived ones too, oldest first."""
-    return [r[0] for r in store.conn.execute("SELECT id FROM sessions ORDER BY id")]
+    return store.storage.session_ids()

@@ -94,17 +94,36 @@ def needs_migration(path: str | Path) -> bool:
         return False  # not a database: opening it reports that properly
 
 
+REBUILDS = "-- sessiontree: foreign-keys off"
+"""First line of a migration that rebuilds tables: it runs with foreign keys off
+and must leave ``PRAGMA foreign_key_check`` clean before it commits."""
+
+
 def migrate(conn: sqlite3.Connection) -> list[Migration]:
     """Apply pending steps, each in its own transaction; return the steps applied."""
     applied = []
     for step in pending_migrations(conn):
-        with transaction(conn):
-            # Another process may have applied it while we waited for the lock.
-            if schema_version(conn) >= step.version:
-                continue
-            for statement in split_statements(step.sql):
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {step.version:d}")
+        rebuilds = step.sql.startswith(REBUILDS)
+        foreign_keys = conn.execute("PRAGMA foreign_keys").fetchone()[0]
+        if rebuilds:  # a no-op inside a transaction, so before BEGIN
+            conn.execute("PRAGMA foreign_keys = OFF")
+        try:
+            with transaction(conn):
+                # Another process may have applied it while we waited for the lock.
+                if schema_version(conn) >= step.version:
+                    continue
+                for statement in split_statements(step.sql):
+                    conn.execute(statement)
+                broken = conn.execute("PRAGMA foreign_key_check").fetchone() if rebuilds else None
+                if broken is not None:
+                    raise SessionTreeError(
+                        f"migration {step.version:04d}_{step.name} would leave a broken reference "
+                        f"in table {broken[0]} (row {broken[1]}); nothing was changed"
+                    )
+                conn.execute(f"PRAGMA user_version = {step.version:d}")
+        finally:
+            if rebuilds:
+                conn.execute(f"PRAGMA foreign_keys = {int(foreign_keys)}")
         applied.append(step)
     return applied
 

@@ -18,20 +18,21 @@ from .storage import SQLiteStorage
 
 
 def prune(
-    storage: SQLiteStorage, *, dry_run: bool = True, vacuum: bool = False, session_id: str | None = None
+    storage: SQLiteStorage, *, dry_run: bool = True, vacuum: bool = False, session_key: int | None = None
 ) -> PruneReport:
     """Remove unreachable nodes (and runs only they used); report what goes."""
-    node_ids, run_ids = storage.unreachable(session_id, delete=not dry_run)
+    node_ids, run_ids = storage.unreachable(session_key, delete=not dry_run)
     freed = storage.vacuum() if vacuum and not dry_run else None
     return PruneReport(node_ids=node_ids, run_ids=run_ids, dry_run=dry_run, bytes_freed=freed)
 
 
-def verify(storage: SQLiteStorage, *, session_id: str | None = None) -> VerifyReport:
+def verify(storage: SQLiteStorage, *, session_key: int | None = None) -> VerifyReport:
     """Check the tree invariants; see the module docstring."""
-    problems = [Problem(*row) for row in storage.integrity_problems(session_id)]
-    for sid, name, head_id in storage.branch_heads(session_id):
-        problems.extend(tool_call_problems(sid, name, storage.path_to(head_id)))
-    sessions, nodes = storage.counts(session_id)
+    with storage.snapshot():
+        problems = [Problem(*row) for row in storage.integrity_problems(session_key)]
+        for sid, name, head in storage.branch_heads(session_key):
+            problems.extend(tool_call_problems(sid, name, storage.path_to(head, sid)))
+        sessions, nodes = storage.counts(session_key)
     return VerifyReport(problems=problems, sessions=sessions, nodes=nodes)
 
 

@@ -13,13 +13,14 @@ Contract:
   one thing.
 - Branches move; checkpoints never do. Forking is one row; nothing is copied.
 - ``path`` reads root-to-node in one recursive query, whatever the depth.
-- The rules live here; every statement runs in the storage backend.
+- The rules live here; every statement runs in the storage backend. Row keys
+  are used within one call only (inside one read snapshot or transaction).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import maintenance
 from .errors import BranchMoved, CheckpointImmutable, Conflict, NotFound
@@ -49,6 +50,7 @@ class Session:
     def __init__(
         self,
         storage: SQLiteStorage,
+        key: int,
         id: str,
         title: str | None,
         metadata: dict[str, Any],
@@ -56,6 +58,7 @@ class Session:
         archived_at: str | None = None,
     ) -> None:
         self.storage = storage
+        self._key = key  # the session's row key; never reused (AUTOINCREMENT)
         self.id = id
         self.title = title
         self.metadata = metadata
@@ -69,45 +72,57 @@ class Session:
 
     def resolve(self, ref: Ref) -> str:
         """The node id a ref points at (see the module docstring for what a ref is)."""
+        with self.storage.snapshot():
+            return self._locate(ref)[1]
+
+    def _locate(self, ref: Ref) -> tuple[int, str]:
+        """(row key, id) of the node a ref points at; call inside a snapshot or transaction."""
         if isinstance(ref, Node):
             if ref.session_id != self.id:
                 raise Conflict(f"node {ref.id} belongs to session {ref.session_id}, not {self.id}")
-            return ref.id
+            ref = ref.id
         if not isinstance(ref, str) or not ref:
             raise NotFound(f"no node, branch or checkpoint {ref!r} in session {self.id}")
         base, generations = split_ancestry(ref)
-        node_id = self._resolve_base(base)
+        key, node_id = self._locate_base(base)
         if generations:
-            ancestor = self.storage.ancestor(node_id, generations)
+            ancestor = self.storage.ancestor(key, generations)
             if ancestor is None:
-                depth = self.storage.node_place(node_id)[0]
+                depth = self.storage.node(node_id).depth
                 raise NotFound(f"{ref!r} goes past the root: {base!r} is at depth {depth}")
-            node_id = ancestor
-        return node_id
+            key, node_id = ancestor
+        return key, node_id
 
-    def _resolve_base(self, ref: str) -> str:
-        found = self.storage.ref(self.id, ref)
+    def _locate_base(self, ref: str) -> tuple[int, str]:
+        found = self.storage.ref(self._key, ref)
         if found is not None:
-            if found[1] is None:
+            if found[1] is None or found[2] is None:
                 raise NotFound(f"branch {ref!r} has no nodes yet")
-            return found[1]
-        owner = self.storage.node_session(ref)
-        if owner is not None:
-            if owner != self.id:
-                raise Conflict(f"node {ref} belongs to session {owner}, not {self.id}")
-            return ref
+            return found[1], found[2]
+        handle = self.storage.handle(ref)
+        if handle is not None:
+            if handle[1] != self.id:
+                raise Conflict(f"node {ref} belongs to session {handle[1]}, not {self.id}")
+            return handle[0], ref
         try:
-            return self.storage.resolve_id("nodes", "node", ref, self.id)
+            node_id = self.storage.resolve_id("nodes", "node", ref, self._key)
         except NotFound:
             hint = f" (id prefixes need at least {MIN_PREFIX} characters)" if len(ref) < MIN_PREFIX else ""
             raise NotFound(f"no node, branch or checkpoint {ref!r} in session {self.id}{hint}") from None
+        handle = self.storage.handle(node_id)
+        assert handle is not None
+        return handle[0], node_id
 
     def expected_head(self, expect_head: Ref | None) -> str | None:
         """The node id an ``expect_head=`` argument names (None: no compare-and-set)."""
         if expect_head is None:
             return None
         if isinstance(expect_head, Node):
-            return self.resolve(expect_head)
+            if expect_head.session_id != self.id:
+                raise Conflict(
+                    f"node {expect_head.id} belongs to session {expect_head.session_id}, not {self.id}"
+                )
+            return expect_head.id
         if isinstance(expect_head, str):
             return expect_head if FULL_ID.fullmatch(expect_head) else self.resolve(expect_head)
         raise TypeError(f"expect_head must be a Node, a node id or None, not {type(expect_head).__name__}")
@@ -150,96 +165,98 @@ class Session:
             return []
         if branch is not None:
             check_name(branch, new=False)
+        expected = self.expected_head(expect_head)
         with self.storage.transaction():
-            parent_id, depth, branch_exists, parent_kind = self._place(
-                branch, parent, self.expected_head(expect_head)
-            )
-            if kind == "decision" and parent_kind != "pause":
+            place = self._place(branch, parent, expected)
+            if kind == "decision" and place.kind != "pause":
                 raise Conflict(
-                    f"a decision must be the child of a pause, not of "
-                    f"{parent_kind or 'nothing'} node {parent_id}"
+                    "a decision must be the child of a pause, not of "
+                    f"{place.kind or 'nothing'} node {place.id}"
                 )
-            run_id = self._record_run(run)
+            run_key, run_id = self._record_run(run)
             created = now()
-            rows = []
-            for text in texts:
+            first = self.storage.next_node_key()
+            parent_key, parent_id, depth = place.key, place.id, place.depth + 1
+            rows, nodes = [], []
+            for i, text in enumerate(texts):
                 node_id = new_id()
-                rows.append((node_id, self.id, parent_id, depth, kind, text, created, run_id))
-                parent_id, depth = node_id, depth + 1
-            self.storage.insert_nodes(rows)
+                rows.append((node_id, self._key, parent_key, depth, kind, text, created, run_key))
+                nodes.append(Node(node_id, self.id, parent_id, depth, kind, text, created, run_id))
+                parent_key, parent_id, depth = first + i, node_id, depth + 1
+            self.storage.insert_nodes(rows, keys_from=first)
             if branch is not None:
-                self._set_head(branch, parent_id, created, exists=branch_exists)
-        return [Node(*r) for r in rows]
+                self._set_head(branch, parent_key, created, exists=place.branch_exists)
+        return nodes
 
-    def _place(
-        self, branch: str | None, parent: Ref | None, expect_head: str | None
-    ) -> tuple[str | None, int, bool, str | None]:
-        """Where a new node goes: (parent id, depth, whether the branch exists, parent kind)."""
-        head: str | None = None
-        head_depth, head_kind = -1, None
-        exists = False
+    def _place(self, branch: str | None, parent: Ref | None, expect_head: str | None) -> _Place:
+        """Where a new node goes: under ``parent``, else under the branch head."""
+        head = None
         if branch is not None:
-            found = self.storage.branch_head(self.id, branch)
+            found = self.storage.branch_head(self._key, branch)
             if found is not None:
-                exists, head = True, found[0]
-                if head is not None:
-                    head_depth, head_kind = found[1] or 0, found[2]
-            if expect_head is not None and expect_head != head:
-                raise BranchMoved(branch, expect_head, head)
+                head = _Place(*found, branch_exists=True)
+            if expect_head is not None and expect_head != (head.id if head else None):
+                raise BranchMoved(branch, expect_head, head.id if head else None)
         elif expect_head is not None:
             raise Conflict("expect_head needs a branch")
         if parent is None:
             if branch is None:
                 raise Conflict("append needs a branch or a parent")
-            return head, head_depth + 1, exists, head_kind
-        parent_id = self.resolve(parent)
-        parent_depth, parent_kind = self.storage.node_place(parent_id)
-        if head is not None and head != parent_id:
+            return head or _Place(None, None, -1, None, branch_exists=False)
+        key, parent_id = self._locate(parent)
+        node = self.storage.node(parent_id)
+        if head is not None and head.id is not None and head.id != parent_id:
             raise Conflict(
-                f"branch {branch!r} is at {head}, not at the parent {parent_id}: "
+                f"branch {branch!r} is at {head.id}, not at the parent {parent_id}: "
                 "append with branch=None, fork a new branch, or move this one first"
             )
-        return parent_id, parent_depth + 1, exists, parent_kind
+        return _Place(key, parent_id, node.depth, node.kind, branch_exists=head is not None)
 
     def _set_head(
         self,
         branch: str,
-        head_id: str | None,
+        head: int | None,
         when: str,
         *,
         exists: bool,
         metadata: dict[str, Any] | None = None,
     ) -> None:
         if exists:
-            self.storage.set_head(self.id, branch, head_id, when)
+            self.storage.set_head(self._key, branch, head, when)
             return
         self._check_name_free(branch, "branch")
         self.storage.insert_branch(
-            self.id, branch, head_id, encode_json(metadata or {}, "branch metadata"), when
+            self._key, branch, head, encode_json(metadata or {}, "branch metadata"), when
         )
 
     def _check_name_free(self, name: str, what: str) -> None:
         check_name(name, what)
-        found = self.storage.ref(self.id, name)
+        found = self.storage.ref(self._key, name)
         if found is not None:
             raise Conflict(f"a {found[0]} named {name!r} already exists in session {self.id}")
 
     def record_run(self, run: Completion | dict[str, Any]) -> str:
         """Store a model call's provenance (without its message) and return the run id."""
         with self.storage.transaction():
-            run_id = self._record_run(run)
+            run_id = self._record_run(run)[1]
         assert run_id is not None
         return run_id
 
-    def _record_run(self, run: RunLike) -> str | None:
-        if run is None or isinstance(run, str):
-            return run
+    def _record_run(self, run: RunLike) -> tuple[int | None, str | None]:
+        """(key, id) of the run a new node names: recorded now, or an earlier one by id."""
+        if run is None:
+            return None, None
+        if isinstance(run, str):
+            found = self.storage.run_handle(run)
+            if found is None or found[1] != self.id:
+                raise NotFound(f"no run {run!r} in session {self.id}")
+            return found[0], run
         fields = run.__dict__ if isinstance(run, Completion) else run
         run_id = new_id()
-        self.storage.insert_run(
+        key = self.storage.insert_run(
+            run_id,
+            self._key,
             (
-                run_id,
-                self.id,
                 fields.get("model"),
                 fields.get("provider"),
                 encode_json(fields.get("params") or {}, "run params", default=str),
@@ -247,26 +264,31 @@ class Session:
                 fields.get("latency_ms"),
                 fields.get("finish_reason"),
                 now(),
-            )
+            ),
         )
-        return run_id
+        return key, run_id
 
     def edit(self, node: Ref, payload: dict[str, Any], *, branch: str) -> Node:
         """A sibling of ``node`` carrying ``payload``, on the new branch ``branch``."""
-        original = self.node(node)
-        text = encode_payload(payload, original.kind)
         with self.storage.transaction():
+            original = self.node(node)
+            text = encode_payload(payload, original.kind)
             self._check_name_free(branch, "branch")
+            parent_key = None if original.parent_id is None else self._locate(original.parent_id)[0]
             created = now()
-            row = (new_id(), self.id, original.parent_id, original.depth, original.kind, text, created, None)
-            self.storage.insert_nodes([row])
-            self._set_head(branch, row[0], created, exists=False)
-        return Node(*row)
+            new = Node(new_id(), self.id, original.parent_id, original.depth, original.kind, text, created)
+            key = self.storage.next_node_key()
+            self.storage.insert_nodes(
+                [(new.id, self._key, parent_key, new.depth, new.kind, text, created, None)], keys_from=key
+            )
+            self._set_head(branch, key, created, exists=False)
+        return new
 
     # -- reading ---------------------------------------------------------
 
     def node(self, ref: Ref) -> Node:
-        return self.storage.node(self.resolve(ref))
+        with self.storage.snapshot():
+            return self.storage.node(self._locate(ref)[1])
 
     def head(self, branch: str = "main") -> Node | None:
         """The node a branch points at, or None for a branch with no node yet."""
@@ -274,35 +296,40 @@ class Session:
         return None if head_id is None else self.node(head_id)
 
     def children(self, ref: Ref) -> list[Node]:
-        return self.storage.children(self.resolve(ref))
+        with self.storage.snapshot():
+            return self.storage.children(self._locate(ref)[0])
 
     def path(self, ref: Ref) -> list[Node]:
         """Root-to-node, in one recursive query."""
-        return self.storage.path_to(self.resolve(ref))
+        with self.storage.snapshot():
+            return self.storage.path_to(self._locate(ref)[0], self.id)
 
     def messages(self, ref: Ref = "main") -> list[dict[str, Any]]:
         """The chat messages on the path to ``ref``: what a chat-completions API takes."""
-        return [n.payload for n in self.path(ref) if n.kind == "message"]
+        with self.storage.snapshot():
+            return self.storage.messages(self._locate(ref)[0])
 
     def tree(self) -> list[Node]:
         """Every node of the session, parents before children."""
-        return self.storage.tree(self.id)
+        return self.storage.tree(self._key)
 
     def leaves(self) -> list[Node]:
         """Nodes without children."""
-        return self.storage.leaves(self.id)
+        return self.storage.leaves(self._key)
 
     def pending(self) -> list[Node]:
         """This session's unresolved pauses."""
-        return self.storage.pending(self.id)
+        return self.storage.pending(self._key)
 
     def common_ancestor(self, a: Ref, b: Ref) -> Node | None:
         """The deepest node on both paths, or None when they share no root."""
-        return self.storage.common_ancestor(self.resolve(a), self.resolve(b))
+        with self.storage.snapshot():
+            return self.storage.common_ancestor(self._locate(a)[0], self._locate(b)[0])
 
     def diff(self, a: Ref, b: Ref) -> Diff:
         """The common ancestor of two refs and the nodes each adds after it."""
-        path_a, path_b = self.path(a), self.path(b)
+        with self.storage.snapshot():
+            path_a, path_b = self.path(a), self.path(b)
         shared = 0
         for x, y in zip(path_a, path_b, strict=False):
             if x.id != y.id:
@@ -314,42 +341,49 @@ class Session:
 
     def usage(self, ref: Ref = "main", *, since: Ref | None = None) -> Usage:
         """Model calls on the path to ``ref`` (only those after ``since``, if given)."""
-        after = -1 if since is None else self.node(since).depth
-        return self.storage.path_usage(self.resolve(ref), after)
+        with self.storage.snapshot():
+            after = -1 if since is None else self.node(since).depth
+            return self.storage.path_usage(self._locate(ref)[0], after)
 
     def subtree_usage(self, ref: Ref) -> Usage:
         """Model calls in ``ref`` and everything below it, on every branch."""
-        return self.storage.subtree_usage(self.resolve(ref))
+        with self.storage.snapshot():
+            return self.storage.subtree_usage(self._locate(ref)[0])
 
     # -- branches --------------------------------------------------------
 
     def branch(self, name: str) -> Branch:
-        found = self.storage.branch(self.id, name)
+        found = self.storage.branch(self._key, self.id, name)
         if found is None:
             raise NotFound(f"no branch {name!r} in session {self.id}")
         return found
 
     def branches(self) -> list[Branch]:
-        return self.storage.branches(self.id)
+        return self.storage.branches(self._key, self.id)
+
+    def branches_at(self, ref: Ref) -> list[str]:
+        """Names of the branches whose head is the node ``ref`` points at."""
+        with self.storage.snapshot():
+            return self.storage.branches_at(self._key, self._locate(ref)[0])
 
     def fork(self, name: str, *, at: Ref, metadata: dict[str, Any] | None = None) -> Branch:
         """A new branch pointing at ``at``. One row; nothing is copied."""
         with self.storage.transaction():
-            self._set_head(name, self.resolve(at), now(), exists=False, metadata=metadata)
-        return self.branch(name)
+            self._set_head(name, self._locate(at)[0], now(), exists=False, metadata=metadata)
+            return self.branch(name)
 
     def move(self, name: str, *, to: Ref, expect_head: Ref | None = None) -> Branch:
         """Point an existing branch somewhere else (compare-and-set with ``expect_head``)."""
+        expected = self.expected_head(expect_head)
         with self.storage.transaction():
             current = self._existing_branch_head(name)
-            expected = self.expected_head(expect_head)
             if expected is not None and expected != current:
                 raise BranchMoved(name, expected, current)
-            self._set_head(name, self.resolve(to), now(), exists=True)
-        return self.branch(name)
+            self._set_head(name, self._locate(to)[0], now(), exists=True)
+            return self.branch(name)
 
     def _existing_branch_head(self, name: str, doing: str = "move") -> str | None:
-        found = self.storage.ref(self.id, name)
+        found = self.storage.ref(self._key, name)
         if found is None:
             raise NotFound(f"no branch {name!r} in session {self.id}")
         if found[0] == "checkpoint":
@@ -361,23 +395,22 @@ class Session:
                 f"{name!r} is a checkpoint, not a branch"
                 + ("; use delete_checkpoint" if doing == "delete" else "")
             )
-        return found[1]
+        return found[2]
 
     def rename(self, old: str, new: str) -> Branch:
         """Give branch ``old`` the name ``new``."""
         with self.storage.transaction():
             self._existing_branch_head(old, "rename")
-            if new == old:
-                return self.branch(old)
-            self._check_name_free(new, "branch")
-            self.storage.rename_branch(self.id, old, new, now())
-        return self.branch(new)
+            if new != old:
+                self._check_name_free(new, "branch")
+                self.storage.rename_branch(self._key, old, new, now())
+            return self.branch(new)
 
     def delete_branch(self, name: str) -> None:
         """Remove the pointer only; its nodes stay until ``prune``."""
         with self.storage.transaction():
             self._existing_branch_head(name, "delete")
-            self.storage.delete_branch(self.id, name)
+            self.storage.delete_branch(self._key, name)
 
     # -- checkpoints -----------------------------------------------------
 
@@ -386,17 +419,17 @@ class Session:
         with self.storage.transaction():
             self._check_name_free(name, "checkpoint")
             created = now()
-            node_id = self.resolve(at)
-            self.storage.insert_checkpoint(self.id, name, node_id, created)
+            key, node_id = self._locate(at)
+            self.storage.insert_checkpoint(self._key, name, key, created)
         return Checkpoint(self.id, name, node_id, created)
 
     def checkpoints(self) -> list[Checkpoint]:
-        return self.storage.checkpoints(self.id)
+        return self.storage.checkpoints(self._key, self.id)
 
     def delete_checkpoint(self, name: str) -> None:
         """Remove a checkpoint (its node stays until ``prune``)."""
         with self.storage.transaction():
-            if not self.storage.delete_checkpoint(self.id, name):
+            if not self.storage.delete_checkpoint(self._key, name):
                 raise NotFound(f"no checkpoint {name!r} in session {self.id}")
 
     # -- whole-session operations ----------------------------------------
@@ -404,17 +437,27 @@ class Session:
     def archive(self, archived: bool = True) -> None:
         """Hide the session from ``Store.sessions()``; ``archived=False`` undoes it."""
         with self.storage.transaction():
-            self.storage.set_archived(self.id, now() if archived else None)
+            self.storage.set_archived(self._key, now() if archived else None)
 
     def delete(self) -> int:
         """Delete the session with all its nodes, refs and runs; return the nodes removed."""
         with self.storage.transaction():
-            return self.storage.delete_session(self.id)
+            return self.storage.delete_session(self._key)
 
     def prune(self, *, dry_run: bool = True, vacuum: bool = False) -> PruneReport:
         """``Store.prune`` for this session only."""
-        return maintenance.prune(self.storage, dry_run=dry_run, vacuum=vacuum, session_id=self.id)
+        return maintenance.prune(self.storage, dry_run=dry_run, vacuum=vacuum, session_key=self._key)
 
     def verify(self) -> VerifyReport:
         """``Store.verify`` for this session only."""
-        return maintenance.verify(self.storage, session_id=self.id)
+        return maintenance.verify(self.storage, session_key=self._key)
+
+
+class _Place(NamedTuple):
+    """Where a new node goes: under ``key``/``id`` (None: a new root) at ``depth`` + 1."""
+
+    key: int | None
+    id: str | None
+    depth: int
+    kind: str | None
+    branch_exists: bool

@@ -76,8 +76,8 @@ class Store:
         meta = encode_json(metadata or {}, "session metadata")
         check_text(title, "session title")
         with self.storage.transaction():
-            self.storage.insert_session(session_id, title, meta, created)
-        return Session(self.storage, session_id, title, metadata or {}, created)
+            key = self.storage.insert_session(session_id, title, meta, created)
+        return Session(self.storage, key, session_id, title, metadata or {}, created)
 
     def session(self, id_or_prefix: str) -> Session:
         """The session with this id, or the one session whose id starts with this prefix."""
@@ -111,7 +111,7 @@ class Store:
         base, generations = split_ancestry(ref)
         node = self.storage.node(self.storage.resolve_id("nodes", "node", base))
         if generations:  # the session knows how to walk up and what to say past the root
-            return self.session(node.session_id).node(ref)
+            return self.session(node.session_id).node(f"{node.id}{ref[len(base) :]}")
         return node
 
     def run(self, run_id: str) -> Run:
@@ -121,8 +121,8 @@ class Store:
     def pending(self, session_id: str | None = None) -> list[Node]:
         """Unresolved pauses (no decision yet) across all sessions (or one), oldest first."""
         if session_id is not None:
-            session_id = self.resolve_session_id(session_id)
-        return self.storage.pending(session_id)
+            return self.session(session_id).pending()
+        return self.storage.pending()
 
     def abbreviations(self, ids: Iterable[str], *, minimum: int = SHORT_ID) -> dict[str, str]:
         """Each id shortened to one width at which every one of them is unique in the
@@ -141,14 +141,14 @@ class Store:
     ) -> PruneReport:
         """Remove nodes no branch, checkpoint or unresolved pause can reach. See ``maintenance``."""
         if session_id is not None:
-            session_id = self.resolve_session_id(session_id)
-        return maintenance.prune(self.storage, dry_run=dry_run, vacuum=vacuum, session_id=session_id)
+            return self.session(session_id).prune(dry_run=dry_run, vacuum=vacuum)
+        return maintenance.prune(self.storage, dry_run=dry_run, vacuum=vacuum)
 
     def verify(self, session_id: str | None = None) -> VerifyReport:
         """Check every session's (or one session's) integrity; see ``maintenance.verify``."""
         if session_id is not None:
-            session_id = self.resolve_session_id(session_id)
-        return maintenance.verify(self.storage, session_id=session_id)
+            return self.session(session_id).verify()
+        return maintenance.verify(self.storage)
 
     def stats(self) -> dict[str, Any]:
         """Counts, sizes, tables and per-model token usage of the whole store."""

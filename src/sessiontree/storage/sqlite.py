@@ -1,13 +1,15 @@
-"""The SQLite backend: every SQL statement of the store, session and maintenance.
+"""The SQLite backend: every SQL statement of the store, sessions, maintenance and bulk I/O.
 
 Contract: ``SQLiteStorage(path)`` opens (and migrates, see ``db``) one file.
-Its methods take and return public ids and model objects (``Node``,
-``Branch``, ``Checkpoint``, ``Run``, ``SessionInfo``); the rules (what may
-be written, compare-and-set decisions, error wording) live above it, in
-``Session`` and ``Store``. Writes must happen inside ``transaction()``; the
-methods that need one say so. Integrity errors the schema raises (a second
-decision on a pause, a foreign parent, a missing run) come back as
-sessiontree errors that name the row.
+Public ids (UUIDv7 text) go in and come out; inside the file every link is an
+integer row key (schema step 3). Methods on hot paths take and return those
+keys as opaque handles, valid inside one transaction or read (a session's key,
+a branch head's key), so an append or a path read never looks an id up twice.
+Keys are never kept across calls by the layers above: a deleted row's key can
+be given to a new row. The rules (what may be
+written, compare-and-set decisions, error wording) live above, in ``Session``,
+``Store`` and ``bulk``. Writes happen inside ``transaction()``. Integrity errors
+the schema raises come back as sessiontree errors naming the row.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,91 +29,116 @@ from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly
 from ..model import Branch, Checkpoint, ModelUsage, Node, Run, SessionInfo, Usage
 from ..names import MIN_PREFIX
 
-NODE_COLUMNS = "id, session_id, parent_id, depth, kind, payload, created_at, run_id"
-BRANCH_COLUMNS = "session_id, name, head_id, created_at, updated_at, metadata"
-RUN_COLUMNS = "id, session_id, model, provider, params, usage, latency_ms, finish_reason, created_at"
+RUN_FIELDS = "model, provider, params, usage, latency_ms, finish_reason, created_at"
+NodeRow = tuple[str, int, "int | None", int, str, str, str, "int | None"]
+"""A node to insert: (id, session key, parent key, depth, kind, payload, created_at, run key)."""
 
-_PATH_SQL = f"""
-WITH RECURSIVE path({NODE_COLUMNS}) AS (
-    SELECT {NODE_COLUMNS} FROM nodes WHERE id = ?
-    UNION ALL
-    SELECT {", ".join("n." + c.strip() for c in NODE_COLUMNS.split(","))}
-    FROM nodes n JOIN path ON n.id = path.parent_id
+# A node as a Node: its own columns, then the ids of its session, parent and run.
+_NODE = "n.key, n.id, s.id, p.id, n.depth, n.kind, n.payload, n.created_at, r.id"
+_NODE_JOINS = (
+    "JOIN sessions s ON s.key = n.session LEFT JOIN nodes p ON p.key = n.parent"
+    " LEFT JOIN runs r ON r.key = n.run"
 )
-SELECT {NODE_COLUMNS} FROM path ORDER BY depth
+
+# Root-to-node is walked head first: one row-key lookup per step, no sort. The
+# caller reverses it and knows each parent id (the next row's id).
+_PATH = """
+WITH RECURSIVE p(key, parent, id, depth, kind, payload, created_at, run) AS (
+    SELECT key, parent, id, depth, kind, payload, created_at, run FROM nodes WHERE key = ?
+    UNION ALL
+    SELECT n.key, n.parent, n.id, n.depth, n.kind, n.payload, n.created_at, n.run
+    FROM p JOIN nodes n ON n.key = p.parent
+)
+SELECT p.key, p.id, p.depth, p.kind, p.payload, p.created_at, r.id FROM p LEFT JOIN runs r ON r.key = p.run
+"""
+
+# Only what messages() returns: kinds and payloads, head first.
+_MESSAGES = """
+WITH RECURSIVE p(parent, kind, payload) AS (
+    SELECT parent, kind, payload FROM nodes WHERE key = ?
+    UNION ALL
+    SELECT n.parent, n.kind, n.payload FROM p JOIN nodes n ON n.key = p.parent
+)
+SELECT kind, payload FROM p
+"""
+
+# A session's nodes, walked down from its roots.
+_TREE = """
+WITH RECURSIVE t(key) AS (
+    SELECT key FROM nodes WHERE session = :s AND parent IS NULL
+    UNION ALL
+    SELECT n.key FROM t JOIN nodes n ON n.parent = t.key
+)
 """
 
 # Every node some ref (branch head, checkpoint, unresolved pause) reaches.
 # UNION, not UNION ALL: shared ancestors are walked once, not once per ref.
 _REACHED = """
 WITH RECURSIVE
-  refs(id) AS (
-    SELECT head_id FROM branches WHERE head_id IS NOT NULL {scope_b}
-    UNION SELECT node_id FROM checkpoints WHERE 1 {scope_b}
-    UNION SELECT p.id FROM nodes p WHERE p.kind = 'pause' {scope_p} AND NOT EXISTS (
-        SELECT 1 FROM nodes d WHERE d.parent_id = p.id AND d.kind = 'decision')
+  refs(key) AS (
+    SELECT head FROM branches WHERE head IS NOT NULL AND (:s IS NULL OR session = :s)
+    UNION SELECT node FROM checkpoints WHERE :s IS NULL OR session = :s
+    UNION SELECT p.key FROM nodes p WHERE p.kind = 'pause' AND (:s IS NULL OR p.session = :s)
+      AND NOT EXISTS (SELECT 1 FROM nodes d WHERE d.parent = p.key AND d.kind = 'decision')
   ),
-  reached(id) AS (
-    SELECT id FROM refs
+  reached(key) AS (
+    SELECT key FROM refs
     UNION
-    SELECT n.parent_id FROM nodes n JOIN reached ON n.id = reached.id
-    WHERE n.parent_id IS NOT NULL
+    SELECT n.parent FROM reached JOIN nodes n ON n.key = reached.key WHERE n.parent IS NOT NULL
   )
 """
-
 
 # (check, detail, query): each query returns (session id, node id, details...).
 _INTEGRITY_CHECKS = [
     (
         "parent",
-        "node {1} has a missing parent {2}",
-        """SELECT c.session_id, c.id, c.parent_id FROM nodes c LEFT JOIN nodes p ON p.id = c.parent_id
-        WHERE c.parent_id IS NOT NULL AND p.id IS NULL {scope}""",
+        "node {1} has a missing parent (row {2})",
+        """SELECT s.id, c.id, c.parent FROM nodes c JOIN sessions s ON s.key = c.session
+        LEFT JOIN nodes p ON p.key = c.parent WHERE c.parent IS NOT NULL AND p.key IS NULL {scope}""",
     ),
     (
         "parent",
         "node {1} has its parent in another session {2}",
-        """SELECT c.session_id, c.id, p.session_id FROM nodes c JOIN nodes p ON p.id = c.parent_id
-        WHERE p.session_id != c.session_id {scope}""",
+        """SELECT s.id, c.id, ps.id FROM nodes c JOIN nodes p ON p.key = c.parent
+        JOIN sessions s ON s.key = c.session JOIN sessions ps ON ps.key = p.session
+        WHERE p.session != c.session {scope}""",
     ),
     (
         "depth",
         "node {1} has depth {2} under a parent of depth {3}",
-        """SELECT c.session_id, c.id, c.depth, p.depth FROM nodes c JOIN nodes p ON p.id = c.parent_id
-        WHERE c.depth != p.depth + 1 {scope}""",
+        """SELECT s.id, c.id, c.depth, p.depth FROM nodes c JOIN nodes p ON p.key = c.parent
+        JOIN sessions s ON s.key = c.session WHERE c.depth != p.depth + 1 {scope}""",
     ),
     (
         "payload",
         "node {1} has a payload that is not valid JSON",
-        "SELECT c.session_id, c.id FROM nodes c WHERE json_valid(c.payload) = 0 {scope}",
+        """SELECT s.id, c.id FROM nodes c JOIN sessions s ON s.key = c.session
+        WHERE json_valid(c.payload) = 0 {scope}""",
     ),
     (
         "ref",
-        "branch {2!r} points at {1}, which is not a node of its session",
-        """SELECT c.session_id, c.head_id, c.name FROM branches c
-        LEFT JOIN nodes n ON n.id = c.head_id AND n.session_id = c.session_id
-        WHERE c.head_id IS NOT NULL AND n.id IS NULL {scope}""",
+        "branch {2!r} points at row {1}, which is not a node of its session",
+        """SELECT s.id, c.head, c.name FROM branches c JOIN sessions s ON s.key = c.session
+        LEFT JOIN nodes n ON n.key = c.head AND n.session = c.session
+        WHERE c.head IS NOT NULL AND n.key IS NULL {scope}""",
     ),
     (
         "ref",
-        "checkpoint {2!r} points at {1}, which is not a node of its session",
-        """SELECT c.session_id, c.node_id, c.name FROM checkpoints c
-        LEFT JOIN nodes n ON n.id = c.node_id AND n.session_id = c.session_id
-        WHERE n.id IS NULL {scope}""",
+        "checkpoint {2!r} points at row {1}, which is not a node of its session",
+        """SELECT s.id, c.node, c.name FROM checkpoints c JOIN sessions s ON s.key = c.session
+        LEFT JOIN nodes n ON n.key = c.node AND n.session = c.session WHERE n.key IS NULL {scope}""",
     ),
 ]
 
 
 def _node(row: Sequence[Any]) -> Node:
-    return Node(*row)
+    """A Node from a ``_NODE`` row."""
+    return Node(row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8])
 
 
-def _branch(row: Sequence[Any]) -> Branch:
-    return Branch(row[0], row[1], row[2], row[3], row[4], json.loads(row[5]))
-
-
-def _run(row: Sequence[Any]) -> Run:
-    return Run(row[0], row[1], row[2], row[3], json.loads(row[4]), json.loads(row[5]), *row[6:])
+def _branch(row: Sequence[Any], session_id: str) -> Branch:
+    """A Branch from (name, head id, created, updated, metadata)."""
+    return Branch(session_id, row[0], row[1], row[2], row[3], json.loads(row[4]))
 
 
 class SQLiteStorage:
@@ -136,6 +163,19 @@ class SQLiteStorage:
         with _db.transaction(self.conn) as conn:
             yield conn
 
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Several reads from one consistent state (a deferred read transaction)."""
+        if self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if self.conn.in_transaction:
+                self.conn.execute("COMMIT")
+
     @property
     def schema_version(self) -> int:
         return _db.schema_version(self.conn)
@@ -146,16 +186,18 @@ class SQLiteStorage:
 
     # -- ids ---------------------------------------------------------------
 
-    def resolve_id(self, table: str, what: str, ref: str, session_id: str | None = None) -> str:
-        """The id in ``table`` equal to ``ref``, or the one starting with it (MIN_PREFIX+ chars)."""
-        if self._one(f"SELECT 1 FROM {table} WHERE id = ?", (ref,)):
+    def resolve_id(self, table: str, what: str, ref: str, session_key: int | None = None) -> str:
+        """The id in ``table`` equal to ``ref``, or the one starting with it (MIN_PREFIX+ chars);
+        with ``session_key``, among that session's nodes only."""
+        scope = "" if session_key is None else "AND session = ?"
+        params: tuple[Any, ...] = () if session_key is None else (session_key,)
+        if self._one(f"SELECT 1 FROM {table} WHERE id = ? {scope}", (ref, *params)):
             return ref
         if len(ref) < MIN_PREFIX:
             raise NotFound(f"no {what} {ref!r} (id prefixes need at least {MIN_PREFIX} characters)")
-        # A range scan on the primary key: ids are lower-case hex and dashes.
-        where, params = ("AND session_id = ?", (session_id,)) if session_id else ("", ())
+        # A range scan on the id index: ids are lower-case hex and dashes.
         rows = self.conn.execute(
-            f"SELECT id FROM {table} WHERE id >= ? AND id < ? {where} ORDER BY id LIMIT 2",
+            f"SELECT id FROM {table} WHERE id >= ? AND id < ? {scope} ORDER BY id LIMIT 2",
             (ref.lower(), ref.lower() + "\uffff", *params),
         ).fetchall()
         if not rows:
@@ -179,31 +221,41 @@ class SQLiteStorage:
 
     # -- sessions ----------------------------------------------------------
 
-    def insert_session(self, id: str, title: str | None, metadata: str, created_at: str) -> None:
+    def insert_session(
+        self, id: str, title: str | None, metadata: str, created_at: str, archived_at: str | None = None
+    ) -> int:
+        """A new session row (inside a transaction); its key."""
         try:
-            self.conn.execute(
-                "INSERT INTO sessions (id, title, metadata, created_at) VALUES (?, ?, ?, ?)",
-                (id, title, metadata, created_at),
+            cursor = self.conn.execute(
+                "INSERT INTO sessions (id, title, metadata, created_at, archived_at) VALUES (?, ?, ?, ?, ?)",
+                (id, title, metadata, created_at, archived_at),
             )
         except sqlite3.IntegrityError:
             raise Conflict(f"session {id} already exists") from None
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
 
-    def session_row(self, id: str) -> tuple[str, str | None, dict[str, Any], str, str | None]:
+    def session_row(self, id: str) -> tuple[int, str, str | None, dict[str, Any], str, str | None]:
+        """(key, id, title, metadata, created_at, archived_at) of a session."""
         row = self.conn.execute(
-            "SELECT id, title, metadata, created_at, archived_at FROM sessions WHERE id = ?", (id,)
+            "SELECT key, id, title, metadata, created_at, archived_at FROM sessions WHERE id = ?", (id,)
         ).fetchone()
         if row is None:
             raise NotFound(f"no session {id!r}")
-        return row[0], row[1], json.loads(row[2]), row[3], row[4]
+        return row[0], row[1], row[2], json.loads(row[3]), row[4], row[5]
+
+    def session_key(self, id: str) -> int | None:
+        return self._one("SELECT key FROM sessions WHERE id = ?", (id,))
 
     def sessions(self, *, include_archived: bool) -> list[SessionInfo]:
         where = "" if include_archived else "WHERE s.archived_at IS NULL"
         rows = self.conn.execute(
             f"""
-            SELECT s.id, s.title, s.metadata, s.created_at, s.archived_at,
-                   (SELECT count(*) FROM nodes n WHERE n.session_id = s.id),
-                   (SELECT max(n.created_at) FROM nodes n WHERE n.session_id = s.id)
-            FROM sessions s {where}
+            SELECT s.id, s.title, s.metadata, s.created_at, s.archived_at, coalesce(c.n, 0), c.last
+            FROM sessions s
+            LEFT JOIN (SELECT session, count(*) AS n, max(created_at) AS last FROM nodes GROUP BY session) c
+              ON c.session = s.key
+            {where}
             ORDER BY s.created_at DESC, s.id DESC
             """
         ).fetchall()
@@ -220,110 +272,177 @@ class SQLiteStorage:
             for r in rows
         ]
 
-    def set_archived(self, id: str, when: str | None) -> None:
-        self.conn.execute("UPDATE sessions SET archived_at = ? WHERE id = ?", (when, id))
+    def session_ids(self) -> list[str]:
+        """Every session id, archived ones too, oldest first."""
+        return [r[0] for r in self.conn.execute("SELECT id FROM sessions ORDER BY id")]
 
-    def delete_session(self, id: str) -> int:
+    def set_archived(self, session_key: int, when: str | None) -> None:
+        self.conn.execute("UPDATE sessions SET archived_at = ? WHERE key = ?", (when, session_key))
+
+    def delete_session(self, session_key: int) -> int:
         """Delete a session and everything in it (inside a transaction); the nodes removed."""
-        count = self._one("SELECT count(*) FROM nodes WHERE session_id = ?", (id,))
-        # Refs first, then nodes (children before parents is not needed: the
-        # foreign keys are checked when the statement ends), then runs.
-        for table in ("branches", "checkpoints", "nodes", "runs"):
-            self.conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (id,))
-        self.conn.execute("DELETE FROM sessions WHERE id = ?", (id,))
-        return int(count)
+        self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS doomed (key INTEGER PRIMARY KEY)")
+        self.conn.execute("DELETE FROM doomed")
+        self.conn.execute(_TREE + "INSERT INTO doomed SELECT key FROM t", {"s": session_key})
+        count = int(self._one("SELECT count(*) FROM doomed"))
+        # Refs first, then nodes (the foreign keys are checked when each statement
+        # ends, so children and parents go together), then runs.
+        self.conn.execute("DELETE FROM branches WHERE session = ?", (session_key,))
+        self.conn.execute("DELETE FROM checkpoints WHERE session = ?", (session_key,))
+        self.conn.execute("DELETE FROM nodes WHERE key IN (SELECT key FROM doomed)")
+        self.conn.execute("DELETE FROM runs WHERE session = ?", (session_key,))
+        self.conn.execute("DELETE FROM sessions WHERE key = ?", (session_key,))
+        self.conn.execute("DELETE FROM doomed")
+        return count
 
     # -- nodes -------------------------------------------------------------
 
     def node(self, id: str) -> Node:
-        row = self.conn.execute(f"SELECT {NODE_COLUMNS} FROM nodes WHERE id = ?", (id,)).fetchone()
+        row = self.conn.execute(f"SELECT {_NODE} FROM nodes n {_NODE_JOINS} WHERE n.id = ?", (id,)).fetchone()
         if row is None:
             raise NotFound(f"no node {id!r}")
         return _node(row)
 
-    def node_session(self, id: str) -> str | None:
-        """The session a node id belongs to, or None when there is no such node."""
-        value = self._one("SELECT session_id FROM nodes WHERE id = ?", (id,))
-        return None if value is None else str(value)
-
-    def node_place(self, id: str) -> tuple[int, str]:
-        """(depth, kind) of a node."""
-        row = self.conn.execute("SELECT depth, kind FROM nodes WHERE id = ?", (id,)).fetchone()
+    def node_at(self, key: int) -> Node:
+        row = self.conn.execute(
+            f"SELECT {_NODE} FROM nodes n {_NODE_JOINS} WHERE n.key = ?", (key,)
+        ).fetchone()
         if row is None:
-            raise NotFound(f"no node {id!r}")
-        return row[0], row[1]
+            raise NotFound(f"no node with row key {key}")
+        return _node(row)
 
-    def insert_nodes(self, rows: list[tuple[Any, ...]]) -> None:
-        """Insert node rows (``NODE_COLUMNS`` order), inside a transaction."""
+    def handle(self, id: str) -> tuple[int, str, int, str] | None:
+        """(key, session id, depth, kind) of a node id, or None."""
+        row = self.conn.execute(
+            "SELECT n.key, s.id, n.depth, n.kind FROM nodes n JOIN sessions s ON s.key = n.session"
+            " WHERE n.id = ?",
+            (id,),
+        ).fetchone()
+        return None if row is None else (row[0], row[1], row[2], row[3])
+
+    def next_node_key(self) -> int:
+        """The key the next node gets (inside a write transaction, nobody else can take it)."""
+        return int(self._one("SELECT coalesce(max(key), 0) + 1 FROM nodes"))
+
+    def insert_nodes(self, rows: Sequence[tuple[Any, ...]], keys_from: int | None = None) -> None:
+        """Insert nodes (``NodeRow``s) inside a transaction; with ``keys_from``, row i gets key
+        ``keys_from + i`` (so a chain can name its parents before they exist)."""
         try:
-            self.conn.executemany(f"INSERT INTO nodes ({NODE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            if keys_from is None:
+                self.conn.executemany(
+                    "INSERT INTO nodes (id, session, parent, depth, kind, payload, created_at, run)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+            else:
+                self.conn.executemany(
+                    "INSERT INTO nodes (key, id, session, parent, depth, kind, payload, created_at, run)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(keys_from + i, *row) for i, row in enumerate(rows)],
+                )
         except sqlite3.IntegrityError as e:
-            session_id, parent_id, run_id = rows[0][1], rows[0][2], rows[0][7]
-            if "nodes.parent_id" in str(e):
-                raise Conflict(f"pause {parent_id} already has a decision") from None
-            if "FOREIGN KEY" in str(e):
-                if run_id and not self._one("SELECT 1 FROM runs WHERE id = ?", (run_id,)):
-                    raise NotFound(f"no run {run_id!r}") from None
-                raise NotFound(f"parent node {parent_id} is not in session {session_id}") from None
+            parent = rows[0][2]
+            if "nodes.parent" in str(e):  # the unique index: one decision per pause
+                raise Conflict(f"pause {self._id_of(parent)} already has a decision") from None
+            if "same session" in str(e) or "FOREIGN KEY" in str(e):
+                raise NotFound(f"parent node {self._id_of(parent)} is not in this session") from None
             raise
 
-    def children(self, id: str) -> list[Node]:
-        rows = self.conn.execute(f"SELECT {NODE_COLUMNS} FROM nodes WHERE parent_id = ? ORDER BY id", (id,))
+    def _id_of(self, key: int | None) -> str | None:
+        return None if key is None else self._one("SELECT id FROM nodes WHERE key = ?", (key,))
+
+    def children(self, key: int) -> list[Node]:
+        rows = self.conn.execute(
+            f"SELECT {_NODE} FROM nodes n {_NODE_JOINS} WHERE n.parent = ? ORDER BY n.id", (key,)
+        )
         return [_node(r) for r in rows]
 
-    def path_to(self, id: str) -> list[Node]:
+    def path_to(self, key: int, session_id: str) -> list[Node]:
         """Root-to-node, in one recursive query."""
-        return [_node(r) for r in self.conn.execute(_PATH_SQL, (id,))]
+        rows = self.conn.execute(_PATH, (key,)).fetchall()
+        nodes = []
+        parent_id = None
+        for r in reversed(rows):
+            nodes.append(Node(r[1], session_id, parent_id, r[2], r[3], r[4], r[5], r[6]))
+            parent_id = r[1]
+        return nodes
 
-    def ancestor(self, id: str, generations: int) -> str | None:
-        """The id ``generations`` steps above ``id``, or None past the root."""
-        return self._one(
-            """WITH RECURSIVE up(id, parent_id, k) AS (
-                 SELECT id, parent_id, 0 FROM nodes WHERE id = :id
-                 UNION ALL SELECT n.id, n.parent_id, up.k + 1 FROM nodes n JOIN up ON n.id = up.parent_id
+    def messages(self, key: int) -> list[dict[str, Any]]:
+        """The decoded ``message`` payloads on the path to ``key``, root first."""
+        rows = self.conn.execute(_MESSAGES, (key,)).fetchall()
+        loads = json.loads
+        return [loads(payload) for kind, payload in reversed(rows) if kind == "message"]
+
+    def ancestor(self, key: int, generations: int) -> tuple[int, str] | None:
+        """(key, id) of the node ``generations`` steps above ``key``, or None past the root."""
+        row = self.conn.execute(
+            """WITH RECURSIVE up(key, id, parent, k) AS (
+                 SELECT key, id, parent, 0 FROM nodes WHERE key = :key
+                 UNION ALL SELECT n.key, n.id, n.parent, up.k + 1 FROM up JOIN nodes n ON n.key = up.parent
                  WHERE up.k < :n)
-               SELECT id FROM up WHERE k = :n""",
-            {"id": id, "n": generations},
-        )
+               SELECT key, id FROM up WHERE k = :n""",
+            {"key": key, "n": generations},
+        ).fetchone()
+        return None if row is None else (row[0], row[1])
 
-    def tree(self, session_id: str) -> list[Node]:
+    def is_ancestor(self, ancestor: int, key: int) -> bool:
+        """Whether ``ancestor`` is ``key`` or on its path."""
+        found = self._one(
+            "WITH RECURSIVE up(key, parent) AS (SELECT key, parent FROM nodes WHERE key = ?"
+            " UNION ALL SELECT n.key, n.parent FROM up JOIN nodes n ON n.key = up.parent)"
+            " SELECT 1 FROM up WHERE key = ?",
+            (key, ancestor),
+        )
+        return found is not None
+
+    def tree(self, session_key: int) -> list[Node]:
+        """Every node of a session, parents before children."""
         rows = self.conn.execute(
-            f"SELECT {NODE_COLUMNS} FROM nodes WHERE session_id = ? ORDER BY depth, id", (session_id,)
+            _TREE
+            + f"SELECT {_NODE} FROM t JOIN nodes n ON n.key = t.key {_NODE_JOINS} ORDER BY n.depth, n.id",
+            {"s": session_key},
         )
         return [_node(r) for r in rows]
 
-    def leaves(self, session_id: str) -> list[Node]:
+    def leaves(self, session_key: int) -> list[Node]:
         rows = self.conn.execute(
-            f"SELECT {NODE_COLUMNS} FROM nodes n WHERE session_id = ? AND NOT EXISTS"
-            " (SELECT 1 FROM nodes c WHERE c.parent_id = n.id) ORDER BY id",
-            (session_id,),
+            _TREE + f"SELECT {_NODE} FROM t JOIN nodes n ON n.key = t.key {_NODE_JOINS}"
+            " WHERE NOT EXISTS (SELECT 1 FROM nodes c WHERE c.parent = n.key) ORDER BY n.id",
+            {"s": session_key},
         )
         return [_node(r) for r in rows]
 
-    def pending(self, session_id: str | None = None) -> list[Node]:
+    def pending(self, session_key: int | None = None) -> list[Node]:
         """Pauses without a decision, oldest first."""
         rows = self.conn.execute(
             f"""
-            SELECT {NODE_COLUMNS} FROM nodes p
-            WHERE p.kind = 'pause' AND (:s IS NULL OR p.session_id = :s) AND NOT EXISTS (
-                SELECT 1 FROM nodes d WHERE d.parent_id = p.id AND d.kind = 'decision')
-            ORDER BY p.id
+            SELECT {_NODE} FROM nodes n {_NODE_JOINS}
+            WHERE n.kind = 'pause' AND (:s IS NULL OR n.session = :s) AND NOT EXISTS (
+                SELECT 1 FROM nodes d WHERE d.parent = n.key AND d.kind = 'decision')
+            ORDER BY n.id
             """,
-            {"s": session_id},
+            {"s": session_key},
         )
         return [_node(r) for r in rows]
 
-    def common_ancestor(self, a: str, b: str) -> Node | None:
+    def decision_of(self, pause_key: int) -> Node | None:
+        row = self.conn.execute(
+            f"SELECT {_NODE} FROM nodes n {_NODE_JOINS} WHERE n.parent = ? AND n.kind = 'decision'",
+            (pause_key,),
+        ).fetchone()
+        return None if row is None else _node(row)
+
+    def common_ancestor(self, a: int, b: int) -> Node | None:
         row = self.conn.execute(
             f"""
             WITH RECURSIVE
-              pa(id, parent_id) AS (SELECT id, parent_id FROM nodes WHERE id = :a
-                UNION ALL SELECT n.id, n.parent_id FROM nodes n JOIN pa ON n.id = pa.parent_id),
-              pb(id, parent_id) AS (SELECT id, parent_id FROM nodes WHERE id = :b
-                UNION ALL SELECT n.id, n.parent_id FROM nodes n JOIN pb ON n.id = pb.parent_id)
-            SELECT {NODE_COLUMNS} FROM nodes
-            WHERE id IN (SELECT id FROM pa INTERSECT SELECT id FROM pb)
-            ORDER BY depth DESC LIMIT 1
+              pa(key, parent) AS (SELECT key, parent FROM nodes WHERE key = :a
+                UNION ALL SELECT n.key, n.parent FROM pa JOIN nodes n ON n.key = pa.parent),
+              pb(key, parent) AS (SELECT key, parent FROM nodes WHERE key = :b
+                UNION ALL SELECT n.key, n.parent FROM pb JOIN nodes n ON n.key = pb.parent)
+            SELECT {_NODE} FROM nodes n {_NODE_JOINS}
+            WHERE n.key IN (SELECT key FROM pa INTERSECT SELECT key FROM pb)
+            ORDER BY n.depth DESC LIMIT 1
             """,
             {"a": a, "b": b},
         ).fetchone()
@@ -331,23 +450,23 @@ class SQLiteStorage:
 
     # -- usage ---------------------------------------------------------------
 
-    def path_usage(self, id: str, after_depth: int = -1) -> Usage:
-        """Model calls on the path to ``id``, counting only nodes deeper than ``after_depth``."""
+    def path_usage(self, key: int, after_depth: int = -1) -> Usage:
+        """Model calls on the path to ``key``, counting only nodes deeper than ``after_depth``."""
         return self._usage(
-            """WITH RECURSIVE picked(id, parent_id, depth, run_id) AS (
-                 SELECT id, parent_id, depth, run_id FROM nodes WHERE id = :start AND depth > :after
-                 UNION ALL SELECT n.id, n.parent_id, n.depth, n.run_id
-                 FROM nodes n JOIN picked ON n.id = picked.parent_id WHERE n.depth > :after)""",
-            {"start": id, "after": after_depth},
+            """WITH RECURSIVE picked(key, parent, depth, run) AS (
+                 SELECT key, parent, depth, run FROM nodes WHERE key = :start AND depth > :after
+                 UNION ALL SELECT n.key, n.parent, n.depth, n.run
+                 FROM picked JOIN nodes n ON n.key = picked.parent WHERE n.depth > :after)""",
+            {"start": key, "after": after_depth},
         )
 
-    def subtree_usage(self, id: str) -> Usage:
-        """Model calls in ``id`` and everything below it."""
+    def subtree_usage(self, key: int) -> Usage:
+        """Model calls in ``key`` and everything below it."""
         return self._usage(
-            """WITH RECURSIVE picked(id, run_id) AS (
-                 SELECT id, run_id FROM nodes WHERE id = :start
-                 UNION ALL SELECT n.id, n.run_id FROM nodes n JOIN picked ON n.parent_id = picked.id)""",
-            {"start": id},
+            """WITH RECURSIVE picked(key, run) AS (
+                 SELECT key, run FROM nodes WHERE key = :start
+                 UNION ALL SELECT n.key, n.run FROM picked JOIN nodes n ON n.parent = picked.key)""",
+            {"start": key},
         )
 
     def _usage(self, picked_cte: str, params: dict[str, Any]) -> Usage:
@@ -356,8 +475,8 @@ class SQLiteStorage:
             + """
             SELECT coalesce(r.model, '?'), count(*), coalesce(sum(r.input_tokens), 0),
                    coalesce(sum(r.output_tokens), 0), coalesce(sum(r.latency_ms), 0.0)
-            FROM (SELECT DISTINCT run_id FROM picked WHERE run_id IS NOT NULL) p
-            JOIN runs r ON r.id = p.run_id
+            FROM (SELECT DISTINCT run FROM picked WHERE run IS NOT NULL) p
+            JOIN runs r ON r.key = p.run
             GROUP BY 1 ORDER BY 1""",
             params,
         ).fetchall()
@@ -367,133 +486,179 @@ class SQLiteStorage:
 
     # -- branches and checkpoints -------------------------------------------
 
-    def ref(self, session_id: str, name: str) -> tuple[str, str | None] | None:
-        """("branch" | "checkpoint", node id) for a name in a session, or None."""
+    def ref(self, session_key: int, name: str) -> tuple[str, int | None, str | None] | None:
+        """("branch" | "checkpoint", node key, node id) for a name in a session, or None;
+        the key and id are None for an empty branch."""
         row = self.conn.execute(
-            "SELECT 'branch', head_id FROM branches WHERE session_id = ? AND name = ?"
-            " UNION ALL SELECT 'checkpoint', node_id FROM checkpoints WHERE session_id = ? AND name = ?",
-            (session_id, name, session_id, name),
-        ).fetchone()
-        return None if row is None else (row[0], row[1])
-
-    def branch_head(self, session_id: str, name: str) -> tuple[str | None, int | None, str | None] | None:
-        """(head id, head depth, head kind) of a branch, or None when there is no such branch."""
-        row = self.conn.execute(
-            "SELECT b.head_id, n.depth, n.kind FROM branches b LEFT JOIN nodes n ON n.id = b.head_id"
-            " WHERE b.session_id = ? AND b.name = ?",
-            (session_id, name),
+            "SELECT 'branch', b.head, n.id FROM branches b LEFT JOIN nodes n ON n.key = b.head"
+            " WHERE b.session = ? AND b.name = ?"
+            " UNION ALL SELECT 'checkpoint', c.node, n.id FROM checkpoints c JOIN nodes n ON n.key = c.node"
+            " WHERE c.session = ? AND c.name = ?",
+            (session_key, name, session_key, name),
         ).fetchone()
         return None if row is None else (row[0], row[1], row[2])
 
-    def branch(self, session_id: str, name: str) -> Branch | None:
+    def branch_head(
+        self, session_key: int, name: str
+    ) -> tuple[int | None, str | None, int, str | None] | None:
+        """(head key, head id, head depth, head kind) of a branch (key and id None when it is
+        empty, depth -1), or None when there is no such branch."""
         row = self.conn.execute(
-            f"SELECT {BRANCH_COLUMNS} FROM branches WHERE session_id = ? AND name = ?", (session_id, name)
+            "SELECT b.head, n.id, n.depth, n.kind FROM branches b LEFT JOIN nodes n ON n.key = b.head"
+            " WHERE b.session = ? AND b.name = ?",
+            (session_key, name),
         ).fetchone()
-        return None if row is None else _branch(row)
+        if row is None:
+            return None
+        return row[0], row[1], -1 if row[2] is None else row[2], row[3]
 
-    def branches(self, session_id: str) -> list[Branch]:
+    def branch(self, session_key: int, session_id: str, name: str) -> Branch | None:
+        row = self.conn.execute(
+            "SELECT b.name, n.id, b.created_at, b.updated_at, b.metadata FROM branches b"
+            " LEFT JOIN nodes n ON n.key = b.head WHERE b.session = ? AND b.name = ?",
+            (session_key, name),
+        ).fetchone()
+        return None if row is None else _branch(row, session_id)
+
+    def branches(self, session_key: int, session_id: str) -> list[Branch]:
         rows = self.conn.execute(
-            f"SELECT {BRANCH_COLUMNS} FROM branches WHERE session_id = ? ORDER BY name", (session_id,)
+            "SELECT b.name, n.id, b.created_at, b.updated_at, b.metadata FROM branches b"
+            " LEFT JOIN nodes n ON n.key = b.head WHERE b.session = ? ORDER BY b.name",
+            (session_key,),
         )
-        return [_branch(r) for r in rows]
+        return [_branch(r, session_id) for r in rows]
+
+    def branches_at(self, session_key: int, key: int) -> list[str]:
+        """Names of the session's branches whose head is ``key``."""
+        rows = self.conn.execute(
+            "SELECT name FROM branches WHERE session = ? AND head = ? ORDER BY name", (session_key, key)
+        )
+        return [r[0] for r in rows]
 
     def insert_branch(
-        self, session_id: str, name: str, head_id: str | None, metadata: str, when: str
+        self,
+        session_key: int,
+        name: str,
+        head: int | None,
+        metadata: str,
+        created: str,
+        updated: str | None = None,
     ) -> None:
         self.conn.execute(
-            "INSERT INTO branches (session_id, name, head_id, metadata, created_at, updated_at)"
+            "INSERT INTO branches (session, name, head, metadata, created_at, updated_at)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            (session_id, name, head_id, metadata, when, when),
+            (session_key, name, head, metadata, created, updated or created),
         )
 
-    def set_head(self, session_id: str, name: str, head_id: str | None, when: str) -> None:
+    def set_head(self, session_key: int, name: str, head: int | None, when: str) -> None:
         self.conn.execute(
-            "UPDATE branches SET head_id = ?, updated_at = ? WHERE session_id = ? AND name = ?",
-            (head_id, when, session_id, name),
+            "UPDATE branches SET head = ?, updated_at = ? WHERE session = ? AND name = ?",
+            (head, when, session_key, name),
         )
 
-    def rename_branch(self, session_id: str, old: str, new: str, when: str) -> None:
+    def rename_branch(self, session_key: int, old: str, new: str, when: str) -> None:
         self.conn.execute(
-            "UPDATE branches SET name = ?, updated_at = ? WHERE session_id = ? AND name = ?",
-            (new, when, session_id, old),
+            "UPDATE branches SET name = ?, updated_at = ? WHERE session = ? AND name = ?",
+            (new, when, session_key, old),
         )
 
-    def delete_branch(self, session_id: str, name: str) -> None:
-        self.conn.execute("DELETE FROM branches WHERE session_id = ? AND name = ?", (session_id, name))
+    def delete_branch(self, session_key: int, name: str) -> None:
+        self.conn.execute("DELETE FROM branches WHERE session = ? AND name = ?", (session_key, name))
 
-    def checkpoints(self, session_id: str) -> list[Checkpoint]:
+    def checkpoints(self, session_key: int, session_id: str) -> list[Checkpoint]:
         rows = self.conn.execute(
-            "SELECT session_id, name, node_id, created_at FROM checkpoints"
-            " WHERE session_id = ? ORDER BY name",
-            (session_id,),
+            "SELECT c.name, n.id, c.created_at FROM checkpoints c JOIN nodes n ON n.key = c.node"
+            " WHERE c.session = ? ORDER BY c.name",
+            (session_key,),
         )
-        return [Checkpoint(*r) for r in rows]
+        return [Checkpoint(session_id, *r) for r in rows]
 
-    def insert_checkpoint(self, session_id: str, name: str, node_id: str, when: str) -> None:
+    def insert_checkpoint(self, session_key: int, name: str, node: int, when: str) -> None:
         self.conn.execute(
-            "INSERT INTO checkpoints (session_id, name, node_id, created_at) VALUES (?, ?, ?, ?)",
-            (session_id, name, node_id, when),
+            "INSERT INTO checkpoints (session, name, node, created_at) VALUES (?, ?, ?, ?)",
+            (session_key, name, node, when),
         )
 
-    def delete_checkpoint(self, session_id: str, name: str) -> bool:
+    def delete_checkpoint(self, session_key: int, name: str) -> bool:
         """Whether a checkpoint of that name was there to delete."""
         cursor = self.conn.execute(
-            "DELETE FROM checkpoints WHERE session_id = ? AND name = ?", (session_id, name)
+            "DELETE FROM checkpoints WHERE session = ? AND name = ?", (session_key, name)
         )
         return cursor.rowcount > 0
 
     # -- runs ----------------------------------------------------------------
 
-    def insert_run(self, row: tuple[Any, ...]) -> None:
-        """Insert a run row (``RUN_COLUMNS`` order), inside a transaction."""
-        self.conn.execute(f"INSERT INTO runs ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+    def insert_run(self, id: str, session_key: int, fields: Sequence[Any]) -> int:
+        """Insert a run (``RUN_FIELDS`` values) inside a transaction; its key."""
+        cursor = self.conn.execute(
+            f"INSERT INTO runs (id, session, {RUN_FIELDS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (id, session_key, *fields),
+        )
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
+
+    def run_handle(self, id: str) -> tuple[int, str] | None:
+        """(key, session id) of a run id, or None."""
+        row = self.conn.execute(
+            "SELECT r.key, s.id FROM runs r JOIN sessions s ON s.key = r.session WHERE r.id = ?", (id,)
+        ).fetchone()
+        return None if row is None else (row[0], row[1])
 
     def run(self, id: str) -> Run:
-        row = self.conn.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (id,)).fetchone()
+        row = self.conn.execute(
+            f"SELECT r.id, s.id, {', '.join('r.' + f.strip() for f in RUN_FIELDS.split(','))}"
+            " FROM runs r JOIN sessions s ON s.key = r.session WHERE r.id = ?",
+            (id,),
+        ).fetchone()
         if row is None:
             raise NotFound(f"no run {id!r}")
-        return _run(row)
+        return Run(row[0], row[1], row[2], row[3], json.loads(row[4]), json.loads(row[5]), *row[6:])
+
+    def runs(self, session_key: int) -> list[Run]:
+        rows = self.conn.execute(
+            f"SELECT r.id, s.id, {', '.join('r.' + f.strip() for f in RUN_FIELDS.split(','))}"
+            " FROM runs r JOIN sessions s ON s.key = r.session WHERE r.session = ? ORDER BY r.id",
+            (session_key,),
+        )
+        return [Run(r[0], r[1], r[2], r[3], json.loads(r[4]), json.loads(r[5]), *r[6:]) for r in rows]
 
     # -- maintenance -----------------------------------------------------------
 
-    def unreachable(self, session_id: str | None, *, delete: bool) -> tuple[list[str], list[str]]:
-        """(node ids, run ids) no branch, checkpoint or unresolved pause reaches; with
-        ``delete``, remove them (inside a transaction)."""
-        scope = "" if session_id is None else "AND session_id = :s"
-        params: dict[str, Any] = {"s": session_id}
-        reached = _REACHED.format(scope_b=scope, scope_p=scope.replace("session_id", "p.session_id"))
+    def unreachable(self, session_key: int | None, *, delete: bool) -> tuple[list[str], list[str]]:
+        """(node ids, run ids) no branch, checkpoint or unresolved pause reaches, in one
+        session or in all; with ``delete``, remove them (in one transaction)."""
+        scope = (
+            "scope(key) AS (SELECT key FROM nodes)"
+            if session_key is None
+            else "scope(key) AS (SELECT key FROM nodes WHERE session = :s AND parent IS NULL"
+            " UNION ALL SELECT n.key FROM scope JOIN nodes n ON n.parent = scope.key)"
+        )
         # A dry run only reads, so it also works on a read-only store.
-        with self.transaction() if delete else nullcontext(self.conn) as conn:
-            node_ids = [
-                r[0]
-                for r in conn.execute(
-                    reached + f"SELECT id FROM nodes WHERE id NOT IN (SELECT id FROM reached) {scope}"
-                    " ORDER BY id",
-                    params,
+        with self.transaction() if delete else self.snapshot():
+            conn = self.conn
+            gone = conn.execute(
+                _REACHED + f", {scope} SELECT n.key, n.id, n.run FROM scope JOIN nodes n ON n.key = scope.key"
+                " WHERE n.key NOT IN (SELECT key FROM reached) ORDER BY n.id",
+                {"s": session_key},
+            ).fetchall()
+            gone_keys = {key for key, _, _ in gone}
+            # A run goes only when every node that names it goes.
+            dying_runs = [
+                run
+                for run in sorted({run for _, _, run in gone if run is not None})
+                if all(
+                    key in gone_keys for (key,) in conn.execute("SELECT key FROM nodes WHERE run = ?", (run,))
                 )
             ]
-            n_scope = scope.replace("session_id", "n.session_id")
-            run_ids = [
-                r[0]
-                for r in conn.execute(
-                    reached
-                    + f"""
-                    SELECT DISTINCT n.run_id FROM nodes n
-                    WHERE n.run_id IS NOT NULL AND n.id NOT IN (SELECT id FROM reached) {n_scope}
-                      AND NOT EXISTS (SELECT 1 FROM nodes k JOIN reached r ON r.id = k.id
-                                      WHERE k.run_id = n.run_id)
-                    ORDER BY n.run_id""",
-                    params,
-                )
-            ]
-            if delete and node_ids:
-                conn.execute("CREATE TEMP TABLE IF NOT EXISTS prune_ids (id TEXT PRIMARY KEY)")
-                conn.execute("DELETE FROM prune_ids")
-                conn.executemany("INSERT INTO prune_ids VALUES (?)", ((i,) for i in node_ids))
-                conn.execute("DELETE FROM nodes WHERE id IN (SELECT id FROM prune_ids)")
-                conn.executemany("DELETE FROM runs WHERE id = ?", ((i,) for i in run_ids))
-                conn.execute("DELETE FROM prune_ids")
-        return node_ids, run_ids
+            run_ids = sorted(self._one("SELECT id FROM runs WHERE key = ?", (run,)) for run in dying_runs)
+            if delete and gone:
+                conn.execute("CREATE TEMP TABLE IF NOT EXISTS doomed (key INTEGER PRIMARY KEY)")
+                conn.execute("DELETE FROM doomed")
+                conn.executemany("INSERT INTO doomed VALUES (?)", ((key,) for key in gone_keys))
+                conn.execute("DELETE FROM nodes WHERE key IN (SELECT key FROM doomed)")
+                conn.executemany("DELETE FROM runs WHERE key = ?", ((run,) for run in dying_runs))
+                conn.execute("DELETE FROM doomed")
+        return [node_id for _, node_id, _ in gone], run_ids
 
     def vacuum(self) -> int | None:
         """Compact the file; the bytes freed (None for an in-memory database)."""
@@ -506,36 +671,38 @@ class SQLiteStorage:
         self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return before - os.path.getsize(self.path)
 
-    def integrity_problems(self, session_id: str | None) -> list[tuple[str, str, str, str | None]]:
+    def integrity_problems(self, session_key: int | None) -> list[tuple[str, str, str, str | None]]:
         """(session id, check, detail, node id) for every row that breaks a tree invariant."""
-        scope = "" if session_id is None else "AND c.session_id = :s"
+        scope = "" if session_key is None else "AND c.session = :s"
         problems: list[tuple[str, str, str, str | None]] = []
-        if session_id is None:
+        if session_key is None:
             problems += [
                 ("", "sqlite", m, None) for (m,) in self.conn.execute("PRAGMA quick_check") if m != "ok"
             ]
         for check, detail, sql in _INTEGRITY_CHECKS:
-            for row in self.conn.execute(sql.format(scope=scope), {"s": session_id}):
-                problems.append((row[0], check, detail.format(*row), row[1]))
+            for row in self.conn.execute(sql.format(scope=scope), {"s": session_key}):
+                node_id = row[1] if check in ("parent", "depth", "payload") else None
+                problems.append((row[0], check, detail.format(*row), node_id))
         return problems
 
-    def branch_heads(self, session_id: str | None) -> list[tuple[str, str, str]]:
-        """(session id, branch name, head id) of every non-empty branch whose head exists."""
+    def branch_heads(self, session_key: int | None) -> list[tuple[str, str, int]]:
+        """(session id, branch name, head key) of every non-empty branch whose head exists."""
         rows = self.conn.execute(
-            "SELECT b.session_id, b.name, b.head_id FROM branches b JOIN nodes n ON n.id = b.head_id"
-            " WHERE :s IS NULL OR b.session_id = :s ORDER BY b.session_id, b.name",
-            {"s": session_id},
+            "SELECT s.id, b.name, b.head FROM branches b JOIN sessions s ON s.key = b.session"
+            " JOIN nodes n ON n.key = b.head AND n.session = b.session"
+            " WHERE :s IS NULL OR b.session = :s ORDER BY s.id, b.name",
+            {"s": session_key},
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
-    def counts(self, session_id: str | None) -> tuple[int, int]:
+    def counts(self, session_key: int | None) -> tuple[int, int]:
         """(sessions, nodes), in one session or in all."""
-        row = self.conn.execute(
-            "SELECT (SELECT count(*) FROM sessions WHERE :s IS NULL OR id = :s),"
-            " (SELECT count(*) FROM nodes WHERE :s IS NULL OR session_id = :s)",
-            {"s": session_id},
-        ).fetchone()
-        return row[0], row[1]
+        if session_key is None:
+            row = self.conn.execute(
+                "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM nodes)"
+            ).fetchone()
+            return row[0], row[1]
+        return 1, int(self._one(_TREE + "SELECT count(*) FROM t", {"s": session_key}))
 
     def stats(self) -> dict[str, Any]:
         """Counts, sizes, tables and per-model token usage of the whole database."""
@@ -571,3 +738,23 @@ class SQLiteStorage:
             raise Conflict(f"{destination} already exists; choose a new file")
         self.conn.execute("VACUUM INTO ?", (destination,))
         return os.path.getsize(destination)
+
+    # -- bulk reads and writes (import, export) ---------------------------------
+
+    def nodes_by_ids(self, ids: Sequence[str]) -> dict[str, tuple[int, str, str | None, str, str, int]]:
+        """id -> (key, session id, parent id, kind, payload, depth) for the ids that exist."""
+        found = {}
+        for start in range(0, len(ids), 500):  # well under SQLite's variable limit
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for r in self.conn.execute(
+                f"SELECT n.id, n.key, s.id, p.id, n.kind, n.payload, n.depth FROM nodes n"
+                f" JOIN sessions s ON s.key = n.session LEFT JOIN nodes p ON p.key = n.parent"
+                f" WHERE n.id IN ({marks})",
+                chunk,
+            ):
+                found[r[0]] = (r[1], r[2], r[3], r[4], r[5], r[6])
+        return found
+
+    def key_of(self, id: str) -> int | None:
+        return self._one("SELECT key FROM nodes WHERE id = ?", (id,))
