@@ -31,7 +31,7 @@ def verify(storage: SQLiteStorage, *, session_key: int | None = None) -> VerifyR
     with storage.snapshot():
         problems = [Problem(*row) for row in storage.integrity_problems(session_key)]
         for sid, name, head in storage.branch_heads(session_key):
-            problems.extend(tool_call_problems(sid, name, storage.path_to(head, sid)))
+            problems.extend(tool_call_problems(sid, name, list(storage.path_to(*head, sid))))
         sessions, nodes = storage.counts(session_key)
     return VerifyReport(problems=problems, sessions=sessions, nodes=nodes)
 

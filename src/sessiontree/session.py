@@ -186,6 +186,7 @@ class Session:
             self.storage.insert_nodes(rows, keys_from=first)
             if branch is not None:
                 self._set_head(branch, parent_key, created, exists=place.branch_exists)
+            self.storage.remember(place.id, nodes)
         return nodes
 
     def _place(self, branch: str | None, parent: Ref | None, expect_head: str | None) -> _Place:
@@ -302,12 +303,16 @@ class Session:
     def path(self, ref: Ref) -> list[Node]:
         """Root-to-node, in one recursive query."""
         with self.storage.snapshot():
-            return self.storage.path_to(self._locate(ref)[0], self.id)
+            return list(self.storage.path_to(*self._locate(ref), self.id))
 
     def messages(self, ref: Ref = "main") -> list[dict[str, Any]]:
-        """The chat messages on the path to ``ref``: what a chat-completions API takes."""
+        """The chat messages on the path to ``ref``: what a chat-completions API takes.
+
+        Each is a fresh dict (a shallow copy of the node's payload), yours to change.
+        """
         with self.storage.snapshot():
-            return self.storage.messages(self._locate(ref)[0])
+            path = self.storage.path_to(*self._locate(ref), self.id)
+        return [dict(n.payload) for n in path if n.kind == "message"]
 
     def tree(self) -> list[Node]:
         """Every node of the session, parents before children."""

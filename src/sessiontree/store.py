@@ -23,6 +23,7 @@ from .model import Node, PruneReport, Run, SessionInfo, VerifyReport, encode_jso
 from .names import MIN_PREFIX, check_text, split_ancestry
 from .session import Session
 from .storage import SQLiteStorage
+from .storage.cache import DEFAULT_MAX_BYTES
 
 SHORT_ID = 8
 """Fewest characters the CLI shows of an id."""
@@ -31,8 +32,12 @@ SHORT_ID = 8
 class Store:
     """A sessiontree database. Use as a context manager to close it when done."""
 
-    def __init__(self, path: str | Path = ":memory:", *, readonly: bool = False) -> None:
-        self.storage = SQLiteStorage(path, readonly=readonly)
+    def __init__(
+        self, path: str | Path = ":memory:", *, readonly: bool = False, cache_bytes: int = DEFAULT_MAX_BYTES
+    ) -> None:
+        """Open (creating and migrating) a database. ``cache_bytes`` bounds the in-process
+        cache of decoded paths (payload bytes; 0 turns it off)."""
+        self.storage = SQLiteStorage(path, readonly=readonly, cache_bytes=cache_bytes)
         self.path = self.storage.path
         self.readonly = readonly
 

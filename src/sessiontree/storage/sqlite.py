@@ -28,6 +28,7 @@ from .. import db as _db
 from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly
 from ..model import Branch, Checkpoint, ModelUsage, Node, Run, SessionInfo, Usage
 from ..names import MIN_PREFIX
+from .cache import DEFAULT_MAX_BYTES, PathCache
 
 RUN_FIELDS = "model, provider, params, usage, latency_ms, finish_reason, created_at"
 NodeRow = tuple[str, int, "int | None", int, str, str, str, "int | None"]
@@ -41,25 +42,17 @@ _NODE_JOINS = (
 )
 
 # Root-to-node is walked head first: one row-key lookup per step, no sort. The
-# caller reverses it and knows each parent id (the next row's id).
+# walk stops at the first node whose path is cached (``:stop``, a JSON array of
+# ids); the caller reverses the rows and knows each parent id (the next row's).
 _PATH = """
-WITH RECURSIVE p(key, parent, id, depth, kind, payload, created_at, run) AS (
-    SELECT key, parent, id, depth, kind, payload, created_at, run FROM nodes WHERE key = ?
+WITH RECURSIVE p(key, parent, id, depth, kind, payload, created_at, run, stop) AS (
+    SELECT key, parent, id, depth, kind, payload, created_at, run, 0 FROM nodes WHERE key = :key
     UNION ALL
-    SELECT n.key, n.parent, n.id, n.depth, n.kind, n.payload, n.created_at, n.run
-    FROM p JOIN nodes n ON n.key = p.parent
+    SELECT n.key, n.parent, n.id, n.depth, n.kind, n.payload, n.created_at, n.run,
+           n.id IN (SELECT value FROM json_each(:stop))
+    FROM p JOIN nodes n ON n.key = p.parent WHERE NOT p.stop
 )
-SELECT p.key, p.id, p.depth, p.kind, p.payload, p.created_at, r.id FROM p LEFT JOIN runs r ON r.key = p.run
-"""
-
-# Only what messages() returns: kinds and payloads, head first.
-_MESSAGES = """
-WITH RECURSIVE p(parent, kind, payload) AS (
-    SELECT parent, kind, payload FROM nodes WHERE key = ?
-    UNION ALL
-    SELECT n.parent, n.kind, n.payload FROM p JOIN nodes n ON n.key = p.parent
-)
-SELECT kind, payload FROM p
+SELECT p.id, p.depth, p.kind, p.payload, p.created_at, r.id, p.stop FROM p LEFT JOIN runs r ON r.key = p.run
 """
 
 # A session's nodes, walked down from its roots.
@@ -144,13 +137,16 @@ def _branch(row: Sequence[Any], session_id: str) -> Branch:
 class SQLiteStorage:
     """One SQLite database file (or ``:memory:``)."""
 
-    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, *, readonly: bool = False, cache_bytes: int = DEFAULT_MAX_BYTES
+    ) -> None:
         self.path = str(path)
         self.readonly = readonly
         self.conn: sqlite3.Connection = _db.connect(self.path, readonly=readonly)
         # sqlite-utils for schema introspection (and, later, its FTS helpers); no
         # plugins and no pragma changes on a connection that is ours.
         self.db = sqlite_utils.Database(self.conn, recursive_triggers=False, execute_plugins=False)
+        self.cache = PathCache(cache_bytes)
 
     def close(self) -> None:
         self.conn.close()
@@ -293,6 +289,7 @@ class SQLiteStorage:
         self.conn.execute("DELETE FROM runs WHERE session = ?", (session_key,))
         self.conn.execute("DELETE FROM sessions WHERE key = ?", (session_key,))
         self.conn.execute("DELETE FROM doomed")
+        self.cache.clear()
         return count
 
     # -- nodes -------------------------------------------------------------
@@ -357,21 +354,40 @@ class SQLiteStorage:
         )
         return [_node(r) for r in rows]
 
-    def path_to(self, key: int, session_id: str) -> list[Node]:
-        """Root-to-node, in one recursive query."""
-        rows = self.conn.execute(_PATH, (key,)).fetchall()
-        nodes = []
-        parent_id = None
+    def path_to(self, key: int, node_id: str, session_id: str) -> tuple[Node, ...]:
+        """Root-to-node: from the cache, or in one recursive query that reads only the
+        nodes after the nearest cached ancestor (see ``cache``)."""
+        cached = self.cache.get(node_id)
+        if cached is not None:
+            return cached
+        stops = self.cache.heads(session_id)
+        rows = self.conn.execute(_PATH, {"key": key, "stop": json.dumps(stops)}).fetchall()
+        base: tuple[Node, ...] = ()
+        if rows[-1][6]:  # stopped at a cached ancestor
+            base = self.cache.get(rows[-1][0]) or ()
+            if not base:  # evicted meanwhile: read the whole path
+                rows = self.conn.execute(_PATH, {"key": key, "stop": "[]"}).fetchall()
+            else:
+                rows.pop()
+        nodes = list(base)
+        parent_id = base[-1].id if base else None
         for r in reversed(rows):
-            nodes.append(Node(r[1], session_id, parent_id, r[2], r[3], r[4], r[5], r[6]))
-            parent_id = r[1]
-        return nodes
+            nodes.append(Node(r[0], session_id, parent_id, r[1], r[2], r[3], r[4], r[5]))
+            parent_id = r[0]
+        path = tuple(nodes)
+        self.cache.put(path, len(base), self.cache.size_of(base[-1].id) if base else 0)
+        return path
 
-    def messages(self, key: int) -> list[dict[str, Any]]:
-        """The decoded ``message`` payloads on the path to ``key``, root first."""
-        rows = self.conn.execute(_MESSAGES, (key,)).fetchall()
-        loads = json.loads
-        return [loads(payload) for kind, payload in reversed(rows) if kind == "message"]
+    def remember(self, parent_id: str | None, nodes: Sequence[Node]) -> None:
+        """Nodes just committed under ``parent_id``: extend its cached path, if any."""
+        base: tuple[Node, ...] | None = () if parent_id is None else self.cache.get(parent_id)
+        if base is None:
+            return
+        known_bytes = self.cache.size_of(parent_id) if parent_id else 0
+        path = base
+        for node in nodes:
+            path = (*path, node)
+        self.cache.put(path, len(base), known_bytes)
 
     def ancestor(self, key: int, generations: int) -> tuple[int, str] | None:
         """(key, id) of the node ``generations`` steps above ``key``, or None past the root."""
@@ -658,6 +674,7 @@ class SQLiteStorage:
                 conn.execute("DELETE FROM nodes WHERE key IN (SELECT key FROM doomed)")
                 conn.executemany("DELETE FROM runs WHERE key = ?", ((run,) for run in dying_runs))
                 conn.execute("DELETE FROM doomed")
+                self.cache.clear()
         return [node_id for _, node_id, _ in gone], run_ids
 
     def vacuum(self) -> int | None:
@@ -685,15 +702,15 @@ class SQLiteStorage:
                 problems.append((row[0], check, detail.format(*row), node_id))
         return problems
 
-    def branch_heads(self, session_key: int | None) -> list[tuple[str, str, int]]:
-        """(session id, branch name, head key) of every non-empty branch whose head exists."""
+    def branch_heads(self, session_key: int | None) -> list[tuple[str, str, tuple[int, str]]]:
+        """(session id, branch name, (head key, head id)) of every non-empty branch whose head exists."""
         rows = self.conn.execute(
-            "SELECT s.id, b.name, b.head FROM branches b JOIN sessions s ON s.key = b.session"
+            "SELECT s.id, b.name, b.head, n.id FROM branches b JOIN sessions s ON s.key = b.session"
             " JOIN nodes n ON n.key = b.head AND n.session = b.session"
             " WHERE :s IS NULL OR b.session = :s ORDER BY s.id, b.name",
             {"s": session_key},
         )
-        return [(r[0], r[1], r[2]) for r in rows]
+        return [(r[0], r[1], (r[2], r[3])) for r in rows]
 
     def counts(self, session_key: int | None) -> tuple[int, int]:
         """(sessions, nodes), in one session or in all."""

@@ -1,0 +1,124 @@
+"""The path cache: nodes never change, so a long-lived Store re-reads a branch that
+grew by k nodes in O(k); pointers are always read fresh, so other processes' writes
+are seen at once; memory stays under its bound; prune and delete leave nothing stale."""
+
+from __future__ import annotations
+
+import threading
+
+from sessiontree import Store
+from sessiontree.storage.cache import PathCache
+
+from conftest import assistant, user
+
+
+def rows_read(store: Store, action) -> int:
+    """How much work SQLite did for a read (virtual machine steps, in units of 1)."""
+    steps = []
+    store.conn.set_progress_handler(lambda: steps.append(1), 1)
+    try:
+        action()
+    finally:
+        store.conn.set_progress_handler(None, 1)
+    return len(steps)
+
+
+def test_a_grown_branch_reads_only_the_new_nodes(tmp_path):
+    with Store(tmp_path / "s.db") as writer, Store(tmp_path / "s.db") as reader:
+        session = writer.create_session()
+        session.append_many([user(f"m{i}") for i in range(400)])
+        mine = reader.session(session.id)
+        first = mine.path("main")
+        with Store(tmp_path / "s.db") as fresh:
+            cold = rows_read(fresh, lambda: fresh.session(session.id).path("main"))
+        session.append_many([assistant("a"), user("b"), assistant("c")])  # another process, say
+        warm = rows_read(reader, lambda: mine.path("main"))
+        again = mine.path("main")
+        assert len(again) == 403 and [n.id for n in again[:400]] == [n.id for n in first]
+        assert all(a is b for a, b in zip(again, first, strict=False))  # the same decoded nodes
+        assert warm * 20 < cold  # O(k), not O(depth)
+        assert again[-1].payload == assistant("c") and again[-1].parent_id == again[-2].id
+
+
+def test_pointers_are_read_fresh_across_processes(tmp_path):
+    with Store(tmp_path / "s.db") as a, Store(tmp_path / "s.db") as b:
+        s = a.create_session()
+        nodes = s.append_many([user("1"), assistant("2"), user("3")])
+        theirs = b.session(s.id)
+        assert [n.id for n in theirs.path("main")] == [n.id for n in nodes]
+        s.move("main", to=nodes[0])  # a rewinds the branch
+        assert [n.id for n in theirs.path("main")] == [nodes[0].id]
+        s.append(assistant("other"))
+        assert [m["content"] for m in theirs.messages()] == ["1", "other"]
+
+
+def test_messages_are_fresh_dicts_and_the_cache_is_not_corrupted(store, session):
+    session.append_many([user("hi"), assistant("there")])
+    first = session.messages()
+    first[0]["content"] = "changed by the caller"
+    first[1]["extra"] = 1
+    assert session.messages() == [user("hi"), assistant("there")]
+
+
+def test_appends_feed_the_cache_so_the_loop_never_rereads(store, session):
+    session.append_many([user(f"q{i}") for i in range(300)])
+    session.path("main")
+    session.append_many([assistant("a"), user("q2")])
+    with Store(store.path) as fresh:
+        cold = rows_read(fresh, lambda: fresh.session(session.id).path("main"))
+    assert rows_read(store, lambda: session.path("main")) * 20 < cold  # the head check only
+
+
+def test_memory_stays_under_the_bound(tmp_path):
+    with Store(tmp_path / "s.db", cache_bytes=50_000) as store:
+        for i in range(20):
+            s = store.create_session()
+            s.append_many([user("x" * 500) for _ in range(30)])  # 15 KB a path
+            s.path("main")
+            assert store.storage.cache.bytes <= 50_000
+        assert store.storage.cache.bytes > 0
+
+
+def test_a_path_larger_than_the_bound_is_not_cached_and_zero_turns_it_off(tmp_path):
+    with Store(tmp_path / "s.db", cache_bytes=0) as store:
+        s = store.create_session()
+        s.append_many([user("x")] * 5)
+        assert len(s.path("main")) == 5 and store.storage.cache.bytes == 0
+
+
+def test_prune_and_delete_leave_nothing_stale(store, session):
+    session.append(user("root"))
+    session.fork("gone", at="main")
+    doomed = session.append_many([user("a"), user("b")], branch="gone")
+    session.path("gone")
+    session.delete_branch("gone")
+    store.prune(dry_run=False)
+    assert store.storage.cache.bytes == 0
+    again = session.append_many([user("new")])
+    assert [n.id for n in session.path("main")][-1] == again[-1].id
+    assert doomed[-1].id not in {n.id for n in session.tree()}
+
+
+def test_the_cache_is_safe_across_threads():
+    from sessiontree.model import Node
+
+    cache = PathCache(max_bytes=20_000)
+    errors = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(2000):
+                node = Node(f"{t}-{i}", "s", None, 0, "message", '{"role":"user","content":"%d"}' % i, "now")
+                cache.put((node,))
+                cache.get(f"{t}-{i // 2}")
+                cache.heads("s")
+                assert cache.bytes <= 20_000
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and 0 < cache.bytes <= 20_000
