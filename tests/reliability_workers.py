@@ -259,3 +259,35 @@ if __name__ == "__main__":
         crash_writer(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
         raise SystemExit(f"unknown command {command!r}")
+
+
+# -- a bounded write-ahead log under writers and readers ----------------------------------
+
+
+def wal_writer(
+    db: str, session_id: str, index: int, seconds: float, out_dir: str, start, wal_limit: int
+) -> None:
+    """Append 1 KB messages to ``w<index>`` for ``seconds``; log each acknowledged node id."""
+    with open(Path(out_dir) / f"wal-acks-{index}.log", "w") as acks, Store(db) as store:
+        store.storage.wal_limit = wal_limit
+        session = store.session(session_id)
+        start.wait(60)
+        deadline = time.perf_counter() + seconds
+        i = 0
+        while time.perf_counter() < deadline:
+            node = session.append({"role": "user", "content": "x" * 1000, "i": i}, branch=f"w{index}")
+            acks.write(node.id + "\n")
+            i += 1
+
+
+def wal_reader(db: str, session_id: str, seconds: float, start) -> None:
+    """Read every branch inside one read transaction, over and over: readers that always
+    hold some snapshot are what keeps a passive checkpoint from ever emptying the log."""
+    with Store(db) as store:
+        session = store.session(session_id)
+        start.wait(60)
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            with store.storage.snapshot():
+                for branch in session.branches():
+                    session.messages(branch.name)

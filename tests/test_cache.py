@@ -71,7 +71,7 @@ def test_appends_feed_the_cache_so_the_loop_never_rereads(store, session):
 
 def test_memory_stays_under_the_bound(tmp_path):
     with Store(tmp_path / "s.db", cache_bytes=50_000) as store:
-        for i in range(20):
+        for _ in range(20):
             s = store.create_session()
             s.append_many([user("x" * 500) for _ in range(30)])  # 15 KB a path
             s.path("main")
@@ -108,7 +108,8 @@ def test_the_cache_is_safe_across_threads():
     def work(t: int) -> None:
         try:
             for i in range(2000):
-                node = Node(f"{t}-{i}", "s", None, 0, "message", '{"role":"user","content":"%d"}' % i, "now")
+                payload = '{"role":"user","content":"' + str(i) + '"}'
+                node = Node(f"{t}-{i}", "s", None, 0, "message", payload, "now")
                 cache.put((node,))
                 cache.get(f"{t}-{i // 2}")
                 cache.heads("s")

@@ -14,6 +14,7 @@ the schema raises come back as sessiontree errors naming the row.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -29,6 +30,11 @@ from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly
 from ..model import Branch, Checkpoint, ModelUsage, Node, Run, SessionInfo, Usage
 from ..names import MIN_PREFIX
 from .cache import DEFAULT_MAX_BYTES, PathCache
+
+WAL_LIMIT = 32 * 1024 * 1024
+"""Write-ahead log size past which a writer checkpoints and empties it (see ``_bound_wal``)."""
+WAL_CHECK_EVERY = 16
+"""Commits between two looks at the log's size (a stat call)."""
 
 RUN_FIELDS = "model, provider, params, usage, latency_ms, finish_reason, created_at"
 NodeRow = tuple[str, int, "int | None", int, str, str, str, "int | None"]
@@ -147,6 +153,8 @@ class SQLiteStorage:
         # plugins and no pragma changes on a connection that is ours.
         self.db = sqlite_utils.Database(self.conn, recursive_triggers=False, execute_plugins=False)
         self.cache = PathCache(cache_bytes)
+        self.wal_limit = WAL_LIMIT
+        self._commits = 0
 
     def close(self) -> None:
         self.conn.close()
@@ -156,8 +164,34 @@ class SQLiteStorage:
         """One atomic write (``BEGIN IMMEDIATE``); nested use makes a savepoint."""
         if self.readonly:
             raise ReadOnly(f"{self.path} is open read-only; nothing was written")
+        outermost = not self.conn.in_transaction
         with _db.transaction(self.conn) as conn:
             yield conn
+        if outermost:
+            self._bound_wal()
+
+    def _bound_wal(self) -> None:
+        """Keep the write-ahead log near ``wal_limit`` bytes.
+
+        SQLite's automatic checkpoints are passive: while readers keep arriving,
+        some reader always needs the log, it is never restarted, and it grows
+        without bound beside a small database. Every ``WAL_CHECK_EVERY`` commits
+        the writer looks at the log's size; past the limit it runs a TRUNCATE
+        checkpoint, which waits (up to the busy timeout) for the readers of old
+        snapshots to finish, copies everything into the database and empties the
+        log. New readers go on unimpeded; other writers wait for it. If it cannot
+        finish in time, nothing is lost: a later check tries again.
+        """
+        self._commits += 1
+        if self.path == ":memory:" or self._commits % WAL_CHECK_EVERY:
+            return
+        try:
+            size = os.path.getsize(self.path + "-wal")
+        except OSError:
+            return
+        if size > self.wal_limit:
+            with contextlib.suppress(sqlite3.OperationalError):  # busy: try again later
+                self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
