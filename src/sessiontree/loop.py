@@ -165,7 +165,8 @@ async def _model_step(
     completion = None
     started = time.perf_counter()
     try:
-        async for item in _stream(call, list(cursor.messages), specs):  # a copy: the call may keep it
+        # Fresh dicts: the call may keep or change them; the cached payloads stay intact.
+        async for item in _stream(call, [dict(m) for m in cursor.messages], specs):
             if not isinstance(item, str):
                 completion = item
             elif item:
