@@ -424,3 +424,22 @@ def test_prune_and_verify_resolve_the_session(store, session):
     with pytest.raises(NotFound, match="no session"):
         store.prune(session_id="ffffffff")
     assert store.verify(session.id[:13]).nodes == 1
+
+
+def test_ids_made_in_forked_children_differ():
+    import multiprocessing
+
+    from sessiontree import new_id
+
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(2) as pool:
+        batches = pool.map(_ids_in_child, range(4))
+    everything = [i for batch in batches for i in batch] + [new_id() for _ in range(100)]
+    assert len(set(everything)) == len(everything)
+    assert len({i[24:] for i in everything}) == len(everything)  # the random tails differ too
+
+
+def _ids_in_child(_: int) -> list[str]:
+    from sessiontree import new_id
+
+    return [new_id() for _ in range(100)]

@@ -9,13 +9,17 @@ files never collide in practice (62 random bits in each).
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
-from datetime import UTC, datetime
 
 _lock = threading.Lock()
 _last_ms = 0
 _counter = 0  # rand_a: 12 bits, counts ids within one millisecond
+# Seeded from os.urandom, and again in every forked child, so two processes never
+# share a sequence. Ids need uniqueness, not secrecy; this saves two system calls an id.
+_random = random.Random(os.urandom(32))
+os.register_at_fork(after_in_child=lambda: _random.seed(os.urandom(32)))
 
 
 def new_id() -> str:
@@ -30,13 +34,13 @@ def new_id() -> str:
     with _lock:
         ms = time.time_ns() // 1_000_000
         if ms > _last_ms:
-            _last_ms, _counter = ms, int.from_bytes(os.urandom(2)) & 0x7FF
+            _last_ms, _counter = ms, _random.getrandbits(11)
         else:  # same millisecond, or the clock stepped back: count on
             _counter += 1
             if _counter > 0xFFF:  # 4096 ids in one millisecond: borrow the next one
                 _last_ms, _counter = _last_ms + 1, 0
         ms, counter = _last_ms, _counter
-    rand_b = int.from_bytes(os.urandom(8)) & ((1 << 62) - 1)
+    rand_b = _random.getrandbits(62)
     value = ms << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand_b
     h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
@@ -44,4 +48,5 @@ def new_id() -> str:
 
 def now() -> str:
     """The current UTC time as ISO 8601 with milliseconds, e.g. ``2026-11-30T09:14:15.123Z``."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    seconds, ms = divmod(time.time_ns() // 1_000_000, 1000)
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{ms:03d}Z"

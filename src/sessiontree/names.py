@@ -12,6 +12,7 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 import re
 
 from .errors import Conflict, InvalidPayload
@@ -46,6 +47,11 @@ def check_text(text: str | None, what: str) -> str | None:
     return text
 
 
+@functools.lru_cache(maxsize=1024)  # a few names are checked on every append
+def _printable(name: str) -> bool:
+    return not any(ord(c) < 32 or ord(c) == 127 or "\ud800" <= c <= "\udfff" for c in name)
+
+
 def check_name(name: str, what: str = "branch", *, new: bool = True) -> str:
     """A valid branch or checkpoint name (see the module docstring), or Conflict saying why not.
 
@@ -56,10 +62,10 @@ def check_name(name: str, what: str = "branch", *, new: bool = True) -> str:
         raise Conflict(
             f"invalid {what} name {name!r}: use 1-{MAX_NAME} characters, no leading or trailing spaces"
         )
-    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+    if not _printable(name):
+        if any("\ud800" <= c <= "\udfff" for c in name):
+            raise Conflict(f"invalid {what} name {name!r}: lone surrogates are not allowed")
         raise Conflict(f"invalid {what} name {name!r}: control characters are not allowed")
-    if any("\ud800" <= c <= "\udfff" for c in name):
-        raise Conflict(f"invalid {what} name {name!r}: lone surrogates are not allowed")
     if not new:
         return name
     if "~" in name:

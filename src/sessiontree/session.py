@@ -175,15 +175,17 @@ class Session:
                 )
             run_key, run_id = self._record_run(run)
             created = now()
-            first = self.storage.next_node_key()
+            # A chain names each parent by its key before it exists: keys are taken in order.
+            first = self.storage.next_node_key() if len(texts) > 1 else None
             parent_key, parent_id, depth = place.key, place.id, place.depth + 1
             rows, nodes = [], []
             for i, text in enumerate(texts):
                 node_id = new_id()
                 rows.append((node_id, self._key, parent_key, depth, kind, text, created, run_key))
                 nodes.append(Node(node_id, self.id, parent_id, depth, kind, text, created, run_id))
-                parent_key, parent_id, depth = first + i, node_id, depth + 1
-            self.storage.insert_nodes(rows, keys_from=first)
+                parent_key, parent_id, depth = (first or 0) + i, node_id, depth + 1
+            last_key = self.storage.insert_nodes(rows, keys_from=first)
+            parent_key = last_key
             if branch is not None:
                 self._set_head(branch, parent_key, created, exists=place.branch_exists)
             self.storage.remember(place.id, nodes)
@@ -278,11 +280,11 @@ class Session:
             parent_key = None if original.parent_id is None else self._locate(original.parent_id)[0]
             created = now()
             new = Node(new_id(), self.id, original.parent_id, original.depth, original.kind, text, created)
-            key = self.storage.next_node_key()
-            self.storage.insert_nodes(
-                [(new.id, self._key, parent_key, new.depth, new.kind, text, created, None)], keys_from=key
+            key = self.storage.insert_nodes(
+                [(new.id, self._key, parent_key, new.depth, new.kind, text, created, None)]
             )
             self._set_head(branch, key, created, exists=False)
+            self.storage.remember(original.parent_id, [new])
         return new
 
     # -- reading ---------------------------------------------------------

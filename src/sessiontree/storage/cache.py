@@ -3,25 +3,29 @@
 Contract:
 - ``PathCache(max_bytes)`` maps a node id to its path (a tuple of ``Node``s,
   root first), least recently used first out once the payload bytes it holds
-  pass ``max_bytes``. A path that is a prefix of another shares its ``Node``
-  objects (and their decoded payloads); the bytes are counted per path, so the
-  real memory held is at most the bound.
+  pass ``max_bytes``. Paths that share a prefix share its ``Node`` objects (and
+  their decoded payloads); bytes are counted per path, so the real memory held
+  is at most the bound.
+- ``extend(parent_id, nodes)`` records nodes just appended under a cached path
+  in O(len(nodes)): the longer path is only built when it is read, so an
+  append costs the same at any depth.
 - Only nodes and paths are cached, never pointers: a branch head is always
   read fresh from the database, so another process's append or move is seen
   at once. A node id is never given to another node, so a cached path can go
   stale only if its nodes are deleted; ``clear`` runs after every prune and
-  session delete of this store, and a path through a deleted node is never
-  asked for by a fresh head (prune keeps every ancestor of a ref).
+  session delete of this store, and a fresh head never leads to a deleted
+  node (prune keeps every ancestor of a ref).
 - ``heads(session_id)`` lists the cached path ends of a session (newest
   first), so the backend can read only the nodes between a new head and the
   nearest cached ancestor.
-- Thread-safe: one lock around every change.
+- Thread-safe: one lock around every read and change.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 
 from ..model import Node
 
@@ -30,50 +34,89 @@ MAX_HEADS = 32
 """How many cached path ends of one session a read looks for as its stopping point."""
 
 
+@dataclass
+class _Entry:
+    session_id: str
+    size: int  # payload bytes of the whole path
+    path: tuple[Node, ...] | None  # None until an extension is first read
+    base: str | None = None  # an extension: the cached path it continues...
+    more: tuple[Node, ...] = ()  # ...and the nodes after it
+
+
 class PathCache:
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
-        self._paths: OrderedDict[str, tuple[tuple[Node, ...], int]] = OrderedDict()
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, node_id: str) -> tuple[Node, ...] | None:
         with self._lock:
-            entry = self._paths.get(node_id)
-            if entry is None:
+            return self._get(node_id)
+
+    def _get(self, node_id: str) -> tuple[Node, ...] | None:
+        entry = self._entries.get(node_id)
+        if entry is None:
+            return None
+        self._entries.move_to_end(node_id)
+        if entry.path is None:  # build it from the chain of extensions down to a built path
+            mores = [entry.more]
+            below = self._entries.get(entry.base or "")
+            while below is not None and below.path is None:
+                mores.append(below.more)
+                below = self._entries.get(below.base or "")
+            if below is None:  # where it starts was evicted: this path cannot be built
+                self._drop(node_id)
                 return None
-            self._paths.move_to_end(node_id)
-            return entry[0]
+            entry.path = (below.path or ()) + tuple(n for more in reversed(mores) for n in more)
+            entry.base, entry.more = None, ()
+        return entry.path
 
     def put(self, path: tuple[Node, ...], known: int = 0, known_bytes: int = 0) -> None:
         """Remember ``path`` (its end is the key). When its first ``known`` nodes are a cached
         path of ``known_bytes`` payload bytes, only the nodes after them are measured."""
-        if not path or self.max_bytes <= 0:
-            return
-        size = known_bytes + sum(len(n.payload_json) for n in path[known:])
-        if size > self.max_bytes:
+        if path:
+            size = known_bytes + sum(len(n.payload_json) for n in path[known:])
+            self._add(path[-1].id, _Entry(path[-1].session_id, size, path))
+
+    def extend(self, parent_id: str, nodes: tuple[Node, ...]) -> None:
+        """``nodes`` (a chain) were appended under ``parent_id``; cache the longer path if the
+        parent's is cached."""
+        with self._lock:
+            parent = self._entries.get(parent_id)
+            if parent is None or not nodes:
+                return
+            self._entries.move_to_end(parent_id)  # the new path needs it
+            size = parent.size + sum(len(n.payload_json) for n in nodes)
+        self._add(nodes[-1].id, _Entry(parent.session_id, size, None, parent_id, nodes))
+
+    def _add(self, node_id: str, entry: _Entry) -> None:
+        if entry.size > self.max_bytes:
             return
         with self._lock:
-            old = self._paths.pop(path[-1].id, None)
-            if old is not None:
-                self.bytes -= old[1]
-            self._paths[path[-1].id] = (path, size)
-            self.bytes += size
+            self._drop(node_id)
+            self._entries[node_id] = entry
+            self.bytes += entry.size
             while self.bytes > self.max_bytes:
-                _, (_, evicted) = self._paths.popitem(last=False)
-                self.bytes -= evicted
+                _, evicted = self._entries.popitem(last=False)
+                self.bytes -= evicted.size
+
+    def _drop(self, node_id: str) -> None:
+        old = self._entries.pop(node_id, None)
+        if old is not None:
+            self.bytes -= old.size
 
     def size_of(self, node_id: str) -> int:
         with self._lock:
-            entry = self._paths.get(node_id)
-            return 0 if entry is None else entry[1]
+            entry = self._entries.get(node_id)
+            return 0 if entry is None else entry.size
 
     def heads(self, session_id: str) -> list[str]:
         """Ids of the cached path ends in a session, most recently used first."""
         with self._lock:
             found = []
-            for node_id, (path, _) in reversed(self._paths.items()):
-                if path[-1].session_id == session_id:
+            for node_id, entry in reversed(self._entries.items()):
+                if entry.session_id == session_id:
                     found.append(node_id)
                     if len(found) == MAX_HEADS:
                         break
@@ -81,5 +124,5 @@ class PathCache:
 
     def clear(self) -> None:
         with self._lock:
-            self._paths.clear()
+            self._entries.clear()
             self.bytes = 0

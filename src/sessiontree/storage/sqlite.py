@@ -355,22 +355,26 @@ class SQLiteStorage:
         """The key the next node gets (inside a write transaction, nobody else can take it)."""
         return int(self._one("SELECT coalesce(max(key), 0) + 1 FROM nodes"))
 
-    def insert_nodes(self, rows: Sequence[tuple[Any, ...]], keys_from: int | None = None) -> None:
-        """Insert nodes (``NodeRow``s) inside a transaction; with ``keys_from``, row i gets key
-        ``keys_from + i`` (so a chain can name its parents before they exist)."""
+    def insert_nodes(self, rows: Sequence[tuple[Any, ...]], keys_from: int | None = None) -> int:
+        """Insert nodes (``NodeRow``s) inside a transaction; return the last one's key. With
+        ``keys_from``, row i gets key ``keys_from + i`` (so a chain can name its parents
+        before they exist); without it, one row is inserted and gets the next free key."""
         try:
             if keys_from is None:
-                self.conn.executemany(
+                (row,) = rows
+                cursor = self.conn.execute(
                     "INSERT INTO nodes (id, session, parent, depth, kind, payload, created_at, run)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    rows,
+                    row,
                 )
-            else:
-                self.conn.executemany(
-                    "INSERT INTO nodes (key, id, session, parent, depth, kind, payload, created_at, run)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(keys_from + i, *row) for i, row in enumerate(rows)],
-                )
+                assert cursor.lastrowid is not None
+                return cursor.lastrowid
+            self.conn.executemany(
+                "INSERT INTO nodes (key, id, session, parent, depth, kind, payload, created_at, run)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(keys_from + i, *row) for i, row in enumerate(rows)],
+            )
+            return keys_from + len(rows) - 1
         except sqlite3.IntegrityError as e:
             parent = rows[0][2]
             if "nodes.parent" in str(e):  # the unique index: one decision per pause
@@ -413,15 +417,11 @@ class SQLiteStorage:
         return path
 
     def remember(self, parent_id: str | None, nodes: Sequence[Node]) -> None:
-        """Nodes just committed under ``parent_id``: extend its cached path, if any."""
-        base: tuple[Node, ...] | None = () if parent_id is None else self.cache.get(parent_id)
-        if base is None:
-            return
-        known_bytes = self.cache.size_of(parent_id) if parent_id else 0
-        path = base
-        for node in nodes:
-            path = (*path, node)
-        self.cache.put(path, len(base), known_bytes)
+        """Nodes just written under ``parent_id``: extend its cached path, if any."""
+        if parent_id is None:
+            self.cache.put(tuple(nodes))
+        else:
+            self.cache.extend(parent_id, tuple(nodes))
 
     def ancestor(self, key: int, generations: int) -> tuple[int, str] | None:
         """(key, id) of the node ``generations`` steps above ``key``, or None past the root."""
