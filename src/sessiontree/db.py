@@ -82,6 +82,28 @@ def pending_migrations(conn: sqlite3.Connection) -> list[Migration]:
     return steps[version:]
 
 
+def pending_steps(path: str | Path) -> tuple[int, list[Migration]]:
+    """(schema version, steps still to apply) of a database file, read without writing."""
+    conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
+    try:
+        try:
+            return schema_version(conn), pending_migrations(conn)
+        except sqlite3.DatabaseError as e:
+            raise SessionTreeError(f"{path} is not a sessiontree database: {e}") from None
+    finally:
+        conn.close()
+
+
+def migrate_file(path: str | Path) -> tuple[list[Migration], int]:
+    """Apply a file's pending steps; (the steps applied, the version now)."""
+    conn = connect(path, apply_migrations=False)
+    try:
+        applied = migrate(conn)
+        return applied, schema_version(conn)
+    finally:
+        conn.close()
+
+
 def needs_migration(path: str | Path) -> bool:
     """Whether an existing database file is behind this code (read without writing)."""
     try:

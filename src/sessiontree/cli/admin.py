@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import sys
 from pathlib import Path
 
@@ -108,20 +107,17 @@ def migrate(ctx: click.Context, list_only: bool) -> None:
     path, _ = db_path(ctx)
     if not path.exists():
         raise click.ClickException(f"no database at {path}")
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        steps = _db.pending_migrations(conn)
-        if list_only or not steps:
-            for step in steps:
-                click.echo(f"{step.version:04d}_{step.name}")
-            click.echo(f"{len(steps)} pending step(s); schema version {_db.schema_version(conn)}")
-            return
-        conn.execute(f"PRAGMA busy_timeout = {_db.BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA foreign_keys = ON")
-        for step in _db.migrate(conn):
-            click.echo(f"applied {step.version:04d}_{step.name}")
-    finally:
-        conn.close()
+    if list_only:
+        version, steps = _db.pending_steps(path)
+        for step in steps:
+            click.echo(f"{step.version:04d}_{step.name}")
+        click.echo(f"{len(steps)} pending step(s); schema version {version}")
+        return
+    applied, version = _db.migrate_file(path)
+    for step in applied:
+        click.echo(f"applied {step.version:04d}_{step.name}")
+    if not applied:
+        click.echo(f"0 pending step(s); schema version {version}")
 
 
 @click.command(name="import")
