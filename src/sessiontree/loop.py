@@ -390,7 +390,7 @@ def decide(store: Store, pause: Ref, decisions: dict[str, Decision], *, by: str 
     payload = {"decisions": {k: decision_to_dict(v) for k, v in decisions.items()}, "by": by, "at": now()}
     session = store.session(pause.session_id)
     with store.transaction():
-        at_pause = [b.name for b in session.branches() if b.head_id == pause.id]
+        at_pause = session.branches_at(pause)
         node = session.append(
             payload, kind="decision", parent=pause, branch=at_pause[0] if at_pause else None
         )
@@ -410,7 +410,7 @@ def aresume(store: Store, pause: Ref, **kwargs: Any) -> AsyncIterator[Step]:
     decision = next((n for n in session.children(pause) if n.kind == "decision"), None)
     if decision is None:
         raise Conflict(f"pause {pause.id} has no decision yet: decide it first")
-    branches = [b.name for b in session.branches() if b.head_id == decision.id]
+    branches = session.branches_at(decision)
     if not branches:
         raise Conflict(
             f"pause {pause.id} was already resumed: no branch is at its decision {decision.id} any more"

@@ -1,0 +1,229 @@
+"""The SQLite backend's upkeep: prune, verify, stats, backup and vacuum.
+
+Contract: ``SQLiteUpkeep`` is half of ``SQLiteStorage`` (which inherits it), kept
+apart so each file reads in one sitting. Like the rest of the backend it takes
+row keys and returns public ids; it decides nothing (``maintenance`` does).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+import sqlite_utils
+
+from ..errors import Conflict
+from ..model import Node
+from .cache import PathCache
+
+# A session's nodes, walked down from its roots.
+TREE = """
+WITH RECURSIVE t(key) AS (
+    SELECT key FROM nodes WHERE session = :s AND parent IS NULL
+    UNION ALL
+    SELECT n.key FROM t JOIN nodes n ON n.parent = t.key
+)
+"""
+
+# Every node some ref (branch head, checkpoint, unresolved pause) reaches.
+# UNION, not UNION ALL: shared ancestors are walked once, not once per ref.
+_REACHED = """
+WITH RECURSIVE
+  refs(key) AS (
+    SELECT head FROM branches WHERE head IS NOT NULL AND (:s IS NULL OR session = :s)
+    UNION SELECT node FROM checkpoints WHERE :s IS NULL OR session = :s
+    UNION SELECT p.key FROM nodes p WHERE p.kind = 'pause' AND (:s IS NULL OR p.session = :s)
+      AND NOT EXISTS (SELECT 1 FROM nodes d WHERE d.parent = p.key AND d.kind = 'decision')
+  ),
+  reached(key) AS (
+    SELECT key FROM refs
+    UNION
+    SELECT n.parent FROM reached JOIN nodes n ON n.key = reached.key WHERE n.parent IS NOT NULL
+  )
+"""
+
+# (check, detail, query): each query returns (session id, node id, details...).
+_INTEGRITY_CHECKS = [
+    (
+        "parent",
+        "node {1} has a missing parent (row {2})",
+        """SELECT s.id, c.id, c.parent FROM nodes c JOIN sessions s ON s.key = c.session
+        LEFT JOIN nodes p ON p.key = c.parent WHERE c.parent IS NOT NULL AND p.key IS NULL {scope}""",
+    ),
+    (
+        "parent",
+        "node {1} has its parent in another session {2}",
+        """SELECT s.id, c.id, ps.id FROM nodes c JOIN nodes p ON p.key = c.parent
+        JOIN sessions s ON s.key = c.session JOIN sessions ps ON ps.key = p.session
+        WHERE p.session != c.session {scope}""",
+    ),
+    (
+        "depth",
+        "node {1} has depth {2} under a parent of depth {3}",
+        """SELECT s.id, c.id, c.depth, p.depth FROM nodes c JOIN nodes p ON p.key = c.parent
+        JOIN sessions s ON s.key = c.session WHERE c.depth != p.depth + 1 {scope}""",
+    ),
+    (
+        "payload",
+        "node {1} has a payload that is not valid JSON",
+        """SELECT s.id, c.id FROM nodes c JOIN sessions s ON s.key = c.session
+        WHERE json_valid(c.payload) = 0 {scope}""",
+    ),
+    (
+        "ref",
+        "branch {2!r} points at row {1}, which is not a node of its session",
+        """SELECT s.id, c.head, c.name FROM branches c JOIN sessions s ON s.key = c.session
+        LEFT JOIN nodes n ON n.key = c.head AND n.session = c.session
+        WHERE c.head IS NOT NULL AND n.key IS NULL {scope}""",
+    ),
+    (
+        "ref",
+        "checkpoint {2!r} points at row {1}, which is not a node of its session",
+        """SELECT s.id, c.node, c.name FROM checkpoints c JOIN sessions s ON s.key = c.session
+        LEFT JOIN nodes n ON n.key = c.node AND n.session = c.session WHERE n.key IS NULL {scope}""",
+    ),
+]
+
+
+class SQLiteUpkeep:
+    """Maintenance queries; mixed into ``SQLiteStorage``, whose attributes these are."""
+
+    path: str
+    conn: sqlite3.Connection
+    db: sqlite_utils.Database
+    cache: PathCache
+
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError
+
+    def snapshot(self) -> AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def _one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        raise NotImplementedError
+
+    def pending(self, session_key: int | None = None) -> list[Node]:
+        raise NotImplementedError
+
+    @property
+    def schema_version(self) -> int:
+        raise NotImplementedError
+
+    def unreachable(self, session_key: int | None, *, delete: bool) -> tuple[list[str], list[str]]:
+        """(node ids, run ids) no branch, checkpoint or unresolved pause reaches, in one
+        session or in all; with ``delete``, remove them (in one transaction)."""
+        scope = (
+            "scope(key) AS (SELECT key FROM nodes)"
+            if session_key is None
+            else "scope(key) AS (SELECT key FROM nodes WHERE session = :s AND parent IS NULL"
+            " UNION ALL SELECT n.key FROM scope JOIN nodes n ON n.parent = scope.key)"
+        )
+        # A dry run only reads, so it also works on a read-only store.
+        with self.transaction() if delete else self.snapshot():
+            conn = self.conn
+            gone = conn.execute(
+                _REACHED + f", {scope} SELECT n.key, n.id, n.run FROM scope JOIN nodes n ON n.key = scope.key"
+                " WHERE n.key NOT IN (SELECT key FROM reached) ORDER BY n.id",
+                {"s": session_key},
+            ).fetchall()
+            gone_keys = {key for key, _, _ in gone}
+            # A run goes only when every node that names it goes.
+            dying_runs = [
+                run
+                for run in sorted({run for _, _, run in gone if run is not None})
+                if all(
+                    key in gone_keys for (key,) in conn.execute("SELECT key FROM nodes WHERE run = ?", (run,))
+                )
+            ]
+            run_ids = sorted(self._one("SELECT id FROM runs WHERE key = ?", (run,)) for run in dying_runs)
+            if delete and gone:
+                conn.execute("CREATE TEMP TABLE IF NOT EXISTS doomed (key INTEGER PRIMARY KEY)")
+                conn.execute("DELETE FROM doomed")
+                conn.executemany("INSERT INTO doomed VALUES (?)", ((key,) for key in gone_keys))
+                conn.execute("DELETE FROM nodes WHERE key IN (SELECT key FROM doomed)")
+                conn.executemany("DELETE FROM runs WHERE key = ?", ((run,) for run in dying_runs))
+                conn.execute("DELETE FROM doomed")
+                self.cache.clear()
+        return [node_id for _, node_id, _ in gone], run_ids
+
+    def vacuum(self) -> int | None:
+        """Compact the file; the bytes freed (None for an in-memory database)."""
+        if self.path == ":memory:":
+            return None
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        before = os.path.getsize(self.path)
+        self.conn.execute("VACUUM")
+        # In WAL mode VACUUM writes the new pages to the log; fold them back in.
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return before - os.path.getsize(self.path)
+
+    def integrity_problems(self, session_key: int | None) -> list[tuple[str, str, str, str | None]]:
+        """(session id, check, detail, node id) for every row that breaks a tree invariant."""
+        scope = "" if session_key is None else "AND c.session = :s"
+        problems: list[tuple[str, str, str, str | None]] = []
+        if session_key is None:
+            problems += [
+                ("", "sqlite", m, None) for (m,) in self.conn.execute("PRAGMA quick_check") if m != "ok"
+            ]
+        for check, detail, sql in _INTEGRITY_CHECKS:
+            for row in self.conn.execute(sql.format(scope=scope), {"s": session_key}):
+                node_id = row[1] if check in ("parent", "depth", "payload") else None
+                problems.append((row[0], check, detail.format(*row), node_id))
+        return problems
+
+    def branch_heads(self, session_key: int | None) -> list[tuple[str, str, tuple[int, str]]]:
+        """(session id, branch name, (head key, head id)) of every non-empty branch whose head exists."""
+        rows = self.conn.execute(
+            "SELECT s.id, b.name, b.head, n.id FROM branches b JOIN sessions s ON s.key = b.session"
+            " JOIN nodes n ON n.key = b.head AND n.session = b.session"
+            " WHERE :s IS NULL OR b.session = :s ORDER BY s.id, b.name",
+            {"s": session_key},
+        )
+        return [(r[0], r[1], (r[2], r[3])) for r in rows]
+
+    def counts(self, session_key: int | None) -> tuple[int, int]:
+        """(sessions, nodes), in one session or in all."""
+        if session_key is None:
+            row = self.conn.execute(
+                "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM nodes)"
+            ).fetchone()
+            return row[0], row[1]
+        return 1, int(self._one(TREE + "SELECT count(*) FROM t", {"s": session_key}))
+
+    def stats(self) -> dict[str, Any]:
+        """Counts, sizes, tables and per-model token usage of the whole database."""
+        q = self.conn.execute
+        files = [self.path, self.path + "-wal"] if self.path != ":memory:" else []
+        # sqlite-utils introspects the schema: every table with its row count.
+        tables = {t.name: t.count for t in self.db.tables}
+        return {
+            "file": self.path,
+            "bytes": sum(os.path.getsize(f) for f in files if os.path.exists(f)),
+            "schema_version": self.schema_version,
+            "sessions": tables.get("sessions", 0),
+            "nodes": dict(q("SELECT kind, count(*) FROM nodes GROUP BY kind ORDER BY kind").fetchall()),
+            "branches": tables.get("branches", 0),
+            "checkpoints": tables.get("checkpoints", 0),
+            "pending": len(self.pending()),
+            "payload_bytes": q(
+                "SELECT coalesce(sum(length(CAST(payload AS BLOB))), 0) FROM nodes"
+            ).fetchone()[0],
+            "tables": tables,
+            "models": [
+                {"model": m, "runs": n, "input_tokens": i or 0, "output_tokens": o or 0}
+                for m, n, i, o in q(
+                    "SELECT coalesce(model, '?'), count(*), sum(input_tokens), sum(output_tokens)"
+                    " FROM runs GROUP BY 1 ORDER BY 2 DESC, 1"
+                )
+            ],
+        }
+
+    def backup(self, destination: str) -> int:
+        """A consistent, compacted copy (VACUUM INTO) at a new path; its size in bytes."""
+        if os.path.exists(destination):
+            raise Conflict(f"{destination} already exists; choose a new file")
+        self.conn.execute("VACUUM INTO ?", (destination,))
+        return os.path.getsize(destination)
