@@ -5,7 +5,9 @@ What it measures (each figure is the median of several repetitions; the rep coun
 1. append: µs per node for ``Session.append`` (one transaction per node) against raw
    ``BEGIN IMMEDIATE; INSERT node; UPDATE head-pointer row; COMMIT``, and for
    ``Session.append_many`` of 1,000 nodes against a raw ``executemany`` of the same rows
-   plus one head update in one transaction.
+   plus one head update in one transaction. The same two figures also against the minimal
+   floor schema of ``benchmarks/floor.py`` (integer-keyed ``nodes`` plus a ``heads`` row:
+   what a competent engineer would write for the job, not sessiontree's schema).
 2. path: ms for ``Session.path`` at depth 100 / 1,000 / 10,000 / 100,000 against a raw
    recursive CTE (same columns, root-to-node order) with ``fetchall`` on the same file.
 3. fork: µs per ``Session.fork`` at depth 10 and at the deepest depth (should be flat).
@@ -15,8 +17,9 @@ What it measures (each figure is the median of several repetitions; the rep coun
 
 How: the raw baseline reuses the store's schema (each raw file is created by opening a
 ``Store`` on a fresh file), then talks to it through a plain ``sqlite3`` connection with the
-same pragmas (WAL, synchronous=NORMAL, foreign_keys=ON). Store and raw reps alternate so
-machine noise hits both alike. Everything lives in a temporary directory that is removed.
+same pragmas (WAL, synchronous=NORMAL, foreign_keys=ON). The floor has its own file with
+WAL and synchronous=NORMAL. Store, raw and floor reps alternate so machine noise hits them
+alike. Everything lives in a temporary directory that is removed.
 
 Usage: ``python benchmarks/store.py [--quick] [--json]``. ``--quick`` stops the deep
 chains at 10,000 and uses fewer nodes and reps, so a smoke run takes seconds.
@@ -35,6 +38,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from floor import Floor
 
 from sessiontree import Store
 from sessiontree.ids import new_id, now
@@ -100,26 +105,36 @@ class Raw:
         self.conn.execute("COMMIT")
 
 
-def compare(store: list[float], raw: list[float], scale: float) -> dict:
+def compare(store: list[float], raw: list[float], scale: float, against: str = "raw") -> dict:
     s, r = statistics.median(store) * scale, statistics.median(raw) * scale
-    return {"store": round(s, 2), "raw": round(r, 2), "ratio": round(s / r, 2)}
+    return {"store": round(s, 2), against: round(r, 2), "ratio": round(s / r, 2)}
 
 
-def bench_append(tmp: Path, reps: int, n: int, batch: int) -> dict:
+def bench_append(tmp: Path, reps: int, n: int, batch: int) -> tuple[dict, dict]:
     st = Store(tmp / "append.db")
     s = st.create_session()
     s.append(message(0))
     raw = Raw(tmp / "append-raw.db")
+    floor = Floor(tmp / "append-floor.db")
+    floor.append(message(0))
     payloads = [message(i) for i in range(max(n, batch))]
-    single, single_raw, many, many_raw = [], [], [], []
+    single, single_raw, single_floor, many, many_raw, many_floor = [], [], [], [], [], []
     for _ in range(reps):
         single.append(timed(lambda: [s.append(p) for p in payloads[:n]]) / n)
         single_raw.append(timed(lambda: [raw.append(p) for p in payloads[:n]]) / n)
+        single_floor.append(timed(lambda: [floor.append(p) for p in payloads[:n]]) / n)
         many.append(timed(lambda: s.append_many(payloads[:batch])) / batch)
         many_raw.append(timed(lambda: raw.append_many(payloads[:batch])) / batch)
+        many_floor.append(timed(lambda: floor.append_many(payloads[:batch])) / batch)
     st.close()
     raw.conn.close()
-    return {"single": compare(single, single_raw, 1e6), "batched": compare(many, many_raw, 1e6)}
+    floor.close()
+    own = {"single": compare(single, single_raw, 1e6), "batched": compare(many, many_raw, 1e6)}
+    minimal = {
+        "single": compare(single, single_floor, 1e6, "floor"),
+        "batched": compare(many, many_floor, 1e6, "floor"),
+    }
+    return own, minimal
 
 
 def bench_path_and_fork(tmp: Path, reps: int, depths: list[int], forks: int) -> tuple[dict, dict]:
@@ -199,7 +214,7 @@ def run(quick: bool) -> dict:
     depths = [100, 1_000, 10_000] if quick else [100, 1_000, 10_000, 100_000]
     with tempfile.TemporaryDirectory(prefix="sessiontree-bench-") as d:
         tmp = Path(d)
-        append = bench_append(tmp, reps, n=200 if quick else 1_000, batch=1_000)
+        append, floor_append = bench_append(tmp, reps, n=200 if quick else 1_000, batch=1_000)
         paths, fork = bench_path_and_fork(tmp, reps, depths, forks=50 if quick else 200)
         storage = bench_storage(tmp, 3, [100, 1_000, 10_000], n=200 if quick else 2_000)
     return {
@@ -208,6 +223,7 @@ def run(quick: bool) -> dict:
         "storage_reps": 3,
         "machine": machine(),
         "append_us": append,
+        "floor_append_us": floor_append,
         "path_ms": paths,
         "fork_us": fork,
         "storage": storage,
@@ -228,6 +244,13 @@ def print_table(r: dict) -> None:
     rows += [(f"path at depth {int(d):,} (ms)", v) for d, v in r["path_ms"].items()]
     for label, v in rows:
         print(f"{label:<36}{v['store']:>12.2f}{v['raw']:>12.2f}{v['ratio']:>10.2f}x")
+    print("\nagainst the minimal floor schema (benchmarks/floor.py: integer ids, nodes + heads)")
+    print(f"{'measure':<36}{'store':>12}{'floor':>12}{'store/floor':>13}")
+    for label, v in (
+        ("append, 1 txn per node (µs/node)", r["floor_append_us"]["single"]),
+        ("append_many of 1,000 (µs/node)", r["floor_append_us"]["batched"]),
+    ):
+        print(f"{label:<36}{v['store']:>12.2f}{v['floor']:>12.2f}{v['ratio']:>12.2f}x")
     print()
     for depth, us in r["fork_us"].items():
         if depth != "ratio":
