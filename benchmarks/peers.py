@@ -25,8 +25,8 @@ Systems, each used through its public API the way its own docs show:
 Reported per system: ms per turn (read + append) at turns 10, 100, 250 and 500, each the
 median over the turns within +-5 of that point across all reps; ms to read the whole branch
 cold (a new connection and library object, as a new process would; the OS page cache is
-warm); bytes per message (file size after a WAL checkpoint minus the empty file, over the
-message count); ms per fork at the middle turn where the system has a fork ("n/a" where
+warm); bytes per message (pages in use after a WAL checkpoint minus those of the empty
+file, over the message count); ms per fork at the middle turn where the system has a fork ("n/a" where
 not). Ratios are printed as sessiontree / peer and as system / floor.
 
 How: all systems run in one process, interleaved turn by turn in a rotating order, so
@@ -442,16 +442,19 @@ def available() -> tuple[list[type[System]], dict[str, str]]:
     return systems, skipped
 
 
-def file_bytes(path: Path) -> int:
-    """Size of the database after folding the WAL into it."""
+def used_bytes(path: Path) -> int:
+    """Bytes of the database's pages in use, after folding the WAL into it (free pages, which
+    a migration that rebuilt tables leaves, are reused by the first rows: not counted)."""
     conn = sqlite3.connect(path)
     try:
         busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
         assert busy == 0, f"could not checkpoint {path}"
+        pages, free, size = (
+            conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_count", "freelist_count", "page_size")
+        )
+        return (pages - free) * size
     finally:
         conn.close()
-    wal = Path(f"{path}-wal")
-    return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
 
 def timed(fn) -> float:
@@ -465,7 +468,7 @@ def one_rep(classes: list[type[System]], tmp: Path, turns: int, forks: int, cold
     empty = {}
     for system in systems:
         system.read()  # lets a lazy peer create its tables before the empty size is taken
-        empty[system.name] = file_bytes(system.path)
+        empty[system.name] = used_bytes(system.path)
     fork_turn = turns // 2
     for turn in range(1, turns + 1):
         shift = turn % len(systems)
@@ -481,7 +484,7 @@ def one_rep(classes: list[type[System]], tmp: Path, turns: int, forks: int, cold
             if turn == fork_turn - 1:
                 system.mark()
     for system in systems:
-        size = file_bytes(system.path) - empty[system.name]
+        size = used_bytes(system.path) - empty[system.name]
         samples[system.name]["bytes_per_message"].append(size / (4 * turns))
     for i in range(cold):
         shift = i % len(systems)
