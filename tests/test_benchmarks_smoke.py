@@ -39,8 +39,12 @@ def test_quick_json_run_reports_every_figure():
     for size in result["storage"]["sizes"].values():
         assert set(size) == {"bytes_per_node", "overhead"}
     assert "slope" in result["storage"]
-    figures = list(numbers({k: result[k] for k in ("append_us", "path_ms", "fork_us", "storage")}))
-    assert len(figures) == 2 * 3 + 3 * 3 + 3 + 3 * 2 + 1
+    assert set(result["floor_append_us"]) == {"single", "batched"}
+    for figure in result["floor_append_us"].values():
+        assert set(figure) == {"store", "floor", "ratio"}
+    measured = ("append_us", "floor_append_us", "path_ms", "fork_us", "storage")
+    figures = list(numbers({k: result[k] for k in measured}))
+    assert len(figures) == 2 * 3 + 2 * 3 + 3 * 3 + 3 + 3 * 2 + 1
     assert all(x > 0 for x in figures)
 
 
@@ -68,3 +72,58 @@ def test_loop_benchmark_quick_json_reports_every_figure():
     }
     assert set(result) == expected
     assert all(value > 0 for value in result.values())
+
+
+PEERS = {"sessiontree", "floor", "langgraph", "agents-sqlite", "agents-advanced", "llm"}
+NO_FORK = {"agents-sqlite"}
+
+
+def check_peers(result):
+    """Every system is measured or skipped with a note; every figure is there and positive."""
+    systems, skipped = result["systems"], result["skipped"]
+    assert result["quick"] is True and result["reps"] == 1 and result["messages"] == 4 * result["turns"]
+    assert set(systems) | set(skipped) == PEERS and not set(systems) & set(skipped)
+    assert {"sessiontree", "floor"} <= set(systems)
+    assert all("not installed" in why for why in skipped.values())
+    points = {"10", "25", "50"}
+    for name, system in systems.items():
+        assert system["version"]
+        for key in ("turn_ms", "read_ms", "write_ms"):
+            assert set(system[key]) == points and all(v > 0 for v in system[key].values()), (name, key)
+        assert system["cold_read_ms"] > 0 and system["bytes_per_message"] > 0, name
+        assert (system["fork_ms"] is None) if name in NO_FORK else system["fork_ms"] > 0, name
+    measures = {f"turn_ms@{p}" for p in points} | {"cold_read_ms", "bytes_per_message", "fork_ms"}
+    for table in ("sessiontree_over_peer", "over_floor"):
+        assert set(result[table]) == set(systems)
+        for name, row in result[table].items():
+            assert set(row) == measures
+            for key, ratio in row.items():
+                assert (ratio is None) if (name in NO_FORK and key == "fork_ms") else ratio > 0, (
+                    table,
+                    name,
+                    key,
+                )
+    assert result["sessiontree_over_peer"]["sessiontree"]["turn_ms@10"] == 1
+
+
+def test_peers_benchmark_quick_json_reports_every_figure():
+    """Runs whichever peers are installed (the bench extra is optional) and skips the others."""
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT.with_name("peers.py")), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=240,
+    ).stdout
+    check_peers(json.loads(out))
+
+
+def test_peers_benchmark_skips_peers_that_are_not_installed():
+    hide = "import sys; sys.modules.update(dict.fromkeys(['langgraph', 'agents', 'llm']))"
+    run = f"sys.path.insert(0, {str(SCRIPT.parent)!r}); import peers; peers.main(['--quick', '--json'])"
+    out = subprocess.run(
+        [sys.executable, "-c", f"{hide}; {run}"], capture_output=True, text=True, check=True, timeout=240
+    ).stdout
+    result = json.loads(out)
+    check_peers(result)
+    assert set(result["systems"]) == {"sessiontree", "floor"}
