@@ -52,12 +52,24 @@ def test_pointers_are_read_fresh_across_processes(tmp_path):
         assert [m["content"] for m in theirs.messages()] == ["1", "other"]
 
 
-def test_messages_are_fresh_dicts_and_the_cache_is_not_corrupted(store, session):
+def test_messages_is_a_new_list_each_time(store, session):
     session.append_many([user("hi"), assistant("there")])
     first = session.messages()
-    first[0]["content"] = "changed by the caller"
-    first[1]["extra"] = 1
+    first.append(user("only in my list"))
+    first.pop(0)
     assert session.messages() == [user("hi"), assistant("there")]
+
+
+def test_a_long_branch_rereads_in_constant_time(store, session):
+    """messages() of a branch that grew by k nodes is O(k): the projection is cached too."""
+    session.append_many([user(f"m{i}") for i in range(2000)])
+    session.messages()
+    session.append_many([assistant("a")])
+    with Store(store.path) as fresh:
+        cold = rows_read(fresh, lambda: fresh.session(session.id).messages())
+    warm = rows_read(store, lambda: session.messages())
+    assert warm * 50 < cold
+    assert len(session.messages()) == 2001
 
 
 def test_appends_feed_the_cache_so_the_loop_never_rereads(store, session):

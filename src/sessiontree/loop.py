@@ -165,8 +165,8 @@ async def _model_step(
     completion = None
     started = time.perf_counter()
     try:
-        # Fresh dicts: the call may keep or change them; the cached payloads stay intact.
-        async for item in _stream(call, [dict(m) for m in cursor.messages], specs):
+        # A new list (the call may keep it) of the payloads, shared and read-only.
+        async for item in _stream(call, list(cursor.messages), specs):
             if not isinstance(item, str):
                 completion = item
             elif item:

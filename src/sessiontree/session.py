@@ -310,11 +310,11 @@ class Session:
     def messages(self, ref: Ref = "main") -> list[dict[str, Any]]:
         """The chat messages on the path to ``ref``: what a chat-completions API takes.
 
-        Each is a fresh dict (a shallow copy of the node's payload), yours to change.
+        A new list; the dicts in it are the nodes' payloads, shared with the store's
+        cache, so treat them as read-only (``copy.deepcopy`` one to change it).
         """
         with self.storage.snapshot():
-            path = self.storage.path_to(*self._locate(ref), self.id)
-        return [dict(n.payload) for n in path if n.kind == "message"]
+            return self.storage.messages(*self._locate(ref), self.id)
 
     def tree(self) -> list[Node]:
         """Every node of the session, parents before children."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 from ..model import Node
 
@@ -41,6 +42,7 @@ class _Entry:
     path: tuple[Node, ...] | None  # None until an extension is first read
     base: str | None = None  # an extension: the cached path it continues...
     more: tuple[Node, ...] = ()  # ...and the nodes after it
+    messages: tuple[dict[str, Any], ...] | None = None  # the path's message payloads, once asked for
 
 
 class PathCache:
@@ -52,9 +54,20 @@ class PathCache:
 
     def get(self, node_id: str) -> tuple[Node, ...] | None:
         with self._lock:
-            return self._get(node_id)
+            entry = self._get(node_id)
+            return None if entry is None else entry.path
 
-    def _get(self, node_id: str) -> tuple[Node, ...] | None:
+    def messages(self, node_id: str) -> tuple[dict[str, Any], ...] | None:
+        """The payloads of the ``message`` nodes on a cached path (shared: read-only)."""
+        with self._lock:
+            entry = self._get(node_id)
+            if entry is None:
+                return None
+            if entry.messages is None:
+                entry.messages = tuple(n.payload for n in entry.path or () if n.kind == "message")
+            return entry.messages
+
+    def _get(self, node_id: str) -> _Entry | None:
         entry = self._entries.get(node_id)
         if entry is None:
             return None
@@ -68,9 +81,12 @@ class PathCache:
             if below is None:  # where it starts was evicted: this path cannot be built
                 self._drop(node_id)
                 return None
-            entry.path = (below.path or ()) + tuple(n for more in reversed(mores) for n in more)
+            added = tuple(n for more in reversed(mores) for n in more)
+            entry.path = (below.path or ()) + added
+            if below.messages is not None:  # extend the projection too: O(new nodes)
+                entry.messages = below.messages + tuple(n.payload for n in added if n.kind == "message")
             entry.base, entry.more = None, ()
-        return entry.path
+        return entry
 
     def put(self, path: tuple[Node, ...], known: int = 0, known_bytes: int = 0) -> None:
         """Remember ``path`` (its end is the key). When its first ``known`` nodes are a cached
