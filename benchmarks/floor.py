@@ -1,7 +1,8 @@
 """The minimal floor schema the benchmarks compare sessiontree against.
 
 What a competent engineer would write for "messages as a tree with a named head" and
-nothing else: ``nodes(id INTEGER PRIMARY KEY, parent_id INTEGER, payload TEXT)`` and
+nothing else: ``nodes(id INTEGER PRIMARY KEY, parent_id INTEGER, payload TEXT)`` with one
+index (on ``parent_id``, which any tree needs to find children), and
 ``heads(name TEXT PRIMARY KEY, node_id INTEGER)``, WAL and ``synchronous=NORMAL``. An
 append is ``BEGIN IMMEDIATE``, ``max(id)``, one ``executemany`` insert of the chain (ids
 counted up from there), a head upsert, ``COMMIT``; the head lives in memory, so there is no
@@ -19,6 +20,7 @@ from typing import Any
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS nodes (id INTEGER PRIMARY KEY, parent_id INTEGER, payload TEXT);
+CREATE INDEX IF NOT EXISTS nodes_parent ON nodes(parent_id);
 CREATE TABLE IF NOT EXISTS heads (name TEXT PRIMARY KEY, node_id INTEGER);
 """
 PATH = """

@@ -280,6 +280,10 @@ MAX_NESTING = 256
 but not read back on every call stack."""
 
 
+_PAYLOAD_OPTIONS: dict[str, Any] = {"separators": (",", ":")}
+_PAYLOAD_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def encode_json(value: Any, what: str, **options: Any) -> str:
     """Strict JSON text SQLite can store, or InvalidPayload naming ``what``.
 
@@ -288,7 +292,12 @@ def encode_json(value: Any, what: str, **options: Any) -> str:
     UTF-8 text, so a value holding one is written with JSON's \\u escapes.
     """
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, **options)
+        # The payload encoder is built once: json.dumps with options builds one per call.
+        text = (
+            _PAYLOAD_ENCODER.encode(value)
+            if options == _PAYLOAD_OPTIONS
+            else json.dumps(value, ensure_ascii=False, allow_nan=False, **options)
+        )
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
