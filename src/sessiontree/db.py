@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .errors import ReadOnly, SchemaTooNew, SessionTreeError
+from .errors import NotOurs, ReadOnly, SchemaTooNew, SessionTreeError
 
 BUSY_TIMEOUT_MS = 5_000
 BEGIN_ATTEMPTS = 8  # after the busy timeout, a few more tries with backoff
@@ -71,8 +71,31 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return version
 
 
+def foreign_tables(conn: sqlite3.Connection) -> list[str]:
+    """The tables of a database, but SQLite's own."""
+    return [
+        name
+        for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+        )
+    ]
+
+
 def pending_migrations(conn: sqlite3.Connection) -> list[Migration]:
+    """The steps this database still needs. A version-0 file that already holds tables is
+    someone else's: refused (``NotOurs``) before anything is written to it."""
     version = schema_version(conn)
+    if version > 0 and "nodes" not in foreign_tables(conn):
+        raise NotOurs(
+            f"not a sessiontree database: its schema version is {version}, but it has no nodes table"
+        )
+    if version == 0:
+        tables = foreign_tables(conn)
+        if tables:
+            raise NotOurs(
+                f"not a sessiontree database: it already holds other tables ({', '.join(tables[:5])}"
+                f"{', ...' if len(tables) > 5 else ''}); nothing was written to it"
+            )
     steps = migrations()
     if version > len(steps):
         raise SchemaTooNew(
@@ -179,9 +202,11 @@ def connect(path: str | Path, *, readonly: bool = False, apply_migrations: bool 
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         try:
-            pending = pending_migrations(conn)  # raises SchemaTooNew before any write
+            pending = pending_migrations(conn)  # SchemaTooNew or NotOurs before any write
+        except NotOurs as e:
+            raise NotOurs(f"{path} is {e}") from None
         except sqlite3.DatabaseError as e:
-            raise SessionTreeError(f"{path} is not a sessiontree database: {e}") from None
+            raise NotOurs(f"{path} is not a sessiontree database: {e}") from None
         conn.execute("PRAGMA foreign_keys = ON")
         if not readonly:
             if not memory:

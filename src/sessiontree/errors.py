@@ -47,6 +47,11 @@ class ReadOnly(SessionTreeError):
     """A write through a store opened with ``readonly=True``."""
 
 
+class NotOurs(SessionTreeError):
+    """A file that is not a sessiontree database (another program's SQLite file, or not
+    SQLite at all); sessiontree refuses it without writing a byte."""
+
+
 class SchemaTooNew(SessionTreeError):
     """The database was written by a newer sessiontree; this one will not touch it."""
 

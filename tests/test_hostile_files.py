@@ -1,0 +1,90 @@
+"""Files that are not ours are never written to: another program's SQLite file, one
+that claims a schema version without sessiontree's tables, and a file that is not
+SQLite at all are refused by Store() and by every CLI command, byte for byte untouched."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+
+import pytest
+from click.testing import CliRunner
+
+from sessiontree import NotOurs, SessionTreeError, Store
+from sessiontree.cli import cli
+
+READS = [
+    ["sessions"],
+    ["verify"],
+    ["stats"],
+    ["prune"],
+    ["export"],
+    ["tree"],
+    ["pending"],
+    ["migrate", "--list"],
+]
+WRITES = [["migrate"], ["demo"], ["append", "hi"], ["import", "{tmp}/x.json"]]
+
+
+def digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(params=["app-tables", "sessions-table", "claims-a-version", "not-sqlite"])
+def foreign(request, tmp_path):
+    path = tmp_path / "theirs.db"
+    if request.param == "not-sqlite":
+        path.write_text("hello, I am a text file\n" * 200)
+        return path
+    conn = sqlite3.connect(path)
+    if request.param == "sessions-table":
+        conn.execute("CREATE TABLE sessions (token TEXT, user TEXT)")
+        conn.execute("INSERT INTO sessions VALUES ('abc', 'bob')")
+    else:
+        conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+        conn.execute("INSERT INTO invoices (total) VALUES (9.5)")
+    if request.param == "claims-a-version":
+        conn.execute("PRAGMA user_version = 2")
+    conn.commit()
+    conn.close()
+    return path
+
+
+def test_store_refuses_a_foreign_file_and_writes_nothing(foreign):
+    before = digest(foreign)
+    for readonly in (False, True):
+        with pytest.raises(SessionTreeError, match="not a sessiontree database"):
+            Store(foreign, readonly=readonly)
+    assert digest(foreign) == before
+    assert not foreign.with_name(foreign.name + "-wal").exists()
+
+
+def test_a_foreign_sqlite_file_is_not_ours(tmp_path):
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE sessions (token TEXT)")
+    with pytest.raises(NotOurs, match=r"it already holds other tables \(sessions\); nothing was written"):
+        Store(path)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # not switched to WAL
+
+
+@pytest.mark.parametrize("args", READS + WRITES, ids=lambda a: " ".join(a))
+def test_every_command_refuses_a_foreign_file_in_one_line(foreign, args, tmp_path):
+    (tmp_path / "x.json").write_text('[{"role": "user", "content": "hi"}]')
+    before = digest(foreign)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    result = CliRunner().invoke(cli, ["--db", str(foreign), *args], catch_exceptions=False)
+    assert result.exit_code == 1, result.output
+    assert "not a sessiontree database" in result.output
+    assert result.output.startswith("Error: ") and result.output.count("\n") == 1
+    assert digest(foreign) == before
+
+
+def test_a_new_or_empty_file_still_becomes_a_store(tmp_path):
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    with Store(empty) as store:
+        assert store.schema_version >= 3
+    with Store(tmp_path / "new.db") as store:
+        assert store.sessions() == []
