@@ -1,0 +1,111 @@
+"""The real exports in tests/fixtures/real (see SOURCES.md there): each imports
+faithfully. Every expectation is derived from the raw file by the small readers
+below, never from what the importer produced."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessiontree.formats import export_openai, import_file
+
+REAL = Path(__file__).parent / "fixtures" / "real"
+CLAUDE = REAL / "claude-code"
+
+
+def jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+# -- Claude Code -------------------------------------------------------------
+
+
+def claude_kept(path: Path) -> list[dict[str, Any]]:
+    """The records that carry conversation: user, assistant, system, not sub-agent."""
+    return [
+        r
+        for r in jsonl(path)
+        if r.get("uuid") and r.get("type") in ("user", "assistant", "system") and not r.get("isSidechain")
+    ]
+
+
+def claude_expected_nodes(path: Path) -> int:
+    """One node per API message (message.id), per tool result block, per user
+    record with other content, per system record."""
+    records = claude_kept(path)
+    messages = {r["message"]["id"] for r in records if r["type"] == "assistant"}
+    count = len(messages) + sum(r["type"] == "system" for r in records)
+    for r in records:
+        if r["type"] != "user":
+            continue
+        content = r["message"]["content"]
+        blocks = content if isinstance(content, list) else [content]
+        results = sum(isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks)
+        count += results + (results < len(blocks) or not results)
+    return count
+
+
+def claude_calls(path: Path) -> dict[str, list[str]]:
+    """message.id -> its tool_use ids in block order."""
+    calls: dict[str, list[str]] = {}
+    for r in claude_kept(path):
+        if r["type"] == "assistant" and isinstance(r["message"]["content"], list):
+            for block in r["message"]["content"]:
+                if block.get("type") == "tool_use":
+                    calls.setdefault(r["message"]["id"], []).append(block["id"])
+    return calls
+
+
+def chat_completions_valid(messages: list[dict[str, Any]]) -> bool:
+    """What chat completions accepts: each assistant's calls are answered by the
+    tool messages right after it, and no tool message answers nothing."""
+    i = 0
+    while i < len(messages):
+        message = messages[i]
+        i += 1
+        if message["role"] == "tool":
+            return False
+        calls = [c["id"] for c in message.get("tool_calls") or []]
+        answered = []
+        while i < len(messages) and messages[i]["role"] == "tool":
+            answered.append(messages[i]["tool_call_id"])
+            i += 1
+        if sorted(answered) != sorted(calls):
+            return False
+    return True
+
+
+CLAUDE_FILES = [
+    "spotter-8463c716.jsonl",
+    "spotter-subagent.jsonl",
+    "spotter-short.jsonl",
+    "claude-code-log-dag_compact_after_rewind.jsonl",
+    "claude-code-log-sidechain_integrated.jsonl",
+]
+
+
+@pytest.mark.parametrize("name", CLAUDE_FILES)
+def test_claude_code_one_node_per_message_results_in_call_order(store, name):
+    path = CLAUDE / name
+    [s] = import_file(store, path)
+    tree = s.tree()
+    assert len(tree) == claude_expected_nodes(path)
+    assert s.verify().ok
+    calls = claude_calls(path)
+    assistants = [n for n in tree if n.payload.get("role") == "assistant"]
+    assert len(assistants) == len({r["message"]["id"] for r in claude_kept(path) if r["type"] == "assistant"})
+    wanted = sorted(calls.values())
+    assert (
+        sorted([c["id"] for c in n.payload["tool_calls"]] for n in assistants if n.payload.get("tool_calls"))
+        == wanted
+    )
+    for branch in s.branches():
+        messages = export_openai(s, branch.name)
+        assert chat_completions_valid(messages), branch.name
+        for i, m in enumerate(messages):  # results follow their message in call order
+            ids = [c["id"] for c in m.get("tool_calls") or []]
+            following = [x.get("tool_call_id") for x in messages[i + 1 : i + 1 + len(ids)]]
+            assert following == ids
