@@ -109,3 +109,73 @@ def test_claude_code_one_node_per_message_results_in_call_order(store, name):
             ids = [c["id"] for c in m.get("tool_calls") or []]
             following = [x.get("tool_call_id") for x in messages[i + 1 : i + 1 + len(ids)]]
             assert following == ids
+
+
+# -- token usage ---------------------------------------------------------------
+
+
+def add(totals: dict[str, list[int]], model: Any, prompt: Any, completion: Any) -> None:
+    sums = totals.setdefault(model or "?", [0, 0])
+    sums[0] += prompt or 0
+    sums[1] += completion or 0
+
+
+def claude_usage(path: Path) -> dict[str, list[int]]:
+    """Per model: input and output tokens of the LAST record of each message.id
+    (the first streaming records carry partial output counts)."""
+    last = {r["message"]["id"]: r["message"] for r in claude_kept(path) if r["type"] == "assistant"}
+    totals: dict[str, list[int]] = {}
+    for message in last.values():
+        usage = message.get("usage") or {}
+        add(totals, message.get("model"), usage.get("input_tokens"), usage.get("output_tokens"))
+    return totals
+
+
+def pi_usage(path: Path) -> dict[str, list[int]]:
+    totals: dict[str, list[int]] = {}
+    for r in jsonl(path):
+        message = r.get("message") or {}
+        if r.get("type") == "message" and message.get("role") == "assistant":
+            usage = message.get("usage") or {}
+            add(totals, message.get("model"), usage.get("input"), usage.get("output"))
+    return totals
+
+
+def librechat_usage(path: Path) -> dict[str, list[int]]:
+    data = json.loads(path.read_text())
+    totals: dict[str, list[int]] = {}
+    stack = list(data.get("messages") or data.get("messagesTree") or [])
+    while stack:
+        m = stack.pop()
+        stack.extend(m.get("children") or [])
+        if not m.get("isCreatedByUser") and not m.get("error"):
+            add(totals, m.get("model"), m.get("promptTokens"), m.get("tokenCount"))
+    return totals
+
+
+def stored_usage(store) -> dict[str, list[int]]:
+    return {m["model"]: [m["input_tokens"], m["output_tokens"]] for m in store.stats()["models"]}
+
+
+def nonzero(totals: dict[str, list[int]]) -> dict[str, list[int]]:
+    return {k: v for k, v in totals.items() if any(v)}
+
+
+@pytest.mark.parametrize(
+    "path, expected",
+    [
+        (CLAUDE / "spotter-8463c716.jsonl", claude_usage),
+        (CLAUDE / "spotter-subagent.jsonl", claude_usage),
+        (CLAUDE / "spotter-short.jsonl", claude_usage),
+        (REAL / "pi" / "pi-brain-session-forked.jsonl", pi_usage),
+        (REAL / "pi" / "pi-mono-large-session.jsonl", pi_usage),
+        (REAL / "pi" / "pi-mono-before-compaction.jsonl", pi_usage),
+        (REAL / "librechat" / "librechat-opts-nonr-branches.json", librechat_usage),
+    ],
+    ids=lambda v: v.name if isinstance(v, Path) else "",
+)
+def test_usage_per_model_is_the_files_own_totals(store, path, expected):
+    import_file(store, path)
+    want = nonzero(expected(path))
+    assert want  # the file does record usage
+    assert nonzero(stored_usage(store)) == want

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..bulk import ImportedNode, ImportedSession
+from ..bulk import ImportedNode, ImportedRun, ImportedSession
 from ..errors import FormatError
 from ..ids import now
 from .common import (
@@ -98,6 +98,7 @@ class _Builder:
         self.message_node: dict[str, str] = {}  # message.id -> its assistant node
         self.call_owner: dict[str, str] = {}  # tool_use id -> assistant node making the call
         self.results: dict[str, dict[str, list[str]]] = {}  # assistant node -> call id -> tool nodes
+        self.runs: dict[str, ImportedRun] = {}  # assistant node -> its run
         self.tail: dict[str, str] = {}  # assistant node -> its last tool result
         self.texts: dict[str, list[str]] = {}
         self.dangling: list[str] = []
@@ -199,6 +200,7 @@ class _Builder:
             )
             if run:
                 self.session.runs.append(run)
+                self.runs[node_id] = run
             node = ImportedNode(
                 node_id,
                 None,
@@ -212,6 +214,8 @@ class _Builder:
             self.texts[node_id] = []
             if isinstance(message_id, str):
                 self.message_node[message_id] = node_id
+        else:
+            self._update_run(node_id, msg)
         payload = self.by_id[node_id].payload
         for block in blocks:
             if not isinstance(block, dict):
@@ -225,6 +229,16 @@ class _Builder:
                 )
                 self.call_owner.setdefault(call_id, node_id)
         return node_id
+
+    def _update_run(self, node_id: str, msg: dict[str, Any]) -> None:
+        """A later streaming record of a message carries the fuller usage: the last one wins."""
+        run = self.runs.get(node_id)
+        if run is None:
+            return
+        if isinstance(msg.get("usage"), dict):
+            run.usage = msg["usage"]
+        if msg.get("stop_reason"):
+            run.finish_reason = str(msg["stop_reason"])
 
     def _user(
         self, uid: str, rec: dict[str, Any], msg: dict[str, Any], parent: Anchor, at: str, where: str

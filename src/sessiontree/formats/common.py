@@ -110,6 +110,19 @@ def make_run(
     )
 
 
+def token_usage(usage: Any, input_field: str, output_field: str) -> dict[str, Any] | None:
+    """The source's usage object, its fields kept, with the token counts also under
+    ``input_tokens``/``output_tokens`` (the names the runs table sums)."""
+    if not isinstance(usage, dict):
+        return None
+    named = dict(usage)
+    for field, name in ((input_field, "input_tokens"), (output_field, "output_tokens")):
+        value = usage.get(field)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            named.setdefault(name, value)
+    return named
+
+
 def _str(value: Any) -> str | None:
     return None if value is None else str(value)
 

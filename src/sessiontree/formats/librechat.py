@@ -34,6 +34,7 @@ from .common import (
     leaf_branches,
     make_run,
     stable_id,
+    token_usage,
 )
 
 ZERO = "00000000-0000-0000-0000-000000000000"
@@ -126,7 +127,7 @@ def _conversation(export: dict[str, Any], where: str) -> ImportedSession:
                 at,
                 model=msg.get("model"),
                 provider=msg.get("endpoint") or export.get("endpoint"),
-                usage=usage or None,
+                usage=token_usage(usage, "promptTokens", "tokenCount") if usage else None,
                 finish_reason=msg.get("finish_reason"),
             )
         if run:

@@ -42,6 +42,7 @@ from .common import (
     make_run,
     parents_first,
     resolve,
+    token_usage,
     tool_call,
 )
 
@@ -211,7 +212,7 @@ def _message(msg: dict[str, Any], node_id: str, at: str) -> tuple[str, dict[str,
             at,
             model=msg.get("model"),
             provider=msg.get("provider"),
-            usage=msg.get("usage"),
+            usage=token_usage(msg.get("usage"), "input", "output"),
             finish_reason=msg.get("stopReason"),
         )
         payload = chat_message("assistant", text or (None if calls else ""), tool_calls=calls or None)
