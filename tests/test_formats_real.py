@@ -179,3 +179,78 @@ def test_usage_per_model_is_the_files_own_totals(store, path, expected):
     want = nonzero(expected(path))
     assert want  # the file does record usage
     assert nonzero(stored_usage(store)) == want
+
+
+# -- interrupted history -----------------------------------------------------------
+
+PI = REAL / "pi"
+NOT_NODES = {"session", "label", "session_info", "custom"}
+
+
+def pi_unanswered(path: Path) -> list[str]:
+    """Calls of a (version 1, linear) pi file left without a result when the
+    conversation moves on to its next message: aborted turns, compactions."""
+    missing: list[str] = []
+    open_calls: list[str] = []
+    for r in jsonl(path):
+        message = r.get("message") or {}
+        role = message.get("role")
+        if r.get("type") == "message" and role == "toolResult":
+            open_calls = [c for c in open_calls if c != message.get("toolCallId")]
+            continue
+        moves_on = r.get("type") == "custom_message" or (
+            r.get("type") == "message"
+            and role not in ("branchSummary", "compactionSummary")
+            and not (role == "bashExecution" and message.get("excludeFromContext"))
+        )
+        if not moves_on:
+            continue
+        missing += open_calls
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else []
+        open_calls = [b["id"] for b in blocks if role == "assistant" and b.get("type") == "toolCall"]
+    return missing
+
+
+@pytest.mark.parametrize("name", ["pi-mono-large-session.jsonl", "pi-mono-before-compaction.jsonl"])
+def test_pi_interrupted_turns_get_an_explicit_no_result(store, name):
+    path = PI / name
+    entries = [r for r in jsonl(path) if r.get("type") not in NOT_NODES]
+    aborted = [r for r in entries if (r.get("message") or {}).get("stopReason") in ("aborted", "error")]
+    assert aborted  # the file does hold interrupted turns
+    missing = pi_unanswered(path)
+    [s] = import_file(store, path)
+    tree = s.tree()
+    assert len(tree) == len(entries) + len(missing)
+    synthesised = [n for n in tree if n.payload.get("synthesised")]
+    assert sorted(n.payload["tool_call_id"] for n in synthesised) == sorted(missing)
+    assert {n.payload["content"] for n in synthesised} == {"no result was recorded"}
+    assert s.verify().ok
+    assert chat_completions_valid(export_openai(s))
+
+
+def chatgpt_conversation(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text())
+    return data[0] if isinstance(data, list) else data
+
+
+def test_chatgpt_orphan_tool_outputs_are_notes_and_replaced_calls_answered(store):
+    path = REAL / "chatgpt" / "pionxzh-image-generation.json"
+    mapping = chatgpt_conversation(path)["mapping"]
+    messages = {k: e["message"] for k, e in mapping.items() if e.get("message")}
+
+    def calls(key: str | None) -> bool:
+        m = messages.get(key or "")
+        return bool(m) and m["author"]["role"] == "assistant" and m.get("recipient", "all") != "all"
+
+    orphans = [
+        k for k, m in messages.items() if m["author"]["role"] == "tool" and not calls(mapping[k]["parent"])
+    ]
+    answered = {mapping[k]["parent"] for k, m in messages.items() if m["author"]["role"] == "tool"}
+    replaced = [k for k in messages if calls(k) and k not in answered]  # a call the next call replaced
+    [s] = import_file(store, path)
+    tree = s.tree()
+    assert len(tree) == len(messages) + len(replaced)
+    assert sum(n.kind == "note" and n.payload["type"] == "tool_output" for n in tree) == len(orphans) > 0
+    assert sum(bool(n.payload.get("synthesised")) for n in tree) == len(replaced) == 1
+    assert s.verify().ok

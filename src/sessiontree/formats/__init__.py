@@ -31,7 +31,7 @@ from ..bulk import ImportConflict, ImportedSession, InvalidTree
 from ..errors import FormatError
 from .chatgpt import parse_chatgpt
 from .claude_code import parse_claude_code
-from .common import load_json
+from .common import answer_open_calls, load_json
 from .errors import located
 from .librechat import parse_librechat
 from .native import export_native, parse_native
@@ -176,7 +176,11 @@ def parse_file(path: str | Path, format: str = "auto") -> list[ImportedSession]:
         parsed = _parse(JSON_FORMATS[format], _load(path), path.name)
     else:
         raise FormatError(f"unknown format {format!r}; expected auto or one of {', '.join(FORMATS)}")
-    return parsed if isinstance(parsed, list) else [parsed]
+    sessions = parsed if isinstance(parsed, list) else [parsed]
+    if format not in ("native", "openai"):  # a native file is restored row for row
+        for session in sessions:
+            answer_open_calls(session)
+    return sessions
 
 
 def _parse(parser: Callable[[Any], Any], data: Any, name: str) -> Any:

@@ -104,11 +104,14 @@ def _conversation(conv: dict[str, Any], where: str) -> ImportedSession:
         at = iso(msg.get("create_time")) or times.get(parent or "", created or EPOCH)
         times[ids[key]] = at
         payload, run = _payload(msg, ids[key], parent, calls, at, where, key)
+        orphan = payload.get("role") == "tool" and "tool_call_id" not in payload
+        if orphan:  # a tool output no message asked for (image generation): a note
+            payload = {"source": "chatgpt", "type": "tool_output", **payload}
         session.nodes.append(
             ImportedNode(
                 ids[key],
                 parent,
-                "message",
+                "note" if orphan else "message",
                 payload,
                 at,
                 run.id if run else None,
