@@ -231,7 +231,11 @@ def test_unrecognisable_files(store, tmp_path, text, match):
     "fmt, data, match",
     [
         ("chatgpt", [1], "conversation 1: expected an object with a 'mapping'"),
-        ("librechat", {"messages": "x"}, "conversation: expected an object with a 'messages' list"),
+        (
+            "librechat",
+            {"messages": "x"},
+            r"conversation: expected an object with a 'messages' \(or 'messagesTree'\) list",
+        ),
         ("openwebui", {"history": []}, "chat: expected an object with a 'history.messages'"),
         ("openai", "hi", "expected a list of messages, got str"),
         ("openai", [{"role": "user"}, "x"], "message 2: expected an object"),

@@ -254,3 +254,33 @@ def test_chatgpt_orphan_tool_outputs_are_notes_and_replaced_calls_answered(store
     assert sum(n.kind == "note" and n.payload["type"] == "tool_output" for n in tree) == len(orphans) > 0
     assert sum(bool(n.payload.get("synthesised")) for n in tree) == len(replaced) == 1
     assert s.verify().ok
+
+
+# -- LibreChat ------------------------------------------------------------------
+
+
+def librechat_messages(path: Path) -> list[dict[str, Any]]:
+    """Every message of the export, depth first, whichever key holds them."""
+    data = json.loads(path.read_text())
+    out: list[dict[str, Any]] = []
+    stack = list(reversed(data.get("messages") or data.get("messagesTree") or []))
+    while stack:
+        m = stack.pop()
+        out.append(m)
+        stack.extend(reversed(m.get("children") or []))
+    return out
+
+
+def test_librechat_messages_tree_export(store):
+    path = REAL / "librechat" / "librechat-export.json"
+    data = json.loads(path.read_text())
+    assert "messagesTree" in data and "messages" not in data
+    messages = librechat_messages(path)
+    [s] = import_file(store, path)
+    assert s.id == data["conversationId"] and s.title == data["title"]
+    assert len(s.tree()) == len(messages)
+    assert [m["content"] for m in s.messages()] == [m["text"] for m in messages]  # one line
+    assert [m["role"] for m in s.messages()] == [
+        "user" if m["isCreatedByUser"] else "assistant" for m in messages
+    ]
+    assert s.verify().ok

@@ -143,6 +143,8 @@ def _json_kind(data: Any) -> str | None:
         return "chatgpt"
     if "history" in sample or isinstance(sample.get("chat"), dict):
         return "openwebui"
+    if "conversationId" in sample and isinstance(sample.get("messagesTree"), list):
+        return "librechat"  # the key older LibreChat versions wrote
     messages = sample.get("messages")
     if isinstance(messages, list) and (
         "conversationId" in sample

@@ -45,8 +45,10 @@ def parse_librechat(data: Any) -> list[ImportedSession]:
     sessions = []
     for i, export in enumerate(exports, 1):
         where = f"conversation {i}" if isinstance(data, list) else "conversation"
+        if isinstance(export, dict) and "messages" not in export and "messagesTree" in export:
+            export = {**export, "messages": export["messagesTree"]}  # older exports, always nested
         if not isinstance(export, dict) or not isinstance(export.get("messages"), list):
-            raise FormatError(f"{where}: expected an object with a 'messages' list")
+            raise FormatError(f"{where}: expected an object with a 'messages' (or 'messagesTree') list")
         sessions.append(_conversation(export, where))
     return sessions
 
