@@ -284,3 +284,26 @@ def test_librechat_messages_tree_export(store):
         "user" if m["isCreatedByUser"] else "assistant" for m in messages
     ]
     assert s.verify().ok
+
+
+# -- texts kept ------------------------------------------------------------------
+
+
+def test_chatgpt_reasoning_is_kept_as_reasoning_content(store, tmp_path):
+    path = REAL / "chatgpt" / "pionxzh-image-generation.json"
+    conv = chatgpt_conversation(path)
+    recaps = {
+        k: e["message"]["content"]["content"]
+        for k, e in conv["mapping"].items()
+        if e.get("message") and e["message"]["content"]["content_type"] == "reasoning_recap"
+    }
+    # the same conversation with one recap as the fuller "thoughts" content
+    first = next(iter(recaps))
+    thoughts = {"content_type": "thoughts", "thoughts": [{"summary": "Plan", "content": "Draw it twice."}]}
+    conv["mapping"][first]["message"]["content"] = thoughts
+    variant = tmp_path / "thoughts.json"
+    variant.write_text(json.dumps(conv))
+    [s] = import_file(store, variant)
+    kept = {n.payload.get("reasoning_content") for n in s.tree() if n.payload.get("reasoning_content")}
+    assert kept == {*list(recaps.values())[1:], "Plan\n\nDraw it twice."}
+    assert len(recaps) == 4 and s.verify().ok

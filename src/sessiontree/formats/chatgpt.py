@@ -66,6 +66,22 @@ def content_text(content: Any) -> str:
     return "\n\n".join(t for t in texts if isinstance(t, str) and t)
 
 
+def reasoning_text(content: Any) -> str | None:
+    """The text of a ``thoughts`` or ``reasoning_recap`` content (None for others)."""
+    if not isinstance(content, dict):
+        return None
+    kind = content.get("content_type")
+    if kind == "reasoning_recap":
+        return str(content.get("content") or "")
+    if kind != "thoughts":
+        return None
+    parts: list[str] = []
+    for thought in content.get("thoughts") or []:
+        if isinstance(thought, dict):
+            parts.extend(str(thought[k]) for k in ("summary", "content") if thought.get(k))
+    return "\n\n".join(parts)
+
+
 def _conversation(conv: dict[str, Any], where: str) -> ImportedSession:
     raw_id = str(conv.get("conversation_id") or conv.get("id") or stable_id(where, str(conv.get("title"))))
     sid = keep_or_derive(raw_id, "chatgpt")
@@ -163,4 +179,7 @@ def _payload(
         ), run
     if role == "tool":
         return chat_message("tool", text, tool_call_id=calls.get(parent or ""), name=author.get("name")), run
+    reasoning = reasoning_text(msg.get("content"))
+    if reasoning is not None:  # thoughts, reasoning_recap: not an answer, but kept
+        return chat_message(role, "", reasoning_content=reasoning), run
     return chat_message(role, text, name=author.get("name")), run
