@@ -307,3 +307,39 @@ def test_chatgpt_reasoning_is_kept_as_reasoning_content(store, tmp_path):
     kept = {n.payload.get("reasoning_content") for n in s.tree() if n.payload.get("reasoning_content")}
     assert kept == {*list(recaps.values())[1:], "Plan\n\nDraw it twice."}
     assert len(recaps) == 4 and s.verify().ok
+
+
+def openwebui_chats(path: Path) -> list[dict[str, Any]]:
+    data = json.loads(path.read_text())
+    return [c.get("chat", c) for c in (data if isinstance(data, list) else [data])]
+
+
+def texts(content: Any) -> str:
+    return "\n\n".join(b["text"] for b in content) if isinstance(content, list) else content
+
+
+def test_openwebui_output_items_keep_calls_results_and_reasoning(store):
+    path = REAL / "openwebui" / "librechat-openwebui-export.json"
+    chats = openwebui_chats(path)
+    items = [i for c in chats for m in c["history"]["messages"].values() for i in m.get("output") or []]
+    calls = [(i["call_id"], i["name"], i["arguments"]) for i in items if i["type"] == "function_call"]
+    outputs = [(i["call_id"], texts(i["output"])) for i in items if i["type"] == "function_call_output"]
+    reasoning = [texts(i["content"]) for i in items if i["type"] == "reasoning"]
+    answers = [texts(i["content"]) for i in items if i["type"] == "message"]
+    assert calls and outputs and reasoning  # what the file exercises
+    sessions = import_file(store, path)
+    nodes = [n for s in sessions for n in s.tree()]
+    # one node per message, plus one per call (none are consecutive here) and per output
+    assert len(nodes) == sum(len(c["history"]["messages"]) for c in chats) + len(calls) + len(outputs)
+    payloads = [n.payload for n in nodes]
+    assert [
+        (c["id"], c["function"]["name"], c["function"]["arguments"])
+        for p in payloads
+        for c in p.get("tool_calls", [])
+    ] == calls
+    assert [(p["tool_call_id"], p["content"]) for p in payloads if p["role"] == "tool"] == outputs
+    assert [p["reasoning_content"] for p in payloads if p.get("reasoning_content")] == reasoning
+    assert all(any(p["content"] == a for p in payloads) for a in answers)
+    assert store.verify().ok
+    for s in sessions:
+        assert chat_completions_valid(export_openai(s))

@@ -10,6 +10,8 @@ per chat.
   checked to be a list. The legacy flat ``messages`` list is ignored.
 - ``main`` is the path to ``history.currentId`` (else the newest leaf); every
   other leaf gets a branch ``leaf-<first 8 chars of its id>``.
+- An assistant's ``output[]`` items become tool-call and tool nodes before
+  the answer (reasoning as ``reasoning_content``); see ``_output``.
 - An assistant's ``model`` and ``usage`` become a run; files, images,
   annotations and ratings are dropped.
 """
@@ -31,6 +33,7 @@ from .common import (
     leaf_branches,
     make_run,
     stable_id,
+    tool_call,
 )
 
 
@@ -73,6 +76,7 @@ def _chat(
         source=where,
     )
     ids = {key: keep_or_derive(key, "openwebui", raw_id) for key in messages}
+    scope = ("openwebui", raw_id)
     for key, msg in messages.items():
         label = f"{where}, message {key!r}"
         if not isinstance(msg, dict):
@@ -94,16 +98,15 @@ def _chat(
             run = make_run(ids[key], at, model=msg.get("model"), provider="openwebui", usage=msg.get("usage"))
             if run:
                 session.runs.append(run)
+        payload = chat_message(role, content)
+        parent_id = ids[parent] if parent else None
+        output = msg.get("output")
+        if role == "assistant" and isinstance(output, list) and output:
+            steps, payload = _output(output, content, (*scope, key), parent_id, at, label)
+            session.nodes.extend(steps)
+            parent_id = steps[-1].id if steps else parent_id
         session.nodes.append(
-            ImportedNode(
-                ids[key],
-                ids[parent] if parent else None,
-                "message",
-                chat_message(role, content),
-                at,
-                run.id if run else None,
-                source=label,
-            )
+            ImportedNode(ids[key], parent_id, "message", payload, at, run.id if run else None, source=label)
         )
     current = history.get("currentId")
     head = ids.get(current) if isinstance(current, str) else None
@@ -111,3 +114,61 @@ def _chat(
         session.nodes, head or latest_leaf(session.nodes), {v: k for k, v in ids.items()}
     )
     return session
+
+
+def _output(
+    items: list[Any], rendered: str, scope: tuple[str, ...], parent: str | None, at: str, label: str
+) -> tuple[list[ImportedNode], dict[str, Any]]:
+    """An assistant's ``output[]`` (Responses-style items): the tool-call and tool
+    nodes that come before its answer, and the answer's payload. Reasoning goes to
+    ``reasoning_content`` of the next assistant message; the answer's text is its
+    ``message`` items (the rendered ``content`` is kept as ``rendered_content``)."""
+    steps: list[ImportedNode] = []
+    reasoning: list[str] = []
+    answer: list[str] = []
+    calls: dict[str, Any] | None = None  # the assistant node collecting consecutive calls
+    for i, item in enumerate(items):
+        kind = item.get("type") if isinstance(item, dict) else None
+        where = f"{label}, output {i + 1}"
+        if kind == "reasoning":
+            reasoning.append(block_text(item.get("content"), placeholder=False))
+        elif kind == "function_call":
+            call = tool_call(
+                str(item.get("call_id") or item.get("id")), str(item.get("name")), item.get("arguments") or {}
+            )
+            if calls is None:
+                calls = chat_message("assistant", None, tool_calls=[], reasoning_content=_joined(reasoning))
+                reasoning = []
+                steps.append(_step(scope, i, steps, parent, calls, at, where))
+            calls["tool_calls"].append(call)
+        elif kind == "function_call_output":
+            out = item.get("output")
+            text = out if isinstance(out, str) else block_text(out, placeholder=False)
+            tool = chat_message("tool", text, tool_call_id=str(item.get("call_id")))
+            steps.append(_step(scope, i, steps, parent, tool, at, where))
+            calls = None
+        elif kind == "message":
+            answer.append(block_text(item.get("content"), placeholder=False))
+            calls = None
+    content = "\n\n".join(t for t in answer if t) if answer else rendered
+    payload = chat_message("assistant", content, reasoning_content=_joined(reasoning))
+    if content != rendered:
+        payload["rendered_content"] = rendered
+    return steps, payload
+
+
+def _step(
+    scope: tuple[str, ...],
+    i: int,
+    steps: list[ImportedNode],
+    parent: str | None,
+    payload: dict[str, Any],
+    at: str,
+    where: str,
+) -> ImportedNode:
+    previous = steps[-1].id if steps else parent
+    return ImportedNode(stable_id(*scope, "output", str(i)), previous, "message", payload, at, source=where)
+
+
+def _joined(texts: list[str]) -> str | None:
+    return "\n\n".join(t for t in texts if t) or None
