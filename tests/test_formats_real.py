@@ -24,11 +24,14 @@ def jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def claude_kept(path: Path) -> list[dict[str, Any]]:
-    """The records that carry conversation: user, assistant, system, not sub-agent."""
+    """The records that carry conversation: user, assistant, system; not the
+    sub-agent ones, unless the file is a sub-agent transcript (all of them are)."""
+    records = [r for r in jsonl(path) if r.get("uuid")]
+    agent = all(r.get("isSidechain") for r in records)
     return [
         r
-        for r in jsonl(path)
-        if r.get("uuid") and r.get("type") in ("user", "assistant", "system") and not r.get("isSidechain")
+        for r in records
+        if r.get("type") in ("user", "assistant", "system") and (agent or not r.get("isSidechain"))
     ]
 
 
@@ -80,6 +83,7 @@ def chat_completions_valid(messages: list[dict[str, Any]]) -> bool:
 
 CLAUDE_FILES = [
     "spotter-8463c716.jsonl",
+    "spotter-8463c716-subagent-a7be2f0.jsonl",
     "spotter-subagent.jsonl",
     "spotter-short.jsonl",
     "claude-code-log-dag_compact_after_rewind.jsonl",
@@ -343,3 +347,20 @@ def test_openwebui_output_items_keep_calls_results_and_reasoning(store):
     assert store.verify().ok
     for s in sessions:
         assert chat_completions_valid(export_openai(s))
+
+
+def test_claude_code_subagent_transcript_is_its_own_session(store):
+    parent_path, agent_path = (
+        CLAUDE / "spotter-8463c716.jsonl",
+        CLAUDE / "spotter-8463c716-subagent-a7be2f0.jsonl",
+    )
+    records = jsonl(agent_path)
+    assert all(r["isSidechain"] for r in records)
+    [parent] = import_file(store, parent_path)
+    [agent] = import_file(store, agent_path)
+    assert agent.id != parent.id
+    assert agent.metadata["parent_session"] == records[0]["sessionId"] == parent.id
+    assert agent.metadata["agentId"] == records[0]["agentId"]
+    assert agent.messages()[0]["content"] == records[0]["message"]["content"]
+    assert len(agent.tree()) == claude_expected_nodes(agent_path) > 0
+    assert store.verify().ok

@@ -18,9 +18,12 @@ are linked by ``uuid``/``parentUuid``; what becomes of each record:
   model, and they sit on the line, so they fork nothing).
 - Skipped, with their children re-attached to the nearest kept ancestor:
   ``progress`` (hook output, which would otherwise fork every tool call),
-  sidechain records (sub-agent conversations), and every record without a
+  sidechain records (sub-agent turns inside a session), and every record without a
   ``uuid`` (``queue-operation``, ``file-history-snapshot``, ``summary``; the
   latter gives the title).
+- A file whose records are ALL sidechain is a sub-agent transcript: it is
+  imported as its own session (id derived from the parent session and the
+  ``agentId``; metadata ``parent_session``, ``agentId``).
 - A ``parentUuid`` that is not in the file (a resumed session's first record)
   makes a new root; the missing ids are listed in the metadata.
 - ``main`` is the path to the node of the last record; every other leaf gets a
@@ -71,7 +74,13 @@ def parse_claude_code(lines: Iterable[str]) -> ImportedSession:
         records[uid] = (number, rec)
     if not records:
         raise FormatError("no Claude Code records (lines with a 'uuid') in the input")
-    return _Builder(records, meta, title).build()
+    agent = all(r.get("isSidechain") for _, r in records.values())
+    if agent:  # a sub-agent transcript (<session>/subagents/agent-*.jsonl): its own session
+        agent_id = next((r["agentId"] for _, r in records.values() if isinstance(r.get("agentId"), str)), "")
+        parent = meta.pop("sessionId", None)
+        meta.update(parent_session=parent, agentId=agent_id)
+        meta["sessionId"] = stable_id("claude-code", str(parent), "agent", agent_id or sorted(records)[0])
+    return _Builder(records, meta, title, agent).build()
 
 
 Anchor = tuple[str, str] | None  # where children hang: ("node", id), ("tail", message node) or a root
@@ -83,9 +92,14 @@ class _Builder:
     the message itself), known only once every record has been read."""
 
     def __init__(
-        self, records: dict[str, tuple[int, dict[str, Any]]], meta: dict[str, Any], title: str | None
+        self,
+        records: dict[str, tuple[int, dict[str, Any]]],
+        meta: dict[str, Any],
+        title: str | None,
+        agent: bool = False,
     ) -> None:
         self.records = records
+        self.agent = agent  # a sub-agent transcript: its sidechain records are the conversation
         raw_id = meta.get("sessionId") or stable_id("claude-code", *sorted(records)[:1])
         self.scope = ("claude-code", raw_id)
         first_time = iso(records[next(iter(records))][1].get("timestamp"))
@@ -161,7 +175,7 @@ class _Builder:
     def _record(self, uid: str, number: int, rec: dict[str, Any], parent: Anchor) -> Anchor:
         """Add the nodes of one record; return where its children hang."""
         kind = rec.get("type")
-        if kind not in KEPT or rec.get("isSidechain"):
+        if kind not in KEPT or rec.get("isSidechain") and not self.agent:
             return parent  # skipped: children re-attach to the nearest kept ancestor
         at = iso(rec.get("timestamp")) or self.session.created_at
         where = f"line {number}"
