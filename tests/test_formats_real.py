@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from sessiontree.errors import ImportConflict
 from sessiontree.formats import export_openai, import_file
 
 REAL = Path(__file__).parent / "fixtures" / "real"
@@ -364,3 +365,21 @@ def test_claude_code_subagent_transcript_is_its_own_session(store):
     assert agent.messages()[0]["content"] == records[0]["message"]["content"]
     assert len(agent.tree()) == claude_expected_nodes(agent_path) > 0
     assert store.verify().ok
+
+
+# -- errors ----------------------------------------------------------------------
+
+
+def test_a_conflict_names_its_place_once(store, tmp_path):
+    path = REAL / "openwebui" / "librechat-openwebui-export.json"
+    import_file(store, path)
+    data = json.loads(path.read_text())
+    chat = data[1].get("chat", data[1])
+    first = next(iter(chat["history"]["messages"]))
+    chat["history"]["messages"][first]["content"] = "changed"
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps(data))
+    with pytest.raises(ImportConflict) as e:
+        import_file(store, changed)
+    assert str(e.value).count("chat 2") == 1
+    assert str(e.value).startswith(f"changed.json: chat 2, message {first!r}: node ")

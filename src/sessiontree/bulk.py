@@ -115,7 +115,7 @@ def write_sessions(
             try:
                 _write_one(storage, session, texts, tick)
             except SessionTreeError as e:
-                if session.source:
+                if session.source and not str(e).startswith(session.source):  # named once
                     raise type(e)(f"{session.source}: {e}") from None
                 raise
     if progress is not None and total == 0:
