@@ -372,3 +372,14 @@ def test_a_failed_import_leaves_no_new_database_behind(tmp_path, where):
     assert result.exit_code == 1, result.output
     assert len(result.output.strip().splitlines()[-1:]) == 1 and "Error: broken.jsonl" in result.output
     assert not db.exists() and not Path(f"{db}-wal").exists()
+
+
+def test_import_skip_invalid_reports_what_it_left_out(invoke):
+    path = Path(__file__).parent / "fixtures" / "real" / "chatgpt" / "librechat-chatgpt-modern-export.json"
+    refused = invoke("import", str(path), code=1)
+    assert refused.output.strip().splitlines()[-1] == (
+        f"Error: {path.name}: conversation 2: expected an object with a 'mapping' object"
+    )
+    result = invoke("import", str(path), "--skip-invalid")
+    assert f"{path.name}: skipped conversation 2: expected an object with a 'mapping' object" in result.stderr
+    assert result.stdout.count("imported session") == len(json.loads(path.read_text())) - 1

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sessiontree.errors import ImportConflict
-from sessiontree.formats import export_openai, import_file
+from sessiontree.formats import FormatError, export_openai, import_file
 
 REAL = Path(__file__).parent / "fixtures" / "real"
 CLAUDE = REAL / "claude-code"
@@ -383,3 +383,38 @@ def test_a_conflict_names_its_place_once(store, tmp_path):
         import_file(store, changed)
     assert str(e.value).count("chat 2") == 1
     assert str(e.value).startswith(f"changed.json: chat 2, message {first!r}: node ")
+
+
+def test_skip_invalid_imports_the_rest_and_says_what_it_left_out(store):
+    path = REAL / "chatgpt" / "librechat-chatgpt-modern-export.json"
+    conversations = json.loads(path.read_text())
+    bad = [i for i, c in enumerate(conversations, 1) if not isinstance(c.get("mapping"), dict)]
+    assert bad == [2]
+    with pytest.raises(FormatError) as e:
+        import_file(store, path)
+    assert str(e.value) == f"{path.name}: conversation 2: expected an object with a 'mapping' object"
+    assert store.sessions() == []
+    said: list[str] = []
+    sessions = import_file(store, path, skip_invalid=True, report=said.append)
+    assert len(sessions) == len(conversations) - 1
+    assert said == [f"{path.name}: skipped conversation 2: expected an object with a 'mapping' object"]
+    good = [c for c in conversations if isinstance(c.get("mapping"), dict)]
+    assert [s.title for s in sessions] == [c["title"] for c in good]
+    assert store.verify().ok
+
+
+def test_openwebui_current_id_naming_no_message_is_said(store, tmp_path):
+    path = REAL / "openwebui" / "openwebui-importer-chatgpt_output.json"
+    data = json.loads(path.read_text())
+    chat = data.get("chat", data)
+    messages = chat["history"]["messages"]
+    chat["history"]["currentId"] = "not-a-message"
+    damaged = tmp_path / "current.json"
+    damaged.write_text(json.dumps(data))
+    said: list[str] = []
+    [s] = import_file(store, damaged, report=said.append)
+    assert said == ["current.json: chat: currentId 'not-a-message' is not a message; main is the newest leaf"]
+    newest = max((m["timestamp"], k) for k, m in messages.items() if not m.get("childrenIds"))[1]
+    assert s.path("main")[-1].payload["content"] == messages[newest]["content"]
+    with pytest.warns(UserWarning, match="currentId 'not-a-message'"):
+        import_file(store, damaged)

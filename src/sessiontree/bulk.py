@@ -91,6 +91,7 @@ class ImportedSession:
     runs: list[ImportedRun] = field(default_factory=list)
     archived_at: str | None = None
     source: str = ""  # e.g. "conversation 2", prefixed to this session's error messages
+    notes: list[str] = field(default_factory=list)  # what the import should say (not stored)
 
 
 # -- writing ---------------------------------------------------------------

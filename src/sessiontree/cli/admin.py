@@ -129,9 +129,14 @@ def migrate(ctx: click.Context, list_only: bool) -> None:
     show_default=True,
     type=click.Choice(["auto", "native", "openai", "chatgpt", "librechat", "openwebui", "claude-code", "pi"]),
 )
+@click.option(
+    "--skip-invalid",
+    is_flag=True,
+    help="Leave out a conversation that cannot be read (ChatGPT, LibreChat, Open WebUI lists) and say so.",
+)
 @json_option
 @click.pass_context
-def import_(ctx: click.Context, file: str, fmt: str, as_json: bool) -> None:
+def import_(ctx: click.Context, file: str, fmt: str, skip_invalid: bool, as_json: bool) -> None:
     """Import sessions from a file (all or nothing).
 
     The file is parsed before the database is opened, and a database this
@@ -140,7 +145,9 @@ def import_(ctx: click.Context, file: str, fmt: str, as_json: bool) -> None:
     from ..formats import detect_format, parse_file, write
 
     fmt = detect_format(file) if fmt == "auto" else fmt
-    sessions = parse_file(file, fmt)
+    sessions = parse_file(
+        file, fmt, skip_invalid=skip_invalid, report=lambda line: click.echo(line, err=True)
+    )
     path, _ = db_path(ctx)
     created = not path.exists()
     store = open_store(ctx, write=True)

@@ -13,6 +13,9 @@ Contract:
 - ``export_file`` writes ``native`` (any number of sessions) or ``openai`` (one
   branch of one session) atomically: a temporary file renamed into place.
 - ``progress(done, total)`` is called with node counts as nodes are written.
+- ``skip_invalid=True`` leaves out a conversation that fails to parse (files
+  holding several) and reports it; ``report(line)`` receives what the import
+  has to say (warnings when no ``report`` is given).
 See docs/formats.md for what each format maps to.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -166,22 +170,45 @@ def _load(path: Path) -> Any:
         raise FormatError(located(path.name, str(e))) from None
 
 
-def parse_file(path: str | Path, format: str = "auto") -> list[ImportedSession]:
-    """The sessions a file holds, parsed but not written."""
+Report = Callable[[str], None]
+SKIPPABLE = {"chatgpt", "librechat", "openwebui"}  # files holding a list of conversations
+
+
+def parse_file(
+    path: str | Path, format: str = "auto", *, skip_invalid: bool = False, report: Report | None = None
+) -> list[ImportedSession]:
+    """The sessions a file holds, parsed but not written.
+
+    ``report(line)`` is told what the import should say: the sessions' notes
+    (e.g. a current-message pointer that names no message) and, with
+    ``skip_invalid``, each conversation left out and why. Without ``report``
+    these lines are issued as warnings. ``skip_invalid`` applies to the formats
+    whose files hold several conversations (chatgpt, librechat, openwebui).
+    """
     path = Path(path)
     if format == "auto":
         format = detect_format(path)
+    skipped: list[str] | None = [] if skip_invalid and format in SKIPPABLE else None
     if format in JSONL_FORMATS:
         with _reading(path) as lines:
             parsed = _parse(JSONL_FORMATS[format], lines, path.name)
     elif format in JSON_FORMATS:
-        parsed = _parse(JSON_FORMATS[format], _load(path), path.name)
+        parser: Callable[..., Any] = JSON_FORMATS[format]
+        data = _load(path)
+        parsed = _parse(lambda d: parser(d, skipped) if skipped is not None else parser(d), data, path.name)
     else:
         raise FormatError(f"unknown format {format!r}; expected auto or one of {', '.join(FORMATS)}")
     sessions = parsed if isinstance(parsed, list) else [parsed]
     if format not in ("native", "openai"):  # a native file is restored row for row
         for session in sessions:
             answer_open_calls(session)
+    lines = [located(path.name, n) for s in sessions for n in s.notes]
+    lines += [located(path.name, f"skipped {why}") for why in skipped or []]
+    for line in lines:
+        if report is not None:
+            report(line)
+        else:
+            warnings.warn(line, stacklevel=2)
     return sessions
 
 
@@ -206,10 +233,18 @@ def write(
 
 
 def import_file(
-    store: Store, path: str | Path, format: str = "auto", progress: Progress | None = None
+    store: Store,
+    path: str | Path,
+    format: str = "auto",
+    progress: Progress | None = None,
+    *,
+    skip_invalid: bool = False,
+    report: Report | None = None,
 ) -> list[Session]:
-    """Import every session of a file, all or nothing; return them."""
-    return write(store, parse_file(path, format), Path(path).name, progress)
+    """Import every session of a file, all or nothing; return them. ``skip_invalid``
+    and ``report``: see ``parse_file``."""
+    sessions = parse_file(path, format, skip_invalid=skip_invalid, report=report)
+    return write(store, sessions, Path(path).name, progress)
 
 
 def import_native(

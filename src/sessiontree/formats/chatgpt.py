@@ -33,6 +33,7 @@ from .common import (
     leaf_branches,
     make_run,
     parents_first,
+    parse_each,
     resolve,
     stable_id,
     tool_call,
@@ -41,15 +42,18 @@ from .common import (
 ROLES = {"system", "user", "assistant", "tool"}
 
 
-def parse_chatgpt(data: Any) -> list[ImportedSession]:
+def parse_chatgpt(data: Any, skipped: list[str] | None = None) -> list[ImportedSession]:
+    """One session per entry; with ``skipped``, an entry that fails is left out and its
+    error appended there instead of failing the whole file."""
     conversations = data if isinstance(data, list) else [data]
-    sessions = []
-    for i, conv in enumerate(conversations, 1):
+
+    def one(i: int, conv: Any) -> ImportedSession:
         where = f"conversation {i}"
         if not isinstance(conv, dict) or not isinstance(conv.get("mapping"), dict):
             raise FormatError(f"{where}: expected an object with a 'mapping' object")
-        sessions.append(_conversation(conv, where))
-    return sessions
+        return _conversation(conv, where)
+
+    return parse_each(conversations, one, skipped)
 
 
 def content_text(content: Any) -> str:

@@ -127,6 +127,22 @@ def _str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def parse_each(
+    entries: list[Any], parse_one: Callable[[int, Any], ImportedSession], skipped: list[str] | None
+) -> list[ImportedSession]:
+    """``parse_one(number, entry)`` for each entry (numbered from 1). With ``skipped``
+    given, an entry that raises FormatError is left out and its message appended."""
+    sessions = []
+    for number, entry in enumerate(entries, 1):
+        try:
+            sessions.append(parse_one(number, entry))
+        except FormatError as e:
+            if skipped is None:
+                raise
+            skipped.append(str(e))
+    return sessions
+
+
 NO_RESULT = "no result was recorded"
 
 

@@ -33,6 +33,7 @@ from .common import (
     latest_leaf,
     leaf_branches,
     make_run,
+    parse_each,
     stable_id,
     token_usage,
 )
@@ -40,17 +41,20 @@ from .common import (
 ZERO = "00000000-0000-0000-0000-000000000000"
 
 
-def parse_librechat(data: Any) -> list[ImportedSession]:
+def parse_librechat(data: Any, skipped: list[str] | None = None) -> list[ImportedSession]:
+    """One session per entry; with ``skipped``, an entry that fails is left out and its
+    error appended there instead of failing the whole file."""
     exports = data if isinstance(data, list) else [data]
-    sessions = []
-    for i, export in enumerate(exports, 1):
+
+    def one(i: int, export: Any) -> ImportedSession:
         where = f"conversation {i}" if isinstance(data, list) else "conversation"
         if isinstance(export, dict) and "messages" not in export and "messagesTree" in export:
             export = {**export, "messages": export["messagesTree"]}  # older exports, always nested
         if not isinstance(export, dict) or not isinstance(export.get("messages"), list):
             raise FormatError(f"{where}: expected an object with a 'messages' (or 'messagesTree') list")
-        sessions.append(_conversation(export, where))
-    return sessions
+        return _conversation(export, where)
+
+    return parse_each(exports, one, skipped)
 
 
 def _flatten(export: dict[str, Any], where: str) -> list[tuple[dict[str, Any], str | None]]:

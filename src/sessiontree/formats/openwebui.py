@@ -32,15 +32,18 @@ from .common import (
     latest_leaf,
     leaf_branches,
     make_run,
+    parse_each,
     stable_id,
     tool_call,
 )
 
 
-def parse_openwebui(data: Any) -> list[ImportedSession]:
+def parse_openwebui(data: Any, skipped: list[str] | None = None) -> list[ImportedSession]:
+    """One session per entry; with ``skipped``, an entry that fails is left out and its
+    error appended there instead of failing the whole file."""
     chats = data if isinstance(data, list) else [data]
-    sessions = []
-    for i, chat in enumerate(chats, 1):
+
+    def one(i: int, chat: Any) -> ImportedSession:
         where = f"chat {i}" if isinstance(data, list) else "chat"
         outer = chat if isinstance(chat, dict) else {}
         nested = outer.get("chat")
@@ -48,8 +51,9 @@ def parse_openwebui(data: Any) -> list[ImportedSession]:
         history = inner.get("history")
         if not isinstance(history, dict) or not isinstance(history.get("messages"), dict):
             raise FormatError(f"{where}: expected an object with a 'history.messages' object")
-        sessions.append(_chat(outer, inner, history, where))
-    return sessions
+        return _chat(outer, inner, history, where)
+
+    return parse_each(chats, one, skipped)
 
 
 def _chat(
@@ -110,6 +114,8 @@ def _chat(
         )
     current = history.get("currentId")
     head = ids.get(current) if isinstance(current, str) else None
+    if isinstance(current, str) and head is None:
+        session.notes.append(f"{where}: currentId {current!r} is not a message; main is the newest leaf")
     session.branches = leaf_branches(
         session.nodes, head or latest_leaf(session.nodes), {v: k for k, v in ids.items()}
     )
