@@ -418,3 +418,17 @@ def test_openwebui_current_id_naming_no_message_is_said(store, tmp_path):
     assert s.path("main")[-1].payload["content"] == messages[newest]["content"]
     with pytest.warns(UserWarning, match="currentId 'not-a-message'"):
         import_file(store, damaged)
+
+
+def test_two_openwebui_chats_without_ids_sharing_message_ids_are_two_sessions(store):
+    paths = [REAL / "openwebui" / f"openwebui-importer-{n}_output.json" for n in ("chatgpt", "claude")]
+    chats = [openwebui_chats(p)[0] for p in paths]
+    assert chats[0]["id"] == chats[1]["id"] == "" and set(chats[0]["history"]["messages"]) & set(
+        chats[1]["history"]["messages"]
+    )
+    sessions = [import_file(store, p)[0] for p in paths]
+    assert sessions[0].id != sessions[1].id
+    for s, chat in zip(sessions, chats, strict=True):
+        assert len(s.tree()) == len(chat["history"]["messages"])
+    assert store.verify().ok
+    assert [import_file(store, p)[0].id for p in paths] == [s.id for s in sessions]  # idempotent

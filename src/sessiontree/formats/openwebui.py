@@ -60,10 +60,14 @@ def _chat(
     outer: dict[str, Any], inner: dict[str, Any], history: dict[str, Any], where: str
 ) -> ImportedSession:
     messages: dict[str, Any] = history["messages"]
-    raw_id = outer.get("id") or inner.get("id")
-    if not isinstance(raw_id, str) or not raw_id:
-        # The chat has no id of its own (a bare chat object): name it by its messages.
-        raw_id = stable_id("openwebui", *sorted(messages))
+    found = outer.get("id") or inner.get("id")
+    anonymous = not isinstance(found, str) or not found
+    raw_id = str(found)
+    if anonymous:
+        # No id of its own (a bare chat object, often made by a converter that
+        # numbers messages from 1): name it by its title, time and messages.
+        stamp = str(inner.get("timestamp") or outer.get("created_at"))
+        raw_id = stable_id("openwebui", str(inner.get("title")), stamp, *sorted(messages))
     sid = keep_or_derive(raw_id, "openwebui")
     created = iso(outer.get("created_at")) or iso(inner.get("timestamp")) or now()
     title = outer.get("title") or inner.get("title")
@@ -79,7 +83,12 @@ def _chat(
         created,
         source=where,
     )
-    ids = {key: keep_or_derive(key, "openwebui", raw_id) for key in messages}
+    # Message ids are kept when they are UUIDs, except in a chat without an id:
+    # converters reuse the same ones in every chat, so they are derived there.
+    ids = {
+        key: stable_id("openwebui", raw_id, key) if anonymous else keep_or_derive(key, "openwebui", raw_id)
+        for key in messages
+    }
     scope = ("openwebui", raw_id)
     for key, msg in messages.items():
         label = f"{where}, message {key!r}"
