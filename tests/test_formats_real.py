@@ -10,8 +10,16 @@ from typing import Any
 
 import pytest
 
+from sessiontree import Store
 from sessiontree.errors import ImportConflict
-from sessiontree.formats import FormatError, export_openai, import_file
+from sessiontree.formats import (
+    FormatError,
+    detect_format,
+    export_native,
+    export_openai,
+    import_file,
+    import_native,
+)
 
 REAL = Path(__file__).parent / "fixtures" / "real"
 CLAUDE = REAL / "claude-code"
@@ -432,3 +440,133 @@ def test_two_openwebui_chats_without_ids_sharing_message_ids_are_two_sessions(st
         assert len(s.tree()) == len(chat["history"]["messages"])
     assert store.verify().ok
     assert [import_file(store, p)[0].id for p in paths] == [s.id for s in sessions]  # idempotent
+
+
+# -- every file ----------------------------------------------------------------------
+
+ALL = sorted(p for p in REAL.glob("*/*") if p.name != "claude-code-log-edge_cases.jsonl")
+
+
+def native(store) -> list[str]:
+    return list(export_native(store))
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
+def test_every_file_imports_verifies_and_round_trips_natively(store, tmp_path, path):
+    sessions = import_file(store, path, skip_invalid=True, report=lambda line: None)
+    assert sessions and all(s.tree() for s in sessions)
+    assert store.verify().ok
+    lines = native(store)
+    with Store(tmp_path / "copy.db") as copy:
+        import_native(copy, lines)
+        assert native(copy) == lines  # row for row
+    assert import_file(store, path, skip_invalid=True, report=lambda line: None)  # idempotent
+    assert native(store) == lines
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
+def test_a_truncated_file_fails_in_one_line_and_changes_nothing(store, tmp_path, path):
+    import_file(store, REAL / "pi" / "pi-brain-session-forked.jsonl")
+    before = native(store)
+    data = path.read_bytes()
+    cut = data[: len(data) // 2]
+    cut = cut[: len(cut.decode("utf-8", "ignore").encode())]  # whole characters
+    damaged = tmp_path / path.name
+    damaged.write_bytes(cut)
+    with pytest.raises(FormatError) as e:
+        import_file(store, damaged, format=detect_format(path))
+    assert "\n" not in str(e.value) and str(e.value).startswith(path.name)
+    assert native(store) == before
+
+
+def test_the_broken_claude_code_transcript_is_refused_cleanly(store):
+    path = CLAUDE / "claude-code-log-edge_cases.jsonl"
+    with pytest.raises(FormatError) as e:
+        import_file(store, path)
+    assert str(e.value) == f"{path.name} line 12: uuid edge_011 appears twice"
+    assert store.sessions() == []
+
+
+# -- main path and leaves, per format ------------------------------------------------
+
+
+def chain(parent_of: dict[str, str | None], leaf: str) -> list[str]:
+    path = [leaf]
+    while parent_of.get(path[-1]) is not None:
+        path.append(parent_of[path[-1]])  # type: ignore[arg-type]
+    return path[::-1]
+
+
+def leaves(parent_of: dict[str, str | None]) -> int:
+    return len(set(parent_of) - {p for p in parent_of.values() if p is not None})
+
+
+def test_chatgpt_main_is_the_current_node_path(store):
+    path = REAL / "chatgpt" / "openwebui-importer-gpt_example.json"
+    conv = chatgpt_conversation(path)
+    mapping = conv["mapping"]
+    parent_of = {k: e.get("parent") for k, e in mapping.items()}
+    kept = [
+        k
+        for k in chain(parent_of, conv["current_node"])
+        if mapping[k].get("message")
+        and not (
+            mapping[k]["message"]["author"]["role"] == "system"
+            and not mapping[k]["message"]["content"].get("parts", [""])[0]
+        )
+    ]
+    [s] = import_file(store, path)
+    assert [n.id for n in s.path("main")] == kept  # UUID keys are kept
+    assert (
+        s.path("main")[-1].payload["content"]
+        == mapping[conv["current_node"]]["message"]["content"]["parts"][0]
+    )
+    assert len(s.branches()) == leaves(parent_of)
+
+
+@pytest.mark.parametrize(
+    "name", ["openwebui-importer-chatgpt_output.json", "openwebui-importer-claude_output.json"]
+)
+def test_openwebui_main_is_the_current_id_path(store, name):
+    path = REAL / "openwebui" / name
+    [chat] = openwebui_chats(path)
+    messages = chat["history"]["messages"]
+    parent_of = {k: m.get("parentId") for k, m in messages.items()}
+    [s] = import_file(store, path)
+    assert [n.payload["content"] for n in s.path("main")] == [
+        messages[k]["content"] for k in chain(parent_of, chat["history"]["currentId"])
+    ]
+    assert len(s.branches()) == leaves(parent_of)
+
+
+def test_librechat_flat_export_main_is_the_newest_leaf(store):
+    path = REAL / "librechat" / "librechat-opts-nonr-branches.json"
+    messages = librechat_messages(path)
+    zero = "00000000-0000-0000-0000-000000000000"
+    parent_of = {
+        m["messageId"]: (None if m["parentMessageId"] == zero else m["parentMessageId"]) for m in messages
+    }
+    by_id = {m["messageId"]: m for m in messages}
+    newest = max(
+        (by_id[k]["createdAt"], i, k) for i, k in enumerate(parent_of) if k not in parent_of.values()
+    )[2]
+    [s] = import_file(store, path)
+    assert len(s.tree()) == len(messages)
+    assert [n.payload["content"] for n in s.path("main")] == [
+        by_id[k]["text"] for k in chain(parent_of, newest)
+    ]
+    assert len(s.branches()) == leaves(parent_of)
+
+
+@pytest.mark.parametrize(
+    "name", ["pi-brain-session-forked.jsonl", "pi-brain-session-with-branch-summary.jsonl"]
+)
+def test_pi_main_is_the_last_entry_path(store, name):
+    path = PI / name
+    entries = [r for r in jsonl(path) if r.get("type") not in NOT_NODES]
+    parent_of = {r["id"]: r.get("parentId") for r in entries}
+    [s] = import_file(store, path)
+    assert len(s.tree()) == len(entries)
+    assert len(s.path("main")) == len(chain(parent_of, entries[-1]["id"]))
+    assert len(s.branches()) == leaves(parent_of)
+    assert s.verify().ok
