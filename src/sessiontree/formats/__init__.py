@@ -28,15 +28,16 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import bulk
 from ..bulk import ImportConflict, ImportedSession, InvalidTree
 from ..errors import FormatError
 from .chatgpt import parse_chatgpt
 from .claude_code import parse_claude_code
-from .common import answer_open_calls, load_json
+from .common import answer_open_calls
 from .errors import located
+from .jsonstream import CHUNK, JsonItems, read_json
 from .librechat import parse_librechat
 from .native import export_native, parse_native
 from .openai import export_openai, parse_openai
@@ -83,7 +84,7 @@ CLAUDE_CODE_TYPES = {
 
 
 @contextmanager
-def _reading(path: Path) -> Iterator[Iterable[str]]:
+def _reading(path: Path) -> Iterator[TextIO]:
     """Lines of a UTF-8 text file (a BOM is ignored); FormatError for anything else."""
     try:
         with open(path, encoding="utf-8-sig", newline=None) as f:
@@ -100,9 +101,15 @@ def detect_format(path: str | Path) -> str:
     """The name of the file's format (see ``FORMATS``); FormatError when unknown."""
     path = Path(path)
     with _reading(path) as lines:
-        first = next((line for line in lines if line.strip()), None)
-        if first is None:
-            raise FormatError(f"{path.name}: the file is empty")
+        first = ""
+        while not first.strip():
+            first = lines.readline(CHUNK)  # bounded: an export may be one long line
+            if not first:
+                raise FormatError(f"{path.name}: the file is empty")
+        if first.lstrip().startswith("["):  # a JSON array: its first element decides
+            first = ""
+        elif not first.endswith("\n"):
+            first += lines.readline()
         try:
             record = json.loads(first)
         except json.JSONDecodeError:
@@ -138,6 +145,11 @@ def _jsonl_kind(record: dict[str, Any]) -> str | None:
 
 
 def _json_kind(data: Any) -> str | None:
+    if isinstance(data, JsonItems):
+        sample = data.first()
+        if sample is None:
+            return "openai"  # an empty message list
+        return _json_kind([sample])
     sample = data[0] if isinstance(data, list) and data else data
     if isinstance(data, list) and not data:
         return "openai"  # an empty message list
@@ -162,10 +174,9 @@ def _json_kind(data: Any) -> str | None:
 
 
 def _load(path: Path) -> Any:
-    with _reading(path) as f:
-        text = "".join(f)
+    """The document; a top-level array as ``JsonItems``, decoded one element at a time."""
     try:
-        return load_json(text)
+        return read_json(path, _reading)
     except FormatError as e:
         raise FormatError(located(path.name, str(e))) from None
 
@@ -195,6 +206,8 @@ def parse_file(
     elif format in JSON_FORMATS:
         parser: Callable[..., Any] = JSON_FORMATS[format]
         data = _load(path)
+        if isinstance(data, JsonItems) and format not in SKIPPABLE:
+            data = _parse(list, data, path.name)  # parsers of one conversation take a list
         parsed = _parse(lambda d: parser(d, skipped) if skipped is not None else parser(d), data, path.name)
     else:
         raise FormatError(f"unknown format {format!r}; expected auto or one of {', '.join(FORMATS)}")
@@ -202,9 +215,9 @@ def parse_file(
     if format not in ("native", "openai"):  # a native file is restored row for row
         for session in sessions:
             answer_open_calls(session)
-    lines = [located(path.name, n) for s in sessions for n in s.notes]
-    lines += [located(path.name, f"skipped {why}") for why in skipped or []]
-    for line in lines:
+    said = [located(path.name, n) for s in sessions for n in s.notes]
+    said += [located(path.name, f"skipped {why}") for why in skipped or []]
+    for line in said:
         if report is not None:
             report(line)
         else:

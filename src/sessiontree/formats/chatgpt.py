@@ -38,6 +38,7 @@ from .common import (
     stable_id,
     tool_call,
 )
+from .jsonstream import JsonItems
 
 ROLES = {"system", "user", "assistant", "tool"}
 
@@ -45,7 +46,7 @@ ROLES = {"system", "user", "assistant", "tool"}
 def parse_chatgpt(data: Any, skipped: list[str] | None = None) -> list[ImportedSession]:
     """One session per entry; with ``skipped``, an entry that fails is left out and its
     error appended there instead of failing the whole file."""
-    conversations = data if isinstance(data, list) else [data]
+    conversations = data if isinstance(data, list | JsonItems) else [data]
 
     def one(i: int, conv: Any) -> ImportedSession:
         where = f"conversation {i}"

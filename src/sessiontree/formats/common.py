@@ -128,7 +128,7 @@ def _str(value: Any) -> str | None:
 
 
 def parse_each(
-    entries: list[Any], parse_one: Callable[[int, Any], ImportedSession], skipped: list[str] | None
+    entries: Iterable[Any], parse_one: Callable[[int, Any], ImportedSession], skipped: list[str] | None
 ) -> list[ImportedSession]:
     """``parse_one(number, entry)`` for each entry (numbered from 1). With ``skipped``
     given, an entry that raises FormatError is left out and its message appended."""

@@ -37,6 +37,7 @@ from .common import (
     stable_id,
     token_usage,
 )
+from .jsonstream import JsonItems
 
 ZERO = "00000000-0000-0000-0000-000000000000"
 
@@ -44,10 +45,10 @@ ZERO = "00000000-0000-0000-0000-000000000000"
 def parse_librechat(data: Any, skipped: list[str] | None = None) -> list[ImportedSession]:
     """One session per entry; with ``skipped``, an entry that fails is left out and its
     error appended there instead of failing the whole file."""
-    exports = data if isinstance(data, list) else [data]
+    exports = data if isinstance(data, list | JsonItems) else [data]
 
     def one(i: int, export: Any) -> ImportedSession:
-        where = f"conversation {i}" if isinstance(data, list) else "conversation"
+        where = f"conversation {i}" if isinstance(data, list | JsonItems) else "conversation"
         if isinstance(export, dict) and "messages" not in export and "messagesTree" in export:
             export = {**export, "messages": export["messagesTree"]}  # older exports, always nested
         if not isinstance(export, dict) or not isinstance(export.get("messages"), list):

@@ -36,15 +36,16 @@ from .common import (
     stable_id,
     tool_call,
 )
+from .jsonstream import JsonItems
 
 
 def parse_openwebui(data: Any, skipped: list[str] | None = None) -> list[ImportedSession]:
     """One session per entry; with ``skipped``, an entry that fails is left out and its
     error appended there instead of failing the whole file."""
-    chats = data if isinstance(data, list) else [data]
+    chats = data if isinstance(data, list | JsonItems) else [data]
 
     def one(i: int, chat: Any) -> ImportedSession:
-        where = f"chat {i}" if isinstance(data, list) else "chat"
+        where = f"chat {i}" if isinstance(data, list | JsonItems) else "chat"
         outer = chat if isinstance(chat, dict) else {}
         nested = outer.get("chat")
         inner = nested if isinstance(nested, dict) else outer
