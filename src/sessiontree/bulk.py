@@ -91,6 +91,7 @@ class ImportedSession:
     runs: list[ImportedRun] = field(default_factory=list)
     archived_at: str | None = None
     source: str = ""  # e.g. "conversation 2", prefixed to this session's error messages
+    notes: list[str] = field(default_factory=list)  # what the import should say (not stored)
 
 
 # -- writing ---------------------------------------------------------------
@@ -115,7 +116,7 @@ def write_sessions(
             try:
                 _write_one(storage, session, texts, tick)
             except SessionTreeError as e:
-                if session.source:
+                if session.source and not str(e).startswith(session.source):  # named once
                     raise type(e)(f"{session.source}: {e}") from None
                 raise
     if progress is not None and total == 0:
