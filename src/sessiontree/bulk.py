@@ -98,10 +98,19 @@ class ImportedSession:
 
 
 def write_sessions(
-    store: Store, sessions: Sequence[ImportedSession], progress: Progress | None = None
+    store: Store,
+    sessions: Sequence[ImportedSession],
+    progress: Progress | None = None,
+    *,
+    consume: bool = False,
 ) -> list[str]:
-    """Write (or merge) every session in one transaction; return their ids in order."""
-    encoded = [_encode(s) for s in sessions]  # validate everything before taking the lock
+    """Write (or merge) every session in one transaction; return their ids in order.
+
+    With ``consume`` the nodes' payload dicts are dropped as soon as they are
+    encoded, so a big import never holds a payload twice (as a dict and as text);
+    the caller must not read them afterwards.
+    """
+    encoded = [_encode(s, consume) for s in sessions]  # validate everything before taking the lock
     total = sum(len(s.nodes) for s in sessions)
     done = [0]
 
@@ -128,7 +137,10 @@ def _where(node: ImportedNode) -> str:
     return f"{node.source}: node {node.id}" if node.source else f"node {node.id}"
 
 
-def _encode(session: ImportedSession) -> dict[str, str]:
+_CONSUMED: dict[str, Any] = {}  # what a consumed node's payload becomes (its text is kept)
+
+
+def _encode(session: ImportedSession, consume: bool = False) -> dict[str, str]:
     texts = {}
     for node in session.nodes:
         if node.id in texts:
@@ -137,6 +149,8 @@ def _encode(session: ImportedSession) -> dict[str, str]:
             texts[node.id] = encode_payload(node.payload, node.kind)
         except InvalidPayload as e:
             raise InvalidTree(f"{_where(node)}: {e}") from None
+        if consume:
+            node.payload = _CONSUMED
     for ref in (*session.branches, *session.checkpoints):
         try:
             check_name(ref.name, "branch or checkpoint")

@@ -237,7 +237,7 @@ def write(
 ) -> list[Session]:
     """Write parsed sessions in one transaction; errors gain the file name."""
     try:
-        ids = bulk.write_sessions(store, sessions, progress)
+        ids = bulk.write_sessions(store, sessions, progress, consume=True)  # they are ours alone
     except InvalidTree as e:  # FormatError included
         raise FormatError(located(name, str(e))) from None
     except ImportConflict as e:
