@@ -5,7 +5,12 @@ SQLite at all are refused by Store() and by every CLI command, byte for byte unt
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -88,3 +93,43 @@ def test_a_new_or_empty_file_still_becomes_a_store(tmp_path):
         assert store.schema_version >= 3
     with Store(tmp_path / "new.db") as store:
         assert store.sessions() == []
+
+
+def test_backups_are_atomic_and_refuse_symlinks_and_missing_directories(store, session, tmp_path):
+    session.append({"role": "user", "content": "keep me"})
+    elsewhere = tmp_path / "elsewhere.db"
+    (tmp_path / "link.db").symlink_to(elsewhere)  # a dangling link
+    with pytest.raises(SessionTreeError, match="is a symbolic link"):
+        store.backup(tmp_path / "link.db")
+    assert not elsewhere.exists()
+    with pytest.raises(SessionTreeError, match="no directory"):
+        store.backup(tmp_path / "missing" / "b.db")
+    size = store.backup(tmp_path / "b.db")
+    assert size > 0 and sorted(p.name for p in tmp_path.iterdir() if "partial" in p.name) == []
+    with Store(tmp_path / "b.db") as copy:
+        assert copy.session(session.id).messages() == [{"role": "user", "content": "keep me"}]
+
+
+@pytest.mark.slow
+def test_a_killed_backup_leaves_no_file_that_opens_as_a_store(tmp_path):
+    """Before: 14 of 14 kills left a partial file that Store() opened as an empty store."""
+    db = tmp_path / "big.db"
+    with Store(db) as store:
+        s = store.create_session()
+        for _ in range(20):
+            s.append_many([{"role": "user", "content": "x" * 4000} for _ in range(500)])
+    script = "import sys; from sessiontree import Store; Store(sys.argv[1]).backup(sys.argv[2])"
+    outcomes = []
+    for i in range(6):
+        target = tmp_path / f"copy-{i}.db"
+        proc = subprocess.Popen([sys.executable, "-c", script, str(db), str(target)])
+        time.sleep(0.15 + 0.05 * i)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        if target.exists():  # it finished before the kill: then it is whole
+            with Store(target, readonly=True) as copy:
+                assert copy.verify().nodes == 10_000
+            outcomes.append("whole")
+        else:
+            outcomes.append("absent")
+    assert "absent" in outcomes  # at least one kill landed mid-copy
