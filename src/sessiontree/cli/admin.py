@@ -12,6 +12,7 @@ from .. import db as _db
 from . import complete
 from .common import db_path, echo_json, open_store, pick_session
 from .inspect import json_option
+from .render import json_safe
 
 
 @click.command()
@@ -201,7 +202,8 @@ def export(ctx: click.Context, sessions: tuple[str, ...], output: str | None, fm
             click.echo(line, nl=False)
     else:
         assert ids  # openai: one session, picked above
-        click.echo(json.dumps(export_openai(store.session(ids[0]), branch), ensure_ascii=False, indent=2))
+        messages = export_openai(store.session(ids[0]), branch)
+        click.echo(json_safe(json.dumps(messages, ensure_ascii=False, indent=2)))
 
 
 @click.command()

@@ -23,6 +23,7 @@ from ..errors import NotFound, SessionTreeError
 from ..names import looks_like_id, split_ancestry
 from ..session import Session
 from ..store import Store
+from .render import json_safe
 
 
 def default_db_path() -> Path:
@@ -98,7 +99,7 @@ def abbreviations(store: Store, ids: list[str]) -> dict[str, str]:
 
 
 def echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    click.echo(json_safe(json.dumps(data, indent=2, ensure_ascii=False, default=str)))
 
 
 class SessionTreeGroup(click.Group):
