@@ -133,3 +133,35 @@ def test_a_killed_backup_leaves_no_file_that_opens_as_a_store(tmp_path):
         else:
             outcomes.append("absent")
     assert "absent" in outcomes  # at least one kill landed mid-copy
+
+
+def test_a_writer_blocked_too_long_gets_a_clear_error_in_time(tmp_path, monkeypatch):
+    from sessiontree import Busy, db
+
+    path = tmp_path / "locked.db"
+    with Store(path) as store:
+        session = store.create_session()
+    monkeypatch.setattr(db, "BUSY_TIMEOUT_MS", 300)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process's long write transaction
+    try:
+        with Store(path) as store:
+            started = time.monotonic()
+            with pytest.raises(Busy, match=r"more than 1.8 s .* nothing was written"):
+                store.session(session.id).append({"role": "user", "content": "x"})
+            assert time.monotonic() - started < 4  # the documented wait (6 busy timeouts), not more
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    result = CliRunner().invoke(cli, ["--db", str(path), "sessions"])
+    assert result.exit_code == 0
+
+
+def test_a_run_of_another_session_is_refused_at_write_time(store):
+    from sessiontree import Completion, NotFound
+
+    a, b = store.create_session("a"), store.create_session("b")
+    run_id = a.record_run(Completion({"role": "assistant", "content": "x"}, model="m"))
+    with pytest.raises(NotFound, match=f"no run '{run_id}' in session {b.id}"):
+        b.append({"role": "assistant", "content": "x"}, run=run_id)
+    assert a.delete() == 0 and store.verify().ok

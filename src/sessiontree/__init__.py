@@ -7,6 +7,7 @@ modules.
 from .errors import (
     AmbiguousRef,
     BranchMoved,
+    Busy,
     CassetteExhausted,
     CheckpointImmutable,
     Conflict,
@@ -78,6 +79,7 @@ __all__ = [
     "Assistant",
     "Branch",
     "BranchMoved",
+    "Busy",
     "BranchSummary",
     "CassetteExhausted",
     "Checkpoint",

@@ -43,6 +43,11 @@ class CheckpointImmutable(Conflict):
     """Checkpoints never move; fork a branch from one instead."""
 
 
+class Busy(SessionTreeError):
+    """Another writer held the database for more than 30 s; nothing was written, and
+    trying again later is safe."""
+
+
 class ReadOnly(SessionTreeError):
     """A write through a store opened with ``readonly=True``."""
 
