@@ -110,3 +110,15 @@ class SessionTreeGroup(click.Group):
             return super().invoke(ctx)
         except SessionTreeError as e:
             raise click.ClickException(str(e)) from None
+        except OSError as e:  # a file the user named: missing directory, no permission, full disk
+            where = f"{e.filename}: " if e.filename else ""
+            raise click.ClickException(f"{where}{e.strerror or e}") from None
+        except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            if os.environ.get("SESSIONTREE_DEBUG"):
+                raise
+            raise click.ClickException(
+                f"internal error: {type(e).__name__}: {e} (set SESSIONTREE_DEBUG=1 for the traceback,"
+                " and please report it)"
+            ) from None

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import bulk
 from ..bulk import ImportConflict, ImportedSession, InvalidTree
-from ..errors import FormatError
+from ..errors import FormatError, SessionTreeError
 from .chatgpt import parse_chatgpt
 from .claude_code import parse_claude_code
 from .common import answer_open_calls
@@ -301,7 +301,10 @@ def export_file(
         lines = [text + "\n"]
     else:
         raise FormatError(f"cannot export to {format!r}; export formats: {', '.join(EXPORT_FORMATS)}")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    except OSError as e:  # no such directory, no permission: say it of the path asked for
+        raise SessionTreeError(f"cannot write {path}: {e.strerror}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.writelines(lines)
