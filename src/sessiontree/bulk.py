@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import Conflict, ImportConflict, InvalidPayload, InvalidTree, SessionTreeError
 from .ids import now
-from .model import encode_json, encode_payload
+from .model import check_latency, encode_json, encode_payload
 from .names import check_name, check_text
 
 if TYPE_CHECKING:
@@ -292,7 +292,7 @@ def _write_runs(storage: SQLiteStorage, session_key: int, s: ImportedSession) ->
                 run.provider,
                 encode_json(run.params, "run params"),
                 encode_json(run.usage, "run usage"),
-                run.latency_ms,
+                check_latency(run.latency_ms, f"run {run.id}: latency_ms"),
                 run.finish_reason,
                 run.created_at or s.created_at,
             ),
