@@ -32,16 +32,20 @@ SOURCES = {
 }
 ZERO = "00000000-0000-0000-0000-000000000000"  # LibreChat's "no parent"
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# Anthropic's message and tool-call ids (msg_..., toolu_...): a copy needs its own too, or
+# its records would merge into the first copy's messages.
+API_ID = re.compile(r"\b(msg|toolu)_([0-9A-Za-z]+)")
 
 
 def fresh_ids(text: str, copy: int) -> str:
-    """The text with every UUID replaced by one unique to this copy."""
+    """The text with every UUID and API message or call id replaced by one unique to this copy."""
 
     def new(match: re.Match[str]) -> str:
         old = match.group()
         return old if old == ZERO else str(uuid.uuid5(uuid.NAMESPACE_URL, f"{copy}:{old}"))
 
-    return UUID.sub(new, text)
+    text = UUID.sub(new, text)
+    return API_ID.sub(lambda m: f"{m.group(1)}_{copy}x{m.group(2)}", text)
 
 
 def make_file(fmt: str, size: int, directory: Path) -> Path:

@@ -104,7 +104,7 @@ def test_prune_and_delete_leave_nothing_stale(store, session):
     doomed = session.append_many([user("a"), user("b")], branch="gone")
     session.path("gone")
     session.delete_branch("gone")
-    store.prune(dry_run=False)
+    store.prune(dry_run=False, grace=0)
     assert store.storage.cache.bytes == 0
     again = session.append_many([user("new")])
     assert [n.id for n in session.path("main")][-1] == again[-1].id

@@ -260,10 +260,10 @@ def test_prune_verify_stats_backup_migrate(invoke, small, db, tmp_path):
         s = store.session(small["session"])
         s.append(user("scratch"), branch="tmp")
         s.delete_branch("tmp")
-    assert invoke("prune").output == (
+    assert invoke("prune", "--grace", "0").output == (
         "would remove 1 node(s) and 0 run(s)\nrun again with --yes to delete them\n"
     )
-    assert invoke("prune", "--yes").output == "removed 1 node(s) and 0 run(s)\n"
+    assert invoke("prune", "--yes", "--grace", "0").output == "removed 1 node(s) and 0 run(s)\n"
     assert invoke("verify").output == "ok: 1 session(s), 4 node(s), 0 problem(s)\n"
     stats = json.loads(invoke("stats", "--json").output)
     assert stats["nodes"] == {"message": 3, "pause": 1} and stats["pending"] == 1

@@ -33,6 +33,7 @@ tool_calls = st.lists(
     ),
     min_size=1,
     max_size=3,
+    unique_by=lambda call: call["id"],  # two calls with one id are refused (and never sent by a model)
 )
 messages = st.lists(
     st.one_of(

@@ -318,10 +318,10 @@ def test_prune_keeps_refs_and_unresolved_pauses_and_vacuums(store, session):
     pause = session.append({"calls": []}, kind="pause", branch="paused")
     session.delete_branch("doomed")
     session.delete_branch("paused")
-    report = store.prune()
+    report = store.prune(grace=0)
     assert report.dry_run and report.node_ids == [n.id for n in doomed]
     assert node_count(store) == 42
-    report = store.prune(dry_run=False, vacuum=True)
+    report = store.prune(dry_run=False, vacuum=True, grace=0)
     assert node_count(store) == 2 and report.bytes_freed > 100_000
     assert [n.id for n in store.pending()] == [pause.id]
 
@@ -332,7 +332,7 @@ def test_prune_removes_runs_only_pruned_nodes_used(store, session):
     session.fork("tmp", at="main")
     gone = session.append(assistant("b"), branch="tmp", run=Completion(assistant("b"), model="x"))
     session.delete_branch("tmp")
-    report = session.prune(dry_run=False)
+    report = session.prune(dry_run=False, grace=0)
     assert report.run_ids == [gone.run_id]
     assert store.run(kept.run_id).model == "keep"
     with pytest.raises(NotFound):
@@ -422,7 +422,7 @@ def test_prune_and_verify_resolve_the_session(store, session):
     with pytest.raises(NotFound, match="no session 'nope'"):
         store.verify("nope")
     with pytest.raises(NotFound, match="no session"):
-        store.prune(session_id="ffffffff")
+        store.prune(session_id="ffffffff", grace=0)
     assert store.verify(session.id[:13]).nodes == 1
 
 
@@ -443,3 +443,28 @@ def _ids_in_child(_: int) -> list[str]:
     from sessiontree import new_id
 
     return [new_id() for _ in range(100)]
+
+
+def test_a_decision_no_run_has_carried_on_from_is_never_pruned(store, session):
+    """Before: deciding a pause whose branch had moved on wrote the decision, and the next
+    prune deleted both: a human's answer, collected."""
+    from sessiontree import Approve, decide
+
+    session.append(user("pay"))
+    pause = session.append(
+        {"reason": "r", "calls": [{"id": "c", "name": "pay", "arguments": "{}"}]}, kind="pause"
+    )
+    session.move("main", to="main~1")  # the branch moved away from the pause
+    decision = decide(store, pause, {"c": Approve()})
+    assert store.prune(dry_run=False, grace=0).node_ids == []
+    assert store.node(decision.id).kind == "decision" and store.node(pause.id).kind == "pause"
+
+
+def test_prune_keeps_what_was_written_inside_the_grace_period(store, session):
+    """A node another process just appended with parent= (no branch yet) is not collected
+    under that writer."""
+    root = session.append(user("root"))
+    fresh = session.append(assistant("being written"), parent=root, branch=None)
+    assert store.prune(dry_run=False).node_ids == []  # the default grace: 10 minutes
+    assert session.node(fresh.id) == fresh
+    assert store.prune(dry_run=False, grace=0).node_ids == [fresh.id]

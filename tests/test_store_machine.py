@@ -175,10 +175,18 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(dry_run=st.booleans())
     def prune(self, dry_run):
         keep = set()
-        for ref in [*self.branches.values(), *self.checkpoints.values(), *self.unresolved_pauses()]:
+        has_child = set(self.parent.values())
+        pending_decisions = [n for n, k in self.kind.items() if k == "decision" and n not in has_child]
+        refs = [
+            *self.branches.values(),
+            *self.checkpoints.values(),
+            *self.unresolved_pauses(),
+            *pending_decisions,
+        ]
+        for ref in refs:
             keep.update(self.model_path(ref))
         expected = sorted(set(self.parent) - keep)
-        report = self.session.prune(dry_run=dry_run)
+        report = self.session.prune(dry_run=dry_run, grace=0)
         assert report.node_ids == expected
         if not dry_run:
             for node_id in expected:

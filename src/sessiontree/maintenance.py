@@ -1,9 +1,11 @@
 """Prune and verify: the store's housekeeping.
 
 Contract:
-- ``prune`` removes exactly the nodes that no branch head, checkpoint or
-  unresolved pause reaches (a node is reached when it is one of those or an
-  ancestor of one), plus the runs only they referenced. A dry run reports the
+- ``prune`` removes exactly the nodes that nothing keeps, plus the runs only
+  they referenced. A node is kept when a branch head, a checkpoint, an
+  unresolved pause, a decision no run has carried on from yet, or a node written
+  in the last ``grace`` seconds (10 minutes by default: a writer in another
+  process may be about to point at it) is that node or below it. A dry run reports the
   same set and writes nothing. The removal is one transaction.
 - ``verify`` reads and never writes. It reports each problem with the session,
   the node when there is one, and which check found it: the schema-level
@@ -13,15 +15,26 @@ Contract:
 
 from __future__ import annotations
 
+import time
+
 from .model import Node, Problem, PruneReport, VerifyReport
 from .storage import SQLiteStorage
 
+GRACE_SECONDS = 600
+"""Nodes younger than this are never pruned: another process may be about to point at them."""
+
 
 def prune(
-    storage: SQLiteStorage, *, dry_run: bool = True, vacuum: bool = False, session_key: int | None = None
+    storage: SQLiteStorage,
+    *,
+    dry_run: bool = True,
+    vacuum: bool = False,
+    session_key: int | None = None,
+    grace: float = GRACE_SECONDS,
 ) -> PruneReport:
     """Remove unreachable nodes (and runs only they used); report what goes."""
-    node_ids, run_ids = storage.unreachable(session_key, delete=not dry_run)
+    cutoff = time.strftime("%Y-%m-%dT%H:%M:%S.999Z", time.gmtime(time.time() - grace)) if grace > 0 else ""
+    node_ids, run_ids = storage.unreachable(session_key, delete=not dry_run, cutoff=cutoff)
     freed = storage.vacuum() if vacuum and not dry_run else None
     return PruneReport(node_ids=node_ids, run_ids=run_ids, dry_run=dry_run, bytes_freed=freed)
 

@@ -386,7 +386,7 @@ def _check_shape(payload: dict[str, Any], kind: str) -> None:
                 if call["id"] in seen:
                     raise bad(f"has two tool calls with the id {call['id']!r}")
                 seen.add(call["id"])
-        if payload.get("role") == "tool" and not isinstance(payload.get("tool_call_id"), str):
+        if payload.get("role") == "tool" and not isinstance(payload.get("tool_call_id"), str | None):
             raise bad("with role 'tool' needs a string 'tool_call_id'")
     elif kind in ("pause", "tool_start"):
         calls = payload.get("calls", [])

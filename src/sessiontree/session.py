@@ -452,9 +452,13 @@ class Session:
         with self.storage.transaction():
             return self.storage.delete_session(self._key)
 
-    def prune(self, *, dry_run: bool = True, vacuum: bool = False) -> PruneReport:
+    def prune(
+        self, *, dry_run: bool = True, vacuum: bool = False, grace: float = maintenance.GRACE_SECONDS
+    ) -> PruneReport:
         """``Store.prune`` for this session only."""
-        return maintenance.prune(self.storage, dry_run=dry_run, vacuum=vacuum, session_key=self._key)
+        return maintenance.prune(
+            self.storage, dry_run=dry_run, vacuum=vacuum, session_key=self._key, grace=grace
+        )
 
     def verify(self) -> VerifyReport:
         """``Store.verify`` for this session only."""

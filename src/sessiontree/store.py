@@ -142,12 +142,18 @@ class Store:
     # -- maintenance -----------------------------------------------------
 
     def prune(
-        self, *, dry_run: bool = True, vacuum: bool = False, session_id: str | None = None
+        self,
+        *,
+        dry_run: bool = True,
+        vacuum: bool = False,
+        session_id: str | None = None,
+        grace: float = maintenance.GRACE_SECONDS,
     ) -> PruneReport:
-        """Remove nodes no branch, checkpoint or unresolved pause can reach. See ``maintenance``."""
+        """Remove nodes nothing keeps (no branch, checkpoint, unresolved pause or pending
+        decision reaches them, and older than ``grace`` seconds). See ``maintenance``."""
         if session_id is not None:
-            return self.session(session_id).prune(dry_run=dry_run, vacuum=vacuum)
-        return maintenance.prune(self.storage, dry_run=dry_run, vacuum=vacuum)
+            return self.session(session_id).prune(dry_run=dry_run, vacuum=vacuum, grace=grace)
+        return maintenance.prune(self.storage, dry_run=dry_run, vacuum=vacuum, grace=grace)
 
     def verify(self, session_id: str | None = None) -> VerifyReport:
         """Check every session's (or one session's) integrity; see ``maintenance.verify``."""

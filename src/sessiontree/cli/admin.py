@@ -19,12 +19,22 @@ from .render import json_safe
 @click.option("--yes", is_flag=True, help="Really delete (default: a dry run that only reports).")
 @click.option("--vacuum", is_flag=True, help="Compact the file afterwards (with --yes).")
 @click.option("-s", "--session", help="Only this session.", shell_complete=complete.sessions)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=600,
+    show_default=True,
+    help="Keep nodes younger than this many seconds (another process may be about to use them).",
+)
 @json_option
 @click.pass_context
-def prune(ctx: click.Context, yes: bool, vacuum: bool, session: str | None, as_json: bool) -> None:
-    """Remove nodes no branch, checkpoint or unresolved pause reaches."""
+def prune(
+    ctx: click.Context, yes: bool, vacuum: bool, session: str | None, grace: float, as_json: bool
+) -> None:
+    """Remove nodes nothing keeps: no branch, checkpoint, unresolved pause or pending decision
+    reaches them, and they are older than the grace period."""
     store = open_store(ctx, write=yes)
-    report = store.prune(dry_run=not yes, vacuum=vacuum, session_id=session)
+    report = store.prune(dry_run=not yes, vacuum=vacuum, session_id=session, grace=grace)
     if as_json:
         echo_json(report.__dict__)
         return

@@ -38,6 +38,11 @@ WITH RECURSIVE
     UNION SELECT node FROM checkpoints WHERE :s IS NULL OR session = :s
     UNION SELECT p.key FROM nodes p WHERE p.kind = 'pause' AND (:s IS NULL OR p.session = :s)
       AND NOT EXISTS (SELECT 1 FROM nodes d WHERE d.parent = p.key AND d.kind = 'decision')
+    -- a human's decision that no run has carried on from yet
+    UNION SELECT d.key FROM nodes d WHERE d.kind = 'decision' AND (:s IS NULL OR d.session = :s)
+      AND NOT EXISTS (SELECT 1 FROM nodes c WHERE c.parent = d.key)
+    -- anything written inside the grace period: a writer may be about to point at it
+    UNION SELECT y.key FROM nodes y WHERE y.created_at > :cutoff AND (:s IS NULL OR y.session = :s)
   ),
   reached(key) AS (
     SELECT key FROM refs
@@ -113,9 +118,12 @@ class SQLiteUpkeep:
     def schema_version(self) -> int:
         raise NotImplementedError
 
-    def unreachable(self, session_key: int | None, *, delete: bool) -> tuple[list[str], list[str]]:
-        """(node ids, run ids) no branch, checkpoint or unresolved pause reaches, in one
-        session or in all; with ``delete``, remove them (in one transaction)."""
+    def unreachable(
+        self, session_key: int | None, *, delete: bool, cutoff: str = ""
+    ) -> tuple[list[str], list[str]]:
+        """(node ids, run ids) that nothing keeps (see ``maintenance.prune``), in one session
+        or in all; nodes created after ``cutoff`` (an ISO time) are kept. With ``delete``,
+        remove them (in one transaction)."""
         scope = (
             "scope(key) AS (SELECT key FROM nodes)"
             if session_key is None
@@ -128,7 +136,7 @@ class SQLiteUpkeep:
             gone = conn.execute(
                 _REACHED + f", {scope} SELECT n.key, n.id, n.run FROM scope JOIN nodes n ON n.key = scope.key"
                 " WHERE n.key NOT IN (SELECT key FROM reached) ORDER BY n.id",
-                {"s": session_key},
+                {"s": session_key, "cutoff": cutoff or "9999"},
             ).fetchall()
             gone_keys = {key for key, _, _ in gone}
             # A run goes only when every node that names it goes.
