@@ -47,6 +47,7 @@ PROVIDER = "openai-compatible"
 RETRYABLE_STATUS = frozenset({408, 409, 429})  # and every 5xx
 _RESERVED = frozenset({"messages", "tools", "model", "stream", "stream_options"})
 _BACKOFF_BASE, _BACKOFF_CAP = 0.5, 8.0
+DEFAULT_DEADLINE = 600.0  # seconds for a whole call, retries included
 
 # Module-level hooks so tests can make retries instant and deterministic.
 _sleep = asyncio.sleep
@@ -63,6 +64,7 @@ def openai_compatible(
     timeout: float | httpx.Timeout = 60.0,
     max_retries: int = 4,
     max_retry_time: float = 60.0,
+    deadline: float = DEFAULT_DEADLINE,
     headers: Mapping[str, str] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     **params: Any,
@@ -86,6 +88,7 @@ def openai_compatible(
         timeout=timeout,
         max_retries=max_retries,
         max_retry_time=max_retry_time,
+        deadline=deadline,
         headers=headers,
         transport=transport,
         params=params,
@@ -105,6 +108,7 @@ class OpenAICompatible:
         timeout: float | httpx.Timeout,
         max_retries: int,
         max_retry_time: float,
+        deadline: float,
         headers: Mapping[str, str] | None,
         transport: httpx.AsyncBaseTransport | None,
         params: dict[str, Any],
@@ -113,6 +117,7 @@ class OpenAICompatible:
         self.url = self.base_url + "/chat/completions"
         self.params = dict(params)
         self.max_retries, self.max_retry_time = max_retries, max_retry_time
+        self.deadline = float(deadline)
         self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         self._transport = transport
         self._headers = httpx.Headers({"Accept": "text/event-stream" if stream else "application/json"})
@@ -155,22 +160,33 @@ class OpenAICompatible:
     # -- one call ------------------------------------------------------------
 
     async def _complete(self, body: dict[str, Any]) -> Completion:
-        budget = _Budget(time.monotonic())
+        budget = _Budget(time.monotonic(), self.deadline)
         async with self._client() as client:
-            response = await self._send(client, body, budget)
-            try:
-                data = response.json()
-            except ValueError:
-                raise self._error(f"response is not JSON: {response.text[:200]!r}") from None
+            while True:
+                response = await self._send(client, body, budget, stream=True)
+                try:
+                    raw = b"".join([chunk async for chunk in self._body(response, budget)])
+                    break
+                except httpx.HTTPError as exc:  # the connection dropped or stalled mid-body
+                    failure = self._error(
+                        f"reading the response: {type(exc).__name__}: {exc}", retryable=True
+                    )
+                finally:
+                    await response.aclose()
+                await self._pause(failure, None, budget)
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise self._error(f"response is not JSON: {raw[:200].decode(errors='replace')!r}") from None
         if isinstance(data, dict) and data.get("error"):
             raise self._error(f"error in response: {_error_text(data)}")
         choices = data.get("choices") if isinstance(data, dict) else None
         if not choices or not isinstance(choices[0], dict):
             raise self._error(f"response has no choices: {json.dumps(data)[:200]}")
-        raw = choices[0].get("message") or {}
-        tool_calls = [_tool_call(tc, i) for i, tc in enumerate(raw.get("tool_calls") or [])]
+        raw_message = choices[0].get("message") or {}
+        tool_calls = [_tool_call(tc, i) for i, tc in enumerate(raw_message.get("tool_calls") or [])]
         return self._completion(
-            raw.get("content"),
+            raw_message.get("content"),
             tool_calls,
             data.get("model"),
             data.get("usage"),
@@ -179,7 +195,7 @@ class OpenAICompatible:
         )
 
     async def _streamed(self, body: dict[str, Any]) -> AsyncIterator[str | Completion]:
-        budget = _Budget(time.monotonic())
+        budget = _Budget(time.monotonic(), self.deadline)
         # The client and response are context managers so that cancelling the
         # task, or closing this generator early, closes the connection.
         async with self._client() as client:
@@ -187,7 +203,7 @@ class OpenAICompatible:
                 response = await self._send(client, body, budget, stream=True)
                 state = _StreamState()
                 try:
-                    async for event in aiter_events(response.aiter_bytes()):
+                    async for event in aiter_events(self._body(response, budget)):
                         if (delta := state.feed(event, self._error)) is not None:
                             yield delta
                         if state.done:
@@ -235,14 +251,16 @@ class OpenAICompatible:
         while True:
             wait: float | None = None
             try:
-                response = await client.send(request, stream=stream)
+                response = await self._within(budget, client.send(request, stream=stream))
             except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                 failure = self._error(f"{type(exc).__name__} on POST {self.url}: {exc}", retryable=True)
             else:
                 if response.is_success:
                     return response
-                await response.aread()
-                await response.aclose()
+                try:
+                    await self._within(budget, response.aread())
+                finally:
+                    await response.aclose()
                 status = response.status_code
                 retryable = status in RETRYABLE_STATUS or status >= 500
                 failure = self._error(
@@ -252,6 +270,31 @@ class OpenAICompatible:
                 )
                 wait = _retry_after(response.headers)
             await self._pause(failure, wait, budget)
+
+    async def _body(self, response: httpx.Response, budget: _Budget) -> AsyncIterator[bytes]:
+        """The response body's chunks, each read within what is left of the deadline."""
+        chunks = response.aiter_bytes()
+        while True:
+            try:
+                chunk = await self._within(budget, anext(chunks))
+            except StopAsyncIteration:
+                return
+            yield chunk
+
+    async def _within(self, budget: _Budget, awaitable: Awaitable[Any]) -> Any:
+        """Await ``awaitable``, or raise the deadline's ProviderError when the call's time is up."""
+        try:
+            async with asyncio.timeout(max(0.0, budget.remaining())):
+                return await awaitable
+        except TimeoutError:
+            raise self._deadline_error(budget, "") from None
+
+    def _deadline_error(self, budget: _Budget, why: str) -> ProviderError:
+        """The call's deadline is up (``attempts`` counts the failed ones, so a running one is +1)."""
+        attempts = max(budget.attempts, 1) if why else budget.attempts + 1
+        return self._error(
+            f"deadline of {self.deadline:g}s for the whole call exceeded after {attempts} attempt(s){why}"
+        )
 
     async def _pause(self, failure: ProviderError, wait: float | None, budget: _Budget) -> None:
         """Sleep before the next attempt, or raise ``failure`` when it must not be retried."""
@@ -268,6 +311,8 @@ class OpenAICompatible:
                 status=failure.status,
                 retryable=True,
             )
+        if wait >= budget.remaining():
+            raise self._deadline_error(budget, f"; next wait would be {wait:.1f}s after: {failure}")
         await _sleep(wait)
 
     def _error(self, message: str, *, status: int | None = None, retryable: bool = False) -> ProviderError:
@@ -308,10 +353,14 @@ class OpenAICompatible:
 
 @dataclass
 class _Budget:
-    """Attempts made so far for one call, and when the call started."""
+    """Attempts made so far for one call, when it started and how long it may take."""
 
     started: float
+    deadline: float
     attempts: int = 0
+
+    def remaining(self) -> float:
+        return self.deadline - (time.monotonic() - self.started)
 
 
 @dataclass
