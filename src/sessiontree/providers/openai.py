@@ -41,6 +41,7 @@ import httpx
 
 from ..errors import ProviderError
 from ..model import Completion
+from .body import ACCEPT_ENCODING, Inflater
 from .sse import Event, aiter_events
 
 PROVIDER = "openai-compatible"
@@ -48,6 +49,9 @@ RETRYABLE_STATUS = frozenset({408, 409, 429})  # and every 5xx
 _RESERVED = frozenset({"messages", "tools", "model", "stream", "stream_options"})
 _BACKOFF_BASE, _BACKOFF_CAP = 0.5, 8.0
 DEFAULT_DEADLINE = 600.0  # seconds for a whole call, retries included
+DEFAULT_MAX_RESPONSE_BYTES = 32 * 2**20  # one response body or stream, decoded
+DEFAULT_MAX_LINE_BYTES = 4 * 2**20  # one SSE line
+_ERROR_BODY_BYTES = 64 * 1024  # what is read of an error response; the rest is dropped
 
 # Module-level hooks so tests can make retries instant and deterministic.
 _sleep = asyncio.sleep
@@ -65,6 +69,8 @@ def openai_compatible(
     max_retries: int = 4,
     max_retry_time: float = 60.0,
     deadline: float = DEFAULT_DEADLINE,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     headers: Mapping[str, str] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     **params: Any,
@@ -89,6 +95,8 @@ def openai_compatible(
         max_retries=max_retries,
         max_retry_time=max_retry_time,
         deadline=deadline,
+        max_response_bytes=max_response_bytes,
+        max_line_bytes=max_line_bytes,
         headers=headers,
         transport=transport,
         params=params,
@@ -109,6 +117,8 @@ class OpenAICompatible:
         max_retries: int,
         max_retry_time: float,
         deadline: float,
+        max_response_bytes: int,
+        max_line_bytes: int,
         headers: Mapping[str, str] | None,
         transport: httpx.AsyncBaseTransport | None,
         params: dict[str, Any],
@@ -118,9 +128,15 @@ class OpenAICompatible:
         self.params = dict(params)
         self.max_retries, self.max_retry_time = max_retries, max_retry_time
         self.deadline = float(deadline)
+        self.max_response_bytes, self.max_line_bytes = max_response_bytes, max_line_bytes
         self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         self._transport = transport
-        self._headers = httpx.Headers({"Accept": "text/event-stream" if stream else "application/json"})
+        self._headers = httpx.Headers(
+            {
+                "Accept": "text/event-stream" if stream else "application/json",
+                "Accept-Encoding": ACCEPT_ENCODING,  # what body.Inflater decodes
+            }
+        )
         self._headers.update(headers or {})
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"  # replaces any given one
@@ -171,6 +187,10 @@ class OpenAICompatible:
                     failure = self._error(
                         f"reading the response: {type(exc).__name__}: {exc}", retryable=True
                     )
+                except ProviderError as exc:  # a limit, the deadline, a body that does not decode
+                    if not exc.retryable:
+                        raise self._error(str(exc), status=exc.status) from None
+                    failure = self._error(f"reading the response: {exc}", retryable=True)
                 finally:
                     await response.aclose()
                 await self._pause(failure, None, budget)
@@ -203,7 +223,7 @@ class OpenAICompatible:
                 response = await self._send(client, body, budget, stream=True)
                 state = _StreamState()
                 try:
-                    async for event in aiter_events(self._body(response, budget)):
+                    async for event in aiter_events(self._body(response, budget), self.max_line_bytes):
                         if (delta := state.feed(event, self._error)) is not None:
                             yield delta
                         if state.done:
@@ -213,6 +233,13 @@ class OpenAICompatible:
                     failure = self._error(
                         f"stream interrupted after {len(state.text)} text chunks: "
                         f"{type(exc).__name__}: {exc}",
+                        retryable=not state.text,
+                    )
+                except ProviderError as exc:  # a limit, the deadline, a body that does not decode
+                    if not exc.retryable:
+                        raise self._error(str(exc), status=exc.status) from None
+                    failure = self._error(
+                        f"stream interrupted after {len(state.text)} text chunks: {exc}",
                         retryable=not state.text,
                     )
                 finally:
@@ -258,28 +285,58 @@ class OpenAICompatible:
                 if response.is_success:
                     return response
                 try:
-                    await self._within(budget, response.aread())
+                    text = await self._error_body(response, budget)
                 finally:
                     await response.aclose()
                 status = response.status_code
                 retryable = status in RETRYABLE_STATUS or status >= 500
                 failure = self._error(
-                    f"HTTP {status} from POST {self.url}: {_error_text(response)}",
+                    f"HTTP {status} from POST {self.url}: {_error_text(text)}",
                     status=status,
                     retryable=retryable,
                 )
                 wait = _retry_after(response.headers)
             await self._pause(failure, wait, budget)
 
-    async def _body(self, response: httpx.Response, budget: _Budget) -> AsyncIterator[bytes]:
-        """The response body's chunks, each read within what is left of the deadline."""
-        chunks = response.aiter_bytes()
-        while True:
-            try:
-                chunk = await self._within(budget, anext(chunks))
-            except StopAsyncIteration:
-                return
-            yield chunk
+    async def _body(
+        self, response: httpx.Response, budget: _Budget, limit: int | None = None
+    ) -> AsyncIterator[bytes]:
+        """The decoded body, chunk by chunk, each read within what is left of the deadline.
+
+        More than ``limit`` bytes (default ``max_response_bytes``) raise, unless
+        ``limit`` was given: then the body is cut there.
+        """
+        cap = self.max_response_bytes if limit is None else limit
+        size = 0
+        try:
+            if response.is_stream_consumed:  # built in memory (a MockTransport): read and decoded already
+                raw, inflater = _once(response.content), Inflater(None)
+            else:
+                raw, inflater = response.aiter_raw(), Inflater(response.headers.get("content-encoding"))
+            while True:
+                try:
+                    data = await self._within(budget, anext(raw))
+                except StopAsyncIteration:
+                    break
+                for chunk in inflater.feed(data):
+                    size += len(chunk)
+                    if size > cap:
+                        if limit is not None:
+                            yield chunk[: len(chunk) - (size - cap)]
+                            return
+                        raise ProviderError(f"the response is larger than max_response_bytes ({cap} bytes)")
+                    yield chunk
+            inflater.end()
+        except ProviderError as e:
+            raise self._error(str(e), retryable=e.retryable) from None
+
+    async def _error_body(self, response: httpx.Response, budget: _Budget) -> str:
+        """The first bytes of an error response, as text; a body that cannot be read is "(unreadable)"."""
+        try:
+            data = b"".join([c async for c in self._body(response, budget, _ERROR_BODY_BYTES)])
+        except (ProviderError, httpx.HTTPError):
+            return "(unreadable body)"
+        return data.decode(response.encoding or "utf-8", errors="replace")
 
     async def _within(self, budget: _Budget, awaitable: Awaitable[Any]) -> Any:
         """Await ``awaitable``, or raise the deadline's ProviderError when the call's time is up."""
@@ -323,7 +380,8 @@ class OpenAICompatible:
             r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+(\s+[^\s\"',}]+)?", r"\1[redacted]", message
         )
         message = re.sub(r"(?i)\bbearer\s+(?!\[redacted\])\S+", "Bearer [redacted]", message)
-        return ProviderError(f"{PROVIDER} ({self.model}): {message}", status=status, retryable=retryable)
+        prefix = f"{PROVIDER} ({self.model}): "
+        return ProviderError(prefix + message.removeprefix(prefix), status=status, retryable=retryable)
 
     def _completion(
         self,
@@ -438,13 +496,15 @@ def _tool_call(raw: dict[str, Any], position: int) -> dict[str, Any]:
     }
 
 
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
 def _error_text(body: Any) -> str:
-    """The server's own words from an error body (a response or parsed JSON), whatever its shape."""
-    if isinstance(body, httpx.Response):
-        try:
-            body = body.json()
-        except ValueError:
-            body = body.text
+    """The server's own words from an error body (its text or parsed JSON), whatever its shape."""
+    if isinstance(body, str):
+        with contextlib.suppress(ValueError):
+            body = json.loads(body)
     error = (body.get("error") or body) if isinstance(body, dict) else body
     if isinstance(error, dict):
         error = error.get("message") or error.get("detail") or error.get("msg") or json.dumps(error)
