@@ -11,8 +11,8 @@ modes:
 - ``longline``: an SSE ``data:`` line that never ends.
 - ``bomb``: a small gzip body that inflates to 64 MB (``Content-Encoding: gzip``).
 - ``badgzip``: ``Content-Encoding: gzip`` over bytes that are not gzip.
-- ``echo-long``: a 401 whose message echoes the Authorization header after
-  padding that puts the key across character 500.
+- ``echo-long``: a 401 whose message echoes the key after padding that puts
+  it across character 500.
 - ``echo-escaped``: a 401 whose (not quite JSON) body echoes the key with ``/``
   written ``\\/``.
 - ``reply-<name>``: a 200 with the odd reply ``REPLIES[name]``.
@@ -124,12 +124,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _echo(self, mode: str) -> None:
-        auth = self.headers.get("authorization", "")
+        key = self.headers.get("authorization", "").removeprefix("Bearer ")  # as OpenAI echoes it
         if mode == "echo-long":
-            message = "x" * 480 + " invalid credentials: " + auth
+            message = "x" * 460 + " Incorrect API key provided: " + key  # the key spans character 500
             body = json.dumps({"error": {"message": message}}).encode()
         else:  # echo-escaped: JSON-style escaping in a body that does not parse
-            body = ('{"error": "bad key ' + auth.replace("/", "\\/") + '"').encode()
+            body = ('{"error": "bad key ' + key.replace("/", "\\/") + '"').encode()
         self._head(401, "application/json", len(body))
         self.wfile.write(body)
 

@@ -10,8 +10,10 @@ import time
 import tracemalloc
 from typing import Any
 
+import httpx
 import pytest
 
+from sessiontree import Store, run
 from sessiontree.errors import ProviderError
 from sessiontree.model import Completion
 from sessiontree.providers import openai as openai_mod
@@ -65,9 +67,7 @@ def test_a_trickling_server_hits_the_deadline(hostile, mode, stream):
     assert not error.retryable
 
 
-def test_the_deadline_covers_retry_waits(monkeypatch):
-    import httpx
-
+def test_the_deadline_covers_retry_waits():
     transport = httpx.MockTransport(lambda request: httpx.Response(503, headers={"retry-after": "0.4"}))
     call = openai_compatible("http://llm.test/v1", "m", transport=transport, deadline=1.0, max_retries=50)
     started = time.monotonic()
@@ -114,3 +114,53 @@ def test_lines_are_split_in_linear_time():
     assert len(events) == 1 and len(events[0].data) == 4096 * 4096
     with pytest.raises(ProviderError, match="max_line_bytes"):
         list(iter_events([b"data: "] + [b"a" * 4096] * 100, max_line_bytes=10_000))
+
+
+# -- 3. the API key never leaks -----------------------------------------------------------
+
+KEY = "sk-proj-a1b2c3/d4e5f6+g7h8i9/j0k1l2m3n4o5p6q7r8s9"
+
+
+def key_fragments(text: str) -> list[str]:
+    """Every 8-character piece of KEY found in ``text``."""
+    return [KEY[i : i + 8] for i in range(len(KEY) - 7) if KEY[i : i + 8] in text]
+
+
+@pytest.mark.parametrize("mode", ["echo-long", "echo-escaped"])
+def test_an_echoed_key_is_redacted_whole(hostile, mode):
+    error = fails(openai_compatible(hostile.url(mode), "m", api_key=KEY, max_retries=0))
+    assert error.status == 401 and "[redacted]" in str(error)
+    assert key_fragments(str(error)) == [] and key_fragments(str(error).replace("\\/", "/")) == []
+
+
+def test_an_echoed_key_reaches_neither_the_error_node_nor_the_file(hostile, tmp_path):
+    store = Store(tmp_path / "s.db")
+    session = store.create_session("leak")
+    session.append({"role": "user", "content": "hi"})
+    call = openai_compatible(hostile.url("echo-long"), "m", api_key=KEY, max_retries=0)
+    steps = list(run(store, session, call=call))
+    assert steps[-1].reason == "error" and steps[-1].node.kind == "error"
+    assert "Incorrect API key provided" in steps[-1].node.payload["message"]
+    store.close()
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir())
+    assert [f for f in key_fragments(raw.decode("latin-1"))] == []
+
+
+@pytest.mark.parametrize("bad", ["\r", "\n", "\x00", "\t"])
+def test_a_key_with_a_control_character_is_refused_up_front(bad):
+    with pytest.raises(ValueError) as info:
+        openai_compatible("http://llm.test/v1", "m", api_key=KEY + bad)
+    assert f"U+{ord(bad):04X}" in str(info.value) and "API key" in str(info.value)
+    assert key_fragments(str(info.value)) == []
+    with pytest.raises(ValueError, match="the X-Api-Key header contains a control character"):
+        openai_compatible("http://llm.test/v1", "m", headers={"X-Api-Key": KEY + bad})
+
+
+def test_a_header_value_never_reaches_an_error():
+    def refuse(request):
+        raise httpx.LocalProtocolError(f"Illegal header value b'Bearer {KEY}\\r'")
+
+    call = openai_compatible("http://llm.test/v1", "m", api_key=KEY, transport=httpx.MockTransport(refuse))
+    error = fails(call)
+    assert "LocalProtocolError" in str(error) and key_fragments(str(error)) == []
+    assert "Bearer" not in str(error)

@@ -30,7 +30,6 @@ import email.utils
 import json
 import os
 import random
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Mapping
@@ -42,6 +41,7 @@ import httpx
 from ..errors import ProviderError
 from ..model import Completion
 from .body import ACCEPT_ENCODING, Inflater
+from .redact import Redactor, check_header
 from .sse import Event, aiter_events
 
 PROVIDER = "openai-compatible"
@@ -137,17 +137,13 @@ class OpenAICompatible:
                 "Accept-Encoding": ACCEPT_ENCODING,  # what body.Inflater decodes
             }
         )
+        for name, value in (headers or {}).items():
+            check_header(f"the {name} header", value)
         self._headers.update(headers or {})
         if api_key:
+            check_header("the API key", api_key)
             self._headers["Authorization"] = f"Bearer {api_key}"  # replaces any given one
-        # Everything that could be a credential, to scrub from error messages.
-        self._secrets = [
-            part
-            for name, value in self._headers.items()
-            if name in ("authorization", "api-key", "x-api-key")
-            for part in [value, *value.split()]
-            if part.lower() not in ("bearer", "basic", "token")
-        ]
+        self._redact = Redactor(self._headers)  # every credential, to scrub from error messages
 
     def with_params(self, **params: Any) -> OpenAICompatible:
         """The same endpoint and model with these request parameters added or replaced."""
@@ -197,12 +193,13 @@ class OpenAICompatible:
         try:
             data = json.loads(raw)
         except ValueError:
-            raise self._error(f"response is not JSON: {raw[:200].decode(errors='replace')!r}") from None
+            text = raw[:4096].decode(errors="replace")
+            raise self._error("response is not JSON: ", detail=text, limit=200, quote=True) from None
         if isinstance(data, dict) and data.get("error"):
-            raise self._error(f"error in response: {_error_text(data)}")
+            raise self._error("error in response: ", detail=_error_text(data))
         choices = data.get("choices") if isinstance(data, dict) else None
         if not choices or not isinstance(choices[0], dict):
-            raise self._error(f"response has no choices: {json.dumps(data)[:200]}")
+            raise self._error("response has no choices: ", detail=json.dumps(data), limit=200)
         raw_message = choices[0].get("message") or {}
         tool_calls = [_tool_call(tc, i) for i, tc in enumerate(raw_message.get("tool_calls") or [])]
         return self._completion(
@@ -281,6 +278,11 @@ class OpenAICompatible:
                 response = await self._within(budget, client.send(request, stream=stream))
             except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                 failure = self._error(f"{type(exc).__name__} on POST {self.url}: {exc}", retryable=True)
+            except httpx.LocalProtocolError as exc:  # h11's message may quote a header value: never show it
+                raise self._error(
+                    f"{type(exc).__name__}: the request to POST {self.url} could not be sent "
+                    "(details withheld: they may quote a header value)"
+                ) from None
             else:
                 if response.is_success:
                     return response
@@ -291,7 +293,8 @@ class OpenAICompatible:
                 status = response.status_code
                 retryable = status in RETRYABLE_STATUS or status >= 500
                 failure = self._error(
-                    f"HTTP {status} from POST {self.url}: {_error_text(text)}",
+                    f"HTTP {status} from POST {self.url}: ",
+                    detail=_error_text(text),
                     status=status,
                     retryable=retryable,
                 )
@@ -372,14 +375,25 @@ class OpenAICompatible:
             raise self._deadline_error(budget, f"; next wait would be {wait:.1f}s after: {failure}")
         await _sleep(wait)
 
-    def _error(self, message: str, *, status: int | None = None, retryable: bool = False) -> ProviderError:
-        """A ProviderError whose message carries no secret."""
-        for secret in self._secrets:
-            message = message.replace(secret, "[redacted]")
-        message = re.sub(
-            r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+(\s+[^\s\"',}]+)?", r"\1[redacted]", message
-        )
-        message = re.sub(r"(?i)\bbearer\s+(?!\[redacted\])\S+", "Bearer [redacted]", message)
+    def _error(
+        self,
+        message: str,
+        *,
+        detail: str | None = None,
+        limit: int = 500,
+        quote: bool = False,
+        status: int | None = None,
+        retryable: bool = False,
+    ) -> ProviderError:
+        """A ProviderError whose message carries no secret.
+
+        ``detail`` (the server's words) is redacted, then cut to ``limit``
+        characters, then appended (as a repr with ``quote``).
+        """
+        if detail is not None:
+            clipped = self._redact.clip(detail, limit) or "(empty body)"
+            message += repr(clipped) if quote else clipped
+        message = self._redact(message)
         prefix = f"{PROVIDER} ({self.model}): "
         return ProviderError(prefix + message.removeprefix(prefix), status=status, retryable=retryable)
 
@@ -443,11 +457,11 @@ class _StreamState:
         try:
             chunk = json.loads(data)
         except ValueError:
-            raise error(f"malformed JSON in stream data line: {data[:200]!r}") from None
+            raise error("malformed JSON in stream data line: ", detail=data, limit=200, quote=True) from None
         if not isinstance(chunk, dict):
-            raise error(f"stream data line is not a JSON object: {data[:200]!r}")
+            raise error("stream data line is not a JSON object: ", detail=data, limit=200, quote=True)
         if chunk.get("error") or event.event == "error":
-            raise error(f"error in stream: {_error_text(chunk)}")
+            raise error("error in stream: ", detail=_error_text(chunk))
         self.model = chunk.get("model") or self.model
         self.usage = chunk.get("usage") or self.usage  # the last chunk, its choices empty
         delta_text = None
@@ -508,7 +522,7 @@ def _error_text(body: Any) -> str:
     error = (body.get("error") or body) if isinstance(body, dict) else body
     if isinstance(error, dict):
         error = error.get("message") or error.get("detail") or error.get("msg") or json.dumps(error)
-    return str(error).strip()[:500] or "(empty body)"
+    return str(error).strip()
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:
