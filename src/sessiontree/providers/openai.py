@@ -26,14 +26,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import email.utils
 import json
 import os
 import random
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -42,7 +39,9 @@ from ..errors import ProviderError
 from ..model import Completion
 from .body import ACCEPT_ENCODING, Inflater
 from .redact import Redactor, check_header
-from .sse import Event, aiter_events
+from .reply import StreamState, error_text, tool_call
+from .retry import Budget, retry_after
+from .sse import aiter_events
 
 PROVIDER = "openai-compatible"
 RETRYABLE_STATUS = frozenset({408, 409, 429})  # and every 5xx
@@ -172,7 +171,7 @@ class OpenAICompatible:
     # -- one call ------------------------------------------------------------
 
     async def _complete(self, body: dict[str, Any]) -> Completion:
-        budget = _Budget(time.monotonic(), self.deadline)
+        budget = Budget(time.monotonic(), self.deadline)
         async with self._client() as client:
             while True:
                 response = await self._send(client, body, budget, stream=True)
@@ -196,12 +195,12 @@ class OpenAICompatible:
             text = raw[:4096].decode(errors="replace")
             raise self._error("response is not JSON: ", detail=text, limit=200, quote=True) from None
         if isinstance(data, dict) and data.get("error"):
-            raise self._error("error in response: ", detail=_error_text(data))
+            raise self._error("error in response: ", detail=error_text(data))
         choices = data.get("choices") if isinstance(data, dict) else None
         if not choices or not isinstance(choices[0], dict):
             raise self._error("response has no choices: ", detail=json.dumps(data), limit=200)
         raw_message = choices[0].get("message") or {}
-        tool_calls = [_tool_call(tc, i) for i, tc in enumerate(raw_message.get("tool_calls") or [])]
+        tool_calls = [tool_call(tc, i) for i, tc in enumerate(raw_message.get("tool_calls") or [])]
         return self._completion(
             raw_message.get("content"),
             tool_calls,
@@ -212,13 +211,13 @@ class OpenAICompatible:
         )
 
     async def _streamed(self, body: dict[str, Any]) -> AsyncIterator[str | Completion]:
-        budget = _Budget(time.monotonic(), self.deadline)
+        budget = Budget(time.monotonic(), self.deadline)
         # The client and response are context managers so that cancelling the
         # task, or closing this generator early, closes the connection.
         async with self._client() as client:
             while True:
                 response = await self._send(client, body, budget, stream=True)
-                state = _StreamState()
+                state = StreamState()
                 try:
                     async for event in aiter_events(self._body(response, budget), self.max_line_bytes):
                         if (delta := state.feed(event, self._error)) is not None:
@@ -245,7 +244,7 @@ class OpenAICompatible:
                 await self._pause(failure, None, budget)
         if state.finish is None and not state.done:
             raise self._error("stream ended without a finish_reason or [DONE]: truncated")
-        tool_calls = [_tool_call(state.calls[i], n) for n, i in enumerate(sorted(state.calls))]
+        tool_calls = [tool_call(state.calls[i], n) for n, i in enumerate(sorted(state.calls))]
         yield self._completion(
             "".join(state.text) or None, tool_calls, state.model, state.usage, state.finish, budget.started
         )
@@ -264,7 +263,7 @@ class OpenAICompatible:
                 await client.aclose()
 
     async def _send(
-        self, client: httpx.AsyncClient, body: dict[str, Any], budget: _Budget, *, stream: bool = False
+        self, client: httpx.AsyncClient, body: dict[str, Any], budget: Budget, *, stream: bool = False
     ) -> httpx.Response:
         """POST until a 2xx arrives, retrying what is worth retrying.
 
@@ -294,15 +293,15 @@ class OpenAICompatible:
                 retryable = status in RETRYABLE_STATUS or status >= 500
                 failure = self._error(
                     f"HTTP {status} from POST {self.url}: ",
-                    detail=_error_text(text),
+                    detail=error_text(text),
                     status=status,
                     retryable=retryable,
                 )
-                wait = _retry_after(response.headers)
+                wait = retry_after(response.headers)
             await self._pause(failure, wait, budget)
 
     async def _body(
-        self, response: httpx.Response, budget: _Budget, limit: int | None = None
+        self, response: httpx.Response, budget: Budget, limit: int | None = None
     ) -> AsyncIterator[bytes]:
         """The decoded body, chunk by chunk, each read within what is left of the deadline.
 
@@ -333,7 +332,7 @@ class OpenAICompatible:
         except ProviderError as e:
             raise self._error(str(e), retryable=e.retryable) from None
 
-    async def _error_body(self, response: httpx.Response, budget: _Budget) -> str:
+    async def _error_body(self, response: httpx.Response, budget: Budget) -> str:
         """The first bytes of an error response, as text; a body that cannot be read is "(unreadable)"."""
         try:
             data = b"".join([c async for c in self._body(response, budget, _ERROR_BODY_BYTES)])
@@ -341,7 +340,7 @@ class OpenAICompatible:
             return "(unreadable body)"
         return data.decode(response.encoding or "utf-8", errors="replace")
 
-    async def _within(self, budget: _Budget, awaitable: Awaitable[Any]) -> Any:
+    async def _within(self, budget: Budget, awaitable: Awaitable[Any]) -> Any:
         """Await ``awaitable``, or raise the deadline's ProviderError when the call's time is up."""
         try:
             async with asyncio.timeout(max(0.0, budget.remaining())):
@@ -349,14 +348,14 @@ class OpenAICompatible:
         except TimeoutError:
             raise self._deadline_error(budget, "") from None
 
-    def _deadline_error(self, budget: _Budget, why: str) -> ProviderError:
+    def _deadline_error(self, budget: Budget, why: str) -> ProviderError:
         """The call's deadline is up (``attempts`` counts the failed ones, so a running one is +1)."""
         attempts = max(budget.attempts, 1) if why else budget.attempts + 1
         return self._error(
             f"deadline of {self.deadline:g}s for the whole call exceeded after {attempts} attempt(s){why}"
         )
 
-    async def _pause(self, failure: ProviderError, wait: float | None, budget: _Budget) -> None:
+    async def _pause(self, failure: ProviderError, wait: float | None, budget: Budget) -> None:
         """Sleep before the next attempt, or raise ``failure`` when it must not be retried."""
         budget.attempts += 1
         if not failure.retryable:
@@ -423,116 +422,5 @@ class OpenAICompatible:
 # -- helpers -------------------------------------------------------------------
 
 
-@dataclass
-class _Budget:
-    """Attempts made so far for one call, when it started and how long it may take."""
-
-    started: float
-    deadline: float
-    attempts: int = 0
-
-    def remaining(self) -> float:
-        return self.deadline - (time.monotonic() - self.started)
-
-
-@dataclass
-class _StreamState:
-    """The message assembled from one stream's chunks."""
-
-    text: list[str] = field(default_factory=list)
-    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
-    usage: dict[str, Any] | None = None
-    finish: str | None = None
-    model: str | None = None
-    done: bool = False
-
-    def feed(self, event: Event, error: Any) -> str | None:
-        """Take one SSE event; return its text delta, if any."""
-        data = event.data.strip()
-        if not data:
-            return None  # "data:" with nothing: a keep-alive
-        if data == "[DONE]":
-            self.done = True
-            return None
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            raise error("malformed JSON in stream data line: ", detail=data, limit=200, quote=True) from None
-        if not isinstance(chunk, dict):
-            raise error("stream data line is not a JSON object: ", detail=data, limit=200, quote=True)
-        if chunk.get("error") or event.event == "error":
-            raise error("error in stream: ", detail=_error_text(chunk))
-        self.model = chunk.get("model") or self.model
-        self.usage = chunk.get("usage") or self.usage  # the last chunk, its choices empty
-        delta_text = None
-        for choice in chunk.get("choices") or []:
-            if choice.get("index", 0) != 0:
-                continue  # n > 1 is not supported: keep the first choice
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                delta_text = delta["content"]
-                self.text.append(delta_text)
-            for part in delta.get("tool_calls") or []:
-                _merge_tool_call(self.calls, part)
-            self.finish = choice.get("finish_reason") or self.finish
-        return delta_text
-
-
-def _merge_tool_call(calls: dict[int, dict[str, Any]], part: dict[str, Any]) -> None:
-    """Fold one streamed tool-call fragment into ``calls``, keyed by its index."""
-    index = part.get("index")
-    if index is None:  # a server that omits index sends each call whole
-        index = len(calls) if part.get("id") or not calls else max(calls)
-    slot = calls.setdefault(index, {"id": None, "function": {"name": "", "arguments": ""}})
-    if part.get("id"):
-        slot["id"] = part["id"]
-    function = part.get("function") or {}
-    name = function.get("name")
-    # llama.cpp repeats the full name in every chunk: take it once, don't concatenate.
-    if name and name != slot["function"]["name"]:
-        slot["function"]["name"] += name
-    if function.get("arguments"):
-        slot["function"]["arguments"] += function["arguments"]
-
-
-def _tool_call(raw: dict[str, Any], position: int) -> dict[str, Any]:
-    """A tool call in the canonical OpenAI shape."""
-    function = raw.get("function") or {}
-    arguments = function.get("arguments")
-    if not isinstance(arguments, str):  # some servers send an object; the contract is a string
-        arguments = json.dumps(arguments if arguments is not None else {})
-    # An agent loop matches tool results to calls by id, so never leave it empty.
-    call_id = raw.get("id") or f"call_{position}_{uuid.uuid4().hex[:12]}"
-    return {
-        "id": call_id,
-        "type": "function",
-        "function": {"name": function.get("name") or "", "arguments": arguments},
-    }
-
-
 async def _once(data: bytes) -> AsyncIterator[bytes]:
     yield data
-
-
-def _error_text(body: Any) -> str:
-    """The server's own words from an error body (its text or parsed JSON), whatever its shape."""
-    if isinstance(body, str):
-        with contextlib.suppress(ValueError):
-            body = json.loads(body)
-    error = (body.get("error") or body) if isinstance(body, dict) else body
-    if isinstance(error, dict):
-        error = error.get("message") or error.get("detail") or error.get("msg") or json.dumps(error)
-    return str(error).strip()
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds the server asked us to wait: OpenAI's retry-after-ms, else Retry-After
-    in seconds or as an HTTP-date; None when absent or unreadable."""
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        if (value := headers.get(name)) is None:
-            continue
-        with contextlib.suppress(ValueError):
-            return max(0.0, float(value) / scale)
-        with contextlib.suppress(TypeError, ValueError):
-            return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
-    return None
