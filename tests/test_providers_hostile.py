@@ -164,3 +164,51 @@ def test_a_header_value_never_reaches_an_error():
     error = fails(call)
     assert "LocalProtocolError" in str(error) and key_fragments(str(error)) == []
     assert "Bearer" not in str(error)
+
+
+# -- 4. every transport failure is a ProviderError ----------------------------------------
+
+
+@pytest.fixture
+def sleeps(monkeypatch):
+    delays: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        delays.append(seconds)
+
+    monkeypatch.setattr(openai_mod, "_sleep", fake_sleep)
+    return delays
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_a_bad_gzip_body_is_a_retried_provider_error(hostile, sleeps, stream):
+    error = fails(openai_compatible(hostile.url("badgzip"), "m", stream=stream, max_retries=2))
+    assert "the body is not valid gzip" in str(error) and "gave up after 3 attempt(s)" in str(error)
+    assert error.retryable and len(sleeps) == 2
+
+
+@pytest.mark.parametrize(
+    ("exc", "retried"),
+    [
+        (httpx.DecodingError("bad gzip"), True),
+        (httpx.ProxyError("proxy hiccup"), True),
+        (httpx.ReadError("reset"), True),
+        (httpx.UnsupportedProtocol("no such scheme"), False),
+        (httpx.TooManyRedirects("loop"), False),
+        (httpx.LocalProtocolError("bad header"), False),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, Exception) else str(v),
+)
+def test_every_httpx_failure_is_a_provider_error(sleeps, exc, retried):
+    def fail(request):
+        raise exc
+
+    call = openai_compatible("http://llm.test/v1", "m", transport=httpx.MockTransport(fail), max_retries=1)
+    error = fails(call)
+    assert type(exc).__name__ in str(error) and error.__cause__ is None and error.__context__ is None
+    assert len(sleeps) == (1 if retried else 0)
+
+
+def test_a_malformed_base_url_is_a_provider_error():
+    error = fails(openai_compatible("http://[::1/v1", "m", max_retries=0))
+    assert "InvalidURL" in str(error) or "UnsupportedProtocol" in str(error)

@@ -45,6 +45,14 @@ from .sse import aiter_events
 
 PROVIDER = "openai-compatible"
 RETRYABLE_STATUS = frozenset({408, 409, 429})  # and every 5xx
+# Worth another attempt: a later one may connect, get a whole reply, or pass another proxy.
+_RETRYABLE_TRANSPORT = (
+    httpx.TimeoutException,
+    httpx.NetworkError,
+    httpx.RemoteProtocolError,
+    httpx.ProxyError,
+    httpx.DecodingError,
+)
 _RESERVED = frozenset({"messages", "tools", "model", "stream", "stream_options"})
 _BACKOFF_BASE, _BACKOFF_CAP = 0.5, 8.0
 DEFAULT_DEADLINE = 600.0  # seconds for a whole call, retries included
@@ -179,9 +187,7 @@ class OpenAICompatible:
                     raw = b"".join([chunk async for chunk in self._body(response, budget)])
                     break
                 except httpx.HTTPError as exc:  # the connection dropped or stalled mid-body
-                    failure = self._error(
-                        f"reading the response: {type(exc).__name__}: {exc}", retryable=True
-                    )
+                    failure = self._transport_error(exc, "reading the response")
                 except ProviderError as exc:  # a limit, the deadline, a body that does not decode
                     if not exc.retryable:
                         raise self._error(str(exc), status=exc.status) from None
@@ -226,10 +232,8 @@ class OpenAICompatible:
                             break
                     break
                 except httpx.HTTPError as exc:  # the connection dropped or stalled
-                    failure = self._error(
-                        f"stream interrupted after {len(state.text)} text chunks: "
-                        f"{type(exc).__name__}: {exc}",
-                        retryable=not state.text,
+                    failure = self._transport_error(
+                        exc, f"stream interrupted after {len(state.text)} text chunks", bool(state.text)
                     )
                 except ProviderError as exc:  # a limit, the deadline, a body that does not decode
                     if not exc.retryable:
@@ -270,18 +274,16 @@ class OpenAICompatible:
         Returns the open response; with ``stream=True`` its body is not read yet
         and the caller must close it.
         """
-        request = client.build_request("POST", self.url, json=body, headers=self._headers)
+        try:
+            request = client.build_request("POST", self.url, json=body, headers=self._headers)
+        except (httpx.InvalidURL, httpx.HTTPError) as exc:
+            raise self._error(f"cannot POST {self.url}: {type(exc).__name__}: {exc}") from None
         while True:
             wait: float | None = None
             try:
                 response = await self._within(budget, client.send(request, stream=stream))
-            except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-                failure = self._error(f"{type(exc).__name__} on POST {self.url}: {exc}", retryable=True)
-            except httpx.LocalProtocolError as exc:  # h11's message may quote a header value: never show it
-                raise self._error(
-                    f"{type(exc).__name__}: the request to POST {self.url} could not be sent "
-                    "(details withheld: they may quote a header value)"
-                ) from None
+            except httpx.HTTPError as exc:
+                failure = self._transport_error(exc, f"POST {self.url}")
             else:
                 if response.is_success:
                     return response
@@ -353,6 +355,19 @@ class OpenAICompatible:
         attempts = max(budget.attempts, 1) if why else budget.attempts + 1
         return self._error(
             f"deadline of {self.deadline:g}s for the whole call exceeded after {attempts} attempt(s){why}"
+        )
+
+    def _transport_error(self, exc: httpx.HTTPError, doing: str, shown: bool = False) -> ProviderError:
+        """Any httpx failure as a ProviderError, retryable when another attempt may fare
+        better and nothing was ``shown`` to the caller yet."""
+        if isinstance(exc, httpx.LocalProtocolError):  # h11's message may quote a header value
+            return self._error(
+                f"{doing}: {type(exc).__name__}: the request could not be sent "
+                "(details withheld: they may quote a header value)"
+            )
+        return self._error(
+            f"{doing}: {type(exc).__name__}: {exc}",
+            retryable=isinstance(exc, _RETRYABLE_TRANSPORT) and not shown,
         )
 
     async def _pause(self, failure: ProviderError, wait: float | None, budget: Budget) -> None:
