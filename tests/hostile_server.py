@@ -59,7 +59,7 @@ REPLIES: dict[str, dict[str, Any]] = {
     "id-list": _reply(_calls(["a", "b"])),
     "duplicate-ids": _reply(_calls("call_1", "call_1")),
     "content-object": _reply({"role": "assistant", "content": {"text": "hi"}}),
-    "role-user": _reply({"role": "user", "content": "hi"}),
+    "calls-object": _reply({"role": "assistant", "content": None, "tool_calls": {"id": "x"}}),
 }
 _BOMB = gzip.compress(b"\0" * (64 * 2**20), compresslevel=9)
 

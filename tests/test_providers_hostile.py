@@ -6,6 +6,7 @@ Each test is one attack of issue 13; docs/reliability.md lists them.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import tracemalloc
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sessiontree import Store, run
+from sessiontree import Final, Store, run
 from sessiontree.errors import ProviderError
 from sessiontree.model import Completion
 from sessiontree.providers import openai as openai_mod
@@ -212,3 +213,98 @@ def test_every_httpx_failure_is_a_provider_error(sleeps, exc, retried):
 def test_a_malformed_base_url_is_a_provider_error():
     error = fails(openai_compatible("http://[::1/v1", "m", max_retries=0))
     assert "InvalidURL" in str(error) or "UnsupportedProtocol" in str(error)
+
+
+# -- 5. odd replies never crash the loop or poison a branch -------------------------------
+
+
+def echo(text: str = "") -> str:
+    """Echo."""
+    return text
+
+
+def good_call(messages, tools):
+    return {"role": "assistant", "content": "fine"}
+
+
+def assert_error_then_branch_still_runs(store, session, steps, needle: str) -> None:
+    final = steps[-1]
+    assert isinstance(final, Final) and final.reason == "error", steps
+    node = final.node
+    assert node.kind == "error" and needle in node.payload["raw"] and len(node.payload["raw"]) <= 2000
+    assert store.verify().ok
+    again = list(run(store, session, call=good_call, tools=[echo]))
+    assert again[-1].reason == "completed" and store.verify().ok
+
+
+@pytest.mark.parametrize(
+    ("mode", "needle"),
+    [
+        ("model-object", '"name": "x"'),
+        ("finish-object", '"a": 1'),
+        ("id-list", '["a", "b"]'),
+        ("duplicate-ids", "call_1"),
+        ("content-object", '"text": "hi"'),
+        ("calls-object", '"tool_calls": {"id": "x"}'),
+    ],
+)
+def test_an_odd_reply_from_the_server_becomes_an_error_node(hostile, tmp_path, mode, needle):
+    store = Store(tmp_path / "s.db")
+    session = store.create_session("odd")
+    session.append({"role": "user", "content": "hi"})
+    call = openai_compatible(hostile.url(f"reply-{mode}"), "m", max_retries=0)
+    steps = list(run(store, session, call=call, tools=[echo]))
+    assert (
+        "ProviderError" in steps[-1].error
+        and "cannot be stored" in steps[-1].error
+        or "shape" in steps[-1].error
+    )
+    assert_error_then_branch_still_runs(store, session, steps, needle)
+
+
+CALL = {"type": "function", "function": {"name": "echo", "arguments": "{}"}}
+
+
+@pytest.mark.parametrize(
+    ("reply", "needle"),
+    [
+        (Completion({"role": "assistant", "content": "hi"}, model={"name": "x"}), '"name": "x"'),
+        (Completion({"role": "assistant", "content": "hi"}, finish_reason=["stop"]), '["stop"]'),
+        (Completion({"role": "assistant", "content": "hi"}, usage=[1]), "[1]"),
+        ({"role": "assistant", "content": None, "tool_calls": [{**CALL, "id": ["a"]}]}, '["a"]'),
+        (
+            {"role": "assistant", "content": None, "tool_calls": [{**CALL, "id": "d"}, {**CALL, "id": "d"}]},
+            '"d"',
+        ),
+        ({"role": "assistant", "content": 7}, "7"),
+        ({"role": "assistant", "content": None, "tool_calls": "echo"}, '"echo"'),
+    ],
+    ids=["model", "finish_reason", "usage", "id-list", "duplicate-ids", "content", "calls-string"],
+)
+def test_an_odd_reply_from_any_call_becomes_an_error_node(tmp_path, reply, needle):
+    store = Store(tmp_path / "s.db")
+    session = store.create_session("odd")
+    session.append({"role": "user", "content": "hi"})
+    steps = list(run(store, session, call=lambda messages, tools: reply, tools=[echo]))
+    assert "ModelOutputError" in steps[-1].error and "cannot be stored" in steps[-1].error
+    assert_error_then_branch_still_runs(store, session, steps, needle)
+
+
+@pytest.mark.parametrize(
+    "delta",
+    [
+        {"content": {"text": "hi"}},
+        {"tool_calls": [{"index": [0], "id": "a", "function": {"name": "echo", "arguments": "{}"}}]},
+        {"tool_calls": [{"index": 0, "id": ["a"], "function": {"name": "echo", "arguments": "{}"}}]},
+        {"tool_calls": "echo"},
+    ],
+    ids=["content-object", "index-list", "id-list", "calls-string"],
+)
+def test_an_odd_stream_is_a_provider_error(delta):
+    chunk = {"model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": "stop"}]}
+    body = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
+    transport = httpx.MockTransport(
+        lambda request: httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+    )
+    error = fails(openai_compatible("http://llm.test/v1", "m", stream=True, transport=transport))
+    assert "unexpected shape" in str(error) or "cannot be stored" in str(error)

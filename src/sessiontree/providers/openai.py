@@ -36,9 +36,9 @@ from typing import Any
 import httpx
 
 from ..errors import ProviderError
-from ..model import Completion
+from ..model import Completion, completion_problem
+from ..redact import Redactor, check_header
 from .body import ACCEPT_ENCODING, Inflater
-from .redact import Redactor, check_header
 from .reply import StreamState, error_text, tool_call
 from .retry import Budget, retry_after
 from .sse import aiter_events
@@ -58,6 +58,7 @@ _BACKOFF_BASE, _BACKOFF_CAP = 0.5, 8.0
 DEFAULT_DEADLINE = 600.0  # seconds for a whole call, retries included
 DEFAULT_MAX_RESPONSE_BYTES = 32 * 2**20  # one response body or stream, decoded
 DEFAULT_MAX_LINE_BYTES = 4 * 2**20  # one SSE line
+RAW_REPLY_LIMIT = 2000  # characters of a bad reply kept on its ProviderError
 _ERROR_BODY_BYTES = 64 * 1024  # what is read of an error response; the rest is dropped
 
 # Module-level hooks so tests can make retries instant and deterministic.
@@ -203,17 +204,22 @@ class OpenAICompatible:
         if isinstance(data, dict) and data.get("error"):
             raise self._error("error in response: ", detail=error_text(data))
         choices = data.get("choices") if isinstance(data, dict) else None
-        if not choices or not isinstance(choices[0], dict):
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise self._error("response has no choices: ", detail=json.dumps(data), limit=200)
-        raw_message = choices[0].get("message") or {}
-        tool_calls = [tool_call(tc, i) for i, tc in enumerate(raw_message.get("tool_calls") or [])]
+        try:
+            raw_message = choices[0].get("message") or {}
+            tool_calls = [tool_call(tc, i) for i, tc in enumerate(raw_message.get("tool_calls") or [])]
+            content, finish = raw_message.get("content"), choices[0].get("finish_reason")
+        except (AttributeError, TypeError):  # a list or a string where an object was due
+            raise self._error("the reply has an unexpected shape", raw=json.dumps(data)) from None
         return self._completion(
-            raw_message.get("content"),
+            content,
             tool_calls,
             data.get("model"),
             data.get("usage"),
-            choices[0].get("finish_reason"),
+            finish,
             budget.started,
+            json.dumps(data),
         )
 
     async def _streamed(self, body: dict[str, Any]) -> AsyncIterator[str | Completion]:
@@ -248,9 +254,18 @@ class OpenAICompatible:
                 await self._pause(failure, None, budget)
         if state.finish is None and not state.done:
             raise self._error("stream ended without a finish_reason or [DONE]: truncated")
-        tool_calls = [tool_call(state.calls[i], n) for n, i in enumerate(sorted(state.calls))]
+        try:
+            tool_calls = [tool_call(state.calls[i], n) for n, i in enumerate(sorted(state.calls))]
+        except TypeError:  # indexes that do not sort: a number and a string, ...
+            raise self._error("the stream's tool calls have unexpected indexes", raw=repr(state)) from None
         yield self._completion(
-            "".join(state.text) or None, tool_calls, state.model, state.usage, state.finish, budget.started
+            "".join(state.text) or None,
+            tool_calls,
+            state.model,
+            state.usage,
+            state.finish,
+            budget.started,
+            repr(state),
         )
 
     # -- HTTP and retries ----------------------------------------------------
@@ -398,32 +413,41 @@ class OpenAICompatible:
         quote: bool = False,
         status: int | None = None,
         retryable: bool = False,
+        raw: str | None = None,
     ) -> ProviderError:
         """A ProviderError whose message carries no secret.
 
         ``detail`` (the server's words) is redacted, then cut to ``limit``
-        characters, then appended (as a repr with ``quote``).
+        characters, then appended (as a repr with ``quote``). ``raw`` (a reply
+        that is itself the problem) is redacted and cut to ``RAW_REPLY_LIMIT``.
         """
         if detail is not None:
             clipped = self._redact.clip(detail, limit) or "(empty body)"
             message += repr(clipped) if quote else clipped
         message = self._redact(message)
         prefix = f"{PROVIDER} ({self.model}): "
-        return ProviderError(prefix + message.removeprefix(prefix), status=status, retryable=retryable)
+        return ProviderError(
+            prefix + message.removeprefix(prefix),
+            status=status,
+            retryable=retryable,
+            raw=None if raw is None else self._redact.clip(raw, RAW_REPLY_LIMIT),
+        )
 
     def _completion(
         self,
         content: Any,
         tool_calls: list[dict[str, Any]],
-        model: str | None,
+        model: Any,
         usage: Any,
-        finish: str | None,
+        finish: Any,
         started: float,
+        raw: str,
     ) -> Completion:
+        """The Completion of a reply, or a ProviderError (the reply attached) when it cannot be stored."""
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if tool_calls:
             message["tool_calls"] = tool_calls
-        return Completion(
+        completion = Completion(
             message,
             model=model or self.model,
             provider=PROVIDER,
@@ -432,6 +456,9 @@ class OpenAICompatible:
             usage=dict(usage) if isinstance(usage, dict) else {},
             latency_ms=round((time.monotonic() - started) * 1000, 3),
         )
+        if (problem := completion_problem(completion)) is not None:
+            raise self._error(f"the reply cannot be stored: {problem}", raw=raw)
+        return completion
 
 
 # -- helpers -------------------------------------------------------------------

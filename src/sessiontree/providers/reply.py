@@ -46,6 +46,14 @@ class StreamState:
             raise error("stream data line is not a JSON object: ", detail=data, limit=200, quote=True)
         if chunk.get("error") or event.event == "error":
             raise error("error in stream: ", detail=error_text(chunk))
+        try:
+            return self._take(chunk)
+        except (AttributeError, TypeError, ValueError, KeyError):  # a list where an object was due, ...
+            raise error(
+                "a stream chunk has an unexpected shape: ", detail=data, limit=200, quote=True
+            ) from None
+
+    def _take(self, chunk: dict[str, Any]) -> str | None:
         self.model = chunk.get("model") or self.model
         self.usage = chunk.get("usage") or self.usage  # the last chunk, its choices empty
         delta_text = None
@@ -53,16 +61,18 @@ class StreamState:
             if choice.get("index", 0) != 0:
                 continue  # n > 1 is not supported: keep the first choice
             delta = choice.get("delta") or {}
-            if delta.get("content"):
-                delta_text = delta["content"]
+            if content := delta.get("content"):
+                if not isinstance(content, str):
+                    raise TypeError("content is not text")
+                delta_text = content
                 self.text.append(delta_text)
             for part in delta.get("tool_calls") or []:
-                mergetool_call(self.calls, part)
+                merge_tool_call(self.calls, part)
             self.finish = choice.get("finish_reason") or self.finish
         return delta_text
 
 
-def mergetool_call(calls: dict[int, dict[str, Any]], part: dict[str, Any]) -> None:
+def merge_tool_call(calls: dict[int, dict[str, Any]], part: dict[str, Any]) -> None:
     """Fold one streamed tool-call fragment into ``calls``, keyed by its index."""
     index = part.get("index")
     if index is None:  # a server that omits index sends each call whole
