@@ -1,6 +1,7 @@
 """Read a response body within a size limit, undoing its Content-Encoding ourselves.
 
-Contract: ``Inflater(content_encoding)`` turns raw body bytes into decoded bytes
+Contract: ``decoded(response, read, cap, cut)`` yields the decoded body, at most
+``cap`` bytes of it. ``Inflater(content_encoding)`` turns raw body bytes into decoded bytes
 for ``identity``, ``gzip`` and ``deflate`` (zlib-wrapped or raw), handing out at
 most ``STEP`` bytes per decompression step, so a small compressed "bomb" is never
 inflated beyond the caller's limit plus ``STEP``. Anything else (``br``,
@@ -16,7 +17,10 @@ read; this module exists so that ``max_response_bytes`` is a real bound.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import httpx
 
 from ..errors import ProviderError
 
@@ -65,3 +69,34 @@ class Inflater:
         """Raise if a compressed body stopped before its end."""
         if self._z is not None and self._fed and not self._z.eof:
             raise ProviderError(f"the {self.encoding} body is truncated", retryable=True)
+
+
+async def decoded(
+    response: httpx.Response, read: Callable[[Awaitable[Any]], Awaitable[Any]], cap: int, cut: bool
+) -> AsyncIterator[bytes]:
+    """The decoded body of ``response`` in chunks, each network read awaited through ``read``
+    (the caller's deadline). Past ``cap`` bytes it raises ``ProviderError`` naming
+    ``max_response_bytes``, or with ``cut`` simply ends there."""
+    size = 0
+    if response.is_stream_consumed:  # built in memory (a MockTransport): read and decoded already
+        raw, inflater = _once(response.content), Inflater(None)
+    else:
+        raw, inflater = response.aiter_raw(), Inflater(response.headers.get("content-encoding"))
+    while True:
+        try:
+            data = await read(anext(raw))
+        except StopAsyncIteration:
+            break
+        for chunk in inflater.feed(data):
+            size += len(chunk)
+            if size > cap:
+                if cut:
+                    yield chunk[: len(chunk) - (size - cap)]
+                    return
+                raise ProviderError(f"the response is larger than max_response_bytes ({cap} bytes)")
+            yield chunk
+    inflater.end()
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data

@@ -38,27 +38,19 @@ import httpx
 from ..errors import ProviderError
 from ..model import Completion, completion_problem
 from ..redact import Redactor, check_header
-from .body import ACCEPT_ENCODING, Inflater
+from .body import ACCEPT_ENCODING, decoded
+from .failures import Failures
 from .reply import StreamState, error_text, tool_call
 from .retry import Budget, retry_after
 from .sse import aiter_events
 
 PROVIDER = "openai-compatible"
 RETRYABLE_STATUS = frozenset({408, 409, 429})  # and every 5xx
-# Worth another attempt: a later one may connect, get a whole reply, or pass another proxy.
-_RETRYABLE_TRANSPORT = (
-    httpx.TimeoutException,
-    httpx.NetworkError,
-    httpx.RemoteProtocolError,
-    httpx.ProxyError,
-    httpx.DecodingError,
-)
 _RESERVED = frozenset({"messages", "tools", "model", "stream", "stream_options"})
 _BACKOFF_BASE, _BACKOFF_CAP = 0.5, 8.0
 DEFAULT_DEADLINE = 600.0  # seconds for a whole call, retries included
 DEFAULT_MAX_RESPONSE_BYTES = 32 * 2**20  # one response body or stream, decoded
 DEFAULT_MAX_LINE_BYTES = 4 * 2**20  # one SSE line
-RAW_REPLY_LIMIT = 2000  # characters of a bad reply kept on its ProviderError
 _ERROR_BODY_BYTES = 64 * 1024  # what is read of an error response; the rest is dropped
 
 # Module-level hooks so tests can make retries instant and deterministic.
@@ -151,7 +143,8 @@ class OpenAICompatible:
         if api_key:
             check_header("the API key", api_key)
             self._headers["Authorization"] = f"Bearer {api_key}"  # replaces any given one
-        self._redact = Redactor(self._headers)  # every credential, to scrub from error messages
+        # Every credential, scrubbed from every error message.
+        self._error = Failures(f"{PROVIDER} ({self.model}): ", Redactor(self._headers))
 
     def with_params(self, **params: Any) -> OpenAICompatible:
         """The same endpoint and model with these request parameters added or replaced."""
@@ -188,7 +181,7 @@ class OpenAICompatible:
                     raw = b"".join([chunk async for chunk in self._body(response, budget)])
                     break
                 except httpx.HTTPError as exc:  # the connection dropped or stalled mid-body
-                    failure = self._transport_error(exc, "reading the response")
+                    failure = self._error.transport(exc, "reading the response")
                 except ProviderError as exc:  # a limit, the deadline, a body that does not decode
                     if not exc.retryable:
                         raise self._error(str(exc), status=exc.status) from None
@@ -238,7 +231,7 @@ class OpenAICompatible:
                             break
                     break
                 except httpx.HTTPError as exc:  # the connection dropped or stalled
-                    failure = self._transport_error(
+                    failure = self._error.transport(
                         exc, f"stream interrupted after {len(state.text)} text chunks", bool(state.text)
                     )
                 except ProviderError as exc:  # a limit, the deadline, a body that does not decode
@@ -298,7 +291,7 @@ class OpenAICompatible:
             try:
                 response = await self._within(budget, client.send(request, stream=stream))
             except httpx.HTTPError as exc:
-                failure = self._transport_error(exc, f"POST {self.url}")
+                failure = self._error.transport(exc, f"POST {self.url}")
             else:
                 if response.is_success:
                     return response
@@ -326,26 +319,11 @@ class OpenAICompatible:
         ``limit`` was given: then the body is cut there.
         """
         cap = self.max_response_bytes if limit is None else limit
-        size = 0
         try:
-            if response.is_stream_consumed:  # built in memory (a MockTransport): read and decoded already
-                raw, inflater = _once(response.content), Inflater(None)
-            else:
-                raw, inflater = response.aiter_raw(), Inflater(response.headers.get("content-encoding"))
-            while True:
-                try:
-                    data = await self._within(budget, anext(raw))
-                except StopAsyncIteration:
-                    break
-                for chunk in inflater.feed(data):
-                    size += len(chunk)
-                    if size > cap:
-                        if limit is not None:
-                            yield chunk[: len(chunk) - (size - cap)]
-                            return
-                        raise ProviderError(f"the response is larger than max_response_bytes ({cap} bytes)")
-                    yield chunk
-            inflater.end()
+            async for chunk in decoded(
+                response, lambda step: self._within(budget, step), cap, limit is not None
+            ):
+                yield chunk
         except ProviderError as e:
             raise self._error(str(e), retryable=e.retryable) from None
 
@@ -372,19 +350,6 @@ class OpenAICompatible:
             f"deadline of {self.deadline:g}s for the whole call exceeded after {attempts} attempt(s){why}"
         )
 
-    def _transport_error(self, exc: httpx.HTTPError, doing: str, shown: bool = False) -> ProviderError:
-        """Any httpx failure as a ProviderError, retryable when another attempt may fare
-        better and nothing was ``shown`` to the caller yet."""
-        if isinstance(exc, httpx.LocalProtocolError):  # h11's message may quote a header value
-            return self._error(
-                f"{doing}: {type(exc).__name__}: the request could not be sent "
-                "(details withheld: they may quote a header value)"
-            )
-        return self._error(
-            f"{doing}: {type(exc).__name__}: {exc}",
-            retryable=isinstance(exc, _RETRYABLE_TRANSPORT) and not shown,
-        )
-
     async def _pause(self, failure: ProviderError, wait: float | None, budget: Budget) -> None:
         """Sleep before the next attempt, or raise ``failure`` when it must not be retried."""
         budget.attempts += 1
@@ -403,35 +368,6 @@ class OpenAICompatible:
         if wait >= budget.remaining():
             raise self._deadline_error(budget, f"; next wait would be {wait:.1f}s after: {failure}")
         await _sleep(wait)
-
-    def _error(
-        self,
-        message: str,
-        *,
-        detail: str | None = None,
-        limit: int = 500,
-        quote: bool = False,
-        status: int | None = None,
-        retryable: bool = False,
-        raw: str | None = None,
-    ) -> ProviderError:
-        """A ProviderError whose message carries no secret.
-
-        ``detail`` (the server's words) is redacted, then cut to ``limit``
-        characters, then appended (as a repr with ``quote``). ``raw`` (a reply
-        that is itself the problem) is redacted and cut to ``RAW_REPLY_LIMIT``.
-        """
-        if detail is not None:
-            clipped = self._redact.clip(detail, limit) or "(empty body)"
-            message += repr(clipped) if quote else clipped
-        message = self._redact(message)
-        prefix = f"{PROVIDER} ({self.model}): "
-        return ProviderError(
-            prefix + message.removeprefix(prefix),
-            status=status,
-            retryable=retryable,
-            raw=None if raw is None else self._redact.clip(raw, RAW_REPLY_LIMIT),
-        )
 
     def _completion(
         self,
@@ -459,10 +395,3 @@ class OpenAICompatible:
         if (problem := completion_problem(completion)) is not None:
             raise self._error(f"the reply cannot be stored: {problem}", raw=raw)
         return completion
-
-
-# -- helpers -------------------------------------------------------------------
-
-
-async def _once(data: bytes) -> AsyncIterator[bytes]:
-    yield data
