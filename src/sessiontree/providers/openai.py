@@ -13,12 +13,18 @@ Contract:
   message), malformed JSON, an ``error`` object in a stream, and a stream that
   ends without a finish reason or ``[DONE]`` or whose connection drops. A
   partial message is never returned.
-- Connect errors, timeouts, 408, 409, 429 and 5xx are retried with exponential
-  backoff and full jitter, or after ``Retry-After`` when the server sends one,
-  up to ``max_retries`` retries and ``max_retry_time`` seconds in all. A stream
-  is retried only while no text has reached the caller.
+- Connect errors, timeouts, dropped connections, bad encodings, 408, 409, 429
+  and 5xx are retried with exponential backoff and full jitter, or after
+  ``Retry-After`` when the server sends one, up to ``max_retries`` retries and
+  ``max_retry_time`` seconds in all. A stream is retried only while no text has
+  reached the caller. Every httpx failure is a ``ProviderError``.
+- ``deadline`` bounds the whole call, retries and waits included; ``timeout``
+  is per read. ``max_response_bytes`` bounds a body or stream after
+  decompression, ``max_line_bytes`` one SSE line.
+- A reply that cannot be stored as an assistant message (``model.completion_problem``)
+  is a ``ProviderError`` carrying the reply as ``raw``, redacted and cut short.
 - The API key is sent as a bearer token and never appears in reprs, errors or
-  ``Completion.params``.
+  ``Completion.params``; a key with a control character is refused up front.
 """
 
 from __future__ import annotations
