@@ -21,6 +21,7 @@ modes:
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import json
 import threading
@@ -61,7 +62,11 @@ REPLIES: dict[str, dict[str, Any]] = {
     "content-object": _reply({"role": "assistant", "content": {"text": "hi"}}),
     "calls-object": _reply({"role": "assistant", "content": None, "tool_calls": {"id": "x"}}),
 }
-_BOMB = gzip.compress(b"\0" * (64 * 2**20), compresslevel=9)
+
+
+@functools.cache
+def _bomb() -> bytes:  # built on first use: it takes a moment
+    return gzip.compress(b"\0" * (64 * 2**20), compresslevel=9)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -115,8 +120,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(block)
 
     def _bomb(self, mode: str) -> None:
-        self._head(200, "application/json", len(_BOMB), Content_Encoding="gzip")
-        self.wfile.write(_BOMB)
+        body = _bomb()
+        self._head(200, "application/json", len(body), Content_Encoding="gzip")
+        self.wfile.write(body)
 
     def _badgzip(self, mode: str) -> None:
         body = b"this is not gzip at all" * 10
@@ -141,6 +147,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class HostileServer:
     def __init__(self) -> None:
+        _bomb()  # before any test measures memory
         self._server = ThreadingHTTPServer((HOST, 0), _Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]

@@ -81,7 +81,9 @@ def test_the_deadline_covers_retry_waits():
 # -- 2. size limits ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("limit", [2**20, None], ids=["1MiB", "default"])
+@pytest.mark.parametrize(
+    "limit", [2**20, pytest.param(None, marks=pytest.mark.slow)], ids=["1MiB", "default"]
+)  # the default reads 32 MiB: about a second alone, more on a busy machine
 def test_an_endless_stream_stops_at_max_response_bytes(hostile, limit):
     kwargs = {} if limit is None else {"max_response_bytes": limit}
     call = openai_compatible(hostile.url("endless"), "m", stream=True, deadline=10, **kwargs)
