@@ -36,7 +36,7 @@ import json
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import httpx
@@ -218,7 +218,7 @@ class OpenAICompatible:
             data.get("usage"),
             finish,
             budget.started,
-            json.dumps(data),
+            lambda: json.dumps(data),
         )
 
     async def _streamed(self, body: dict[str, Any]) -> AsyncIterator[str | Completion]:
@@ -264,7 +264,7 @@ class OpenAICompatible:
             state.usage,
             state.finish,
             budget.started,
-            repr(state),
+            lambda: repr(state),
         )
 
     # -- HTTP and retries ----------------------------------------------------
@@ -383,9 +383,9 @@ class OpenAICompatible:
         usage: Any,
         finish: Any,
         started: float,
-        raw: str,
+        raw: Callable[[], str],
     ) -> Completion:
-        """The Completion of a reply, or a ProviderError (the reply attached) when it cannot be stored."""
+        """The Completion of a reply, or a ProviderError (``raw()`` attached) when it cannot be stored."""
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if tool_calls:
             message["tool_calls"] = tool_calls
@@ -399,5 +399,5 @@ class OpenAICompatible:
             latency_ms=round((time.monotonic() - started) * 1000, 3),
         )
         if (problem := completion_problem(completion)) is not None:
-            raise self._error(f"the reply cannot be stored: {problem}", raw=raw)
+            raise self._error(f"the reply cannot be stored: {problem}", raw=raw())
         return completion
