@@ -338,3 +338,48 @@ def test_import_of_a_broken_file_is_one_line_and_writes_nothing(invoke, db, tmp_
     assert result.output.splitlines()[-1].startswith("Error: broken.jsonl line 2:")
     with Store(db) as store:
         assert store.sessions() == []
+
+
+@pytest.mark.parametrize("where", ["parse", "write"])
+def test_a_failed_import_leaves_no_new_database_behind(tmp_path, where):
+    db = tmp_path / "new" / "fresh.db"
+    broken = tmp_path / "broken.jsonl"
+    if where == "parse":
+        broken.write_text('{"format": "sessiontree", "version": 1}\n{"type": "session", "id": "s1"\n')
+    else:  # parses, but the tree is refused when written: a declared depth that is wrong
+        records = [
+            {"format": "sessiontree", "version": 1},
+            {
+                "type": "session",
+                "id": "s1",
+                "title": None,
+                "metadata": {},
+                "created_at": "2026-01-01T00:00:00.000Z",
+            },
+            {
+                "type": "node",
+                "session_id": "s1",
+                "id": "n1",
+                "parent_id": None,
+                "depth": 3,
+                "kind": "note",
+                "payload": {},
+                "created_at": "2026-01-01T00:00:00.000Z",
+            },
+        ]
+        broken.write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = CliRunner().invoke(cli, ["--db", str(db), "import", str(broken), "--format", "native"])
+    assert result.exit_code == 1, result.output
+    assert len(result.output.strip().splitlines()[-1:]) == 1 and "Error: broken.jsonl" in result.output
+    assert not db.exists() and not Path(f"{db}-wal").exists()
+
+
+def test_import_skip_invalid_reports_what_it_left_out(invoke):
+    path = Path(__file__).parent / "fixtures" / "real" / "chatgpt" / "librechat-chatgpt-modern-export.json"
+    refused = invoke("import", str(path), code=1)
+    assert refused.output.strip().splitlines()[-1] == (
+        f"Error: {path.name}: conversation 2: expected an object with a 'mapping' object"
+    )
+    result = invoke("import", str(path), "--skip-invalid")
+    assert f"{path.name}: skipped conversation 2: expected an object with a 'mapping' object" in result.stderr
+    assert result.stdout.count("imported session") == len(json.loads(path.read_text())) - 1

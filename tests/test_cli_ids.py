@@ -93,3 +93,29 @@ def test_a_name_that_looks_like_an_id_is_refused_in_one_line(crowded):
         "Error: invalid branch name 'cafe': it could be read as a node id prefix; "
         "use a name with a letter beyond a-f\n"
     )
+
+
+def test_tree_draws_thousands_of_forks_without_recursion(tmp_path):
+    """Every turn regenerated once, 1,500 turns deep, continuing on the regenerated side."""
+    db = tmp_path / "forks.db"
+    with Store(db) as store:
+        s = store.create_session("regenerated")
+        head = s.append(user("q0"))
+        for i in range(1500):
+            s.append(assistant(f"first {i}"), parent=head, branch=None)
+            head = s.append(assistant(f"second {i}"), parent=head, branch=None)
+        s.move("main", to=head)
+    out = invoke(db, "tree")
+    assert out.count("first ") == 1500 and out.count("second ") == 1500
+
+
+def test_terminal_escapes_in_stored_text_are_shown_not_run(tmp_path):
+    db = tmp_path / "esc.db"
+    evil = "hi \x1b[2J\x1b]52;c;cHduZWQ=\x07 there\u202e"
+    with Store(db) as store:
+        s = store.create_session(f"title {evil}")
+        s.append(user(evil))
+    for args in (["log"], ["tree"], ["sessions"], ["show", "main"], ["branches"]):
+        out = invoke(db, *args)
+        assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out, args
+    assert "\\x1b[2J" in invoke(db, "log")

@@ -323,7 +323,7 @@ def test_bad_model_output_is_an_error_not_a_crash(store, session):
     assert steps[-1].reason == "error" and "ScriptExhausted" in steps[-1].error
 
 
-def test_cancel_ends_with_final_cancelled_and_an_error_node(store, session):
+def test_cancel_records_an_error_node_and_is_not_swallowed(store, session):
     started = asyncio.Event()
 
     async def slow_model(messages, tools):
@@ -342,11 +342,12 @@ def test_cancel_ends_with_final_cancelled_and_an_error_node(store, session):
         task = asyncio.create_task(consume())
         await started.wait()
         task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        return steps
+        outcome = (await asyncio.gather(task, return_exceptions=True))[0]
+        return steps, outcome, task.cancelled()
 
-    steps = asyncio.run(main())
-    assert kinds(steps) == ["Final"] and steps[0].reason == "cancelled"
+    steps, outcome, cancelled = asyncio.run(main())
+    assert isinstance(outcome, asyncio.CancelledError) and cancelled  # the cancel went on up
+    assert steps == []
     assert session.head().kind == "error" and session.head().payload["error"] == "cancelled"
     assert session.verify().ok
 
@@ -455,3 +456,19 @@ def test_a_reply_that_cannot_be_stored_is_an_error_node(store, session):
     assert steps[0].node.payload["during"] == "model reply"
     assert "run usage is not valid JSON" in steps[0].error
     assert session.verify().ok
+
+
+def test_a_tool_result_that_is_not_json_is_a_tool_error_not_a_failed_run(store, session):
+    @tool
+    def loops() -> dict:
+        """Returns a circular structure."""
+        value: dict = {}
+        value["self"] = value
+        return value
+
+    session.append(user("go"))
+    model = ScriptedModel([reply(None, tool_call("loops", {}, id="c")), reply("handled")])
+    steps = run(store, session, model, tools=[loops])
+    assert kinds(steps) == ["Assistant", "ToolStart", "ToolEnd", "Assistant", "Final"]
+    assert steps[2].ok is False and "cannot be sent as JSON" in steps[2].node.payload["content"]
+    assert steps[-1].reason == "completed"

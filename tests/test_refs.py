@@ -131,3 +131,13 @@ def test_node_and_id_forms_agree(tmp_path_factory, steps):
         s = store.create_session()
         nodes = s.append_many([user(str(i)) for i in range(4)])
         assert s.resolve(f"main~{steps}") == s.resolve(f"{nodes[-1].id}~{steps}") == nodes[-1 - steps].id
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["a\x85b", "a\u2028b", "evil\u202etxt", "zero\u200bwidth", "a\u2029b", "bom\ufeff", "tab\tname"],
+)
+def test_invisible_and_control_characters_are_refused_in_names(session, chain, name):
+    with pytest.raises(Conflict, match="control characters"):
+        session.fork(name, at="main")
+    assert [b.name for b in session.branches()] == ["main"]

@@ -28,7 +28,7 @@ from sessiontree import (
 from sessiontree.cli import cli
 from sessiontree.formats import export_native, import_file, import_native
 
-from conftest import user
+from conftest import assistant, user
 
 ODD = [
     "\ud800",
@@ -444,3 +444,62 @@ def test_bad_command_lines_are_one_line_errors_and_write_nothing(cli_db, args, m
 def test_sessiontree_errors_all_derive_from_one_class():
     for error in (InvalidPayload, NotFound, Conflict, FormatError, ImportConflict, ReadOnly):
         assert issubclass(error, SessionTreeError)
+
+
+# -- payloads are checked by kind, so what is stored always reads --------------------------
+
+BAD_BY_KIND = [
+    ("message", {"role": "assistant", "content": None, "tool_calls": [1]}, "without a string id"),
+    ("message", {"role": "assistant", "tool_calls": [{"id": ["x"], "function": {"name": "f"}}]}, "string id"),
+    ("message", {"role": "assistant", "tool_calls": [{"id": "a", "function": {}}]}, "function name"),
+    (
+        "message",
+        {"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f"}}] * 2},
+        "two tool calls with the id 'a'",
+    ),
+    ("message", {"role": "assistant", "tool_calls": "f()"}, "to be a list"),
+    ("message", {"role": "tool", "tool_call_id": 7, "content": "x"}, "string 'tool_call_id'"),
+    ("pause", {"calls": "everything"}, "'calls' to be a list"),
+    ("pause", {"calls": [{"id": 1, "name": "f"}]}, "'calls' to be a list"),
+    ("tool_start", {"calls": [None]}, "'calls' to be a list"),
+    ("decision", {"decisions": {"c": {"action": "yolo"}}}, "an action in"),
+    ("decision", {"decisions": ["approve"]}, "an action in"),
+]
+
+
+@pytest.mark.parametrize(("kind", "payload", "message"), BAD_BY_KIND)
+def test_payloads_that_readers_would_choke_on_are_refused(store, session, kind, payload, message):
+    session.append(user("hi"))
+    before = dump(store.conn)
+    parent = session.append({"reason": "r", "calls": []}, kind="pause") if kind == "decision" else None
+    before = dump(store.conn)
+    with pytest.raises(InvalidPayload, match=message):
+        session.append(payload, kind=kind, parent=parent, branch=None if parent else "main")
+    assert dump(store.conn) == before
+
+
+@pytest.mark.parametrize("latency", [10**30, float("inf"), "fast", True])
+def test_a_run_latency_that_cannot_be_stored_is_refused(store, session, latency):
+    before = dump(store.conn)
+    with pytest.raises(InvalidPayload, match="latency_ms must be a finite number"):
+        session.append(user("x"), run={"model": "m", "latency_ms": latency})
+    assert dump(store.conn) == before
+
+
+def test_native_import_of_poisoned_payloads_fails_whole_and_readers_stay_fine(store, session, tmp_path):
+    from sessiontree import SessionTreeError
+    from sessiontree.formats import export_file, import_file
+
+    session.append(user("hi"))
+    session.append(
+        assistant(None, [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}])
+    )
+    path = tmp_path / "s.jsonl"
+    export_file(store, path)
+    poisoned = path.read_text().replace('"id":"c1"', '"id":["c1"]')
+    assert poisoned != path.read_text()
+    (tmp_path / "p.jsonl").write_text(poisoned)
+    with Store(tmp_path / "other.db") as other:
+        with pytest.raises(SessionTreeError, match="string id"):
+            import_file(other, tmp_path / "p.jsonl")
+        assert other.sessions() == [] and other.verify().ok

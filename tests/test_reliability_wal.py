@@ -57,5 +57,6 @@ def test_the_wal_stays_bounded_under_writers_and_snapshot_readers(tmp_path):
         f"\n{len(acked)} appends in {SECONDS} s, peak WAL {peak / 1e6:.1f} MB, db {os.path.getsize(db) / 1e6:.1f} MB"
     )
     assert len(acked) > 200  # the writers made real progress
-    # The limit, plus what the writers add while one of them checkpoints.
-    assert peak < 6 * LIMIT
+    # The limit, plus what the writers add while one of them checkpoints (more on a loaded
+    # machine); without the bound the same run reaches about 250 MB, over 100 times the limit.
+    assert peak < 15 * LIMIT

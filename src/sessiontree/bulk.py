@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import Conflict, ImportConflict, InvalidPayload, InvalidTree, SessionTreeError
 from .ids import now
-from .model import encode_json, encode_payload
+from .model import check_latency, encode_json, encode_payload
 from .names import check_name, check_text
 
 if TYPE_CHECKING:
@@ -91,16 +91,26 @@ class ImportedSession:
     runs: list[ImportedRun] = field(default_factory=list)
     archived_at: str | None = None
     source: str = ""  # e.g. "conversation 2", prefixed to this session's error messages
+    notes: list[str] = field(default_factory=list)  # what the import should say (not stored)
 
 
 # -- writing ---------------------------------------------------------------
 
 
 def write_sessions(
-    store: Store, sessions: Sequence[ImportedSession], progress: Progress | None = None
+    store: Store,
+    sessions: Sequence[ImportedSession],
+    progress: Progress | None = None,
+    *,
+    consume: bool = False,
 ) -> list[str]:
-    """Write (or merge) every session in one transaction; return their ids in order."""
-    encoded = [_encode(s) for s in sessions]  # validate everything before taking the lock
+    """Write (or merge) every session in one transaction; return their ids in order.
+
+    With ``consume`` the nodes' payload dicts are dropped as soon as they are
+    encoded, so a big import never holds a payload twice (as a dict and as text);
+    the caller must not read them afterwards.
+    """
+    encoded = [_encode(s, consume) for s in sessions]  # validate everything before taking the lock
     total = sum(len(s.nodes) for s in sessions)
     done = [0]
 
@@ -115,7 +125,7 @@ def write_sessions(
             try:
                 _write_one(storage, session, texts, tick)
             except SessionTreeError as e:
-                if session.source:
+                if session.source and not str(e).startswith(session.source):  # named once
                     raise type(e)(f"{session.source}: {e}") from None
                 raise
     if progress is not None and total == 0:
@@ -127,7 +137,10 @@ def _where(node: ImportedNode) -> str:
     return f"{node.source}: node {node.id}" if node.source else f"node {node.id}"
 
 
-def _encode(session: ImportedSession) -> dict[str, str]:
+_CONSUMED: dict[str, Any] = {}  # what a consumed node's payload becomes (its text is kept)
+
+
+def _encode(session: ImportedSession, consume: bool = False) -> dict[str, str]:
     texts = {}
     for node in session.nodes:
         if node.id in texts:
@@ -136,6 +149,8 @@ def _encode(session: ImportedSession) -> dict[str, str]:
             texts[node.id] = encode_payload(node.payload, node.kind)
         except InvalidPayload as e:
             raise InvalidTree(f"{_where(node)}: {e}") from None
+        if consume:
+            node.payload = _CONSUMED
     for ref in (*session.branches, *session.checkpoints):
         try:
             check_name(ref.name, "branch or checkpoint")
@@ -277,7 +292,7 @@ def _write_runs(storage: SQLiteStorage, session_key: int, s: ImportedSession) ->
                 run.provider,
                 encode_json(run.params, "run params"),
                 encode_json(run.usage, "run usage"),
-                run.latency_ms,
+                check_latency(run.latency_ms, f"run {run.id}: latency_ms"),
                 run.finish_reason,
                 run.created_at or s.created_at,
             ),

@@ -7,8 +7,9 @@ Contract:
   foreign keys on, WAL, a busy timeout, synchronous=NORMAL.
 - ``transaction(conn)`` is ``BEGIN IMMEDIATE`` .. ``COMMIT``, rolled back on any
   exception; nested use joins the outer transaction. Taking the write lock up
-  front means a writer never fails half-way for lack of it, and a busy database
-  is retried (busy timeout, then a bounded backoff) instead of surfacing
+  front means a writer never fails half-way for lack of it. A busy database is
+  waited for (the busy timeout, again and again, up to WRITE_WAIT_ROUNDS of them:
+  30 s), then refused with ``Busy``, which says what to do, instead of a raw
   "database is locked".
 - Migrations are the ``NNNN_name.sql`` files of the top-level ``migrations/``
   folder (shipped inside the wheel as ``sessiontree/migrations``); the number
@@ -28,10 +29,11 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .errors import ReadOnly, SchemaTooNew, SessionTreeError
+from .errors import Busy, NotOurs, ReadOnly, SchemaTooNew, SessionTreeError
 
 BUSY_TIMEOUT_MS = 5_000
-BEGIN_ATTEMPTS = 8  # after the busy timeout, a few more tries with backoff
+WRITE_WAIT_ROUNDS = 6
+"""A writer gives up (``Busy``) after this many busy timeouts in all: 30 s by default."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,31 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return version
 
 
+def foreign_tables(conn: sqlite3.Connection) -> list[str]:
+    """The tables of a database, but SQLite's own."""
+    return [
+        name
+        for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+        )
+    ]
+
+
 def pending_migrations(conn: sqlite3.Connection) -> list[Migration]:
+    """The steps this database still needs. A version-0 file that already holds tables is
+    someone else's: refused (``NotOurs``) before anything is written to it."""
     version = schema_version(conn)
+    if version > 0 and "nodes" not in foreign_tables(conn):
+        raise NotOurs(
+            f"not a sessiontree database: its schema version is {version}, but it has no nodes table"
+        )
+    if version == 0:
+        tables = foreign_tables(conn)
+        if tables:
+            raise NotOurs(
+                f"not a sessiontree database: it already holds other tables ({', '.join(tables[:5])}"
+                f"{', ...' if len(tables) > 5 else ''}); nothing was written to it"
+            )
     steps = migrations()
     if version > len(steps):
         raise SchemaTooNew(
@@ -179,9 +204,11 @@ def connect(path: str | Path, *, readonly: bool = False, apply_migrations: bool 
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         try:
-            pending = pending_migrations(conn)  # raises SchemaTooNew before any write
+            pending = pending_migrations(conn)  # SchemaTooNew or NotOurs before any write
+        except NotOurs as e:
+            raise NotOurs(f"{path} is {e}") from None
         except sqlite3.DatabaseError as e:
-            raise SessionTreeError(f"{path} is not a sessiontree database: {e}") from None
+            raise NotOurs(f"{path} is not a sessiontree database: {e}") from None
         conn.execute("PRAGMA foreign_keys = ON")
         if not readonly:
             if not memory:
@@ -222,14 +249,25 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
             raise
         conn.execute("RELEASE nested")
         return
-    for attempt in range(BEGIN_ATTEMPTS):
+    # Each BEGIN waits up to the busy timeout; SQLite's busy handler is not fair, so a
+    # writer among many busy ones may lose several times in a row: try again until
+    # WRITE_WAIT_ROUNDS busy timeouts have passed in all, then say so.
+    timeout = conn.execute("PRAGMA busy_timeout").fetchone()[0] / 1000
+    deadline = time.monotonic() + timeout * WRITE_WAIT_ROUNDS
+    while True:
         try:
             conn.execute("BEGIN IMMEDIATE")
             break
         except sqlite3.OperationalError as e:
-            if not _is_busy(e) or attempt == BEGIN_ATTEMPTS - 1:
+            if not _is_busy(e):
                 raise
-            time.sleep(min(0.05 * 2**attempt, 1.0) * random.uniform(0.5, 1.5))
+            if time.monotonic() >= deadline:
+                raise Busy(
+                    f"another writer has held the database for more than {timeout * WRITE_WAIT_ROUNDS:g} s"
+                    " (a long import, or an open store.transaction() in another process?); nothing was"
+                    " written: try again when it has finished"
+                ) from None
+            time.sleep(random.uniform(0.001, 0.02))
     try:
         yield conn
     except BaseException as e:

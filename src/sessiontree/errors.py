@@ -43,8 +43,18 @@ class CheckpointImmutable(Conflict):
     """Checkpoints never move; fork a branch from one instead."""
 
 
+class Busy(SessionTreeError):
+    """Another writer held the database for more than 30 s; nothing was written, and
+    trying again later is safe."""
+
+
 class ReadOnly(SessionTreeError):
     """A write through a store opened with ``readonly=True``."""
+
+
+class NotOurs(SessionTreeError):
+    """A file that is not a sessiontree database (another program's SQLite file, or not
+    SQLite at all); sessiontree refuses it without writing a byte."""
 
 
 class SchemaTooNew(SessionTreeError):

@@ -296,8 +296,8 @@ async def arerun(
     progress: Callable[[int, int, RerunResult], None] | None = None,
 ) -> list[RerunResult]:
     """Run every variant ``n`` times from ``at``, each on its own new branch."""
-    if not variants or n < 1:
-        raise ValueError("rerun needs at least one variant and n >= 1")
+    if not variants or n < 1 or concurrency < 1:
+        raise ValueError("rerun needs at least one variant, n >= 1 and concurrency >= 1")
     if len({v.name for v in variants}) != len(variants):
         raise ValueError("variant names must be unique")
     s = session_of(store, at, session)

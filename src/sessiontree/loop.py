@@ -17,7 +17,8 @@ Contract:
   message dict, a ``Completion``, or an (async) iterator of text deltas ending
   with one of those (the streaming form).
 - Model failures end the run with an ``error`` node and ``Final("error")``;
-  ``asyncio`` cancellation with an ``error`` node and ``Final("cancelled")``.
+  ``asyncio`` cancellation records an ``error`` node and re-raises
+  ``CancelledError`` (a cancel is never swallowed).
   Bad tool calls (unknown tool, bad JSON, bad arguments, a raising tool) never
   end the run: the model gets a tool message saying exactly what was wrong.
 """
@@ -25,6 +26,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import time
@@ -129,11 +131,9 @@ async def arun(
                 yield Final("paused", pause)
                 return
     except asyncio.CancelledError:
-        try:
-            node = cursor.append({"error": "cancelled", "message": "the run was cancelled"}, kind="error")
-        except SessionTreeError:
-            node = None
-        yield Final("cancelled", node, "cancelled")
+        with contextlib.suppress(SessionTreeError):  # the branch moved meanwhile: nothing to record
+            cursor.append({"error": "cancelled", "message": "the run was cancelled"}, kind="error")
+        raise
 
 
 class _BranchCursor:
@@ -273,7 +273,10 @@ async def _execute(
         return f"Error: {call.name} raised {type(e).__name__}: {e}", False
     if isinstance(result, str):
         return result, True
-    return json.dumps(result, ensure_ascii=False, default=str), True
+    try:
+        return json.dumps(result, ensure_ascii=False, default=str), True
+    except (ValueError, TypeError, RecursionError) as e:  # a circular structure, say
+        return f"Error: {call.name} returned a value that cannot be sent as JSON ({e})", False
 
 
 async def _stream(

@@ -9,6 +9,7 @@ few payloads of a long path and decoding every one would dominate the read.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -388,4 +389,61 @@ def encode_payload(payload: Any, kind: str) -> str:
         raise InvalidPayload(
             f"a message payload needs 'role' in {sorted(ROLES)}, got {payload.get('role')!r}"
         )
+    _check_shape(payload, kind)
     return encode_json(payload, "payload", separators=(",", ":"))
+
+
+DECISION_ACTIONS = frozenset({"approve", "reject", "edit"})
+
+
+def check_latency(value: Any, what: str = "latency_ms") -> float | None:
+    """A run's latency: None, or a finite number of milliseconds SQLite can store."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or abs(value) > 1e15
+    ):
+        raise InvalidPayload(f"{what} must be a finite number of milliseconds, got {str(value)[:40]}")
+    return float(value)
+
+
+def _check_shape(payload: dict[str, Any], kind: str) -> None:
+    """The fields every reader relies on have the types it relies on, so that what is
+    stored always reads (the loop, verify, log, tree, pending, resume, replay)."""
+
+    def bad(why: str) -> InvalidPayload:
+        return InvalidPayload(f"a {kind} payload {why}")
+
+    if kind == "message":
+        calls = payload.get("tool_calls")
+        if calls is not None:
+            if not isinstance(calls, list):
+                raise bad("needs 'tool_calls' to be a list")
+            seen: set[str] = set()
+            for call in calls:
+                function = call.get("function") if isinstance(call, dict) else None
+                if not isinstance(call, dict) or not isinstance(call.get("id"), str) or not call["id"]:
+                    raise bad(f"has a tool call without a string id: {str(call)[:80]}")
+                if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                    raise bad(f"has a tool call without a function name: {str(call)[:80]}")
+                if call["id"] in seen:
+                    raise bad(f"has two tool calls with the id {call['id']!r}")
+                seen.add(call["id"])
+        if payload.get("role") == "tool" and not isinstance(payload.get("tool_call_id"), str):
+            raise bad("with role 'tool' needs a string 'tool_call_id'")
+    elif kind in ("pause", "tool_start"):
+        calls = payload.get("calls", [])
+        if not isinstance(calls, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("id"), str) and isinstance(c.get("name", ""), str)
+            for c in calls
+        ):
+            raise bad("needs 'calls' to be a list of objects with a string 'id' and 'name'")
+    elif kind == "decision":
+        decisions = payload.get("decisions", {})
+        if not isinstance(decisions, dict) or not all(
+            isinstance(d, dict) and d.get("action") in DECISION_ACTIONS for d in decisions.values()
+        ):
+            raise bad(f"needs 'decisions' to map call ids to an action in {sorted(DECISION_ACTIONS)}")

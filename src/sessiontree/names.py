@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 
 from .errors import Conflict, InvalidPayload
 
@@ -47,9 +48,14 @@ def check_text(text: str | None, what: str) -> str | None:
     return text
 
 
+# Control (C0, C1), format (bidi overrides, zero-width), line and paragraph separator,
+# and surrogate characters: invisible or misleading in a name printed on a terminal.
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
 @functools.lru_cache(maxsize=1024)  # a few names are checked on every append
 def _printable(name: str) -> bool:
-    return not any(ord(c) < 32 or ord(c) == 127 or "\ud800" <= c <= "\udfff" for c in name)
+    return not any(unicodedata.category(c) in _UNPRINTABLE for c in name)
 
 
 def check_name(name: str, what: str = "branch", *, new: bool = True) -> str:
@@ -65,7 +71,10 @@ def check_name(name: str, what: str = "branch", *, new: bool = True) -> str:
     if not _printable(name):
         if any("\ud800" <= c <= "\udfff" for c in name):
             raise Conflict(f"invalid {what} name {name!r}: lone surrogates are not allowed")
-        raise Conflict(f"invalid {what} name {name!r}: control characters are not allowed")
+        raise Conflict(
+            f"invalid {what} name {name!r}: control characters and invisible formatting characters"
+            " (bidi overrides, zero-width, line separators) are not allowed"
+        )
     if not new:
         return name
     if "~" in name:

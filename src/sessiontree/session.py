@@ -34,6 +34,7 @@ from .model import (
     PruneReport,
     Usage,
     VerifyReport,
+    check_latency,
     encode_json,
     encode_payload,
 )
@@ -264,7 +265,7 @@ class Session:
                 fields.get("provider"),
                 encode_json(fields.get("params") or {}, "run params", default=str),
                 encode_json(fields.get("usage") or {}, "run usage", default=str),
-                fields.get("latency_ms"),
+                check_latency(fields.get("latency_ms")),
                 fields.get("finish_reason"),
                 now(),
             ),

@@ -3,7 +3,7 @@
 Contract: steps are plain frozen records. Every step that wrote a node names
 it in ``node``; ``Token`` writes nothing (tokens are not stored one by one,
 the assistant message that follows holds the text). A run always ends with
-exactly one ``Final``.
+exactly one ``Final``, unless it is cancelled (then ``CancelledError`` propagates).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from .model import Node
 
-FinalReason = Literal["completed", "paused", "max_steps", "cancelled", "error"]
+FinalReason = Literal["completed", "paused", "max_steps", "error"]
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from .. import db as _db
 from . import complete
 from .common import db_path, echo_json, open_store, pick_session
 from .inspect import json_option
+from .render import json_safe
 
 
 @click.command()
@@ -129,21 +130,42 @@ def migrate(ctx: click.Context, list_only: bool) -> None:
     show_default=True,
     type=click.Choice(["auto", "native", "openai", "chatgpt", "librechat", "openwebui", "claude-code", "pi"]),
 )
+@click.option(
+    "--skip-invalid",
+    is_flag=True,
+    help="Leave out a conversation that cannot be read (ChatGPT, LibreChat, Open WebUI lists) and say so.",
+)
 @json_option
 @click.pass_context
-def import_(ctx: click.Context, file: str, fmt: str, as_json: bool) -> None:
-    """Import sessions from a file (all or nothing)."""
-    from ..formats import detect_format, import_file
+def import_(ctx: click.Context, file: str, fmt: str, skip_invalid: bool, as_json: bool) -> None:
+    """Import sessions from a file (all or nothing).
 
-    store = open_store(ctx, write=True)
+    The file is parsed before the database is opened, and a database this
+    command created is removed again when the import fails.
+    """
+    from ..formats import detect_format, parse_file, write
+
     fmt = detect_format(file) if fmt == "auto" else fmt
+    sessions = parse_file(
+        file, fmt, skip_invalid=skip_invalid, report=lambda line: click.echo(line, err=True)
+    )
+    path, _ = db_path(ctx)
+    created = not path.exists()
+    store = open_store(ctx, write=True)
     with click.progressbar(length=1, label=f"importing {Path(file).name}", file=sys.stderr) as bar:
 
         def progress(done: int, total: int) -> None:
             bar.length = max(total, 1)
             bar.update(done - bar.pos)
 
-        imported = import_file(store, file, fmt, progress)
+        try:
+            imported = write(store, sessions, Path(file).name, progress)
+        except BaseException:
+            if created:
+                store.close()
+                for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+                    leftover.unlink(missing_ok=True)
+            raise
     if as_json:
         echo_json([{"id": s.id, "title": s.title, "format": fmt} for s in imported])
         return
@@ -180,7 +202,8 @@ def export(ctx: click.Context, sessions: tuple[str, ...], output: str | None, fm
             click.echo(line, nl=False)
     else:
         assert ids  # openai: one session, picked above
-        click.echo(json.dumps(export_openai(store.session(ids[0]), branch), ensure_ascii=False, indent=2))
+        messages = export_openai(store.session(ids[0]), branch)
+        click.echo(json_safe(json.dumps(messages, ensure_ascii=False, indent=2)))
 
 
 @click.command()

@@ -23,6 +23,7 @@ from ..errors import NotFound, SessionTreeError
 from ..names import looks_like_id, split_ancestry
 from ..session import Session
 from ..store import Store
+from .render import json_safe
 
 
 def default_db_path() -> Path:
@@ -98,7 +99,7 @@ def abbreviations(store: Store, ids: list[str]) -> dict[str, str]:
 
 
 def echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    click.echo(json_safe(json.dumps(data, indent=2, ensure_ascii=False, default=str)))
 
 
 class SessionTreeGroup(click.Group):
@@ -109,3 +110,15 @@ class SessionTreeGroup(click.Group):
             return super().invoke(ctx)
         except SessionTreeError as e:
             raise click.ClickException(str(e)) from None
+        except OSError as e:  # a file the user named: missing directory, no permission, full disk
+            where = f"{e.filename}: " if e.filename else ""
+            raise click.ClickException(f"{where}{e.strerror or e}") from None
+        except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            if os.environ.get("SESSIONTREE_DEBUG"):
+                raise
+            raise click.ClickException(
+                f"internal error: {type(e).__name__}: {e} (set SESSIONTREE_DEBUG=1 for the traceback,"
+                " and please report it)"
+            ) from None

@@ -103,8 +103,10 @@ def parse_variant(spec: str) -> tuple[str, str, dict]:
     required=True,
     help="NAME=MODEL[:key=value,...] (repeatable); key system=... sets a system prompt.",
 )
-@click.option("-n", "repetitions", default=1, show_default=True, help="Runs per variant.")
-@click.option("--concurrency", default=4, show_default=True, help="Runs at once.")
+@click.option(
+    "-n", "repetitions", default=1, show_default=True, type=click.IntRange(min=1), help="Runs per variant."
+)
+@click.option("--concurrency", default=4, show_default=True, type=click.IntRange(min=1), help="Runs at once.")
 @click.option("--prefix", default="", help="Prefix for the new branch names.")
 @rerun_options
 @json_option

@@ -11,7 +11,7 @@ from ..session import Session
 from ..store import Store
 from . import complete
 from .common import abbreviations, echo_json, open_store, pick_session, target
-from .render import summary, table, transcript, tree_lines
+from .render import safe, summary, table, transcript, tree_lines
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Output JSON.")
 session_option = click.option(
@@ -70,7 +70,7 @@ def tree(ctx: click.Context, session: str | None, as_json: bool) -> None:
             }
         )
         return
-    click.echo(f"session {s.id}" + (f"  {s.title}" if s.title else ""))
+    click.echo(f"session {s.id}" + (f"  {safe(s.title)}" if s.title else ""))
     for line in tree_lines(
         nodes, branches, checkpoints, pending, abbreviations(store, [n.id for n in nodes])
     ):
@@ -155,7 +155,7 @@ def show_session(s: Session, as_json: bool) -> None:
             }
         )
         return
-    click.echo(f"session  {s.id}" + (f"  {s.title}" if s.title else ""))
+    click.echo(f"session  {s.id}" + (f"  {safe(s.title)}" if s.title else ""))
     click.echo(f"created  {s.created_at}" + (f"    archived {s.archived_at}" if s.archived_at else ""))
     click.echo(f"nodes    {len(nodes)}")
     click.echo(f"branches {', '.join(b.name for b in branches) or '(none)'}")

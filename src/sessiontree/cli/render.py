@@ -8,6 +8,7 @@ reads the database or prints.
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -17,8 +18,24 @@ from ..model import Branch, Checkpoint, Node
 WIDTH = 72
 
 
+# Characters a terminal would act on or hide rather than show: C0 and C1 controls (escape
+# sequences, OSC 52 clipboard writes), bidi overrides, zero-width and separator characters.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")
+
+
+def safe(text: Any) -> str:
+    """Text with every character a terminal would act on shown as an escape (``\\x1b``)."""
+    return _UNSAFE.sub(lambda m: repr(m.group())[1:-1], str(text))
+
+
+def json_safe(text: str) -> str:
+    """JSON text with the same characters written as ``\\uXXXX`` escapes: the same JSON,
+    safe on a terminal."""
+    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def one_line(text: Any, width: int = WIDTH) -> str:
-    text = " ".join(str(text).split())
+    text = " ".join(safe(text).split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -101,22 +118,28 @@ def tree_lines(
 
     lines: list[str] = []
 
-    def draw(node: Node, lane: str) -> None:
-        while True:
+    def draw(root: Node) -> None:
+        # Iterative, so a session of thousands of forks cannot exhaust the call stack: each
+        # side branch is drawn whole (after its fork line) before the line that continues.
+        work: list[tuple[Node | None, str]] = [(root, "")]  # (None, lane): a fork line
+        while work:
+            node, lane = work.pop()
+            if node is None:
+                lines.append(f"{lane}|\\")
+                continue
             lines.append(f"{lane}* {short[node.id]} {summary(node)}{markers(node.id, heads, cps, pending)}")
             kids = ordered(children.get(node.id, []))
-            if not kids:
-                return
-            for side in kids[:-1]:
-                lines.append(f"{lane}|\\")
-                draw(side, lane + "| ")
-            node = kids[-1]
+            if kids:
+                work.append((kids[-1], lane))
+                for side in reversed(kids[:-1]):
+                    work.append((side, lane + "| "))
+                    work.append((None, lane))
 
     roots = ordered(children.get(None, []))
     for i, root in enumerate(roots):
         if i:
             lines.append("")
-        draw(root, "")
+        draw(root)
     return lines
 
 
@@ -130,14 +153,14 @@ def transcript(path: list[Node], short: dict[str, str]) -> list[str]:
             header = f"{role} {short[node.id]}"
             if role == "tool":
                 header += f" (answers {p.get('tool_call_id')})"
-            lines.append(header)
+            lines.append(safe(header))
             content = p.get("content")
             if isinstance(content, list):
                 content = "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
             if content:
-                lines.extend("  " + line for line in str(content).splitlines())
+                lines.extend("  " + safe(line) for line in str(content).splitlines())
             for call in p.get("tool_calls") or []:
-                lines.append(f"  -> {calls_text([call])} [{call.get('id')}]")
+                lines.append(safe(f"  -> {calls_text([call])} [{call.get('id')}]"))
         else:
             lines.append(f"-- {summary(node)} ({short[node.id]}) --")
         lines.append("")
@@ -146,6 +169,7 @@ def transcript(path: list[Node], short: dict[str, str]) -> list[str]:
 
 def table(rows: list[list[Any]], headers: list[str]) -> list[str]:
     """Left-aligned columns separated by two spaces."""
+    rows = [[safe(cell) for cell in row] for row in rows]
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return [fmt.format(*headers).rstrip(), *(fmt.format(*map(str, r)).rstrip() for r in rows)]

@@ -38,6 +38,8 @@ def load_tools(specs: tuple[str, ...]) -> list[Tool]:
                 module = importlib.import_module(target)
         except (ImportError, OSError, SyntaxError) as e:
             raise click.BadParameter(f"cannot import {target}: {e}", param_hint="--tools") from None
+        if attribute and not hasattr(module, attribute):
+            raise click.BadParameter(f"{target} has no attribute {attribute!r}", param_hint="--tools")
         values = [getattr(module, attribute)] if attribute else list(vars(module).values())
         for value in values:
             items = value if isinstance(value, list | tuple) else [value]
@@ -131,6 +133,16 @@ rerun_options = options(
 )
 
 
+# Request fields that options of their own set (or that the adapter fills in).
+OWN_OPTIONS = {
+    "model": "use --model",
+    "stream": "use --no-stream to turn streaming off",
+    "stream_options": "the adapter sets it",
+    "messages": "the branch is the conversation",
+    "tools": "use --tools",
+}
+
+
 def make_call(
     base_url: str | None,
     model: str | None,
@@ -148,6 +160,10 @@ def make_call(
         raise click.UsageError("give --model (or SESSIONTREE_MODEL)")
     extra = {}
     for key, value in params:
+        if key in OWN_OPTIONS:
+            raise click.BadParameter(
+                f"{key!r} is not a request parameter: {OWN_OPTIONS[key]}", param_hint="-o"
+            )
         try:
             extra[key] = json.loads(value)
         except ValueError:

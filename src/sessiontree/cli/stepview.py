@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from ..steps import Assistant, Final, Paused, Token, ToolCall, ToolEnd, ToolStart
-from .render import calls_text, one_line
+from .render import calls_text, json_safe, one_line
 
 
 def print_steps(
@@ -35,7 +35,7 @@ def print_steps(
                 data = step_dict(step)
                 if isinstance(step, Final) and about is not None:
                     data.update(about(step))
-                click.echo(json.dumps(data, ensure_ascii=False, default=str))
+                click.echo(json_safe(json.dumps(data, ensure_ascii=False, default=str)))
             else:
                 echo_step(step, streamed)
             final = step if isinstance(step, Final) else final

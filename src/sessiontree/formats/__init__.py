@@ -13,6 +13,9 @@ Contract:
 - ``export_file`` writes ``native`` (any number of sessions) or ``openai`` (one
   branch of one session) atomically: a temporary file renamed into place.
 - ``progress(done, total)`` is called with node counts as nodes are written.
+- ``skip_invalid=True`` leaves out a conversation that fails to parse (files
+  holding several) and reports it; ``report(line)`` receives what the import
+  has to say (warnings when no ``report`` is given).
 See docs/formats.md for what each format maps to.
 """
 
@@ -21,18 +24,20 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import bulk
 from ..bulk import ImportConflict, ImportedSession, InvalidTree
-from ..errors import FormatError
+from ..errors import FormatError, SessionTreeError
 from .chatgpt import parse_chatgpt
 from .claude_code import parse_claude_code
-from .common import load_json
+from .common import answer_open_calls
 from .errors import located
+from .jsonstream import CHUNK, JsonItems, read_json
 from .librechat import parse_librechat
 from .native import export_native, parse_native
 from .openai import export_openai, parse_openai
@@ -79,7 +84,7 @@ CLAUDE_CODE_TYPES = {
 
 
 @contextmanager
-def _reading(path: Path) -> Iterator[Iterable[str]]:
+def _reading(path: Path) -> Iterator[TextIO]:
     """Lines of a UTF-8 text file (a BOM is ignored); FormatError for anything else."""
     try:
         with open(path, encoding="utf-8-sig", newline=None) as f:
@@ -96,9 +101,15 @@ def detect_format(path: str | Path) -> str:
     """The name of the file's format (see ``FORMATS``); FormatError when unknown."""
     path = Path(path)
     with _reading(path) as lines:
-        first = next((line for line in lines if line.strip()), None)
-        if first is None:
-            raise FormatError(f"{path.name}: the file is empty")
+        first = ""
+        while not first.strip():
+            first = lines.readline(CHUNK)  # bounded: an export may be one long line
+            if not first:
+                raise FormatError(f"{path.name}: the file is empty")
+        if first.lstrip().startswith("["):  # a JSON array: its first element decides
+            first = ""
+        elif not first.endswith("\n"):
+            first += lines.readline()
         try:
             record = json.loads(first)
         except json.JSONDecodeError:
@@ -134,6 +145,11 @@ def _jsonl_kind(record: dict[str, Any]) -> str | None:
 
 
 def _json_kind(data: Any) -> str | None:
+    if isinstance(data, JsonItems):
+        sample = data.first()
+        if sample is None:
+            return "openai"  # an empty message list
+        return _json_kind([sample])
     sample = data[0] if isinstance(data, list) and data else data
     if isinstance(data, list) and not data:
         return "openai"  # an empty message list
@@ -143,6 +159,8 @@ def _json_kind(data: Any) -> str | None:
         return "chatgpt"
     if "history" in sample or isinstance(sample.get("chat"), dict):
         return "openwebui"
+    if "conversationId" in sample and isinstance(sample.get("messagesTree"), list):
+        return "librechat"  # the key older LibreChat versions wrote
     messages = sample.get("messages")
     if isinstance(messages, list) and (
         "conversationId" in sample
@@ -156,27 +174,55 @@ def _json_kind(data: Any) -> str | None:
 
 
 def _load(path: Path) -> Any:
-    with _reading(path) as f:
-        text = "".join(f)
+    """The document; a top-level array as ``JsonItems``, decoded one element at a time."""
     try:
-        return load_json(text)
+        return read_json(path, _reading)
     except FormatError as e:
         raise FormatError(located(path.name, str(e))) from None
 
 
-def parse_file(path: str | Path, format: str = "auto") -> list[ImportedSession]:
-    """The sessions a file holds, parsed but not written."""
+Report = Callable[[str], None]
+SKIPPABLE = {"chatgpt", "librechat", "openwebui"}  # files holding a list of conversations
+
+
+def parse_file(
+    path: str | Path, format: str = "auto", *, skip_invalid: bool = False, report: Report | None = None
+) -> list[ImportedSession]:
+    """The sessions a file holds, parsed but not written.
+
+    ``report(line)`` is told what the import should say: the sessions' notes
+    (e.g. a current-message pointer that names no message) and, with
+    ``skip_invalid``, each conversation left out and why. Without ``report``
+    these lines are issued as warnings. ``skip_invalid`` applies to the formats
+    whose files hold several conversations (chatgpt, librechat, openwebui).
+    """
     path = Path(path)
     if format == "auto":
         format = detect_format(path)
+    skipped: list[str] | None = [] if skip_invalid and format in SKIPPABLE else None
     if format in JSONL_FORMATS:
         with _reading(path) as lines:
             parsed = _parse(JSONL_FORMATS[format], lines, path.name)
     elif format in JSON_FORMATS:
-        parsed = _parse(JSON_FORMATS[format], _load(path), path.name)
+        parser: Callable[..., Any] = JSON_FORMATS[format]
+        data = _load(path)
+        if isinstance(data, JsonItems) and format not in SKIPPABLE:
+            data = _parse(list, data, path.name)  # parsers of one conversation take a list
+        parsed = _parse(lambda d: parser(d, skipped) if skipped is not None else parser(d), data, path.name)
     else:
         raise FormatError(f"unknown format {format!r}; expected auto or one of {', '.join(FORMATS)}")
-    return parsed if isinstance(parsed, list) else [parsed]
+    sessions = parsed if isinstance(parsed, list) else [parsed]
+    if format not in ("native", "openai"):  # a native file is restored row for row
+        for session in sessions:
+            answer_open_calls(session)
+    said = [located(path.name, n) for s in sessions for n in s.notes]
+    said += [located(path.name, f"skipped {why}") for why in skipped or []]
+    for line in said:
+        if report is not None:
+            report(line)
+        else:
+            warnings.warn(line, stacklevel=2)
+    return sessions
 
 
 def _parse(parser: Callable[[Any], Any], data: Any, name: str) -> Any:
@@ -191,7 +237,7 @@ def write(
 ) -> list[Session]:
     """Write parsed sessions in one transaction; errors gain the file name."""
     try:
-        ids = bulk.write_sessions(store, sessions, progress)
+        ids = bulk.write_sessions(store, sessions, progress, consume=True)  # they are ours alone
     except InvalidTree as e:  # FormatError included
         raise FormatError(located(name, str(e))) from None
     except ImportConflict as e:
@@ -200,10 +246,18 @@ def write(
 
 
 def import_file(
-    store: Store, path: str | Path, format: str = "auto", progress: Progress | None = None
+    store: Store,
+    path: str | Path,
+    format: str = "auto",
+    progress: Progress | None = None,
+    *,
+    skip_invalid: bool = False,
+    report: Report | None = None,
 ) -> list[Session]:
-    """Import every session of a file, all or nothing; return them."""
-    return write(store, parse_file(path, format), Path(path).name, progress)
+    """Import every session of a file, all or nothing; return them. ``skip_invalid``
+    and ``report``: see ``parse_file``."""
+    sessions = parse_file(path, format, skip_invalid=skip_invalid, report=report)
+    return write(store, sessions, Path(path).name, progress)
 
 
 def import_native(
@@ -247,7 +301,10 @@ def export_file(
         lines = [text + "\n"]
     else:
         raise FormatError(f"cannot export to {format!r}; export formats: {', '.join(EXPORT_FORMATS)}")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    except OSError as e:  # no such directory, no permission: say it of the path asked for
+        raise SessionTreeError(f"cannot write {path}: {e.strerror}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.writelines(lines)

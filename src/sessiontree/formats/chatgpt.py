@@ -33,23 +33,28 @@ from .common import (
     leaf_branches,
     make_run,
     parents_first,
+    parse_each,
     resolve,
     stable_id,
     tool_call,
 )
+from .jsonstream import JsonItems
 
 ROLES = {"system", "user", "assistant", "tool"}
 
 
-def parse_chatgpt(data: Any) -> list[ImportedSession]:
-    conversations = data if isinstance(data, list) else [data]
-    sessions = []
-    for i, conv in enumerate(conversations, 1):
+def parse_chatgpt(data: Any, skipped: list[str] | None = None) -> list[ImportedSession]:
+    """One session per entry; with ``skipped``, an entry that fails is left out and its
+    error appended there instead of failing the whole file."""
+    conversations = data if isinstance(data, list | JsonItems) else [data]
+
+    def one(i: int, conv: Any) -> ImportedSession:
         where = f"conversation {i}"
         if not isinstance(conv, dict) or not isinstance(conv.get("mapping"), dict):
             raise FormatError(f"{where}: expected an object with a 'mapping' object")
-        sessions.append(_conversation(conv, where))
-    return sessions
+        return _conversation(conv, where)
+
+    return parse_each(conversations, one, skipped)
 
 
 def content_text(content: Any) -> str:
@@ -64,6 +69,22 @@ def content_text(content: Any) -> str:
     # user_editable_context (custom instructions), tether_browsing_display, ...
     texts = [content.get(k) for k in ("user_profile", "user_instructions", "result", "summary")]
     return "\n\n".join(t for t in texts if isinstance(t, str) and t)
+
+
+def reasoning_text(content: Any) -> str | None:
+    """The text of a ``thoughts`` or ``reasoning_recap`` content (None for others)."""
+    if not isinstance(content, dict):
+        return None
+    kind = content.get("content_type")
+    if kind == "reasoning_recap":
+        return str(content.get("content") or "")
+    if kind != "thoughts":
+        return None
+    parts: list[str] = []
+    for thought in content.get("thoughts") or []:
+        if isinstance(thought, dict):
+            parts.extend(str(thought[k]) for k in ("summary", "content") if thought.get(k))
+    return "\n\n".join(parts)
 
 
 def _conversation(conv: dict[str, Any], where: str) -> ImportedSession:
@@ -104,11 +125,14 @@ def _conversation(conv: dict[str, Any], where: str) -> ImportedSession:
         at = iso(msg.get("create_time")) or times.get(parent or "", created or EPOCH)
         times[ids[key]] = at
         payload, run = _payload(msg, ids[key], parent, calls, at, where, key)
+        orphan = payload.get("role") == "tool" and "tool_call_id" not in payload
+        if orphan:  # a tool output no message asked for (image generation): a note
+            payload = {"source": "chatgpt", "type": "tool_output", **payload}
         session.nodes.append(
             ImportedNode(
                 ids[key],
                 parent,
-                "message",
+                "note" if orphan else "message",
                 payload,
                 at,
                 run.id if run else None,
@@ -160,4 +184,7 @@ def _payload(
         ), run
     if role == "tool":
         return chat_message("tool", text, tool_call_id=calls.get(parent or ""), name=author.get("name")), run
+    reasoning = reasoning_text(msg.get("content"))
+    if reasoning is not None:  # thoughts, reasoning_recap: not an answer, but kept
+        return chat_message(role, "", reasoning_content=reasoning), run
     return chat_message(role, text, name=author.get("name")), run

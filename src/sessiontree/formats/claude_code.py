@@ -7,19 +7,23 @@ are linked by ``uuid``/``parentUuid``; what becomes of each record:
   block, with ``tool_call_id``. A compaction summary (``isCompactSummary``)
   becomes a ``summary`` marker.
 - ``assistant``: Claude Code writes one record per content block, all with
-  the same ``message.id``, each the child of the one before; consecutive
-  records of one message are merged into ONE assistant message (text joined,
-  ``tool_use`` blocks as ``tool_calls``; ``thinking`` blocks are dropped).
-  Model, usage and stop reason become a run.
-- Parallel tool results hang off different records of one merged message;
-  they are chained one after another in file order, so they do not fork.
+  the same ``message.id``; a later block may hang under an earlier block's
+  tool result. All records of one message are merged into ONE assistant
+  message (text joined, ``tool_use`` blocks as ``tool_calls``; ``thinking``
+  blocks are dropped). Model, usage and stop reason become a run.
+- Tool results are chained right after the message that made the calls, in
+  call order; what hangs from the message or its results hangs from the last
+  result, so nothing forks.
 - ``system`` records become ``note`` markers in the chain (they never reach a
   model, and they sit on the line, so they fork nothing).
 - Skipped, with their children re-attached to the nearest kept ancestor:
   ``progress`` (hook output, which would otherwise fork every tool call),
-  sidechain records (sub-agent conversations), and every record without a
+  sidechain records (sub-agent turns inside a session), and every record without a
   ``uuid`` (``queue-operation``, ``file-history-snapshot``, ``summary``; the
   latter gives the title).
+- A file whose records are ALL sidechain is a sub-agent transcript: it is
+  imported as its own session (id derived from the parent session and the
+  ``agentId``; metadata ``parent_session``, ``agentId``).
 - A ``parentUuid`` that is not in the file (a resumed session's first record)
   makes a new root; the missing ids are listed in the metadata.
 - ``main`` is the path to the node of the last record; every other leaf gets a
@@ -31,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..bulk import ImportedNode, ImportedSession
+from ..bulk import ImportedNode, ImportedRun, ImportedSession
 from ..errors import FormatError
 from ..ids import now
 from .common import (
@@ -70,25 +74,46 @@ def parse_claude_code(lines: Iterable[str]) -> ImportedSession:
         records[uid] = (number, rec)
     if not records:
         raise FormatError("no Claude Code records (lines with a 'uuid') in the input")
-    return _Builder(records, meta, title).build()
+    agent = all(r.get("isSidechain") for _, r in records.values())
+    if agent:  # a sub-agent transcript (<session>/subagents/agent-*.jsonl): its own session
+        agent_id = next((r["agentId"] for _, r in records.values() if isinstance(r.get("agentId"), str)), "")
+        parent = meta.pop("sessionId", None)
+        meta.update(parent_session=parent, agentId=agent_id)
+        meta["sessionId"] = stable_id("claude-code", str(parent), "agent", agent_id or sorted(records)[0])
+    return _Builder(records, meta, title, agent).build()
+
+
+Anchor = tuple[str, str] | None  # where children hang: ("node", id), ("tail", message node) or a root
 
 
 class _Builder:
+    """Two passes: records become nodes whose parents are anchors, then anchors
+    become node ids. A message's "tail" is its last tool result in call order (or
+    the message itself), known only once every record has been read."""
+
     def __init__(
-        self, records: dict[str, tuple[int, dict[str, Any]]], meta: dict[str, Any], title: str | None
+        self,
+        records: dict[str, tuple[int, dict[str, Any]]],
+        meta: dict[str, Any],
+        title: str | None,
+        agent: bool = False,
     ) -> None:
         self.records = records
+        self.agent = agent  # a sub-agent transcript: its sidechain records are the conversation
         raw_id = meta.get("sessionId") or stable_id("claude-code", *sorted(records)[:1])
         self.scope = ("claude-code", raw_id)
         first_time = iso(records[next(iter(records))][1].get("timestamp"))
         self.session = ImportedSession(
             keep_or_derive(raw_id, "claude-code"), title, meta, first_time or now()
         )
-        self.node_of: dict[str, str | None] = {}  # record uuid -> node it ends at (None: root)
+        self.anchor: dict[str, Anchor] = {}  # record uuid -> where its children hang
+        self.parent: dict[str, Anchor] = {}  # node id -> its parent, as an anchor
         self.by_id: dict[str, ImportedNode] = {}
-        self.group: dict[str, str] = {}  # assistant node id -> its message.id
-        self.owner: dict[str, str] = {}  # tool node -> the assistant whose calls it answers
-        self.tail: dict[str, str] = {}  # assistant node -> last tool message answering it
+        self.message_node: dict[str, str] = {}  # message.id -> its assistant node
+        self.call_owner: dict[str, str] = {}  # tool_use id -> assistant node making the call
+        self.results: dict[str, dict[str, list[str]]] = {}  # assistant node -> call id -> tool nodes
+        self.runs: dict[str, ImportedRun] = {}  # assistant node -> its run
+        self.tail: dict[str, str] = {}  # assistant node -> its last tool result
         self.texts: dict[str, list[str]] = {}
         self.dangling: list[str] = []
 
@@ -100,8 +125,11 @@ class _Builder:
             if parent_uuid is not None and parent_uuid not in self.records:
                 self.dangling.append(parent_uuid)
                 parent_uuid = None
-            parent = self.node_of.get(parent_uuid) if parent_uuid else None
-            self.node_of[uid] = self._record(uid, number, rec, parent)
+            parent = self.anchor.get(parent_uuid) if parent_uuid else None
+            self.anchor[uid] = self._record(uid, number, rec, parent)
+        self._place_results()
+        for node in self.session.nodes:
+            node.parent_id = self._resolve(self.parent[node.id])
         for node_id, parts in self.texts.items():
             payload = self.by_id[node_id].payload
             text = "\n\n".join(p for p in parts if p.strip())
@@ -111,9 +139,25 @@ class _Builder:
             self.session.metadata["dangling_parents"] = sorted(set(self.dangling))
         if self.session.title is None:
             self.session.title = self._first_prompt()
-        originals = {self._id(u): u for u in self.records if self.node_of[u] == self._id(u)}
-        self.session.branches = leaf_branches(self.session.nodes, self.node_of[last], originals)
+        originals = {self._id(u): u for u in self.records if self._id(u) in self.by_id}
+        self.session.branches = leaf_branches(self.session.nodes, self._resolve(self.anchor[last]), originals)
         return self.session
+
+    def _place_results(self) -> None:
+        """Chain each message's tool results after it, in the order of its calls."""
+        for node_id, by_call in self.results.items():
+            previous = node_id
+            for call in self.by_id[node_id].payload.get("tool_calls", []):
+                for tool_id in by_call.pop(call["id"], []):
+                    self.parent[tool_id] = ("node", previous)
+                    previous = tool_id
+            self.tail[node_id] = previous
+
+    def _resolve(self, anchor: Anchor) -> str | None:
+        if anchor is None:
+            return None
+        kind, node_id = anchor
+        return self.tail.get(node_id, node_id) if kind == "tail" else node_id
 
     def _parent_uuid(self, rec: dict[str, Any]) -> str | None:
         parent = rec.get("parentUuid") or rec.get("logicalParentUuid")
@@ -122,15 +166,16 @@ class _Builder:
     def _id(self, uid: str, part: int = 0) -> str:
         return keep_or_derive(uid, *self.scope) if part == 0 else stable_id(*self.scope, uid, str(part))
 
-    def _add(self, node: ImportedNode) -> str:
+    def _add(self, node: ImportedNode, parent: Anchor) -> str:
         self.session.nodes.append(node)
         self.by_id[node.id] = node
+        self.parent[node.id] = parent
         return node.id
 
-    def _record(self, uid: str, number: int, rec: dict[str, Any], parent: str | None) -> str | None:
-        """Add the nodes of one record; return the node its children hang from."""
+    def _record(self, uid: str, number: int, rec: dict[str, Any], parent: Anchor) -> Anchor:
+        """Add the nodes of one record; return where its children hang."""
         kind = rec.get("type")
-        if kind not in KEPT or rec.get("isSidechain"):
+        if kind not in KEPT or rec.get("isSidechain") and not self.agent:
             return parent  # skipped: children re-attach to the nearest kept ancestor
         at = iso(rec.get("timestamp")) or self.session.created_at
         where = f"line {number}"
@@ -142,21 +187,22 @@ class _Builder:
                 "content": rec.get("content"),
                 "level": rec.get("level"),
             }
-            return self._add(ImportedNode(self._id(uid), parent, "note", payload, at, source=where))
+            node = ImportedNode(self._id(uid), None, "note", payload, at, source=where)
+            return ("node", self._add(node, parent))
         msg = rec.get("message")
         if not isinstance(msg, dict):
             raise FormatError(f"{where}: a {kind} record needs a 'message' object")
         if kind == "assistant":
-            return self._assistant(uid, msg, parent, at, where)
+            return ("tail", self._assistant(uid, msg, parent, at, where))
         return self._user(uid, rec, msg, parent, at, where)
 
-    def _assistant(self, uid: str, msg: dict[str, Any], parent: str | None, at: str, where: str) -> str:
+    def _assistant(self, uid: str, msg: dict[str, Any], parent: Anchor, at: str, where: str) -> str:
+        """Every record of one ``message.id`` merges into one node, wherever it hangs."""
         content = msg.get("content")
         blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
         message_id = msg.get("id")
-        if parent is not None and message_id and self.group.get(parent) == message_id:
-            node_id = parent  # another block of the same message: merge
-        else:
+        node_id = self.message_node.get(message_id) if isinstance(message_id, str) else None
+        if node_id is None:
             node_id = self._id(uid)
             run = make_run(
                 node_id,
@@ -168,20 +214,22 @@ class _Builder:
             )
             if run:
                 self.session.runs.append(run)
-            self._add(
-                ImportedNode(
-                    node_id,
-                    parent,
-                    "message",
-                    chat_message("assistant", None),
-                    at,
-                    run.id if run else None,
-                    source=where,
-                )
+                self.runs[node_id] = run
+            node = ImportedNode(
+                node_id,
+                None,
+                "message",
+                chat_message("assistant", None),
+                at,
+                run.id if run else None,
+                source=where,
             )
+            self._add(node, parent)
             self.texts[node_id] = []
-            if message_id:
-                self.group[node_id] = message_id
+            if isinstance(message_id, str):
+                self.message_node[message_id] = node_id
+        else:
+            self._update_run(node_id, msg)
         payload = self.by_id[node_id].payload
         for block in blocks:
             if not isinstance(block, dict):
@@ -189,32 +237,42 @@ class _Builder:
             if block.get("type") == "text":
                 self.texts[node_id].append(str(block.get("text") or ""))
             elif block.get("type") == "tool_use":
+                call_id = str(block.get("id"))
                 payload.setdefault("tool_calls", []).append(
-                    tool_call(str(block.get("id")), str(block.get("name")), block.get("input") or {})
+                    tool_call(call_id, str(block.get("name")), block.get("input") or {})
                 )
+                self.call_owner.setdefault(call_id, node_id)
         return node_id
 
+    def _update_run(self, node_id: str, msg: dict[str, Any]) -> None:
+        """A later streaming record of a message carries the fuller usage: the last one wins."""
+        run = self.runs.get(node_id)
+        if run is None:
+            return
+        if isinstance(msg.get("usage"), dict):
+            run.usage = msg["usage"]
+        if msg.get("stop_reason"):
+            run.finish_reason = str(msg["stop_reason"])
+
     def _user(
-        self, uid: str, rec: dict[str, Any], msg: dict[str, Any], parent: str | None, at: str, where: str
-    ) -> str:
+        self, uid: str, rec: dict[str, Any], msg: dict[str, Any], parent: Anchor, at: str, where: str
+    ) -> Anchor:
         content = msg.get("content")
         blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
         results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
         others = [b for b in blocks if not (isinstance(b, dict) and b.get("type") == "tool_result")]
-        part = 0
-        node_id = parent
-        if results and parent is not None:
-            owner = self.owner.get(parent, parent)
-            node_id = self.tail.get(owner, parent)  # chain parallel results, do not fork
-        for block in results:
-            tool = chat_message(
-                "tool", block_text(block.get("content")), tool_call_id=str(block.get("tool_use_id"))
-            )
-            node_id = self._add(ImportedNode(self._id(uid, part), node_id, "message", tool, at, source=where))
-            part += 1
-            if parent is not None:
-                owner = self.owner.get(parent, parent)
-                self.owner[node_id], self.tail[owner] = owner, node_id
+        anchor = parent
+        for part, block in enumerate(results):
+            call_id = str(block.get("tool_use_id"))
+            tool = chat_message("tool", block_text(block.get("content")), tool_call_id=call_id)
+            node = ImportedNode(self._id(uid, part), None, "message", tool, at, source=where)
+            owner = self.call_owner.get(call_id)
+            if owner is None:  # answers no call in the file: it stays where it hangs
+                anchor = ("node", self._add(node, anchor))
+                continue
+            self._add(node, None)  # placed after its message by _place_results
+            self.results.setdefault(owner, {}).setdefault(call_id, []).append(node.id)
+            anchor = ("tail", owner)
         if others or not results:
             text = block_text(others)
             kind, payload = (
@@ -222,9 +280,9 @@ class _Builder:
                 if rec.get("isCompactSummary")
                 else ("message", chat_message("user", text))
             )
-            return self._add(ImportedNode(self._id(uid, part), node_id, kind, payload, at, source=where))
-        assert node_id is not None  # results is not empty here, and each one added a node
-        return node_id
+            node = ImportedNode(self._id(uid, len(results)), None, kind, payload, at, source=where)
+            return ("node", self._add(node, anchor))
+        return anchor
 
     def _first_prompt(self) -> str | None:
         for node in self.session.nodes:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from ..bulk import ImportedNode, ImportedRef, ImportedRun
+from ..bulk import ImportedNode, ImportedRef, ImportedRun, ImportedSession
 from ..errors import FormatError
 
 NAMESPACE = uuid.UUID("3f6c1e0a-8d51-4e0b-9c8e-5a1f2b7d9e40")  # sessiontree imports
@@ -110,8 +110,84 @@ def make_run(
     )
 
 
+def token_usage(usage: Any, input_field: str, output_field: str) -> dict[str, Any] | None:
+    """The source's usage object, its fields kept, with the token counts also under
+    ``input_tokens``/``output_tokens`` (the names the runs table sums)."""
+    if not isinstance(usage, dict):
+        return None
+    named = dict(usage)
+    for field, name in ((input_field, "input_tokens"), (output_field, "output_tokens")):
+        value = usage.get(field)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            named.setdefault(name, value)
+    return named
+
+
 def _str(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def parse_each(
+    entries: Iterable[Any], parse_one: Callable[[int, Any], ImportedSession], skipped: list[str] | None
+) -> list[ImportedSession]:
+    """``parse_one(number, entry)`` for each entry (numbered from 1). With ``skipped``
+    given, an entry that raises FormatError is left out and its message appended."""
+    sessions = []
+    for number, entry in enumerate(entries, 1):
+        try:
+            sessions.append(parse_one(number, entry))
+        except FormatError as e:
+            if skipped is None:
+                raise
+            skipped.append(str(e))
+    return sessions
+
+
+NO_RESULT = "no result was recorded"
+
+
+def answer_open_calls(session: ImportedSession) -> None:
+    """Give every tool call the source left unanswered (an aborted turn, a
+    compaction, a call the next call replaced) a synthesised tool message,
+    placed right before the conversation moves on, so each branch is one the
+    API accepts. The payload says ``"synthesised": true``; nothing is invented
+    where the source simply ends (a leaf)."""
+    children: dict[str | None, list[ImportedNode]] = {}
+    for node in session.nodes:
+        children.setdefault(node.parent_id, []).append(node)
+    added: list[ImportedNode] = []
+    for node in list(session.nodes):
+        calls = [c.get("id") for c in node.payload.get("tool_calls") or [] if isinstance(c, dict)]
+        if node.kind != "message" or node.payload.get("role") != "assistant" or not calls:
+            continue
+        stack = [(node, frozenset[Any]())]
+        while stack:
+            at, answered = stack.pop()
+            moves_on = []
+            for child in children.get(at.id, []):
+                if child.kind != "message":
+                    stack.append((child, answered))
+                elif child.payload.get("role") == "tool":
+                    stack.append((child, answered | {child.payload.get("tool_call_id")}))
+                else:
+                    moves_on.append(child)
+            missing = [c for c in calls if c not in answered]
+            if moves_on and missing:
+                previous = at.id
+                for call_id in missing:
+                    payload = chat_message("tool", NO_RESULT, tool_call_id=call_id, synthesised=True)
+                    previous_node = ImportedNode(
+                        stable_id("no-result", node.id, str(call_id)),
+                        previous,
+                        "message",
+                        payload,
+                        at.created_at,
+                    )
+                    added.append(previous_node)
+                    previous = previous_node.id
+                for child in moves_on:
+                    child.parent_id = previous
+    session.nodes.extend(added)
 
 
 def leaf_branches(

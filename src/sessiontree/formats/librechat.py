@@ -33,21 +33,29 @@ from .common import (
     latest_leaf,
     leaf_branches,
     make_run,
+    parse_each,
     stable_id,
+    token_usage,
 )
+from .jsonstream import JsonItems
 
 ZERO = "00000000-0000-0000-0000-000000000000"
 
 
-def parse_librechat(data: Any) -> list[ImportedSession]:
-    exports = data if isinstance(data, list) else [data]
-    sessions = []
-    for i, export in enumerate(exports, 1):
-        where = f"conversation {i}" if isinstance(data, list) else "conversation"
+def parse_librechat(data: Any, skipped: list[str] | None = None) -> list[ImportedSession]:
+    """One session per entry; with ``skipped``, an entry that fails is left out and its
+    error appended there instead of failing the whole file."""
+    exports = data if isinstance(data, list | JsonItems) else [data]
+
+    def one(i: int, export: Any) -> ImportedSession:
+        where = f"conversation {i}" if isinstance(data, list | JsonItems) else "conversation"
+        if isinstance(export, dict) and "messages" not in export and "messagesTree" in export:
+            export = {**export, "messages": export["messagesTree"]}  # older exports, always nested
         if not isinstance(export, dict) or not isinstance(export.get("messages"), list):
-            raise FormatError(f"{where}: expected an object with a 'messages' list")
-        sessions.append(_conversation(export, where))
-    return sessions
+            raise FormatError(f"{where}: expected an object with a 'messages' (or 'messagesTree') list")
+        return _conversation(export, where)
+
+    return parse_each(exports, one, skipped)
 
 
 def _flatten(export: dict[str, Any], where: str) -> list[tuple[dict[str, Any], str | None]]:
@@ -126,7 +134,7 @@ def _conversation(export: dict[str, Any], where: str) -> ImportedSession:
                 at,
                 model=msg.get("model"),
                 provider=msg.get("endpoint") or export.get("endpoint"),
-                usage=usage or None,
+                usage=token_usage(usage, "promptTokens", "tokenCount") if usage else None,
                 finish_reason=msg.get("finish_reason"),
             )
         if run:

@@ -42,10 +42,14 @@ from .common import (
     make_run,
     parents_first,
     resolve,
+    token_usage,
     tool_call,
 )
 
 SKIPPED = {"label", "session_info", "custom"}
+# Entries that need no other entry to convert (compaction and branch_summary
+# name other entries): converted as they are read.
+EARLY = {"message", "custom_message", "model_change", "thinking_level_change"}
 NODE_TYPES = {
     "message",
     "compaction",
@@ -72,6 +76,11 @@ def parse_pi(lines: Iterable[str]) -> ImportedSession:
     raw_id = str(header.get("id") or "")
     if not raw_id:
         raise FormatError(f"line {number}: the header has no session 'id'")
+    created = iso(header.get("timestamp")) or now()
+
+    def node_id(eid: str) -> str:
+        return keep_or_derive(eid, "pi", raw_id)
+
     entries: dict[str, tuple[int, dict[str, Any]]] = {}
     parent_of: dict[str, str | None] = {}
     previous = None
@@ -85,14 +94,20 @@ def parse_pi(lines: Iterable[str]) -> ImportedSession:
             raise FormatError(f"line {number}: 'parentId' should be a string or null")
         if eid in entries:
             raise FormatError(f"line {number}: entry id {eid!r} appears twice")
+        if entry.get("type") in EARLY:  # converted now, so the raw entry is not kept
+            at = iso(entry.get("timestamp")) or created
+            entry = {
+                "type": entry["type"],
+                "converted": _convert(entry, {}, node_id(eid), at, f"line {number}"),
+            }
         entries[eid], parent_of[eid], previous = (number, entry), parent, eid
     for eid, parent in parent_of.items():
         if parent is not None and parent not in entries:
             raise FormatError(f"line {entries[eid][0]}: parent {parent!r} is not in the file")
     meta = {"source": "pi", "original_id": raw_id, "version": version}
     meta.update({k: header[k] for k in ("cwd", "parentSession") if k in header})
-    session = ImportedSession(keep_or_derive(raw_id, "pi"), None, meta, iso(header.get("timestamp")) or now())
-    ids = {eid: keep_or_derive(eid, "pi", raw_id) for eid in entries}
+    session = ImportedSession(keep_or_derive(raw_id, "pi"), None, meta, created)
+    ids = {eid: node_id(eid) for eid in entries}
     aliases: dict[str, str | None] = {}
     labels: dict[str, str | None] = {}  # target entry -> label
     for eid in parents_first(parent_of, lambda e: f"line {entries[e][0]}"):
@@ -109,7 +124,8 @@ def parse_pi(lines: Iterable[str]) -> ImportedSession:
             continue
         parent = resolve(aliases, parent_of[eid])
         at = iso(entry.get("timestamp")) or session.created_at
-        node_kind, payload, run = _convert(entry, ids, ids[eid], at, f"line {number}")
+        converted = entry.get("converted") or _convert(entry, ids, ids[eid], at, f"line {number}")
+        node_kind, payload, run = converted
         if run:
             session.runs.append(run)
         session.nodes.append(
@@ -211,7 +227,7 @@ def _message(msg: dict[str, Any], node_id: str, at: str) -> tuple[str, dict[str,
             at,
             model=msg.get("model"),
             provider=msg.get("provider"),
-            usage=msg.get("usage"),
+            usage=token_usage(msg.get("usage"), "input", "output"),
             finish_reason=msg.get("stopReason"),
         )
         payload = chat_message("assistant", text or (None if calls else ""), tool_calls=calls or None)

@@ -34,6 +34,8 @@ from .sqlite_upkeep import TREE, SQLiteUpkeep
 
 WAL_LIMIT = 32 * 1024 * 1024
 """Write-ahead log size past which a writer checkpoints and empties it (see ``_bound_wal``)."""
+CHECKPOINT_WAIT_MS = 1_000
+"""How long that checkpoint waits for readers of old snapshots (other writers wait meanwhile)."""
 WAL_CHECK_EVERY = 16
 """Commits between two looks at the log's size (a stat call)."""
 
@@ -110,7 +112,7 @@ class SQLiteStorage(SQLiteUpkeep):
         some reader always needs the log, it is never restarted, and it grows
         without bound beside a small database. Every ``WAL_CHECK_EVERY`` commits
         the writer looks at the log's size; past the limit it runs a TRUNCATE
-        checkpoint, which waits (up to the busy timeout) for the readers of old
+        checkpoint, which waits (up to ``CHECKPOINT_WAIT_MS``) for the readers of old
         snapshots to finish, copies everything into the database and empties the
         log. New readers go on unimpeded; other writers wait for it. If it cannot
         finish in time, nothing is lost: a later check tries again.
@@ -123,8 +125,15 @@ class SQLiteStorage(SQLiteUpkeep):
         except OSError:
             return
         if size > self.wal_limit:
-            with contextlib.suppress(sqlite3.OperationalError):  # busy: try again later
-                self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            # Other writers wait while this runs: wait for readers for a second at most,
+            # well inside the writers' own busy timeout.
+            timeout = self.conn.execute("PRAGMA busy_timeout").fetchone()[0]
+            self.conn.execute(f"PRAGMA busy_timeout = {min(timeout, CHECKPOINT_WAIT_MS)}")
+            try:
+                with contextlib.suppress(sqlite3.OperationalError):  # busy: try again later
+                    self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                self.conn.execute(f"PRAGMA busy_timeout = {timeout}")
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:

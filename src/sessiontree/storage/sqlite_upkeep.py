@@ -11,11 +11,12 @@ import os
 import sqlite3
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 import sqlite_utils
 
-from ..errors import Conflict
+from ..errors import Conflict, NotFound, SessionTreeError
 from ..model import Node
 from .cache import PathCache
 
@@ -222,8 +223,27 @@ class SQLiteUpkeep:
         }
 
     def backup(self, destination: str) -> int:
-        """A consistent, compacted copy (VACUUM INTO) at a new path; its size in bytes."""
-        if os.path.exists(destination):
+        """A consistent, compacted copy (VACUUM INTO) at a new path; its size in bytes.
+
+        Atomic: the copy is written to a hidden file beside the destination and
+        linked into place only when complete, so a backup killed half-way leaves
+        no file that could be mistaken for a store. A symbolic link is refused.
+        """
+        target = Path(destination)
+        if target.is_symlink():
+            raise Conflict(f"{destination} is a symbolic link; give the path of a new file")
+        if target.exists():
             raise Conflict(f"{destination} already exists; choose a new file")
-        self.conn.execute("VACUUM INTO ?", (destination,))
-        return os.path.getsize(destination)
+        if not target.parent.is_dir():
+            raise NotFound(f"cannot back up to {destination}: no directory {target.parent}")
+        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        try:
+            self.conn.execute("VACUUM INTO ?", (str(partial),))
+            os.link(partial, target)  # fails, rather than replaces, if the name was taken meanwhile
+        except FileExistsError:
+            raise Conflict(f"{destination} already exists; choose a new file") from None
+        except sqlite3.OperationalError as e:
+            raise SessionTreeError(f"cannot back up to {destination}: {e}") from None
+        finally:
+            partial.unlink(missing_ok=True)
+        return os.path.getsize(target)

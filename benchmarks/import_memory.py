@@ -1,0 +1,125 @@
+"""Peak memory of importing a large file, per format, as a multiple of its size.
+
+For each format, a file of about ``--mb`` megabytes is made from the real
+exports in tests/fixtures/real (copies with fresh ids), then imported into a
+new store in a child process, which reports its peak resident set size
+(``ru_maxrss``) before and after the import. The figure is the growth of the
+peak during the import divided by the file size.
+
+    python benchmarks/import_memory.py            # 50 MB per format
+    python benchmarks/import_memory.py --mb 5 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+REAL = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "real"
+SOURCES = {
+    "chatgpt": REAL / "chatgpt" / "openwebui-importer-gpt_example.json",
+    "librechat": REAL / "librechat" / "librechat-export.json",
+    "openwebui": REAL / "openwebui" / "openwebui-importer-claude_output.json",
+    "claude-code": REAL / "claude-code" / "spotter-8463c716.jsonl",
+    "pi": REAL / "pi" / "pi-mono-large-session.jsonl",
+}
+ZERO = "00000000-0000-0000-0000-000000000000"  # LibreChat's "no parent"
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def fresh_ids(text: str, copy: int) -> str:
+    """The text with every UUID replaced by one unique to this copy."""
+
+    def new(match: re.Match[str]) -> str:
+        old = match.group()
+        return old if old == ZERO else str(uuid.uuid5(uuid.NAMESPACE_URL, f"{copy}:{old}"))
+
+    return UUID.sub(new, text)
+
+
+def make_file(fmt: str, size: int, directory: Path) -> Path:
+    source = SOURCES[fmt].read_text(encoding="utf-8")
+    out = directory / f"big-{fmt}{SOURCES[fmt].suffix}"
+    if fmt in ("claude-code", "pi"):  # one long session: the records repeated with fresh ids
+        lines = source.splitlines(keepends=True)
+        header, body = (lines[:1], lines[1:]) if fmt == "pi" else ([], lines)
+        with out.open("w", encoding="utf-8") as f:
+            f.writelines(header)
+            copy = 0
+            while f.tell() < size:
+                f.write(fresh_ids("".join(body), copy) if fmt == "claude-code" else "".join(body))
+                copy += 1
+        return out
+    data = json.loads(source)
+    one = data if isinstance(data, list) else [data]
+    if fmt == "openwebui":  # an id of its own, so the copies are distinct chats
+        one = [{"id": "00000000-0000-4000-8000-000000000000", "title": "t", "chat": one[0]}]
+    text = json.dumps(one)[1:-1]
+    with out.open("w", encoding="utf-8") as f:
+        f.write("[")
+        copy = 0
+        while f.tell() < size:
+            f.write(("," if copy else "") + fresh_ids(text, copy))
+            copy += 1
+        f.write("]")
+    return out
+
+
+CHILD = """
+import inspect, json, resource, sys
+from sessiontree import Store
+from sessiontree.formats import import_file
+quiet = {"report": lambda line: None} if "report" in inspect.signature(import_file).parameters else {}
+store = Store(sys.argv[2])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+import_file(store, sys.argv[1], **quiet)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"before_kb": before, "after_kb": after}))
+"""
+
+
+def measure(path: Path, db: Path) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path), str(db)], capture_output=True, text=True, check=True
+    ).stdout
+    kb = json.loads(out)
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    grown = (kb["after_kb"] - kb["before_kb"]) * scale
+    size = path.stat().st_size
+    return {
+        "file_mb": round(size / 1e6, 1),
+        "peak_growth_mb": round(grown / 1e6, 1),
+        "ratio": round(grown / size, 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=float, default=50.0, help="file size per format (MB)")
+    parser.add_argument("--formats", default=",".join(SOURCES), help="comma-separated")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for fmt in args.formats.split(","):
+            path = make_file(fmt, int(args.mb * 1e6), Path(tmp))
+            results[fmt] = measure(path, Path(tmp) / f"{fmt}.db")
+            path.unlink()
+    if args.json:
+        print(json.dumps(results))
+        return
+    print(f"{'format':<12} {'file MB':>8} {'peak growth MB':>15} {'x file':>7}")
+    for fmt, r in results.items():
+        print(f"{fmt:<12} {r['file_mb']:>8} {r['peak_growth_mb']:>15} {r['ratio']:>7}")
+
+
+if __name__ == "__main__":
+    assert resource  # Unix only: ru_maxrss
+    main()

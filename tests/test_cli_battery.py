@@ -1,0 +1,71 @@
+"""No traceback ever reaches a user: a battery of bad invocations over the commands,
+each answered by a non-zero exit and exactly one `Error:` line, and nothing hangs."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from sessiontree.cli import cli
+
+MODEL = ["--base-url", "http://127.0.0.1:9/v1", "-m", "m"]
+BAD = [
+    ["run", "-o", "model", "x", *MODEL, "hi"],
+    ["run", "-o", "stream", "true", *MODEL, "hi"],
+    ["run", "--tools", "os:missing", *MODEL, "hi"],
+    ["run", "--tools", "no_such_module_here", *MODEL, "hi"],
+    ["run", "--tools", "{tmp}/missing.py", *MODEL, "hi"],
+    ["export", "-o", "{tmp}/missing-dir/x.jsonl"],
+    ["export", "-o", "/proc/version"],
+    ["export", "nosuchsession"],
+    ["backup", "{tmp}/missing-dir/b.db"],
+    ["rerun", "main", "--variant", "a=m", "-n", "-1", "--base-url", "http://127.0.0.1:9/v1"],
+    ["rerun", "main", "--variant", "a=m", "--concurrency", "0", "--base-url", "http://127.0.0.1:9/v1"],
+    ["rerun", "main", "--variant", "nomodel", "--base-url", "http://127.0.0.1:9/v1"],
+    ["show", "abc"],
+    ["show", "main~99"],
+    ["show", "ffffffff"],
+    ["log", "nosuchbranch"],
+    ["diff", "main", "nosuchbranch"],
+    ["fork", "main", "--at", "main"],
+    ["fork", "x y\u202e", "--at", "main"],
+    ["checkpoint", "cafe", "--at", "main"],
+    ["move-branch", "weather-known", "main"],
+    ["delete-branch", "nosuch"],
+    ["delete-checkpoint", "nosuch"],
+    ["approve", "nosuchpause"],
+    ["edit-call", "nosuchpause", "c", "{not json"],
+    ["resume", "nosuchpause", *MODEL],
+    ["import", "{tmp}/garbage.json"],
+    ["import", "{tmp}/garbage.json", "--format", "chatgpt"],
+    ["compare", "main", "nosuch"],
+    ["replay", "nosuch"],
+    ["usage", "nosuch"],
+    ["tree", "nosuchsession"],
+    ["branches", "nosuchsession"],
+    ["append", "hi", "-b", "nosuchbranch"],
+    ["delete", "nosuchsession"],
+    ["archive", "nosuchsession"],
+    ["prune", "-s", "nosuchsession"],
+    ["verify", "-s", "nosuchsession"],
+]
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    path = tmp_path_factory.mktemp("battery") / "b.db"
+    result = CliRunner().invoke(cli, ["--db", str(path), "demo"], catch_exceptions=False)
+    assert result.exit_code == 0
+    return path
+
+
+@pytest.mark.parametrize("args", BAD, ids=lambda a: " ".join(a)[:60])
+def test_a_bad_invocation_is_one_error_line(db, tmp_path, args):
+    (tmp_path / "garbage.json").write_text("{ this is not json")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    result = CliRunner().invoke(cli, ["--db", str(db), *args], catch_exceptions=True)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code != 0, result.output
+    assert "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, result.output
