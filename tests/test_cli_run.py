@@ -67,6 +67,18 @@ def test_run_needs_an_endpoint(tmp_path, monkeypatch):
     assert "Error: give --base-url and --model" in result.output
 
 
+def test_run_refuses_a_key_with_a_carriage_return_without_showing_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-cli-secret-key\r")
+    args = ["--db", str(tmp_path / "x.db"), "run", "hi", "--base-url", "http://127.0.0.1:9/v1", "-m", "m"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        "Error: $OPENAI_API_KEY: the API key contains a control character (U+000D) at position 17; "
+        "a key read from a file or variable often has a trailing newline or carriage return: strip it"
+    ]
+    assert "sk-cli" not in result.output
+
+
 def test_run_reports_a_model_error_and_exits_1(tmp_path):
     result = CliRunner().invoke(
         cli,

@@ -69,16 +69,27 @@ class ProviderError(SessionTreeError):
     """A model endpoint failed: an HTTP error, a malformed or truncated reply.
 
     ``status`` is the HTTP status when there was one; ``retryable`` says whether
-    the adapter would (or did) retry it. Messages never contain an API key.
+    the adapter would (or did) retry it; ``raw`` is the reply, cut short and
+    redacted, when the reply itself was the problem. Messages never contain an
+    API key.
     """
 
-    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, retryable: bool = False, raw: str | None = None
+    ) -> None:
         super().__init__(message)
-        self.status, self.retryable = status, retryable
+        self.status, self.retryable, self.raw = status, retryable, raw
 
 
 class ModelOutputError(SessionTreeError):
-    """A model call returned something that is not an assistant message."""
+    """A model call returned something that is not an assistant message.
+
+    ``raw`` is the reply as text, cut short, when there is one to show.
+    """
+
+    def __init__(self, message: str, *, raw: str | None = None) -> None:
+        super().__init__(message)
+        self.raw = raw
 
 
 class ToolArgumentError(SessionTreeError, ValueError):

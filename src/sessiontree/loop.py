@@ -36,8 +36,9 @@ from typing import Any
 from . import bridge
 from .errors import BranchMoved, Conflict, InvalidPayload, ModelOutputError, SessionTreeError
 from .ids import new_id, now
-from .model import Completion, Node
+from .model import Completion, Node, completion_problem
 from .plan import Action, next_action
+from .redact import Redactor
 from .session import Ref, Session
 from .steps import (
     Approve,
@@ -57,6 +58,9 @@ from .steps import (
 )
 from .store import Store
 from .tools import Tool, ToolArgumentError, ToolContext, as_tools
+
+RAW_REPLY_LIMIT = 2000  # characters of a bad reply kept in its error node
+_REDACT = Redactor({})  # no key known here: "Bearer ..." and "Authorization: ..." only
 
 ModelCall = Callable[[list[dict[str, Any]], list[dict[str, Any]]], Any]
 Approver = Callable[[ToolCall], Any]
@@ -293,18 +297,25 @@ async def _stream(
 
 
 def _as_completion(reply: Any) -> Completion:
-    """Check a model's reply and normalise its tool calls (ids, JSON text arguments)."""
+    """Check a model's reply and normalise its tool calls (ids, JSON text arguments).
+
+    What cannot be stored as an assistant message and its run (see
+    ``model.completion_problem``) raises ``ModelOutputError`` with the raw reply
+    attached, cut short and redacted: the loop records it in an error node.
+    """
     completion = reply if isinstance(reply, Completion) else Completion(reply)
     message = completion.message
     if not isinstance(message, dict) or message.get("role", "assistant") != "assistant":
-        raise ModelOutputError(f"the model returned {str(message)[:200]!r}, not an assistant message")
+        raise _bad_reply(reply, f"the model returned {str(message)[:200]!r}, not an assistant message")
+    original = message
     message = {**message, "role": "assistant"}
     message.setdefault("content", None)
+    raw_calls = message.get("tool_calls")
     calls = []
-    for raw in message.get("tool_calls") or []:
+    for raw in raw_calls if isinstance(raw_calls, list) else []:
         function = raw.get("function") if isinstance(raw, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise ModelOutputError(f"the model returned a malformed tool call: {str(raw)[:200]}")
+            raise _bad_reply(reply, f"the model returned a malformed tool call: {str(raw)[:200]}")
         arguments = function.get("arguments")
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments if arguments is not None else {})
@@ -317,10 +328,23 @@ def _as_completion(reply: Any) -> Completion:
         )
     if calls:
         message["tool_calls"] = calls
-    else:
+    elif not raw_calls:  # None, [], "": no calls; anything else is left for the check below
         message.pop("tool_calls", None)
     completion.message = message
+    if (problem := completion_problem(completion)) is not None:
+        completion.message = original
+        raise _bad_reply(completion, f"the model's reply cannot be stored: {problem}")
     return completion
+
+
+def _bad_reply(reply: Any, problem: str) -> ModelOutputError:
+    """The error for a reply that is not an assistant message, the reply attached as text."""
+    data = dict(vars(reply)) if isinstance(reply, Completion) else reply
+    try:
+        text = json.dumps(data, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(data)
+    return ModelOutputError(problem, raw=_REDACT.clip(text, RAW_REPLY_LIMIT))
 
 
 def _error_payload(error: BaseException, during: str) -> dict[str, Any]:
@@ -328,6 +352,9 @@ def _error_payload(error: BaseException, during: str) -> dict[str, Any]:
     status = getattr(error, "status", None)
     if status is not None:
         payload["status"] = status
+    raw = getattr(error, "raw", None)
+    if isinstance(raw, str):
+        payload["raw"] = raw[:RAW_REPLY_LIMIT]
     return payload
 
 

@@ -181,6 +181,52 @@ class Completion:
     latency_ms: float | None = None
 
 
+def completion_problem(completion: Completion) -> str | None:
+    """Why ``completion`` cannot be stored as an assistant message and its run, or None.
+
+    Its message must be an assistant message (content text, a list of parts or
+    None) whose tool calls each have a non-empty string id, unique in the
+    message, a string name and string arguments; model, provider and
+    finish_reason are strings or None, params and usage objects.
+    """
+    for name in ("model", "provider", "finish_reason"):
+        value = getattr(completion, name)
+        if value is not None and not isinstance(value, str):
+            return f"its {name} is a {type(value).__name__}, not a string"
+    for name in ("params", "usage"):
+        if not isinstance(getattr(completion, name), dict):
+            return f"its {name} is not an object"
+    latency = completion.latency_ms
+    if latency is not None and (isinstance(latency, bool) or not isinstance(latency, int | float)):
+        return "its latency_ms is not a number"
+    message = completion.message
+    if not isinstance(message, dict) or message.get("role") != "assistant":
+        return "it is not an assistant message"
+    content = message.get("content")
+    if content is not None and not isinstance(content, str | list):
+        return f"its content is a {type(content).__name__}, not text"
+    calls = message.get("tool_calls")
+    if calls is None:
+        return None
+    if not isinstance(calls, list):
+        return f"its tool_calls is a {type(calls).__name__}, not a list"
+    seen: set[str] = set()
+    for n, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            return f"tool call {n} has no function object"
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            return f"tool call {n} has an id that is a {type(call_id).__name__}, not a non-empty string"
+        if call_id in seen:
+            return f"tool call id {call_id[:100]!r} appears twice"
+        seen.add(call_id)
+        for key in ("name", "arguments"):
+            if not isinstance(function.get(key), str):
+                return f"tool call {n} has a {key} that is not a string"
+    return None
+
+
 @dataclass(frozen=True)
 class ModelUsage:
     """Model calls of one model, summed."""

@@ -168,7 +168,10 @@ def make_call(
             extra[key] = json.loads(value)
         except ValueError:
             extra[key] = value
-    return openai_compatible(base_url, model, api_key=os.environ.get(api_key_env), stream=stream, **extra)
+    try:
+        return openai_compatible(base_url, model, api_key=os.environ.get(api_key_env), stream=stream, **extra)
+    except ValueError as e:  # a key with a control character: the message names it, never quotes it
+        raise click.ClickException(f"${api_key_env}: {e}") from None
 
 
 @click.command()

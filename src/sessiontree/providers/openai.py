@@ -13,12 +13,18 @@ Contract:
   message), malformed JSON, an ``error`` object in a stream, and a stream that
   ends without a finish reason or ``[DONE]`` or whose connection drops. A
   partial message is never returned.
-- Connect errors, timeouts, 408, 409, 429 and 5xx are retried with exponential
-  backoff and full jitter, or after ``Retry-After`` when the server sends one,
-  up to ``max_retries`` retries and ``max_retry_time`` seconds in all. A stream
-  is retried only while no text has reached the caller.
+- Connect errors, timeouts, dropped connections, bad encodings, 408, 409, 429
+  and 5xx are retried with exponential backoff and full jitter, or after
+  ``Retry-After`` when the server sends one, up to ``max_retries`` retries and
+  ``max_retry_time`` seconds in all. A stream is retried only while no text has
+  reached the caller. Every httpx failure is a ``ProviderError``.
+- ``deadline`` bounds the whole call, retries and waits included; ``timeout``
+  is per read. ``max_response_bytes`` bounds a body or stream after
+  decompression, ``max_line_bytes`` one SSE line.
+- A reply that cannot be stored as an assistant message (``model.completion_problem``)
+  is a ``ProviderError`` carrying the reply as ``raw``, redacted and cut short.
 - The API key is sent as a bearer token and never appears in reprs, errors or
-  ``Completion.params``.
+  ``Completion.params``; a key with a control character is refused up front.
 """
 
 from __future__ import annotations
@@ -26,27 +32,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import email.utils
 import json
 import os
 import random
-import re
 import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import httpx
 
 from ..errors import ProviderError
-from ..model import Completion
-from .sse import Event, aiter_events
+from ..model import Completion, completion_problem
+from ..redact import Redactor, check_header
+from .body import ACCEPT_ENCODING, decoded
+from .failures import Failures
+from .reply import StreamState, error_text, tool_call
+from .retry import Budget, retry_after
+from .sse import aiter_events
 
 PROVIDER = "openai-compatible"
 RETRYABLE_STATUS = frozenset({408, 409, 429})  # and every 5xx
 _RESERVED = frozenset({"messages", "tools", "model", "stream", "stream_options"})
 _BACKOFF_BASE, _BACKOFF_CAP = 0.5, 8.0
+DEFAULT_DEADLINE = 600.0  # seconds for a whole call, retries included
+DEFAULT_MAX_RESPONSE_BYTES = 32 * 2**20  # one response body or stream, decoded
+DEFAULT_MAX_LINE_BYTES = 4 * 2**20  # one SSE line
+_ERROR_BODY_BYTES = 64 * 1024  # what is read of an error response; the rest is dropped
 
 # Module-level hooks so tests can make retries instant and deterministic.
 _sleep = asyncio.sleep
@@ -63,6 +74,9 @@ def openai_compatible(
     timeout: float | httpx.Timeout = 60.0,
     max_retries: int = 4,
     max_retry_time: float = 60.0,
+    deadline: float = DEFAULT_DEADLINE,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     headers: Mapping[str, str] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     **params: Any,
@@ -86,6 +100,9 @@ def openai_compatible(
         timeout=timeout,
         max_retries=max_retries,
         max_retry_time=max_retry_time,
+        deadline=deadline,
+        max_response_bytes=max_response_bytes,
+        max_line_bytes=max_line_bytes,
         headers=headers,
         transport=transport,
         params=params,
@@ -105,6 +122,9 @@ class OpenAICompatible:
         timeout: float | httpx.Timeout,
         max_retries: int,
         max_retry_time: float,
+        deadline: float,
+        max_response_bytes: int,
+        max_line_bytes: int,
         headers: Mapping[str, str] | None,
         transport: httpx.AsyncBaseTransport | None,
         params: dict[str, Any],
@@ -113,20 +133,24 @@ class OpenAICompatible:
         self.url = self.base_url + "/chat/completions"
         self.params = dict(params)
         self.max_retries, self.max_retry_time = max_retries, max_retry_time
+        self.deadline = float(deadline)
+        self.max_response_bytes, self.max_line_bytes = max_response_bytes, max_line_bytes
         self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         self._transport = transport
-        self._headers = httpx.Headers({"Accept": "text/event-stream" if stream else "application/json"})
+        self._headers = httpx.Headers(
+            {
+                "Accept": "text/event-stream" if stream else "application/json",
+                "Accept-Encoding": ACCEPT_ENCODING,  # what body.Inflater decodes
+            }
+        )
+        for name, value in (headers or {}).items():
+            check_header(f"the {name} header", value)
         self._headers.update(headers or {})
         if api_key:
+            check_header("the API key", api_key)
             self._headers["Authorization"] = f"Bearer {api_key}"  # replaces any given one
-        # Everything that could be a credential, to scrub from error messages.
-        self._secrets = [
-            part
-            for name, value in self._headers.items()
-            if name in ("authorization", "api-key", "x-api-key")
-            for part in [value, *value.split()]
-            if part.lower() not in ("bearer", "basic", "token")
-        ]
+        # Every credential, scrubbed from every error message.
+        self._error = Failures(f"{PROVIDER} ({self.model}): ", Redactor(self._headers))
 
     def with_params(self, **params: Any) -> OpenAICompatible:
         """The same endpoint and model with these request parameters added or replaced."""
@@ -155,48 +179,72 @@ class OpenAICompatible:
     # -- one call ------------------------------------------------------------
 
     async def _complete(self, body: dict[str, Any]) -> Completion:
-        budget = _Budget(time.monotonic())
+        budget = Budget(time.monotonic(), self.deadline)
         async with self._client() as client:
-            response = await self._send(client, body, budget)
-            try:
-                data = response.json()
-            except ValueError:
-                raise self._error(f"response is not JSON: {response.text[:200]!r}") from None
+            while True:
+                response = await self._send(client, body, budget, stream=True)
+                try:
+                    raw = b"".join([chunk async for chunk in self._body(response, budget)])
+                    break
+                except httpx.HTTPError as exc:  # the connection dropped or stalled mid-body
+                    failure = self._error.transport(exc, "reading the response")
+                except ProviderError as exc:  # a limit, the deadline, a body that does not decode
+                    if not exc.retryable:
+                        raise self._error(str(exc), status=exc.status) from None
+                    failure = self._error(f"reading the response: {exc}", retryable=True)
+                finally:
+                    await response.aclose()
+                await self._pause(failure, None, budget)
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            text = raw[:4096].decode(errors="replace")
+            raise self._error("response is not JSON: ", detail=text, limit=200, quote=True) from None
         if isinstance(data, dict) and data.get("error"):
-            raise self._error(f"error in response: {_error_text(data)}")
+            raise self._error("error in response: ", detail=error_text(data))
         choices = data.get("choices") if isinstance(data, dict) else None
-        if not choices or not isinstance(choices[0], dict):
-            raise self._error(f"response has no choices: {json.dumps(data)[:200]}")
-        raw = choices[0].get("message") or {}
-        tool_calls = [_tool_call(tc, i) for i, tc in enumerate(raw.get("tool_calls") or [])]
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise self._error("response has no choices: ", detail=json.dumps(data), limit=200)
+        try:
+            raw_message = choices[0].get("message") or {}
+            tool_calls = [tool_call(tc, i) for i, tc in enumerate(raw_message.get("tool_calls") or [])]
+            content, finish = raw_message.get("content"), choices[0].get("finish_reason")
+        except (AttributeError, TypeError):  # a list or a string where an object was due
+            raise self._error("the reply has an unexpected shape", raw=json.dumps(data)) from None
         return self._completion(
-            raw.get("content"),
+            content,
             tool_calls,
             data.get("model"),
             data.get("usage"),
-            choices[0].get("finish_reason"),
+            finish,
             budget.started,
+            lambda: json.dumps(data),
         )
 
     async def _streamed(self, body: dict[str, Any]) -> AsyncIterator[str | Completion]:
-        budget = _Budget(time.monotonic())
+        budget = Budget(time.monotonic(), self.deadline)
         # The client and response are context managers so that cancelling the
         # task, or closing this generator early, closes the connection.
         async with self._client() as client:
             while True:
                 response = await self._send(client, body, budget, stream=True)
-                state = _StreamState()
+                state = StreamState()
                 try:
-                    async for event in aiter_events(response.aiter_bytes()):
+                    async for event in aiter_events(self._body(response, budget), self.max_line_bytes):
                         if (delta := state.feed(event, self._error)) is not None:
                             yield delta
                         if state.done:
                             break
                     break
                 except httpx.HTTPError as exc:  # the connection dropped or stalled
+                    failure = self._error.transport(
+                        exc, f"stream interrupted after {len(state.text)} text chunks", bool(state.text)
+                    )
+                except ProviderError as exc:  # a limit, the deadline, a body that does not decode
+                    if not exc.retryable:
+                        raise self._error(str(exc), status=exc.status) from None
                     failure = self._error(
-                        f"stream interrupted after {len(state.text)} text chunks: "
-                        f"{type(exc).__name__}: {exc}",
+                        f"stream interrupted after {len(state.text)} text chunks: {exc}",
                         retryable=not state.text,
                     )
                 finally:
@@ -205,9 +253,18 @@ class OpenAICompatible:
                 await self._pause(failure, None, budget)
         if state.finish is None and not state.done:
             raise self._error("stream ended without a finish_reason or [DONE]: truncated")
-        tool_calls = [_tool_call(state.calls[i], n) for n, i in enumerate(sorted(state.calls))]
+        try:
+            tool_calls = [tool_call(state.calls[i], n) for n, i in enumerate(sorted(state.calls))]
+        except TypeError:  # indexes that do not sort: a number and a string, ...
+            raise self._error("the stream's tool calls have unexpected indexes", raw=repr(state)) from None
         yield self._completion(
-            "".join(state.text) or None, tool_calls, state.model, state.usage, state.finish, budget.started
+            "".join(state.text) or None,
+            tool_calls,
+            state.model,
+            state.usage,
+            state.finish,
+            budget.started,
+            lambda: repr(state),
         )
 
     # -- HTTP and retries ----------------------------------------------------
@@ -224,36 +281,82 @@ class OpenAICompatible:
                 await client.aclose()
 
     async def _send(
-        self, client: httpx.AsyncClient, body: dict[str, Any], budget: _Budget, *, stream: bool = False
+        self, client: httpx.AsyncClient, body: dict[str, Any], budget: Budget, *, stream: bool = False
     ) -> httpx.Response:
         """POST until a 2xx arrives, retrying what is worth retrying.
 
         Returns the open response; with ``stream=True`` its body is not read yet
         and the caller must close it.
         """
-        request = client.build_request("POST", self.url, json=body, headers=self._headers)
+        try:
+            request = client.build_request("POST", self.url, json=body, headers=self._headers)
+        except (httpx.InvalidURL, httpx.HTTPError) as exc:
+            raise self._error(f"cannot POST {self.url}: {type(exc).__name__}: {exc}") from None
         while True:
             wait: float | None = None
             try:
-                response = await client.send(request, stream=stream)
-            except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-                failure = self._error(f"{type(exc).__name__} on POST {self.url}: {exc}", retryable=True)
+                response = await self._within(budget, client.send(request, stream=stream))
+            except httpx.HTTPError as exc:
+                failure = self._error.transport(exc, f"POST {self.url}")
             else:
                 if response.is_success:
                     return response
-                await response.aread()
-                await response.aclose()
+                try:
+                    text = await self._error_body(response, budget)
+                finally:
+                    await response.aclose()
                 status = response.status_code
                 retryable = status in RETRYABLE_STATUS or status >= 500
                 failure = self._error(
-                    f"HTTP {status} from POST {self.url}: {_error_text(response)}",
+                    f"HTTP {status} from POST {self.url}: ",
+                    detail=error_text(text),
                     status=status,
                     retryable=retryable,
                 )
-                wait = _retry_after(response.headers)
+                wait = retry_after(response.headers)
             await self._pause(failure, wait, budget)
 
-    async def _pause(self, failure: ProviderError, wait: float | None, budget: _Budget) -> None:
+    async def _body(
+        self, response: httpx.Response, budget: Budget, limit: int | None = None
+    ) -> AsyncIterator[bytes]:
+        """The decoded body, chunk by chunk, each read within what is left of the deadline.
+
+        More than ``limit`` bytes (default ``max_response_bytes``) raise, unless
+        ``limit`` was given: then the body is cut there.
+        """
+        cap = self.max_response_bytes if limit is None else limit
+        try:
+            async for chunk in decoded(
+                response, lambda step: self._within(budget, step), cap, limit is not None
+            ):
+                yield chunk
+        except ProviderError as e:
+            raise self._error(str(e), retryable=e.retryable) from None
+
+    async def _error_body(self, response: httpx.Response, budget: Budget) -> str:
+        """The first bytes of an error response, as text; a body that cannot be read is "(unreadable)"."""
+        try:
+            data = b"".join([c async for c in self._body(response, budget, _ERROR_BODY_BYTES)])
+        except (ProviderError, httpx.HTTPError):
+            return "(unreadable body)"
+        return data.decode(response.encoding or "utf-8", errors="replace")
+
+    async def _within(self, budget: Budget, awaitable: Awaitable[Any]) -> Any:
+        """Await ``awaitable``, or raise the deadline's ProviderError when the call's time is up."""
+        try:
+            async with asyncio.timeout(max(0.0, budget.remaining())):
+                return await awaitable
+        except TimeoutError:
+            raise self._deadline_error(budget, "") from None
+
+    def _deadline_error(self, budget: Budget, why: str) -> ProviderError:
+        """The call's deadline is up (``attempts`` counts the failed ones, so a running one is +1)."""
+        attempts = max(budget.attempts, 1) if why else budget.attempts + 1
+        return self._error(
+            f"deadline of {self.deadline:g}s for the whole call exceeded after {attempts} attempt(s){why}"
+        )
+
+    async def _pause(self, failure: ProviderError, wait: float | None, budget: Budget) -> None:
         """Sleep before the next attempt, or raise ``failure`` when it must not be retried."""
         budget.attempts += 1
         if not failure.retryable:
@@ -268,31 +371,25 @@ class OpenAICompatible:
                 status=failure.status,
                 retryable=True,
             )
+        if wait >= budget.remaining():
+            raise self._deadline_error(budget, f"; next wait would be {wait:.1f}s after: {failure}")
         await _sleep(wait)
-
-    def _error(self, message: str, *, status: int | None = None, retryable: bool = False) -> ProviderError:
-        """A ProviderError whose message carries no secret."""
-        for secret in self._secrets:
-            message = message.replace(secret, "[redacted]")
-        message = re.sub(
-            r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+(\s+[^\s\"',}]+)?", r"\1[redacted]", message
-        )
-        message = re.sub(r"(?i)\bbearer\s+(?!\[redacted\])\S+", "Bearer [redacted]", message)
-        return ProviderError(f"{PROVIDER} ({self.model}): {message}", status=status, retryable=retryable)
 
     def _completion(
         self,
         content: Any,
         tool_calls: list[dict[str, Any]],
-        model: str | None,
+        model: Any,
         usage: Any,
-        finish: str | None,
+        finish: Any,
         started: float,
+        raw: Callable[[], str],
     ) -> Completion:
+        """The Completion of a reply, or a ProviderError (``raw()`` attached) when it cannot be stored."""
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if tool_calls:
             message["tool_calls"] = tool_calls
-        return Completion(
+        completion = Completion(
             message,
             model=model or self.model,
             provider=PROVIDER,
@@ -301,115 +398,6 @@ class OpenAICompatible:
             usage=dict(usage) if isinstance(usage, dict) else {},
             latency_ms=round((time.monotonic() - started) * 1000, 3),
         )
-
-
-# -- helpers -------------------------------------------------------------------
-
-
-@dataclass
-class _Budget:
-    """Attempts made so far for one call, and when the call started."""
-
-    started: float
-    attempts: int = 0
-
-
-@dataclass
-class _StreamState:
-    """The message assembled from one stream's chunks."""
-
-    text: list[str] = field(default_factory=list)
-    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
-    usage: dict[str, Any] | None = None
-    finish: str | None = None
-    model: str | None = None
-    done: bool = False
-
-    def feed(self, event: Event, error: Any) -> str | None:
-        """Take one SSE event; return its text delta, if any."""
-        data = event.data.strip()
-        if not data:
-            return None  # "data:" with nothing: a keep-alive
-        if data == "[DONE]":
-            self.done = True
-            return None
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            raise error(f"malformed JSON in stream data line: {data[:200]!r}") from None
-        if not isinstance(chunk, dict):
-            raise error(f"stream data line is not a JSON object: {data[:200]!r}")
-        if chunk.get("error") or event.event == "error":
-            raise error(f"error in stream: {_error_text(chunk)}")
-        self.model = chunk.get("model") or self.model
-        self.usage = chunk.get("usage") or self.usage  # the last chunk, its choices empty
-        delta_text = None
-        for choice in chunk.get("choices") or []:
-            if choice.get("index", 0) != 0:
-                continue  # n > 1 is not supported: keep the first choice
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                delta_text = delta["content"]
-                self.text.append(delta_text)
-            for part in delta.get("tool_calls") or []:
-                _merge_tool_call(self.calls, part)
-            self.finish = choice.get("finish_reason") or self.finish
-        return delta_text
-
-
-def _merge_tool_call(calls: dict[int, dict[str, Any]], part: dict[str, Any]) -> None:
-    """Fold one streamed tool-call fragment into ``calls``, keyed by its index."""
-    index = part.get("index")
-    if index is None:  # a server that omits index sends each call whole
-        index = len(calls) if part.get("id") or not calls else max(calls)
-    slot = calls.setdefault(index, {"id": None, "function": {"name": "", "arguments": ""}})
-    if part.get("id"):
-        slot["id"] = part["id"]
-    function = part.get("function") or {}
-    name = function.get("name")
-    # llama.cpp repeats the full name in every chunk: take it once, don't concatenate.
-    if name and name != slot["function"]["name"]:
-        slot["function"]["name"] += name
-    if function.get("arguments"):
-        slot["function"]["arguments"] += function["arguments"]
-
-
-def _tool_call(raw: dict[str, Any], position: int) -> dict[str, Any]:
-    """A tool call in the canonical OpenAI shape."""
-    function = raw.get("function") or {}
-    arguments = function.get("arguments")
-    if not isinstance(arguments, str):  # some servers send an object; the contract is a string
-        arguments = json.dumps(arguments if arguments is not None else {})
-    # An agent loop matches tool results to calls by id, so never leave it empty.
-    call_id = raw.get("id") or f"call_{position}_{uuid.uuid4().hex[:12]}"
-    return {
-        "id": call_id,
-        "type": "function",
-        "function": {"name": function.get("name") or "", "arguments": arguments},
-    }
-
-
-def _error_text(body: Any) -> str:
-    """The server's own words from an error body (a response or parsed JSON), whatever its shape."""
-    if isinstance(body, httpx.Response):
-        try:
-            body = body.json()
-        except ValueError:
-            body = body.text
-    error = (body.get("error") or body) if isinstance(body, dict) else body
-    if isinstance(error, dict):
-        error = error.get("message") or error.get("detail") or error.get("msg") or json.dumps(error)
-    return str(error).strip()[:500] or "(empty body)"
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds the server asked us to wait: OpenAI's retry-after-ms, else Retry-After
-    in seconds or as an HTTP-date; None when absent or unreadable."""
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        if (value := headers.get(name)) is None:
-            continue
-        with contextlib.suppress(ValueError):
-            return max(0.0, float(value) / scale)
-        with contextlib.suppress(TypeError, ValueError):
-            return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
-    return None
+        if (problem := completion_problem(completion)) is not None:
+            raise self._error(f"the reply cannot be stored: {problem}", raw=raw())
+        return completion

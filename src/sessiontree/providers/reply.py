@@ -1,0 +1,115 @@
+"""The reply of an OpenAI-compatible endpoint: a streamed message assembled, tool calls
+put in the canonical shape, the server's words found in an error body.
+
+Contract: ``StreamState.feed(event, error)`` folds one SSE event into the message
+being assembled and returns its text delta; ``tool_call(raw, position)`` returns
+``{"id", "type": "function", "function": {"name", "arguments"}}`` with string
+arguments and an id (generated when missing); ``error_text(body)`` is the
+message of an error body, whatever its shape. Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from .sse import Event
+
+
+@dataclass
+class StreamState:
+    """The message assembled from one stream's chunks."""
+
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    usage: dict[str, Any] | None = None
+    finish: str | None = None
+    model: str | None = None
+    done: bool = False
+
+    def feed(self, event: Event, error: Any) -> str | None:
+        """Take one SSE event; return its text delta, if any."""
+        data = event.data.strip()
+        if not data:
+            return None  # "data:" with nothing: a keep-alive
+        if data == "[DONE]":
+            self.done = True
+            return None
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            raise error("malformed JSON in stream data line: ", detail=data, limit=200, quote=True) from None
+        if not isinstance(chunk, dict):
+            raise error("stream data line is not a JSON object: ", detail=data, limit=200, quote=True)
+        if chunk.get("error") or event.event == "error":
+            raise error("error in stream: ", detail=error_text(chunk))
+        try:
+            return self._take(chunk)
+        except (AttributeError, TypeError, ValueError, KeyError):  # a list where an object was due, ...
+            raise error(
+                "a stream chunk has an unexpected shape: ", detail=data, limit=200, quote=True
+            ) from None
+
+    def _take(self, chunk: dict[str, Any]) -> str | None:
+        self.model = chunk.get("model") or self.model
+        self.usage = chunk.get("usage") or self.usage  # the last chunk, its choices empty
+        delta_text = None
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue  # n > 1 is not supported: keep the first choice
+            delta = choice.get("delta") or {}
+            if content := delta.get("content"):
+                if not isinstance(content, str):
+                    raise TypeError("content is not text")
+                delta_text = content
+                self.text.append(delta_text)
+            for part in delta.get("tool_calls") or []:
+                merge_tool_call(self.calls, part)
+            self.finish = choice.get("finish_reason") or self.finish
+        return delta_text
+
+
+def merge_tool_call(calls: dict[int, dict[str, Any]], part: dict[str, Any]) -> None:
+    """Fold one streamed tool-call fragment into ``calls``, keyed by its index."""
+    index = part.get("index")
+    if index is None:  # a server that omits index sends each call whole
+        index = len(calls) if part.get("id") or not calls else max(calls)
+    slot = calls.setdefault(index, {"id": None, "function": {"name": "", "arguments": ""}})
+    if part.get("id"):
+        slot["id"] = part["id"]
+    function = part.get("function") or {}
+    name = function.get("name")
+    # llama.cpp repeats the full name in every chunk: take it once, don't concatenate.
+    if name and name != slot["function"]["name"]:
+        slot["function"]["name"] += name
+    if function.get("arguments"):
+        slot["function"]["arguments"] += function["arguments"]
+
+
+def tool_call(raw: dict[str, Any], position: int) -> dict[str, Any]:
+    """A tool call in the canonical OpenAI shape."""
+    function = raw.get("function") or {}
+    arguments = function.get("arguments")
+    if not isinstance(arguments, str):  # some servers send an object; the contract is a string
+        arguments = json.dumps(arguments if arguments is not None else {})
+    # An agent loop matches tool results to calls by id, so never leave it empty.
+    call_id = raw.get("id") or f"call_{position}_{uuid.uuid4().hex[:12]}"
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": function.get("name") or "", "arguments": arguments},
+    }
+
+
+def error_text(body: Any) -> str:
+    """The server's own words from an error body (its text or parsed JSON), whatever its shape."""
+    if isinstance(body, str):
+        with contextlib.suppress(ValueError):
+            body = json.loads(body)
+    error = (body.get("error") or body) if isinstance(body, dict) else body
+    if isinstance(error, dict):
+        error = error.get("message") or error.get("detail") or error.get("msg") or json.dumps(error)
+    return str(error).strip()

@@ -1,0 +1,70 @@
+"""Keep credentials out of error messages.
+
+Contract:
+
+- ``check_header(what, value)`` refuses (``ValueError``) a header value with a
+  control character before anything is sent: httpx would otherwise raise an
+  error that quotes the whole value. The message names ``what`` (the key, a
+  header) and the character, never the value.
+- ``Redactor(headers)`` collects every credential in the headers
+  (``Authorization``, ``api-key``, ``x-api-key``: the value and each part after
+  the scheme) in the forms a server may echo it: as is, JSON-escaped, with
+  ``/`` written ``\\/``, percent-encoded. ``redactor(text)`` replaces each with
+  ``[redacted]``, as well as anything after ``Bearer`` or ``Authorization:``.
+- ``redactor.clip(text, limit)`` redacts *before* cutting to ``limit``
+  characters, so a key that straddles the cut is never half left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.parse
+from collections.abc import Mapping
+
+CREDENTIAL_HEADERS = ("authorization", "api-key", "x-api-key")
+_SCHEMES = ("bearer", "basic", "token")
+_AUTH_FIELD = re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+(\s+[^\s\"',}]+)?")
+_BEARER = re.compile(r"(?i)\bbearer\s+(?!\[redacted\])\S+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_header(what: str, value: str) -> None:
+    """Refuse a header value httpx cannot send, without quoting it; ``what`` names it."""
+    if found := _CONTROL.search(value):
+        raise ValueError(
+            f"{what} contains a control character (U+{ord(found.group()):04X}) "
+            f"at position {found.start()}; a key read from a file or variable often has a trailing "
+            "newline or carriage return: strip it"
+        )
+
+
+class Redactor:
+    def __init__(self, headers: Mapping[str, str]) -> None:
+        secrets = {
+            part
+            for name, value in headers.items()
+            if name.lower() in CREDENTIAL_HEADERS
+            for part in [value, *value.split()]
+            if part.lower() not in _SCHEMES
+        }
+        forms = set()
+        for secret in secrets:
+            escaped = json.dumps(secret)[1:-1]
+            forms |= {
+                secret,
+                escaped,
+                escaped.replace("/", "\\/"),
+                secret.replace("/", "\\/"),
+                urllib.parse.quote(secret, safe=""),
+            }
+        self._forms = sorted(forms, key=len, reverse=True)  # a longer form before a part of it
+
+    def __call__(self, text: str) -> str:
+        for form in self._forms:
+            text = text.replace(form, "[redacted]")
+        text = _AUTH_FIELD.sub(r"\1[redacted]", text)
+        return _BEARER.sub("Bearer [redacted]", text)
+
+    def clip(self, text: str, limit: int) -> str:
+        return self(text)[:limit]
