@@ -22,10 +22,13 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import dataclasses
 import enum
 import inspect
 import json
+import threading
 import types
 import typing
 from collections.abc import Callable
@@ -264,13 +267,42 @@ class Tool:
             kwargs[self.context_param] = context
         if self.is_async:
             return await self.fn(**kwargs)
-        return await asyncio.to_thread(self.fn, **kwargs)
+        return await in_daemon_thread(self.fn, kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
+
+
+async def in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    """``fn(**kwargs)`` in a thread of its own, awaited.
+
+    Unlike ``asyncio.to_thread`` the thread is a daemon: a sync tool that never returns
+    cannot keep the process alive after its run was cancelled (Ctrl-C): the run records
+    why it stopped and the process exits, instead of waiting forever at shutdown.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if not future.done():
+            future.set_exception(error) if error is not None else future.set_result(result)
+
+    def work() -> None:
+        try:
+            result, error = context.run(fn, **kwargs), None
+        except BaseException as e:  # handed to the awaiting run, which reports it
+            result, error = None, e
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody is waiting
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(
+        target=work, name=f"sessiontree-tool-{getattr(fn, '__name__', 'fn')}", daemon=True
+    ).start()
+    return await future
 
 
 def tool(
