@@ -118,12 +118,16 @@ def test_a_killed_backup_leaves_no_file_that_opens_as_a_store(tmp_path):
         s = store.create_session()
         for _ in range(20):
             s.append_many([{"role": "user", "content": "x" * 4000} for _ in range(500)])
-    script = "import sys; from sessiontree import Store; Store(sys.argv[1]).backup(sys.argv[2])"
+    script = (
+        "import sys; from sessiontree import Store; s = Store(sys.argv[1]); print('go', flush=True);"
+        " s.backup(sys.argv[2])"
+    )
     outcomes = []
     for i in range(6):
         target = tmp_path / f"copy-{i}.db"
-        proc = subprocess.Popen([sys.executable, "-c", script, str(db), str(target)])
-        time.sleep(0.15 + 0.05 * i)
+        proc = subprocess.Popen([sys.executable, "-c", script, str(db), str(target)], stdout=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stdout.readline() == b"go\n"  # the copy starts now
+        time.sleep(0.01 * i)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         if target.exists():  # it finished before the kill: then it is whole
