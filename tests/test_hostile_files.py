@@ -169,3 +169,24 @@ def test_a_run_of_another_session_is_refused_at_write_time(store):
     with pytest.raises(NotFound, match=f"no run '{run_id}' in session {b.id}"):
         b.append({"role": "assistant", "content": "x"}, run=run_id)
     assert a.delete() == 0 and store.verify().ok
+
+
+def test_a_full_disk_is_one_clear_error_and_loses_nothing(tmp_path):
+    from sessiontree import DiskFull
+
+    path = tmp_path / "full.db"
+    with Store(path) as store:
+        session = store.create_session()
+        kept = session.append_many([{"role": "user", "content": f"m{i}"} for i in range(20)])
+        pages = store.conn.execute("PRAGMA page_count").fetchone()[0]
+        store.conn.execute(f"PRAGMA max_page_count = {pages + 3}")  # what SQLite says on a full disk
+        with pytest.raises(DiskFull, match="disk is full .* nothing was written"):
+            for _ in range(50):
+                session.append_many([{"role": "user", "content": "x" * 3000} for _ in range(5)])
+        assert [n.id for n in session.path("main")][:20] == [n.id for n in kept]
+        assert store.verify().ok
+        head = session.head()
+        store.conn.execute("PRAGMA max_page_count = 1073741823")
+        assert session.append({"role": "user", "content": "room again"}).parent_id == head.id
+    result = CliRunner().invoke(cli, ["--db", str(path), "verify"])
+    assert result.exit_code == 0

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .errors import Busy, NotOurs, ReadOnly, SchemaTooNew, SessionTreeError
+from .errors import Busy, DiskFull, NotOurs, ReadOnly, SchemaTooNew, SessionTreeError
 
 BUSY_TIMEOUT_MS = 5_000
 WRITE_WAIT_ROUNDS = 6
@@ -273,14 +273,29 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     except BaseException as e:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
-        if isinstance(e, sqlite3.OperationalError) and "readonly database" in str(e):
-            raise ReadOnly(
-                "the database is open read-only (or its file is not writable); nothing was written"
-            ) from None
+        clear = storage_error(e)
+        if clear is not e:
+            raise clear from None
         raise
     try:
         conn.execute("COMMIT")
-    except BaseException:
+    except BaseException as e:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
+        clear = storage_error(e)
+        if clear is not e:
+            raise clear from None
         raise
+
+
+def storage_error(error: BaseException) -> BaseException:
+    """A clear sessiontree error for what SQLite reports about the file itself (read-only,
+    full); any other error as it is."""
+    if not isinstance(error, sqlite3.OperationalError):
+        return error
+    text = str(error)
+    if "readonly database" in text:
+        return ReadOnly("the database is open read-only (or its file is not writable); nothing was written")
+    if "database or disk is full" in text:
+        return DiskFull("the disk is full (or the database reached its size limit); nothing was written")
+    return error

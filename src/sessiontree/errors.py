@@ -48,6 +48,10 @@ class Busy(SessionTreeError):
     trying again later is safe."""
 
 
+class DiskFull(SessionTreeError):
+    """The disk (or the database's size limit) is full; the write was rolled back whole."""
+
+
 class ReadOnly(SessionTreeError):
     """A write through a store opened with ``readonly=True``."""
 

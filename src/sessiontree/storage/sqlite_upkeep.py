@@ -16,6 +16,7 @@ from typing import Any
 
 import sqlite_utils
 
+from .. import db as _db
 from ..errors import Conflict, NotFound, SessionTreeError
 from ..model import Node
 from .cache import PathCache
@@ -164,7 +165,10 @@ class SQLiteUpkeep:
             return None
         self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         before = os.path.getsize(self.path)
-        self.conn.execute("VACUUM")
+        try:
+            self.conn.execute("VACUUM")
+        except sqlite3.OperationalError as e:  # a full disk: the file is as it was
+            raise _db.storage_error(e) from None
         # In WAL mode VACUUM writes the new pages to the log; fold them back in.
         self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return before - os.path.getsize(self.path)
@@ -251,7 +255,10 @@ class SQLiteUpkeep:
         except FileExistsError:
             raise Conflict(f"{destination} already exists; choose a new file") from None
         except sqlite3.OperationalError as e:
-            raise SessionTreeError(f"cannot back up to {destination}: {e}") from None
+            clear = _db.storage_error(e)
+            raise (
+                clear if clear is not e else SessionTreeError(f"cannot back up to {destination}: {e}")
+            ) from None
         finally:
             partial.unlink(missing_ok=True)
         return os.path.getsize(target)
