@@ -232,6 +232,7 @@ def _write_one(
             raise InvalidTree(f"session {s.id}: {e}") from None
         tick(len(batch))
     tick(len(s.nodes) - len(rows))
+    node_keys = _with_session_refs(storage, s, node_keys)
     _write_checkpoints(storage, key, s, node_keys)
     _write_branches(storage, key, s, node_keys)
 
@@ -325,7 +326,6 @@ def _target(s: ImportedSession, what: str, ref: ImportedRef, node_keys: dict[str
 def _write_checkpoints(
     storage: SQLiteStorage, session_key: int, s: ImportedSession, node_keys: dict[str, int]
 ) -> None:
-    node_keys = _with_session_refs(storage, s, node_keys)
     for cp in s.checkpoints:
         target = _target(s, "checkpoint", cp, node_keys)
         if target is None:
@@ -352,7 +352,6 @@ def _with_session_refs(
 def _write_branches(
     storage: SQLiteStorage, session_key: int, s: ImportedSession, node_keys: dict[str, int]
 ) -> None:
-    node_keys = _with_session_refs(storage, s, node_keys)
     for b in s.branches:
         target = _target(s, "branch", b, node_keys)
         found = storage.ref(session_key, b.name)

@@ -196,9 +196,10 @@ def completion_problem(completion: Completion) -> str | None:
     for name in ("params", "usage"):
         if not isinstance(getattr(completion, name), dict):
             return f"its {name} is not an object"
-    latency = completion.latency_ms
-    if latency is not None and (isinstance(latency, bool) or not isinstance(latency, int | float)):
-        return "its latency_ms is not a number"
+    try:
+        check_latency(completion.latency_ms)
+    except InvalidPayload:
+        return "its latency_ms is not a finite number"
     message = completion.message
     if not isinstance(message, dict) or message.get("role") != "assistant":
         return "it is not an assistant message"
@@ -206,24 +207,28 @@ def completion_problem(completion: Completion) -> str | None:
     if content is not None and not isinstance(content, str | list):
         return f"its content is a {type(content).__name__}, not text"
     calls = message.get("tool_calls")
-    if calls is None:
-        return None
+    problem = None if calls is None else tool_calls_problem(calls, text_arguments=True)
+    return None if problem is None else f"its message {problem}"
+
+
+def tool_calls_problem(calls: Any, *, text_arguments: bool = False) -> str | None:
+    """Why a message's ``tool_calls`` cannot be stored and read back, or None: it must be a
+    list of calls, each with a non-empty string id unique in the message and a function
+    with a string name (and, with ``text_arguments``, string arguments)."""
     if not isinstance(calls, list):
-        return f"its tool_calls is a {type(calls).__name__}, not a list"
+        return f"needs 'tool_calls' to be a list, not a {type(calls).__name__}"
     seen: set[str] = set()
-    for n, call in enumerate(calls):
+    for call in calls:
         function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict):
-            return f"tool call {n} has no function object"
-        call_id = call.get("id")
-        if not isinstance(call_id, str) or not call_id:
-            return f"tool call {n} has an id that is a {type(call_id).__name__}, not a non-empty string"
-        if call_id in seen:
-            return f"tool call id {call_id[:100]!r} appears twice"
-        seen.add(call_id)
-        for key in ("name", "arguments"):
-            if not isinstance(function.get(key), str):
-                return f"tool call {n} has a {key} that is not a string"
+        if not isinstance(call, dict) or not isinstance(call.get("id"), str) or not call["id"]:
+            return f"has a tool call without a string id: {str(call)[:80]}"
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            return f"has a tool call without a function name: {str(call)[:80]}"
+        if text_arguments and not isinstance(function.get("arguments"), str):
+            return f"has a tool call whose arguments are not a string: {str(call)[:80]}"
+        if call["id"] in seen:
+            return f"has two tool calls with the id {call['id'][:100]!r}"
+        seen.add(call["id"])
     return None
 
 
@@ -419,19 +424,9 @@ def _check_shape(payload: dict[str, Any], kind: str) -> None:
 
     if kind == "message":
         calls = payload.get("tool_calls")
-        if calls is not None:
-            if not isinstance(calls, list):
-                raise bad("needs 'tool_calls' to be a list")
-            seen: set[str] = set()
-            for call in calls:
-                function = call.get("function") if isinstance(call, dict) else None
-                if not isinstance(call, dict) or not isinstance(call.get("id"), str) or not call["id"]:
-                    raise bad(f"has a tool call without a string id: {str(call)[:80]}")
-                if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-                    raise bad(f"has a tool call without a function name: {str(call)[:80]}")
-                if call["id"] in seen:
-                    raise bad(f"has two tool calls with the id {call['id']!r}")
-                seen.add(call["id"])
+        problem = None if calls is None else tool_calls_problem(calls)
+        if problem is not None:
+            raise bad(problem)
         if payload.get("role") == "tool" and not isinstance(payload.get("tool_call_id"), str | None):
             raise bad("with role 'tool' needs a string 'tool_call_id'")
     elif kind in ("pause", "tool_start"):

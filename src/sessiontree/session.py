@@ -208,13 +208,14 @@ class Session:
                 raise Conflict("append needs a branch or a parent")
             return head or _Place(None, None, -1, None, branch_exists=False)
         key, parent_id = self._locate(parent)
-        node = self.storage.node(parent_id)
+        handle = self.storage.handle(parent_id)
+        assert handle is not None  # just located, inside this transaction
         if head is not None and head.id is not None and head.id != parent_id:
             raise Conflict(
                 f"branch {branch!r} is at {head.id}, not at the parent {parent_id}: "
                 "append with branch=None, fork a new branch, or move this one first"
             )
-        return _Place(key, parent_id, node.depth, node.kind, branch_exists=head is not None)
+        return _Place(key, parent_id, handle[2], handle[3], branch_exists=head is not None)
 
     def _set_head(
         self,

@@ -10,7 +10,7 @@ import click
 
 from .. import db as _db
 from . import complete
-from .common import db_path, echo_json, open_store, pick_session
+from .common import db_path, echo_json, echo_result, open_store, pick_session
 from .inspect import json_option
 from .render import json_safe
 
@@ -226,10 +226,11 @@ def archive(ctx: click.Context, session: str, undo: bool, as_json: bool) -> None
     store = open_store(ctx, write=True)
     store.archive_session(session, archived=not undo)
     s = store.session(session)
-    if as_json:
-        echo_json({"session": s.id, "title": s.title, "archived_at": s.archived_at})
-    else:
-        click.echo(f"{'un-archived' if undo else 'archived'} session {s.id}")
+    echo_result(
+        as_json,
+        {"session": s.id, "title": s.title, "archived_at": s.archived_at},
+        f"{'un-archived' if undo else 'archived'} session {s.id}",
+    )
 
 
 @click.command()
@@ -252,10 +253,11 @@ def delete(ctx: click.Context, session: str, yes: bool, as_json: bool) -> None:
             "(or `sessiontree archive` to hide it)"
         )
     removed = store.delete_session(session_id)
-    if as_json:
-        echo_json({"session": session_id, "nodes_removed": removed})
-    else:
-        click.echo(f"deleted session {session_id} and its {removed} node(s)")
+    echo_result(
+        as_json,
+        {"session": session_id, "nodes_removed": removed},
+        f"deleted session {session_id} and its {removed} node(s)",
+    )
 
 
 COMMANDS = [prune, verify, stats, backup, migrate, import_, export, archive, delete]

@@ -102,6 +102,14 @@ def echo_json(data: Any) -> None:
     click.echo(json_safe(json.dumps(data, indent=2, ensure_ascii=False, default=str)))
 
 
+def echo_result(as_json: bool, data: Any, line: str) -> None:
+    """What a write command did: its JSON with ``--json``, else one line."""
+    if as_json:
+        echo_json(data)
+    else:
+        click.echo(line)
+
+
 class SessionTreeGroup(click.Group):
     """Turns sessiontree's errors into one-line messages and a non-zero exit."""
 

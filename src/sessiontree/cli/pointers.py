@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from . import complete
-from .common import echo_json, open_store, pick_session, target
+from .common import echo_result, open_store, pick_session, target
 from .inspect import json_option, session_option
 
 
@@ -24,10 +24,7 @@ def rename_branch(ctx: click.Context, old: str, new: str, session: str | None, a
     """Rename branch OLD to NEW (refused if NEW names a branch or checkpoint)."""
     store = open_store(ctx, write=True)
     branch = pick_session(store, session).rename(old, new)
-    if as_json:
-        echo_json(branch.__dict__)
-    else:
-        click.echo(f"renamed branch {old} to {branch.name} -> {branch.head_id}")
+    echo_result(as_json, branch.__dict__, f"renamed branch {old} to {branch.name} -> {branch.head_id}")
 
 
 @click.command(name="move-branch")
@@ -44,10 +41,7 @@ def move_branch(
     store = open_store(ctx, write=True)
     s, to = target(store, ref, session)
     branch = s.move(name, to=to, expect_head=expect)
-    if as_json:
-        echo_json(branch.__dict__)
-    else:
-        click.echo(f"branch {branch.name} -> {branch.head_id}")
+    echo_result(as_json, branch.__dict__, f"branch {branch.name} -> {branch.head_id}")
 
 
 @click.command(name="delete-branch")
@@ -64,10 +58,11 @@ def delete_branch(ctx: click.Context, name: str, session: str | None, as_json: b
             f"{name!r} is a checkpoint, not a branch; use `sessiontree delete-checkpoint`"
         )
     s.delete_branch(name)
-    if as_json:
-        echo_json({"session": s.id, "deleted_branch": name})
-    else:
-        click.echo(f"deleted branch {name} (prune removes nodes nothing reaches any more)")
+    echo_result(
+        as_json,
+        {"session": s.id, "deleted_branch": name},
+        f"deleted branch {name} (prune removes nodes nothing reaches any more)",
+    )
 
 
 @click.command(name="delete-checkpoint")
@@ -80,10 +75,7 @@ def delete_checkpoint(ctx: click.Context, name: str, session: str | None, as_jso
     store = open_store(ctx, write=True)
     s = pick_session(store, session)
     s.delete_checkpoint(name)
-    if as_json:
-        echo_json({"session": s.id, "deleted_checkpoint": name})
-    else:
-        click.echo(f"deleted checkpoint {name}")
+    echo_result(as_json, {"session": s.id, "deleted_checkpoint": name}, f"deleted checkpoint {name}")
 
 
 COMMANDS = [rename_branch, move_branch, delete_branch, delete_checkpoint]

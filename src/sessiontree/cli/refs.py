@@ -15,7 +15,7 @@ from ..loop import decide
 from ..session import Session
 from ..steps import Approve, Decision, Edit, Reject
 from . import complete
-from .common import echo_json, open_store, pick_session, target
+from .common import echo_json, echo_result, open_store, pick_session, target
 from .inspect import json_option, session_option
 
 
@@ -32,10 +32,7 @@ def fork(ctx: click.Context, name: str, at: str, session: str | None, as_json: b
     store = open_store(ctx, write=True)
     s, ref = target(store, at, session)
     branch = s.fork(name, at=ref)
-    if as_json:
-        echo_json(branch.__dict__)
-    else:
-        click.echo(f"branch {branch.name} -> {branch.head_id}")
+    echo_result(as_json, branch.__dict__, f"branch {branch.name} -> {branch.head_id}")
 
 
 @click.command()
@@ -56,10 +53,7 @@ def checkpoint(ctx: click.Context, name: str, at: str, session: str | None, as_j
     store = open_store(ctx, write=True)
     s, ref = target(store, at, session)
     cp = s.checkpoint(name, at=ref)
-    if as_json:
-        echo_json(cp.__dict__)
-    else:
-        click.echo(f"checkpoint {cp.name} -> {cp.node_id}")
+    echo_result(as_json, cp.__dict__, f"checkpoint {cp.name} -> {cp.node_id}")
 
 
 @click.command()
@@ -86,10 +80,9 @@ def edit(
             raise click.ClickException("the editor was closed without saving; nothing changed")
         text = text.rstrip("\n")
     new = s.edit(original, {**original.payload, "content": text}, branch=branch)
-    if as_json:
-        echo_json({"node": new.to_dict(), "branch": s.branch(branch).__dict__})
-    else:
-        click.echo(f"branch {branch} -> {new.id}")
+    echo_result(
+        as_json, {"node": new.to_dict(), "branch": s.branch(branch).__dict__}, f"branch {branch} -> {new.id}"
+    )
 
 
 @click.command()
@@ -123,10 +116,11 @@ def append(ctx: click.Context, text: str, role: str, branch: str, session: str |
     s = pick_session(store, session)
     require_branch(s, branch)
     node = s.append({"role": role, "content": text}, branch=branch)
-    if as_json:
-        echo_json({"node": node.to_dict(), "branch": s.branch(branch).__dict__})
-    else:
-        click.echo(f"branch {branch} -> {node.id}")
+    echo_result(
+        as_json,
+        {"node": node.to_dict(), "branch": s.branch(branch).__dict__},
+        f"branch {branch} -> {node.id}",
+    )
 
 
 def require_branch(session: Session, name: str) -> None:

@@ -88,12 +88,16 @@ class PathCache:
             entry.base, entry.more = None, ()
         return entry
 
-    def put(self, path: tuple[Node, ...], known: int = 0, known_bytes: int = 0) -> None:
+    def put(self, path: tuple[Node, ...], known: int = 0) -> None:
         """Remember ``path`` (its end is the key). When its first ``known`` nodes are a cached
-        path of ``known_bytes`` payload bytes, only the nodes after them are measured."""
-        if path:
-            size = known_bytes + sum(len(n.payload_json) for n in path[known:])
-            self._add(path[-1].id, _Entry(path[-1].session_id, size, path))
+        path, only the nodes after them are measured."""
+        if not path:
+            return
+        with self._lock:
+            below = self._entries.get(path[known - 1].id) if known else None
+        known_bytes = below.size if below is not None else sum(len(n.payload_json) for n in path[:known])
+        size = known_bytes + sum(len(n.payload_json) for n in path[known:])
+        self._add(path[-1].id, _Entry(path[-1].session_id, size, path))
 
     def extend(self, parent_id: str, nodes: tuple[Node, ...]) -> None:
         """``nodes`` (a chain) were appended under ``parent_id``; cache the longer path if the
@@ -121,11 +125,6 @@ class PathCache:
         old = self._entries.pop(node_id, None)
         if old is not None:
             self.bytes -= old.size
-
-    def size_of(self, node_id: str) -> int:
-        with self._lock:
-            entry = self._entries.get(node_id)
-            return 0 if entry is None else entry.size
 
     def heads(self, session_id: str) -> list[str]:
         """Ids of the cached path ends in a session, most recently used first."""

@@ -347,7 +347,7 @@ class SQLiteStorage(SQLiteUpkeep):
             nodes.append(Node(r[0], session_id, parent_id, r[1], r[2], r[3], r[4], r[5]))
             parent_id = r[0]
         path = tuple(nodes)
-        self.cache.put(path, len(base), self.cache.size_of(base[-1].id) if base else 0)
+        self.cache.put(path, len(base))
         return path
 
     def messages(self, key: int, node_id: str, session_id: str) -> list[dict[str, Any]]:

@@ -134,21 +134,18 @@ class SQLiteUpkeep:
         # A dry run only reads, so it also works on a read-only store.
         with self.transaction() if delete else self.snapshot():
             conn = self.conn
+            # Each unkept node, with its run when no kept node names that run too.
             gone = conn.execute(
-                _REACHED + f", {scope} SELECT n.key, n.id, n.run FROM scope JOIN nodes n ON n.key = scope.key"
+                _REACHED
+                + f", {scope} SELECT n.key, n.id, r.key, r.id FROM scope JOIN nodes n ON n.key = scope.key"
+                " LEFT JOIN runs r ON r.key = n.run AND NOT EXISTS (SELECT 1 FROM nodes k WHERE k.run = n.run"
+                " AND (k.key IN (SELECT key FROM reached) OR k.key NOT IN (SELECT key FROM scope)))"
                 " WHERE n.key NOT IN (SELECT key FROM reached) ORDER BY n.id",
                 {"s": session_key, "cutoff": cutoff or "9999"},
             ).fetchall()
-            gone_keys = {key for key, _, _ in gone}
-            # A run goes only when every node that names it goes.
-            dying_runs = [
-                run
-                for run in sorted({run for _, _, run in gone if run is not None})
-                if all(
-                    key in gone_keys for (key,) in conn.execute("SELECT key FROM nodes WHERE run = ?", (run,))
-                )
-            ]
-            run_ids = sorted(self._one("SELECT id FROM runs WHERE key = ?", (run,)) for run in dying_runs)
+            gone_keys = {key for key, _, _, _ in gone}
+            dying_runs = {run: run_id for _, _, run, run_id in gone if run is not None}
+            run_ids = sorted(dying_runs.values())
             if delete and gone:
                 conn.execute("CREATE TEMP TABLE IF NOT EXISTS doomed (key INTEGER PRIMARY KEY)")
                 conn.execute("DELETE FROM doomed")
@@ -157,7 +154,7 @@ class SQLiteUpkeep:
                 conn.executemany("DELETE FROM runs WHERE key = ?", ((run,) for run in dying_runs))
                 conn.execute("DELETE FROM doomed")
                 self.cache.clear()
-        return [node_id for _, node_id, _ in gone], run_ids
+        return [node_id for _, node_id, _, _ in gone], run_ids
 
     def vacuum(self) -> int | None:
         """Compact the file; the bytes freed (None for an in-memory database)."""
