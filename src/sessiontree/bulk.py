@@ -37,7 +37,7 @@ from .model import check_latency, encode_json, encode_payload
 from .names import check_name, check_text
 
 if TYPE_CHECKING:
-    from .storage import SQLiteStorage
+    from .storage import Storage
     from .store import Store
 
 Progress = Callable[[int, int], None]
@@ -164,7 +164,7 @@ def _encode(session: ImportedSession, consume: bool = False) -> dict[str, str]:
 
 
 def _write_one(
-    storage: SQLiteStorage, s: ImportedSession, texts: dict[str, str], tick: Callable[[int], None]
+    storage: Storage, s: ImportedSession, texts: dict[str, str], tick: Callable[[int], None]
 ) -> None:
     key = storage.session_key(s.id)
     if key is None:
@@ -211,7 +211,7 @@ def _write_one(
                 f"{_where(node)} already exists with a different parent, kind"
                 " or payload; refusing to import over it"
             )
-    first = storage.next_node_key()
+    first = storage.reserve_node_keys(len(new_nodes))
     node_keys.update((node.id, first + i) for i, node in enumerate(new_nodes))
     rows = []
     for node in new_nodes:
@@ -275,7 +275,7 @@ def _depths(
     return depths
 
 
-def _write_runs(storage: SQLiteStorage, session_key: int, s: ImportedSession) -> dict[str, int]:
+def _write_runs(storage: Storage, session_key: int, s: ImportedSession) -> dict[str, int]:
     """Insert the input's runs that are new; their keys (and those of the ones already there)."""
     keys = {}
     for run in s.runs:
@@ -301,7 +301,7 @@ def _write_runs(storage: SQLiteStorage, session_key: int, s: ImportedSession) ->
     return keys
 
 
-def _stored_run(storage: SQLiteStorage, s: ImportedSession, node: ImportedNode) -> int:
+def _stored_run(storage: Storage, s: ImportedSession, node: ImportedNode) -> int:
     """The key of a run the input does not carry: it must be a run of this session already."""
     found = storage.run_handle(node.run_id or "")
     if found is None or found[1] != s.id:
@@ -324,7 +324,7 @@ def _target(s: ImportedSession, what: str, ref: ImportedRef, node_keys: dict[str
 
 
 def _write_checkpoints(
-    storage: SQLiteStorage, session_key: int, s: ImportedSession, node_keys: dict[str, int]
+    storage: Storage, session_key: int, s: ImportedSession, node_keys: dict[str, int]
 ) -> None:
     for cp in s.checkpoints:
         target = _target(s, "checkpoint", cp, node_keys)
@@ -340,9 +340,7 @@ def _write_checkpoints(
             )
 
 
-def _with_session_refs(
-    storage: SQLiteStorage, s: ImportedSession, node_keys: dict[str, int]
-) -> dict[str, int]:
+def _with_session_refs(storage: Storage, s: ImportedSession, node_keys: dict[str, int]) -> dict[str, int]:
     """``node_keys`` plus the keys of the nodes the input's refs name that are already stored."""
     wanted = [r.node_id for r in (*s.branches, *s.checkpoints) if r.node_id and r.node_id not in node_keys]
     extra = {i: row[0] for i, row in storage.nodes_by_ids(wanted).items() if row[1] == s.id}
@@ -350,7 +348,7 @@ def _with_session_refs(
 
 
 def _write_branches(
-    storage: SQLiteStorage, session_key: int, s: ImportedSession, node_keys: dict[str, int]
+    storage: Storage, session_key: int, s: ImportedSession, node_keys: dict[str, int]
 ) -> None:
     for b in s.branches:
         target = _target(s, "branch", b, node_keys)

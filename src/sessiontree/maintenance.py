@@ -18,14 +18,14 @@ from __future__ import annotations
 import time
 
 from .model import Node, Problem, PruneReport, VerifyReport
-from .storage import SQLiteStorage
+from .storage import Storage
 
 GRACE_SECONDS = 600
 """Nodes younger than this are never pruned: another process may be about to point at them."""
 
 
 def prune(
-    storage: SQLiteStorage,
+    storage: Storage,
     *,
     dry_run: bool = True,
     vacuum: bool = False,
@@ -39,7 +39,7 @@ def prune(
     return PruneReport(node_ids=node_ids, run_ids=run_ids, dry_run=dry_run, bytes_freed=freed)
 
 
-def verify(storage: SQLiteStorage, *, session_key: int | None = None) -> VerifyReport:
+def verify(storage: Storage, *, session_key: int | None = None) -> VerifyReport:
     """Check the tree invariants; see the module docstring."""
     with storage.snapshot():
         problems = [Problem(*row) for row in storage.integrity_problems(session_key)]

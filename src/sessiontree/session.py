@@ -39,7 +39,7 @@ from .model import (
     encode_payload,
 )
 from .names import FULL_ID, MIN_PREFIX, check_name, split_ancestry
-from .storage import SQLiteStorage
+from .storage import Storage
 
 Ref = str | Node
 RunLike = str | Completion | dict[str, Any] | None
@@ -50,7 +50,7 @@ class Session:
 
     def __init__(
         self,
-        storage: SQLiteStorage,
+        storage: Storage,
         key: int,
         id: str,
         title: str | None,
@@ -177,7 +177,7 @@ class Session:
             run_key, run_id = self._record_run(run)
             created = now()
             # A chain names each parent by its key before it exists: keys are taken in order.
-            first = self.storage.next_node_key() if len(texts) > 1 else None
+            first = self.storage.reserve_node_keys(len(texts)) if len(texts) > 1 else None
             parent_key, parent_id, depth = place.key, place.id, place.depth + 1
             rows, nodes = [], []
             for i, text in enumerate(texts):

@@ -1,9 +1,10 @@
-"""The Store: one SQLite file holding many session trees.
+"""The Store: one database holding many session trees.
 
-Contract: ``Store(path)`` opens (creating if needed) and migrates the file;
-``Store(path, readonly=True)`` opens it for inspection and never writes.
-Every multi-row write happens in one ``BEGIN IMMEDIATE`` transaction, so a
-failure leaves nothing half-written. SQL lives in the storage backend
+Contract: ``Store(path)`` opens (creating if needed) and migrates a SQLite
+file; ``Store("postgresql://...")`` does the same on a PostgreSQL server (the
+``postgres`` extra), with the same API and guarantees. ``Store(path,
+readonly=True)`` opens it for inspection and never writes. Every multi-row
+write happens in one transaction, so a failure leaves nothing half-written. SQL lives in the storage backend
 (``storage``); the store holds the cross-session rules.
 """
 
@@ -17,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from . import maintenance
-from .errors import NotFound
+from .errors import NotFound, SessionTreeError
 from .ids import new_id, now
 from .model import Node, PruneReport, Run, SessionInfo, VerifyReport, encode_json
 from .names import MIN_PREFIX, check_text, split_ancestry
 from .session import Session
-from .storage import SQLiteStorage
+from .storage import SQLiteStorage, Storage, open_storage
 from .storage.cache import DEFAULT_MAX_BYTES
 
 SHORT_ID = 8
@@ -35,15 +36,18 @@ class Store:
     def __init__(
         self, path: str | Path = ":memory:", *, readonly: bool = False, cache_bytes: int = DEFAULT_MAX_BYTES
     ) -> None:
-        """Open (creating and migrating) a database. ``cache_bytes`` bounds the in-process
-        cache of decoded paths (payload bytes; 0 turns it off)."""
-        self.storage = SQLiteStorage(path, readonly=readonly, cache_bytes=cache_bytes)
-        self.path = self.storage.path
+        """Open (creating and migrating) a database: a SQLite file path (or ``:memory:``) or
+        a ``postgresql://`` URL. ``cache_bytes`` bounds the in-process cache of decoded
+        paths (payload bytes; 0 turns it off)."""
+        self.storage: Storage = open_storage(path, readonly=readonly, cache_bytes=cache_bytes)
+        self.path = self.storage.url
         self.readonly = readonly
 
     @property
     def conn(self) -> sqlite3.Connection:
         """The raw SQLite connection, for inspection; write through the API."""
+        if not isinstance(self.storage, SQLiteStorage):
+            raise SessionTreeError(f"{self.path} is not a SQLite store: it has no SQLite connection")
         return self.storage.conn
 
     # -- lifecycle -------------------------------------------------------
@@ -61,7 +65,7 @@ class Store:
         return f"Store({self.path!r})"
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self) -> Iterator[Any]:
         """Group several writes into one atomic transaction (nesting makes a savepoint)."""
         with self.storage.transaction() as conn:
             yield conn

@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +30,7 @@ from .. import db as _db
 from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly
 from ..model import Branch, Checkpoint, ModelUsage, Node, Run, SessionInfo, Usage
 from ..names import MIN_PREFIX
+from .base import RUN_FIELDS, PathRow, decode_run
 from .cache import DEFAULT_MAX_BYTES, PathCache
 from .sqlite_upkeep import TREE, SQLiteUpkeep
 
@@ -39,9 +41,8 @@ CHECKPOINT_WAIT_MS = 1_000
 WAL_CHECK_EVERY = 16
 """Commits between two looks at the log's size (a stat call)."""
 
-RUN_FIELDS = "model, provider, params, usage, latency_ms, finish_reason, created_at"
-NodeRow = tuple[str, int, "int | None", int, str, str, str, "int | None"]
-"""A node to insert: (id, session key, parent key, depth, kind, payload, created_at, run key)."""
+_RUN_COLUMNS = ", ".join(RUN_FIELDS)
+_RUN_SELECT = ", ".join("r." + f for f in RUN_FIELDS)
 
 # A node as a Node: its own columns, then the ids of its session, parent and run.
 _NODE = "n.key, n.id, s.id, p.id, n.depth, n.kind, n.payload, n.created_at, r.id"
@@ -81,7 +82,7 @@ class SQLiteStorage(SQLiteUpkeep):
     def __init__(
         self, path: str | Path, *, readonly: bool = False, cache_bytes: int = DEFAULT_MAX_BYTES
     ) -> None:
-        self.path = str(path)
+        self.path = self.url = str(path)
         self.readonly = readonly
         self.conn: sqlite3.Connection = _db.connect(self.path, readonly=readonly)
         # sqlite-utils for schema introspection (and, later, its FTS helpers); no
@@ -285,8 +286,8 @@ class SQLiteStorage(SQLiteUpkeep):
         ).fetchone()
         return None if row is None else (row[0], row[1], row[2], row[3])
 
-    def next_node_key(self) -> int:
-        """The key the next node gets (inside a write transaction, nobody else can take it)."""
+    def reserve_node_keys(self, count: int) -> int:
+        # Inside a write transaction nobody else writes: the keys after the largest are free.
         return int(self._one("SELECT coalesce(max(key), 0) + 1 FROM nodes"))
 
     def insert_nodes(self, rows: Sequence[tuple[Any, ...]], keys_from: int | None = None) -> int:
@@ -326,47 +327,9 @@ class SQLiteStorage(SQLiteUpkeep):
         )
         return [_node(r) for r in rows]
 
-    def path_to(self, key: int, node_id: str, session_id: str) -> tuple[Node, ...]:
-        """Root-to-node: from the cache, or in one recursive query that reads only the
-        nodes after the nearest cached ancestor (see ``cache``)."""
-        cached = self.cache.get(node_id)
-        if cached is not None:
-            return cached
-        stops = self.cache.heads(session_id)
+    def _path_rows(self, key: int, stops: list[str]) -> list[PathRow]:
         rows = self.conn.execute(_PATH, {"key": key, "stop": json.dumps(stops)}).fetchall()
-        base: tuple[Node, ...] = ()
-        if rows[-1][6]:  # stopped at a cached ancestor
-            base = self.cache.get(rows[-1][0]) or ()
-            if not base:  # evicted meanwhile: read the whole path
-                rows = self.conn.execute(_PATH, {"key": key, "stop": "[]"}).fetchall()
-            else:
-                rows.pop()
-        nodes = list(base)
-        parent_id = base[-1].id if base else None
-        for r in reversed(rows):
-            nodes.append(Node(r[0], session_id, parent_id, r[1], r[2], r[3], r[4], r[5]))
-            parent_id = r[0]
-        path = tuple(nodes)
-        self.cache.put(path, len(base))
-        return path
-
-    def messages(self, key: int, node_id: str, session_id: str) -> list[dict[str, Any]]:
-        """The ``message`` payloads on the path to a node, root first (shared with the
-        cache: read-only). Re-reading a grown path costs O(new nodes)."""
-        cached = self.cache.messages(node_id)
-        if cached is None:
-            path = self.path_to(key, node_id, session_id)
-            cached = self.cache.messages(node_id)
-            if cached is None:  # not cacheable (too big, or the cache is off)
-                return [n.payload for n in path if n.kind == "message"]
-        return list(cached)
-
-    def remember(self, parent_id: str | None, nodes: Sequence[Node]) -> None:
-        """Nodes just written under ``parent_id``: extend its cached path, if any."""
-        if parent_id is None:
-            self.cache.put(tuple(nodes))
-        else:
-            self.cache.extend(parent_id, tuple(nodes))
+        return [(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6])) for r in rows]
 
     def ancestor(self, key: int, generations: int) -> tuple[int, str] | None:
         """(key, id) of the node ``generations`` steps above ``key``, or None past the root."""
@@ -419,6 +382,18 @@ class SQLiteStorage(SQLiteUpkeep):
             {"s": session_key},
         )
         return [_node(r) for r in rows]
+
+    def resumable(self) -> list[tuple[str, str]]:
+        rows = self.conn.execute(
+            "SELECT DISTINCT p.id, s.id FROM branches b"
+            " JOIN nodes d ON d.key = b.head AND d.kind = 'decision'"
+            " JOIN nodes p ON p.key = d.parent JOIN sessions s ON s.key = p.session ORDER BY p.id"
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def wait_for_decisions(self, timeout: float) -> None:
+        # SQLite has no way to signal another process: the caller polls ``resumable``.
+        time.sleep(timeout)
 
     def common_ancestor(self, a: int, b: int) -> Node | None:
         row = self.conn.execute(
@@ -579,7 +554,7 @@ class SQLiteStorage(SQLiteUpkeep):
     def insert_run(self, id: str, session_key: int, fields: Sequence[Any]) -> int:
         """Insert a run (``RUN_FIELDS`` values) inside a transaction; its key."""
         cursor = self.conn.execute(
-            f"INSERT INTO runs (id, session, {RUN_FIELDS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO runs (id, session, {_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (id, session_key, *fields),
         )
         assert cursor.lastrowid is not None
@@ -594,21 +569,21 @@ class SQLiteStorage(SQLiteUpkeep):
 
     def run(self, id: str) -> Run:
         row = self.conn.execute(
-            f"SELECT r.id, s.id, {', '.join('r.' + f.strip() for f in RUN_FIELDS.split(','))}"
+            f"SELECT r.id, s.id, {_RUN_SELECT}"
             " FROM runs r JOIN sessions s ON s.key = r.session WHERE r.id = ?",
             (id,),
         ).fetchone()
         if row is None:
             raise NotFound(f"no run {id!r}")
-        return Run(row[0], row[1], row[2], row[3], json.loads(row[4]), json.loads(row[5]), *row[6:])
+        return decode_run(row)
 
     def runs(self, session_key: int) -> list[Run]:
         rows = self.conn.execute(
-            f"SELECT r.id, s.id, {', '.join('r.' + f.strip() for f in RUN_FIELDS.split(','))}"
+            f"SELECT r.id, s.id, {_RUN_SELECT}"
             " FROM runs r JOIN sessions s ON s.key = r.session WHERE r.session = ? ORDER BY r.id",
             (session_key,),
         )
-        return [Run(r[0], r[1], r[2], r[3], json.loads(r[4]), json.loads(r[5]), *r[6:]) for r in rows]
+        return [decode_run(r) for r in rows]
 
     # -- bulk reads and writes (import, export) ---------------------------------
 

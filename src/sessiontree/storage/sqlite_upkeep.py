@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import sqlite_utils
 
 from .. import db as _db
 from ..errors import Conflict, NotFound, SessionTreeError
-from ..model import Node
+from .base import Storage
 from .cache import PathCache
 
 # A session's nodes, walked down from its roots.
@@ -95,7 +94,7 @@ _INTEGRITY_CHECKS = [
 ]
 
 
-class SQLiteUpkeep:
+class SQLiteUpkeep(Storage):
     """Maintenance queries; mixed into ``SQLiteStorage``, whose attributes these are."""
 
     path: str
@@ -103,20 +102,7 @@ class SQLiteUpkeep:
     db: sqlite_utils.Database
     cache: PathCache
 
-    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError
-
-    def snapshot(self) -> AbstractContextManager[None]:
-        raise NotImplementedError
-
     def _one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
-        raise NotImplementedError
-
-    def pending(self, session_key: int | None = None) -> list[Node]:
-        raise NotImplementedError
-
-    @property
-    def schema_version(self) -> int:
         raise NotImplementedError
 
     def unreachable(

@@ -1,0 +1,319 @@
+"""The storage interface every backend implements, and the path cache they share.
+
+Contract: ``Storage`` lists every operation the layers above (``Session``,
+``Store``, ``bulk``, ``maintenance``, ``worker``) may ask of a database; a
+backend (``SQLiteStorage``, ``PostgresStorage``) implements each with its own
+SQL and nothing else. Public ids (UUIDv7 text) and model objects go in and
+come out; row keys (``int``) are opaque handles, valid inside one transaction
+or read, never kept across calls. The rules (what may be written,
+compare-and-set, error wording) live above. Writes happen inside
+``transaction()``; several reads that must agree happen inside ``snapshot()``.
+
+Concurrency is each backend's business, with one promise: inside a write
+transaction, a read of a branch head (``branch_head``, ``ref``) sees the head
+no other transaction can move until this one ends. SQLite gets that from its
+single writer; PostgreSQL from a per-session advisory lock taken by the first
+such read.
+
+Root-to-node paths are read through ``path_to`` here: a backend supplies
+``_path_rows`` (the walk up from a node, stopping at a cached ancestor) and
+the shared ``PathCache`` does the rest.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from ..model import Branch, Checkpoint, Node, Run, SessionInfo, Usage
+from .cache import PathCache
+
+NodeRow = tuple[str, int, "int | None", int, str, str, str, "int | None"]
+"""A node to insert: (id, session key, parent key, depth, kind, payload, created_at, run key)."""
+
+PathRow = tuple[str, int, str, str, str, "str | None", bool]
+"""One step of a walk up a path: (id, depth, kind, payload, created_at, run id, is a cached stop)."""
+
+RUN_FIELDS = ("model", "provider", "params", "usage", "latency_ms", "finish_reason", "created_at")
+
+
+class Storage(ABC):
+    """One database. See the module docstring for the contract."""
+
+    cache: PathCache
+    readonly: bool
+    url: str
+    """What the store was opened with: a file path, ``:memory:`` or a postgresql:// URL
+    (its password hidden)."""
+
+    # -- lifecycle and transactions ------------------------------------------
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    @abstractmethod
+    def transaction(self) -> AbstractContextManager[Any]:
+        """One atomic write; nested use joins it (a savepoint)."""
+
+    @abstractmethod
+    def snapshot(self) -> AbstractContextManager[None]:
+        """Several reads from one consistent state."""
+
+    @property
+    @abstractmethod
+    def schema_version(self) -> int: ...
+
+    # -- ids -------------------------------------------------------------------
+
+    @abstractmethod
+    def resolve_id(self, table: str, what: str, ref: str, session_key: int | None = None) -> str:
+        """The id in ``table`` ("nodes" or "sessions") equal to ``ref``, or the one starting
+        with it; ``NotFound`` / ``AmbiguousRef`` otherwise."""
+
+    @abstractmethod
+    def neighbours(self, id: str) -> list[str]:
+        """The ids next to ``id`` in sorted order among all nodes and sessions."""
+
+    # -- sessions --------------------------------------------------------------
+
+    @abstractmethod
+    def insert_session(
+        self, id: str, title: str | None, metadata: str, created_at: str, archived_at: str | None = None
+    ) -> int: ...
+
+    @abstractmethod
+    def session_row(self, id: str) -> tuple[int, str, str | None, dict[str, Any], str, str | None]:
+        """(key, id, title, metadata, created_at, archived_at) of a session."""
+
+    @abstractmethod
+    def session_key(self, id: str) -> int | None: ...
+
+    @abstractmethod
+    def sessions(self, *, include_archived: bool) -> list[SessionInfo]: ...
+
+    @abstractmethod
+    def session_ids(self) -> list[str]:
+        """Every session id, archived ones too, oldest first."""
+
+    @abstractmethod
+    def set_archived(self, session_key: int, when: str | None) -> None: ...
+
+    @abstractmethod
+    def delete_session(self, session_key: int) -> int:
+        """Delete a session and everything in it; the number of nodes removed."""
+
+    # -- nodes -----------------------------------------------------------------
+
+    @abstractmethod
+    def node(self, id: str) -> Node: ...
+
+    @abstractmethod
+    def handle(self, id: str) -> tuple[int, str, int, str] | None:
+        """(key, session id, depth, kind) of a node id, or None."""
+
+    @abstractmethod
+    def reserve_node_keys(self, count: int) -> int:
+        """The first of ``count`` consecutive node keys this transaction may use."""
+
+    @abstractmethod
+    def insert_nodes(self, rows: Sequence[NodeRow], keys_from: int | None = None) -> int:
+        """Insert nodes; the last one's key. With ``keys_from`` (from ``reserve_node_keys``),
+        row i gets key ``keys_from + i``; without it, one row gets the next free key.
+        ``Conflict`` for a second decision on a pause, ``NotFound`` for a parent that is not
+        a node of the session."""
+
+    @abstractmethod
+    def children(self, key: int) -> list[Node]: ...
+
+    @abstractmethod
+    def ancestor(self, key: int, generations: int) -> tuple[int, str] | None:
+        """(key, id) of the node ``generations`` steps above ``key``, or None past the root."""
+
+    @abstractmethod
+    def is_ancestor(self, ancestor: int, key: int) -> bool: ...
+
+    @abstractmethod
+    def tree(self, session_key: int) -> list[Node]:
+        """Every node of a session, parents before children."""
+
+    @abstractmethod
+    def leaves(self, session_key: int) -> list[Node]: ...
+
+    @abstractmethod
+    def pending(self, session_key: int | None = None) -> list[Node]:
+        """Pauses without a decision, oldest first."""
+
+    @abstractmethod
+    def resumable(self) -> list[tuple[str, str]]:
+        """(pause id, session id) of every decided pause whose decision is still a branch
+        head: decided, and not yet carried on by any run. Oldest first."""
+
+    @abstractmethod
+    def common_ancestor(self, a: int, b: int) -> Node | None: ...
+
+    @abstractmethod
+    def nodes_by_ids(self, ids: Sequence[str]) -> dict[str, tuple[int, str, str | None, str, str, int]]:
+        """id -> (key, session id, parent id, kind, payload, depth) for the ids that exist."""
+
+    # -- usage -----------------------------------------------------------------
+
+    @abstractmethod
+    def path_usage(self, key: int, after_depth: int = -1) -> Usage: ...
+
+    @abstractmethod
+    def subtree_usage(self, key: int) -> Usage: ...
+
+    # -- branches and checkpoints ---------------------------------------------
+
+    @abstractmethod
+    def ref(self, session_key: int, name: str) -> tuple[str, int | None, str | None] | None:
+        """("branch" | "checkpoint", node key, node id) for a name in a session, or None."""
+
+    @abstractmethod
+    def branch_head(
+        self, session_key: int, name: str
+    ) -> tuple[int | None, str | None, int, str | None] | None:
+        """(head key, head id, head depth, head kind) of a branch (None, None, -1, None when
+        empty), or None when there is no such branch."""
+
+    @abstractmethod
+    def branch(self, session_key: int, session_id: str, name: str) -> Branch | None: ...
+
+    @abstractmethod
+    def branches(self, session_key: int, session_id: str) -> list[Branch]: ...
+
+    @abstractmethod
+    def branches_at(self, session_key: int, key: int) -> list[str]: ...
+
+    @abstractmethod
+    def insert_branch(
+        self,
+        session_key: int,
+        name: str,
+        head: int | None,
+        metadata: str,
+        created: str,
+        updated: str | None = None,
+    ) -> None: ...
+
+    @abstractmethod
+    def set_head(self, session_key: int, name: str, head: int | None, when: str) -> None: ...
+
+    @abstractmethod
+    def rename_branch(self, session_key: int, old: str, new: str, when: str) -> None: ...
+
+    @abstractmethod
+    def delete_branch(self, session_key: int, name: str) -> None: ...
+
+    @abstractmethod
+    def checkpoints(self, session_key: int, session_id: str) -> list[Checkpoint]: ...
+
+    @abstractmethod
+    def insert_checkpoint(self, session_key: int, name: str, node: int, when: str) -> None: ...
+
+    @abstractmethod
+    def delete_checkpoint(self, session_key: int, name: str) -> bool: ...
+
+    # -- runs ------------------------------------------------------------------
+
+    @abstractmethod
+    def insert_run(self, id: str, session_key: int, fields: Sequence[Any]) -> int:
+        """Insert a run (values of ``RUN_FIELDS``); its key."""
+
+    @abstractmethod
+    def run_handle(self, id: str) -> tuple[int, str] | None: ...
+
+    @abstractmethod
+    def run(self, id: str) -> Run: ...
+
+    @abstractmethod
+    def runs(self, session_key: int) -> list[Run]: ...
+
+    # -- upkeep ----------------------------------------------------------------
+
+    @abstractmethod
+    def unreachable(
+        self, session_key: int | None, *, delete: bool, cutoff: str = ""
+    ) -> tuple[list[str], list[str]]:
+        """(node ids, run ids) nothing keeps; with ``delete``, remove them."""
+
+    @abstractmethod
+    def vacuum(self) -> int | None:
+        """Give free space back; the bytes freed, when known."""
+
+    @abstractmethod
+    def integrity_problems(self, session_key: int | None) -> list[tuple[str, str, str, str | None]]:
+        """(session id, check, detail, node id) for every row that breaks a tree invariant."""
+
+    @abstractmethod
+    def branch_heads(self, session_key: int | None) -> list[tuple[str, str, tuple[int, str]]]: ...
+
+    @abstractmethod
+    def counts(self, session_key: int | None) -> tuple[int, int]:
+        """(sessions, nodes), in one session or in all."""
+
+    @abstractmethod
+    def stats(self) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def backup(self, destination: str) -> int: ...
+
+    @abstractmethod
+    def wait_for_decisions(self, timeout: float) -> None:
+        """Return when a decision may have been written, or after ``timeout`` seconds."""
+
+    # -- paths, through the cache -------------------------------------------------
+
+    @abstractmethod
+    def _path_rows(self, key: int, stops: list[str]) -> list[PathRow]:
+        """The walk up from node ``key``, head first, ending at the root or at the first
+        node whose id is in ``stops`` (that row flagged)."""
+
+    def path_to(self, key: int, node_id: str, session_id: str) -> tuple[Node, ...]:
+        """Root-to-node: from the cache, or reading only the nodes after the nearest
+        cached ancestor (see ``cache``)."""
+        cached = self.cache.get(node_id)
+        if cached is not None:
+            return cached
+        rows = self._path_rows(key, self.cache.heads(session_id))
+        base: tuple[Node, ...] = ()
+        if rows[-1][6]:  # stopped at a cached ancestor
+            base = self.cache.get(rows[-1][0]) or ()
+            if not base:  # evicted meanwhile: read the whole path
+                rows = self._path_rows(key, [])
+            else:
+                rows.pop()
+        nodes = list(base)
+        parent_id = base[-1].id if base else None
+        for r in reversed(rows):
+            nodes.append(Node(r[0], session_id, parent_id, r[1], r[2], r[3], r[4], r[5]))
+            parent_id = r[0]
+        path = tuple(nodes)
+        self.cache.put(path, len(base))
+        return path
+
+    def messages(self, key: int, node_id: str, session_id: str) -> list[dict[str, Any]]:
+        """The ``message`` payloads on the path to a node, root first (shared with the
+        cache: read-only). Re-reading a grown path costs O(new nodes)."""
+        cached = self.cache.messages(node_id)
+        if cached is None:
+            path = self.path_to(key, node_id, session_id)
+            cached = self.cache.messages(node_id)
+            if cached is None:  # not cacheable (too big, or the cache is off)
+                return [n.payload for n in path if n.kind == "message"]
+        return list(cached)
+
+    def remember(self, parent_id: str | None, nodes: Sequence[Node]) -> None:
+        """Nodes just written under ``parent_id``: extend its cached path, if any."""
+        if parent_id is None:
+            self.cache.put(tuple(nodes))
+        else:
+            self.cache.extend(parent_id, tuple(nodes))
+
+
+def decode_run(row: Sequence[Any]) -> Run:
+    """A Run from (id, session id, *RUN_FIELDS) with params and usage as JSON text."""
+    return Run(row[0], row[1], row[2], row[3], json.loads(row[4]), json.loads(row[5]), *row[6:])
