@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
+import uuid
 
 import pytest
 
@@ -79,3 +81,76 @@ PUBLIC_ROWS = {
 def public_rows(conn) -> dict[str, list[tuple]]:
     """Every row of every table, with ids instead of row keys, sorted."""
     return {t: sorted(conn.execute(sql).fetchall(), key=repr) for t, sql in PUBLIC_ROWS.items()}
+
+
+# -- PostgreSQL: the same tests against a real server -----------------------------
+
+
+def postgres_server() -> str:
+    """The URL of a test server, or skip (a failure under CI=true: CI must test both backends)."""
+    import pg_cluster
+
+    url, why = pg_cluster.server_url()
+    if url is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but the PostgreSQL tests cannot run: {why}")
+        pytest.skip(why)
+    return url
+
+
+def fresh_schema_url(server: str) -> str:
+    return f"{server}?schema=t_{uuid.uuid4().hex[:16]}"
+
+
+def drop_schema(url: str) -> None:
+    import psycopg
+
+    server, _, query = url.partition("?schema=")
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{query}" CASCADE')
+
+
+@pytest.fixture
+def pg_url():
+    """A fresh, empty PostgreSQL schema of the test server (dropped afterwards)."""
+    url = fresh_schema_url(postgres_server())
+    yield url
+    drop_schema(url)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_target(request, tmp_path) -> str:
+    """What ``Store()`` opens, for tests that run against both backends: a SQLite file,
+    or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        return str(tmp_path / "store.db")
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def any_store(db_target):
+    with Store(db_target) as s:
+        yield s
+
+
+def raw(store: Store, sql: str, params: tuple = ()) -> list[tuple]:
+    """Run SQL on the store's database behind the API's back (``?`` placeholders on both
+    backends): how tests play another program, or check what the schema refuses."""
+    from sessiontree.storage import SQLiteStorage
+
+    if isinstance(store.storage, SQLiteStorage):
+        return store.conn.execute(sql, params).fetchall()
+    with store.storage.pool.connection() as conn:  # type: ignore[attr-defined]
+        cursor = conn.execute(sql.replace("?", "%s"), params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def schema_refusals() -> tuple[type[Exception], ...]:
+    """What each backend's driver raises when the schema refuses a row."""
+    import sqlite3
+
+    try:
+        import psycopg
+    except ImportError:
+        return (sqlite3.IntegrityError,)
+    return (sqlite3.IntegrityError, psycopg.IntegrityError)

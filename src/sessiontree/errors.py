@@ -52,6 +52,11 @@ class DiskFull(SessionTreeError):
     """The disk (or the database's size limit) is full; the write was rolled back whole."""
 
 
+class Unavailable(SessionTreeError):
+    """The database server cannot be reached, or the connection to it was lost; a write
+    in flight was rolled back whole."""
+
+
 class ReadOnly(SessionTreeError):
     """A write through a store opened with ``readonly=True``."""
 

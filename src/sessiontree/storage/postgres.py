@@ -1,0 +1,632 @@
+"""The PostgreSQL backend: the same store for many processes on many machines.
+
+Contract: ``PostgresStorage(url)`` connects (a pool, psycopg 3), migrates (see
+``postgres_db``) and implements ``Storage`` with the same keys, rows and
+invariants as the SQLite backend, so every test of the store runs against both.
+The upkeep queries are in ``postgres_upkeep``.
+
+Concurrency. SQLite has one writer at a time; here many transactions write at
+once, so the promise of ``Storage`` (a head read inside a write transaction
+cannot change until it ends) is kept with advisory locks:
+- every write transaction holds ``STORE_LOCK`` shared (prune takes it exclusively);
+- the first time a write transaction reads or writes a session's refs or nodes,
+  it takes that session's lock until it ends. Writers to different sessions
+  never wait for each other; two writers of one session take turns, and the
+  second then sees the first one's head, so compare-and-set is exact.
+Node keys come from ``sessiontree_reserve_node_keys`` (a block per call).
+
+Connections: a write transaction or a snapshot holds one pooled connection for
+the thread that opened it; any other read borrows one for a single statement.
+``wait_for_decisions`` LISTENs on a connection of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg_pool import ConnectionPool
+
+from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly
+from ..model import Branch, Checkpoint, ModelUsage, Node, Run, SessionInfo, Usage
+from ..names import MIN_PREFIX
+from . import postgres_db as pgdb
+from .base import RUN_FIELDS, PathRow, decode_run
+from .cache import DEFAULT_MAX_BYTES, PathCache
+from .postgres_upkeep import TREE, PostgresUpkeep
+
+SESSION_LOCK = 1936029286
+"""Advisory lock class of the per-session write locks (the second half is the session key)."""
+
+_RUN_COLUMNS = ", ".join(RUN_FIELDS)
+_RUN_SELECT = ", ".join("r." + f for f in RUN_FIELDS)
+_NODE = "n.key, n.id, s.id, p.id, n.depth, n.kind, n.payload, n.created_at, r.id"
+_NODE_JOINS = (
+    "JOIN sessions s ON s.key = n.session LEFT JOIN nodes p ON p.key = n.parent"
+    " LEFT JOIN runs r ON r.key = n.run"
+)
+_PATH = """
+WITH RECURSIVE p(key, parent, id, depth, kind, payload, created_at, run, stop) AS (
+    SELECT key, parent, id, depth, kind, payload, created_at, run, false FROM nodes WHERE key = %(key)s
+    UNION ALL
+    SELECT n.key, n.parent, n.id, n.depth, n.kind, n.payload, n.created_at, n.run, n.id = ANY(%(stop)s)
+    FROM p JOIN nodes n ON n.key = p.parent WHERE NOT p.stop
+)
+SELECT p.id, p.depth, p.kind, p.payload, p.created_at, r.id, p.stop
+FROM p LEFT JOIN runs r ON r.key = p.run ORDER BY p.depth DESC
+"""
+
+
+def _node(row: Sequence[Any]) -> Node:
+    return Node(row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8])
+
+
+def _branch(row: Sequence[Any], session_id: str) -> Branch:
+    return Branch(session_id, row[0], row[1], row[2], row[3], json.loads(row[4]))
+
+
+class _Held(threading.local):
+    """The connection this thread's transaction or snapshot holds, if any."""
+
+    conn: psycopg.Connection[Any] | None = None
+    writing: bool = False
+    claimed: set[int]
+
+
+class PostgresStorage(PostgresUpkeep):
+    """One PostgreSQL schema (``?schema=`` in the URL, default ``sessiontree``)."""
+
+    def __init__(self, url: str, *, readonly: bool = False, cache_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.target = pgdb.parse_url(url)
+        self.url = self.target.shown
+        self.readonly = readonly
+        self.cache = PathCache(cache_bytes)
+        self._held = _Held()
+        self._listener: psycopg.Connection[Any] | None = None
+        with pgdb.connect(self.target) as conn, pgdb.clear_errors(self.url):
+            if readonly:
+                waiting = pgdb.pending(conn, self.target.schema)
+                if waiting:
+                    raise ReadOnly(
+                        f"{self.url} needs {len(waiting)} schema migration(s); open it once read-write"
+                        " (or run `sessiontree migrate`) before reading it read-only"
+                    )
+            else:
+                pgdb.migrate(conn, self.target.schema)
+        schema = self.target.schema
+
+        def configure(conn: psycopg.Connection[Any]) -> None:
+            pgdb.configure(conn, schema, readonly=readonly)
+
+        self.pool = ConnectionPool(
+            self.target.conninfo,
+            min_size=1,
+            max_size=self.target.pool_size,
+            kwargs={"autocommit": True, "prepare_threshold": self.target.prepare_threshold},
+            configure=configure,
+            open=False,
+            name=f"sessiontree {self.url}",
+        )
+        with pgdb.clear_errors(self.url):
+            self.pool.open(wait=True, timeout=15)
+
+    def close(self) -> None:
+        self.pool.close()
+        if self._listener is not None:
+            self._listener.close()
+
+    # -- transactions and statements --------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """One atomic write; nested use makes a savepoint."""
+        if self.readonly:
+            raise ReadOnly(f"{self.url} is open read-only; nothing was written")
+        held = self._held
+        if held.conn is not None:
+            with pgdb.clear_errors(self.url), held.conn.transaction():
+                yield held.conn
+            return
+        with pgdb.clear_errors(self.url), self.pool.connection() as conn:
+            held.conn, held.writing, held.claimed = conn, True, set()
+            try:
+                with conn.transaction():
+                    conn.execute(
+                        "SELECT pg_advisory_xact_lock_shared(%s, %s)", (pgdb.LOCK_CLASS, pgdb.STORE_LOCK)
+                    )
+                    yield conn
+            finally:
+                held.conn, held.writing = None, False
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Several reads from one consistent state (REPEATABLE READ)."""
+        held = self._held
+        if held.conn is not None:
+            yield
+            return
+        with pgdb.clear_errors(self.url), self.pool.connection() as conn:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            held.conn = conn
+            try:
+                yield
+            finally:
+                held.conn = None
+                conn.execute("COMMIT")
+
+    def _claim(self, session_key: int) -> None:
+        """Inside a write transaction: this session's writers wait for us from now on."""
+        held = self._held
+        if held.writing and session_key not in held.claimed:
+            assert held.conn is not None
+            held.conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (SESSION_LOCK, session_key % 2**31))
+            held.claimed.add(session_key)
+
+    def _all(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
+        conn = self._held.conn
+        with pgdb.clear_errors(self.url):
+            if conn is not None:
+                return conn.execute(query, params).fetchall()
+            with self.pool.connection() as borrowed:
+                return borrowed.execute(query, params).fetchall()
+
+    def _row(self, query: Any, params: Any = None) -> tuple[Any, ...] | None:
+        rows = self._all(query, params)
+        return rows[0] if rows else None
+
+    def _one(self, query: Any, params: Any = None) -> Any:
+        row = self._row(query, params)
+        return None if row is None else row[0]
+
+    def _write(self, query: Any, params: Any = None) -> int:
+        """A statement inside the current write transaction; the rows it changed."""
+        conn = self._held.conn
+        assert conn is not None, "writes happen inside transaction()"
+        return conn.execute(query, params).rowcount
+
+    @property
+    def schema_version(self) -> int:
+        with pgdb.clear_errors(self.url), self.pool.connection() as conn:
+            return pgdb.schema_version(conn, self.target.schema)
+
+    # -- ids ---------------------------------------------------------------------
+
+    def resolve_id(self, table: str, what: str, ref: str, session_key: int | None = None) -> str:
+        name = sql.Identifier(table)
+        scope = sql.SQL("" if session_key is None else "AND session = %(s)s")
+        if self._one(
+            sql.SQL("SELECT 1 FROM {} WHERE id = %(ref)s {}").format(name, scope),
+            {"ref": ref, "s": session_key},
+        ):
+            return ref
+        if len(ref) < MIN_PREFIX:
+            raise NotFound(f"no {what} {ref!r} (id prefixes need at least {MIN_PREFIX} characters)")
+        rows = self._all(
+            sql.SQL("SELECT id FROM {} WHERE id >= %(lo)s AND id < %(hi)s {} ORDER BY id LIMIT 2").format(
+                name, scope
+            ),
+            {"lo": ref.lower(), "hi": ref.lower() + "\uffff", "s": session_key},
+        )
+        if not rows:
+            raise NotFound(f"no {what} {ref!r}")
+        if len(rows) > 1:
+            raise AmbiguousRef(f"{what} prefix {ref!r} is ambiguous: {rows[0][0]}, {rows[1][0]}, ...")
+        return str(rows[0][0])
+
+    def neighbours(self, id: str) -> list[str]:
+        row = self._row(
+            "SELECT (SELECT max(id) FROM nodes WHERE id < %(id)s),"
+            " (SELECT min(id) FROM nodes WHERE id > %(id)s),"
+            " (SELECT max(id) FROM sessions WHERE id < %(id)s),"
+            " (SELECT min(id) FROM sessions WHERE id > %(id)s)",
+            {"id": id},
+        )
+        return [value for value in row or () if value is not None]
+
+    # -- sessions ------------------------------------------------------------------
+
+    def insert_session(
+        self, id: str, title: str | None, metadata: str, created_at: str, archived_at: str | None = None
+    ) -> int:
+        conn = self._held.conn
+        assert conn is not None
+        try:
+            with conn.transaction():
+                row = conn.execute(
+                    "INSERT INTO sessions (id, title, metadata, created_at, archived_at)"
+                    " VALUES (%s, %s, %s, %s, %s) RETURNING key",
+                    (id, title, metadata, created_at, archived_at),
+                ).fetchone()
+        except pg_errors.UniqueViolation:
+            raise Conflict(f"session {id} already exists") from None
+        assert row is not None
+        self._claim(row[0])
+        return int(row[0])
+
+    def session_row(self, id: str) -> tuple[int, str, str | None, dict[str, Any], str, str | None]:
+        row = self._row(
+            "SELECT key, id, title, metadata, created_at, archived_at FROM sessions WHERE id = %s", (id,)
+        )
+        if row is None:
+            raise NotFound(f"no session {id!r}")
+        return row[0], row[1], row[2], json.loads(row[3]), row[4], row[5]
+
+    def session_key(self, id: str) -> int | None:
+        return self._one("SELECT key FROM sessions WHERE id = %s", (id,))
+
+    def sessions(self, *, include_archived: bool) -> list[SessionInfo]:
+        where = "" if include_archived else "WHERE s.archived_at IS NULL"
+        rows = self._all(
+            f"""
+            SELECT s.id, s.title, s.metadata, s.created_at, s.archived_at, coalesce(c.n, 0), c.last
+            FROM sessions s
+            LEFT JOIN (SELECT session, count(*) AS n, max(created_at) AS last FROM nodes GROUP BY session) c
+              ON c.session = s.key
+            {where}
+            ORDER BY s.created_at DESC, s.id DESC
+            """
+        )
+        return [
+            SessionInfo(
+                id=r[0],
+                title=r[1],
+                metadata=json.loads(r[2]),
+                created_at=r[3],
+                archived_at=r[4],
+                node_count=r[5],
+                last_activity=r[6] or r[3],
+            )
+            for r in rows
+        ]
+
+    def session_ids(self) -> list[str]:
+        return [r[0] for r in self._all("SELECT id FROM sessions ORDER BY id")]
+
+    def set_archived(self, session_key: int, when: str | None) -> None:
+        self._claim(session_key)
+        self._write("UPDATE sessions SET archived_at = %s WHERE key = %s", (when, session_key))
+
+    def delete_session(self, session_key: int) -> int:
+        self._claim(session_key)
+        doomed = [r[0] for r in self._all(TREE + "SELECT key FROM t", {"s": session_key})]
+        self._write("DELETE FROM branches WHERE session = %s", (session_key,))
+        self._write("DELETE FROM checkpoints WHERE session = %s", (session_key,))
+        self._write("DELETE FROM nodes WHERE key = ANY(%s)", (doomed,))
+        self._write("DELETE FROM runs WHERE session = %s", (session_key,))
+        self._write("DELETE FROM sessions WHERE key = %s", (session_key,))
+        self.cache.clear()
+        return len(doomed)
+
+    # -- nodes -----------------------------------------------------------------------
+
+    def node(self, id: str) -> Node:
+        row = self._row(f"SELECT {_NODE} FROM nodes n {_NODE_JOINS} WHERE n.id = %s", (id,))
+        if row is None:
+            raise NotFound(f"no node {id!r}")
+        return _node(row)
+
+    def handle(self, id: str) -> tuple[int, str, int, str] | None:
+        row = self._row(
+            "SELECT n.key, s.id, n.depth, n.kind FROM nodes n JOIN sessions s ON s.key = n.session"
+            " WHERE n.id = %s",
+            (id,),
+        )
+        return None if row is None else (row[0], row[1], row[2], row[3])
+
+    def reserve_node_keys(self, count: int) -> int:
+        return int(self._one("SELECT sessiontree_reserve_node_keys(%s)", (count,)))
+
+    def insert_nodes(self, rows: Sequence[tuple[Any, ...]], keys_from: int | None = None) -> int:
+        conn = self._held.conn
+        assert conn is not None, "writes happen inside transaction()"
+        self._claim(rows[0][1])
+        first = self.reserve_node_keys(len(rows)) if keys_from is None else keys_from
+        try:
+            # A savepoint: a refused insert leaves the transaction usable.
+            with conn.transaction(), conn.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO nodes (key, id, session, parent, depth, kind, payload, created_at, run)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    [(first + i, *row) for i, row in enumerate(rows)],
+                )
+        except pg_errors.UniqueViolation as e:
+            parent = rows[0][2]
+            if "nodes_one_decision" in str(e):
+                raise Conflict(f"pause {self._id_of(parent)} already has a decision") from None
+            raise
+        except (pg_errors.IntegrityConstraintViolation, pg_errors.ForeignKeyViolation) as e:
+            if "same session" in str(e) or isinstance(e, pg_errors.ForeignKeyViolation):
+                raise NotFound(f"parent node {self._id_of(rows[0][2])} is not in this session") from None
+            raise
+        return first + len(rows) - 1
+
+    def _id_of(self, key: int | None) -> str | None:
+        return None if key is None else self._one("SELECT id FROM nodes WHERE key = %s", (key,))
+
+    def children(self, key: int) -> list[Node]:
+        rows = self._all(
+            f"SELECT {_NODE} FROM nodes n {_NODE_JOINS} WHERE n.parent = %s ORDER BY n.id", (key,)
+        )
+        return [_node(r) for r in rows]
+
+    def _path_rows(self, key: int, stops: list[str]) -> list[PathRow]:
+        return [
+            (r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in self._all(_PATH, {"key": key, "stop": stops})
+        ]
+
+    def ancestor(self, key: int, generations: int) -> tuple[int, str] | None:
+        row = self._row(
+            """WITH RECURSIVE up(key, id, parent, k) AS (
+                 SELECT key, id, parent, 0 FROM nodes WHERE key = %(key)s
+                 UNION ALL SELECT n.key, n.id, n.parent, up.k + 1 FROM up JOIN nodes n ON n.key = up.parent
+                 WHERE up.k < %(n)s)
+               SELECT key, id FROM up WHERE k = %(n)s""",
+            {"key": key, "n": generations},
+        )
+        return None if row is None else (row[0], row[1])
+
+    def is_ancestor(self, ancestor: int, key: int) -> bool:
+        found = self._one(
+            "WITH RECURSIVE up(key, parent) AS (SELECT key, parent FROM nodes WHERE key = %s"
+            " UNION ALL SELECT n.key, n.parent FROM up JOIN nodes n ON n.key = up.parent)"
+            " SELECT 1 FROM up WHERE key = %s",
+            (key, ancestor),
+        )
+        return found is not None
+
+    def tree(self, session_key: int) -> list[Node]:
+        rows = self._all(
+            TREE
+            + f"SELECT {_NODE} FROM t JOIN nodes n ON n.key = t.key {_NODE_JOINS} ORDER BY n.depth, n.id",
+            {"s": session_key},
+        )
+        return [_node(r) for r in rows]
+
+    def leaves(self, session_key: int) -> list[Node]:
+        rows = self._all(
+            TREE + f"SELECT {_NODE} FROM t JOIN nodes n ON n.key = t.key {_NODE_JOINS}"
+            " WHERE NOT EXISTS (SELECT 1 FROM nodes c WHERE c.parent = n.key) ORDER BY n.id",
+            {"s": session_key},
+        )
+        return [_node(r) for r in rows]
+
+    def pending(self, session_key: int | None = None) -> list[Node]:
+        rows = self._all(
+            f"""
+            SELECT {_NODE} FROM nodes n {_NODE_JOINS}
+            WHERE n.kind = 'pause' AND (%(s)s::bigint IS NULL OR n.session = %(s)s) AND NOT EXISTS (
+                SELECT 1 FROM nodes d WHERE d.parent = n.key AND d.kind = 'decision')
+            ORDER BY n.id
+            """,
+            {"s": session_key},
+        )
+        return [_node(r) for r in rows]
+
+    def resumable(self) -> list[tuple[str, str]]:
+        rows = self._all(
+            "SELECT DISTINCT p.id, s.id FROM branches b"
+            " JOIN nodes d ON d.key = b.head AND d.kind = 'decision'"
+            " JOIN nodes p ON p.key = d.parent JOIN sessions s ON s.key = p.session ORDER BY p.id"
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def wait_for_decisions(self, timeout: float) -> None:
+        """LISTEN for the trigger's NOTIFY; a missed signal costs one ``timeout``."""
+        with pgdb.clear_errors(self.url):
+            if self._listener is None:
+                listener = pgdb.connect(self.target)
+                listener.execute(
+                    sql.SQL("LISTEN {}").format(sql.Identifier(f"sessiontree:{self.target.schema}"))
+                )
+                self._listener = listener
+            for _ in self._listener.notifies(timeout=timeout, stop_after=1):
+                pass
+
+    def common_ancestor(self, a: int, b: int) -> Node | None:
+        row = self._row(
+            f"""
+            WITH RECURSIVE
+              pa(key, parent) AS (SELECT key, parent FROM nodes WHERE key = %(a)s
+                UNION ALL SELECT n.key, n.parent FROM pa JOIN nodes n ON n.key = pa.parent),
+              pb(key, parent) AS (SELECT key, parent FROM nodes WHERE key = %(b)s
+                UNION ALL SELECT n.key, n.parent FROM pb JOIN nodes n ON n.key = pb.parent)
+            SELECT {_NODE} FROM nodes n {_NODE_JOINS}
+            WHERE n.key IN (SELECT key FROM pa INTERSECT SELECT key FROM pb)
+            ORDER BY n.depth DESC LIMIT 1
+            """,
+            {"a": a, "b": b},
+        )
+        return None if row is None else _node(row)
+
+    def nodes_by_ids(self, ids: Sequence[str]) -> dict[str, tuple[int, str, str | None, str, str, int]]:
+        rows = self._all(
+            "SELECT n.id, n.key, s.id, p.id, n.kind, n.payload, n.depth FROM nodes n"
+            " JOIN sessions s ON s.key = n.session LEFT JOIN nodes p ON p.key = n.parent"
+            " WHERE n.id = ANY(%s)",
+            (list(ids),),
+        )
+        return {r[0]: (r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows}
+
+    # -- usage -------------------------------------------------------------------------
+
+    def path_usage(self, key: int, after_depth: int = -1) -> Usage:
+        return self._usage(
+            """WITH RECURSIVE picked(key, parent, depth, run) AS (
+                 SELECT key, parent, depth, run FROM nodes WHERE key = %(start)s AND depth > %(after)s
+                 UNION ALL SELECT n.key, n.parent, n.depth, n.run
+                 FROM picked JOIN nodes n ON n.key = picked.parent WHERE n.depth > %(after)s)""",
+            {"start": key, "after": after_depth},
+        )
+
+    def subtree_usage(self, key: int) -> Usage:
+        return self._usage(
+            """WITH RECURSIVE picked(key, run) AS (
+                 SELECT key, run FROM nodes WHERE key = %(start)s
+                 UNION ALL SELECT n.key, n.run FROM picked JOIN nodes n ON n.parent = picked.key)""",
+            {"start": key},
+        )
+
+    def _usage(self, picked_cte: str, params: dict[str, Any]) -> Usage:
+        rows = self._all(
+            picked_cte
+            + """
+            SELECT coalesce(r.model, '?'), count(*), coalesce(sum(r.input_tokens), 0),
+                   coalesce(sum(r.output_tokens), 0), coalesce(sum(r.latency_ms), 0.0)
+            FROM (SELECT DISTINCT run FROM picked WHERE run IS NOT NULL) p
+            JOIN runs r ON r.key = p.run
+            GROUP BY 1 ORDER BY 1""",
+            params,
+        )
+        return Usage(
+            {
+                m: ModelUsage(int(calls), int(tin), int(tout), float(latency))
+                for m, calls, tin, tout, latency in rows
+            }
+        )
+
+    # -- branches and checkpoints ----------------------------------------------------
+
+    def ref(self, session_key: int, name: str) -> tuple[str, int | None, str | None] | None:
+        self._claim(session_key)
+        row = self._row(
+            "SELECT 'branch', b.head, n.id FROM branches b LEFT JOIN nodes n ON n.key = b.head"
+            " WHERE b.session = %(s)s AND b.name = %(name)s"
+            " UNION ALL SELECT 'checkpoint', c.node, n.id FROM checkpoints c JOIN nodes n ON n.key = c.node"
+            " WHERE c.session = %(s)s AND c.name = %(name)s",
+            {"s": session_key, "name": name},
+        )
+        return None if row is None else (row[0], row[1], row[2])
+
+    def branch_head(
+        self, session_key: int, name: str
+    ) -> tuple[int | None, str | None, int, str | None] | None:
+        self._claim(session_key)
+        row = self._row(
+            "SELECT b.head, n.id, n.depth, n.kind FROM branches b LEFT JOIN nodes n ON n.key = b.head"
+            " WHERE b.session = %s AND b.name = %s",
+            (session_key, name),
+        )
+        if row is None:
+            return None
+        return row[0], row[1], -1 if row[2] is None else row[2], row[3]
+
+    def branch(self, session_key: int, session_id: str, name: str) -> Branch | None:
+        row = self._row(
+            "SELECT b.name, n.id, b.created_at, b.updated_at, b.metadata FROM branches b"
+            " LEFT JOIN nodes n ON n.key = b.head WHERE b.session = %s AND b.name = %s",
+            (session_key, name),
+        )
+        return None if row is None else _branch(row, session_id)
+
+    def branches(self, session_key: int, session_id: str) -> list[Branch]:
+        rows = self._all(
+            "SELECT b.name, n.id, b.created_at, b.updated_at, b.metadata FROM branches b"
+            " LEFT JOIN nodes n ON n.key = b.head WHERE b.session = %s ORDER BY b.name",
+            (session_key,),
+        )
+        return [_branch(r, session_id) for r in rows]
+
+    def branches_at(self, session_key: int, key: int) -> list[str]:
+        rows = self._all(
+            "SELECT name FROM branches WHERE session = %s AND head = %s ORDER BY name", (session_key, key)
+        )
+        return [r[0] for r in rows]
+
+    def insert_branch(
+        self,
+        session_key: int,
+        name: str,
+        head: int | None,
+        metadata: str,
+        created: str,
+        updated: str | None = None,
+    ) -> None:
+        self._claim(session_key)
+        self._write(
+            "INSERT INTO branches (session, name, head, metadata, created_at, updated_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            (session_key, name, head, metadata, created, updated or created),
+        )
+
+    def set_head(self, session_key: int, name: str, head: int | None, when: str) -> None:
+        self._claim(session_key)
+        self._write(
+            "UPDATE branches SET head = %s, updated_at = %s WHERE session = %s AND name = %s",
+            (head, when, session_key, name),
+        )
+
+    def rename_branch(self, session_key: int, old: str, new: str, when: str) -> None:
+        self._claim(session_key)
+        self._write(
+            "UPDATE branches SET name = %s, updated_at = %s WHERE session = %s AND name = %s",
+            (new, when, session_key, old),
+        )
+
+    def delete_branch(self, session_key: int, name: str) -> None:
+        self._claim(session_key)
+        self._write("DELETE FROM branches WHERE session = %s AND name = %s", (session_key, name))
+
+    def checkpoints(self, session_key: int, session_id: str) -> list[Checkpoint]:
+        rows = self._all(
+            "SELECT c.name, n.id, c.created_at FROM checkpoints c JOIN nodes n ON n.key = c.node"
+            " WHERE c.session = %s ORDER BY c.name",
+            (session_key,),
+        )
+        return [Checkpoint(session_id, *r) for r in rows]
+
+    def insert_checkpoint(self, session_key: int, name: str, node: int, when: str) -> None:
+        self._claim(session_key)
+        self._write(
+            "INSERT INTO checkpoints (session, name, node, created_at) VALUES (%s, %s, %s, %s)",
+            (session_key, name, node, when),
+        )
+
+    def delete_checkpoint(self, session_key: int, name: str) -> bool:
+        self._claim(session_key)
+        return (
+            self._write("DELETE FROM checkpoints WHERE session = %s AND name = %s", (session_key, name)) > 0
+        )
+
+    # -- runs --------------------------------------------------------------------------
+
+    def insert_run(self, id: str, session_key: int, fields: Sequence[Any]) -> int:
+        self._claim(session_key)
+        conn = self._held.conn
+        assert conn is not None
+        row = conn.execute(
+            f"INSERT INTO runs (id, session, {_RUN_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " RETURNING key",
+            (id, session_key, *fields),
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def run_handle(self, id: str) -> tuple[int, str] | None:
+        row = self._row(
+            "SELECT r.key, s.id FROM runs r JOIN sessions s ON s.key = r.session WHERE r.id = %s", (id,)
+        )
+        return None if row is None else (row[0], row[1])
+
+    def run(self, id: str) -> Run:
+        row = self._row(
+            f"SELECT r.id, s.id, {_RUN_SELECT} FROM runs r JOIN sessions s ON s.key = r.session"
+            " WHERE r.id = %s",
+            (id,),
+        )
+        if row is None:
+            raise NotFound(f"no run {id!r}")
+        return decode_run(row)
+
+    def runs(self, session_key: int) -> list[Run]:
+        rows = self._all(
+            f"SELECT r.id, s.id, {_RUN_SELECT} FROM runs r JOIN sessions s ON s.key = r.session"
+            " WHERE r.session = %s ORDER BY r.id",
+            (session_key,),
+        )
+        return [decode_run(r) for r in rows]

@@ -1,0 +1,197 @@
+"""PostgreSQL connections, errors and schema migrations.
+
+Contract:
+- ``parse_url(url)`` splits a ``postgresql://`` URL into what libpq takes and
+  sessiontree's own settings, given as query parameters and removed before
+  libpq sees them: ``schema`` (the PostgreSQL schema that holds the tables,
+  default ``sessiontree``), ``pool_size`` (default 4) and ``prepare_threshold``
+  (``none`` behind PgBouncer in transaction mode).
+- ``migrate(conn, schema)`` refuses a newer schema (``SchemaTooNew``) or a
+  schema holding someone else's tables (``NotOurs``) before writing anything,
+  then applies each pending step of ``migrations/postgres/`` in its own
+  transaction under an advisory lock, so workers starting together migrate
+  exactly once. Step numbers are the SQLite steps': a PostgreSQL store starts
+  at step 3, and every later step has a file for each dialect.
+- ``clear_errors()`` turns what psycopg raises about the server itself (down,
+  full, locked too long, read-only) into sessiontree errors; anything else
+  passes through.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+
+from .. import db as _db
+from ..errors import Busy, DiskFull, NotOurs, ReadOnly, SchemaTooNew, SessionTreeError, Unavailable
+
+LOCK_CLASS = 1936029285
+"""First half of every advisory lock key sessiontree takes (the second names what)."""
+MIGRATION_LOCK = 0
+STORE_LOCK = 2
+"""Writers hold it shared for their whole transaction; prune takes it exclusively."""
+LOCK_TIMEOUT = "30s"
+"""How long a writer waits for a lock before ``Busy`` (SQLite's writers wait as long)."""
+VERSION_TABLE = "schema_version"
+FIRST_STEP = 3
+
+
+@dataclass(frozen=True)
+class Target:
+    conninfo: str
+    schema: str
+    pool_size: int
+    prepare_threshold: int | None
+    shown: str
+    """The URL with its password hidden, for messages."""
+
+
+def parse_url(url: str) -> Target:
+    parts = urlsplit(url)
+    ours = {"schema": "sessiontree", "pool_size": "4", "prepare_threshold": "5"}
+    kept = []
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key in ours:
+            ours[key] = value
+        else:
+            kept.append((key, value))
+    if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", ours["schema"]):
+        raise SessionTreeError(
+            f"schema={ours['schema']!r}: a schema name is lower-case letters, digits and _ (at most 63)"
+        )
+    try:
+        pool_size = int(ours["pool_size"])
+        threshold = None if ours["prepare_threshold"].lower() == "none" else int(ours["prepare_threshold"])
+    except ValueError:
+        raise SessionTreeError("pool_size must be a number, prepare_threshold a number or none") from None
+    if pool_size < 1:
+        raise SessionTreeError("pool_size must be at least 1")
+    conninfo = urlunsplit(parts._replace(query=urlencode(kept)))
+    shown = re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", urlunsplit(parts._replace(query="")))
+    if ours["schema"] != "sessiontree":
+        shown += f"?schema={ours['schema']}"
+    return Target(conninfo, ours["schema"], pool_size, threshold, shown)
+
+
+def configure(conn: psycopg.Connection[Any], schema: str, *, readonly: bool) -> None:
+    """Per-connection settings: our schema first on the search path, the lock wait."""
+    conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+    conn.execute(sql.SQL("SET lock_timeout TO {}").format(sql.Literal(LOCK_TIMEOUT)))
+    if readonly:
+        conn.execute("SET default_transaction_read_only TO on")
+
+
+def connect(target: Target, *, readonly: bool = False) -> psycopg.Connection[Any]:
+    with clear_errors(target.shown):
+        conn = psycopg.connect(target.conninfo, autocommit=True, connect_timeout=10)
+        configure(conn, target.schema, readonly=readonly)
+        return conn
+
+
+@contextmanager
+def clear_errors(where: str) -> Iterator[None]:
+    """psycopg's errors about the server as sessiontree errors (see the module docstring)."""
+    try:
+        yield
+    except (pg_errors.LockNotAvailable, pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
+        raise Busy(
+            f"other writers held {where} for more than {LOCK_TIMEOUT} (or the writes crossed);"
+            " nothing was written: try again"
+        ) from None
+    except pg_errors.DiskFull:
+        raise DiskFull("the PostgreSQL server's disk is full; nothing was written") from None
+    except pg_errors.ReadOnlySqlTransaction:
+        raise ReadOnly(
+            f"{where} is open read-only (or the server is a standby); nothing was written"
+        ) from None
+    except pg_errors.InsufficientPrivilege as e:
+        raise SessionTreeError(f"{where}: permission denied ({_first_line(e)})") from None
+    except psycopg.OperationalError as e:
+        raise Unavailable(f"cannot reach PostgreSQL at {where}: {_first_line(e)}") from None
+    except psycopg.InterfaceError as e:  # a closed connection
+        raise Unavailable(f"lost the connection to PostgreSQL at {where}: {_first_line(e)}") from None
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def steps() -> list[_db.Migration]:
+    """The PostgreSQL steps, numbered as the SQLite steps they match."""
+    found = []
+    for path in sorted((_db.migrations_dir() / "postgres").glob("*.sql")):
+        match = re.fullmatch(r"(\d{4})_(\w+)\.sql", path.name)
+        if not match:
+            raise SessionTreeError(f"badly named migration file postgres/{path.name!r}")
+        found.append(_db.Migration(int(match[1]), match[2], path.read_text("utf-8")))
+    expected = list(range(FIRST_STEP, len(_db.migrations()) + 1))
+    if [s.version for s in found] != expected:
+        raise SessionTreeError(
+            f"the PostgreSQL migrations are {[s.version for s in found]}, expected steps {expected}"
+        )
+    return found
+
+
+def schema_version(conn: psycopg.Connection[Any], schema: str) -> int:
+    """The schema's step (0 when it has no sessiontree tables yet); ``NotOurs`` when it
+    holds tables that are not ours."""
+    tables = [
+        name
+        for (name,) in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1", (schema,)
+        )
+    ]
+    if VERSION_TABLE not in tables:
+        if tables:
+            raise NotOurs(
+                f"PostgreSQL schema {schema!r} already holds other tables ({', '.join(tables[:5])}); "
+                "nothing was written to it: choose another with ?schema=NAME"
+            )
+        return 0
+    row = conn.execute(
+        sql.SQL("SELECT version FROM {}.{}").format(sql.Identifier(schema), sql.Identifier(VERSION_TABLE))
+    ).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def pending(conn: psycopg.Connection[Any], schema: str) -> list[_db.Migration]:
+    version = schema_version(conn, schema)
+    known = len(_db.migrations())
+    if version > known:
+        raise SchemaTooNew(
+            f"database schema version {version} is newer than this sessiontree knows ({known});"
+            " upgrade sessiontree to open it. Nothing was written."
+        )
+    return [step for step in steps() if step.version > version]
+
+
+def migrate(conn: psycopg.Connection[Any], schema: str) -> list[_db.Migration]:
+    """Apply the pending steps, each in its own transaction under the migration lock."""
+    applied = []
+    for step in pending(conn, schema):
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, MIGRATION_LOCK))
+            if schema_version(conn, schema) >= step.version:  # another worker did it meanwhile
+                continue
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+            conn.execute(
+                sql.SQL("CREATE TABLE IF NOT EXISTS {}.{} (version integer NOT NULL)").format(
+                    sql.Identifier(schema), sql.Identifier(VERSION_TABLE)
+                )
+            )
+            conn.execute(step.sql.encode())  # a script: the simple query protocol runs it whole
+            conn.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(VERSION_TABLE)))
+            conn.execute(
+                sql.SQL("INSERT INTO {} (version) VALUES (%s)").format(sql.Identifier(VERSION_TABLE)),
+                (step.version,),
+            )
+        applied.append(step)
+    return applied

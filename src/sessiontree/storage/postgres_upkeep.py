@@ -1,0 +1,208 @@
+"""The PostgreSQL backend's upkeep: prune, verify, stats, vacuum (and why no backup).
+
+Contract: ``PostgresUpkeep`` is half of ``PostgresStorage`` (which inherits it),
+the twin of ``sqlite_upkeep``: the same answers from the same rows. A prune
+that deletes takes the store lock exclusively, so no writer is half-way
+through pointing at what it removes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from ..errors import SessionTreeError
+from . import postgres_db as pgdb
+from .base import Storage
+
+TREE = """
+WITH RECURSIVE t(key) AS (
+    SELECT key FROM nodes WHERE session = %(s)s AND parent IS NULL
+    UNION ALL
+    SELECT n.key FROM t JOIN nodes n ON n.parent = t.key
+)
+"""
+
+_IN_SCOPE = "(%(s)s::bigint IS NULL OR {column} = %(s)s)"
+
+_REACHED = f"""
+WITH RECURSIVE
+  refs(key) AS (
+    SELECT head FROM branches WHERE head IS NOT NULL AND {_IN_SCOPE.format(column="session")}
+    UNION SELECT node FROM checkpoints WHERE {_IN_SCOPE.format(column="session")}
+    UNION SELECT p.key FROM nodes p WHERE p.kind = 'pause' AND {_IN_SCOPE.format(column="p.session")}
+      AND NOT EXISTS (SELECT 1 FROM nodes d WHERE d.parent = p.key AND d.kind = 'decision')
+    UNION SELECT d.key FROM nodes d WHERE d.kind = 'decision' AND {_IN_SCOPE.format(column="d.session")}
+      AND NOT EXISTS (SELECT 1 FROM nodes c WHERE c.parent = d.key)
+    UNION SELECT y.key FROM nodes y WHERE y.created_at > %(cutoff)s AND {_IN_SCOPE.format(column="y.session")}
+  ),
+  reached(key) AS (
+    SELECT key FROM refs
+    UNION
+    SELECT n.parent FROM reached JOIN nodes n ON n.key = reached.key WHERE n.parent IS NOT NULL
+  )
+"""
+
+_INTEGRITY_CHECKS = [
+    (
+        "parent",
+        "node {1} has a missing parent (row {2})",
+        """SELECT s.id, c.id, c.parent FROM nodes c JOIN sessions s ON s.key = c.session
+        LEFT JOIN nodes p ON p.key = c.parent WHERE c.parent IS NOT NULL AND p.key IS NULL {scope}""",
+    ),
+    (
+        "parent",
+        "node {1} has its parent in another session {2}",
+        """SELECT s.id, c.id, ps.id FROM nodes c JOIN nodes p ON p.key = c.parent
+        JOIN sessions s ON s.key = c.session JOIN sessions ps ON ps.key = p.session
+        WHERE p.session != c.session {scope}""",
+    ),
+    (
+        "depth",
+        "node {1} has depth {2} under a parent of depth {3}",
+        """SELECT s.id, c.id, c.depth, p.depth FROM nodes c JOIN nodes p ON p.key = c.parent
+        JOIN sessions s ON s.key = c.session WHERE c.depth != p.depth + 1 {scope}""",
+    ),
+    (
+        "payload",
+        "node {1} has a payload that is not valid JSON",
+        """SELECT s.id, c.id FROM nodes c JOIN sessions s ON s.key = c.session
+        WHERE NOT sessiontree_json_valid(c.payload) {scope}""",
+    ),
+    (
+        "ref",
+        "branch {2!r} points at row {1}, which is not a node of its session",
+        """SELECT s.id, c.head, c.name FROM branches c JOIN sessions s ON s.key = c.session
+        LEFT JOIN nodes n ON n.key = c.head AND n.session = c.session
+        WHERE c.head IS NOT NULL AND n.key IS NULL {scope}""",
+    ),
+    (
+        "ref",
+        "checkpoint {2!r} points at row {1}, which is not a node of its session",
+        """SELECT s.id, c.node, c.name FROM checkpoints c JOIN sessions s ON s.key = c.session
+        LEFT JOIN nodes n ON n.key = c.node AND n.session = c.session WHERE n.key IS NULL {scope}""",
+    ),
+]
+
+TABLES = ("sessions", "runs", "nodes", "branches", "checkpoints")
+
+
+class PostgresUpkeep(Storage):
+    """Maintenance queries; mixed into ``PostgresStorage``, whose helpers these use."""
+
+    target: pgdb.Target
+
+    def _all(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _one(self, query: Any, params: Any = None) -> Any:
+        raise NotImplementedError
+
+    def _write(self, query: Any, params: Any = None) -> int:
+        raise NotImplementedError
+
+    def unreachable(
+        self, session_key: int | None, *, delete: bool, cutoff: str = ""
+    ) -> tuple[list[str], list[str]]:
+        scope = (
+            "scope(key) AS (SELECT key FROM nodes)"
+            if session_key is None
+            else "scope(key) AS (SELECT key FROM nodes WHERE session = %(s)s AND parent IS NULL"
+            " UNION ALL SELECT n.key FROM scope JOIN nodes n ON n.parent = scope.key)"
+        )
+        with self.transaction() if delete else self.snapshot():
+            if delete:  # writers finish first, and none starts until the prune commits
+                self._one("SELECT pg_advisory_xact_lock(%s, %s)", (pgdb.LOCK_CLASS, pgdb.STORE_LOCK))
+            gone = self._all(
+                _REACHED
+                + f", {scope} SELECT n.key, n.id, r.key, r.id FROM scope JOIN nodes n ON n.key = scope.key"
+                " LEFT JOIN runs r ON r.key = n.run AND NOT EXISTS (SELECT 1 FROM nodes k WHERE k.run = n.run"
+                " AND (k.key IN (SELECT key FROM reached) OR k.key NOT IN (SELECT key FROM scope)))"
+                " WHERE n.key NOT IN (SELECT key FROM reached) ORDER BY n.id",
+                {"s": session_key, "cutoff": cutoff or "9999"},
+            )
+            dying_runs = {run: run_id for _, _, run, run_id in gone if run is not None}
+            if delete and gone:
+                self._write("DELETE FROM nodes WHERE key = ANY(%s)", ([key for key, _, _, _ in gone],))
+                self._write("DELETE FROM runs WHERE key = ANY(%s)", (list(dying_runs),))
+                self.cache.clear()
+        return [node_id for _, node_id, _, _ in gone], sorted(dying_runs.values())
+
+    def vacuum(self) -> int | None:
+        """VACUUM ANALYZE sessiontree's tables; PostgreSQL keeps the space for reuse, so the
+        bytes freed are not known (None)."""
+        for table in TABLES:
+            self._all_autocommit(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(table)))
+        return None
+
+    def _all_autocommit(self, query: Any) -> None:
+        with pgdb.clear_errors(self.url), psycopg.connect(self.target.conninfo, autocommit=True) as conn:
+            pgdb.configure(conn, self.target.schema, readonly=False)
+            conn.execute(query)
+
+    def integrity_problems(self, session_key: int | None) -> list[tuple[str, str, str, str | None]]:
+        scope = "" if session_key is None else "AND c.session = %(s)s"
+        problems: list[tuple[str, str, str, str | None]] = []
+        for check, detail, query in _INTEGRITY_CHECKS:
+            for row in self._all(query.format(scope=scope), {"s": session_key}):
+                node_id = row[1] if check in ("parent", "depth", "payload") else None
+                problems.append((row[0], check, detail.format(*row), node_id))
+        return problems
+
+    def branch_heads(self, session_key: int | None) -> list[tuple[str, str, tuple[int, str]]]:
+        rows = self._all(
+            "SELECT s.id, b.name, b.head, n.id FROM branches b JOIN sessions s ON s.key = b.session"
+            " JOIN nodes n ON n.key = b.head AND n.session = b.session"
+            f" WHERE {_IN_SCOPE.format(column='b.session')} ORDER BY s.id, b.name",
+            {"s": session_key},
+        )
+        return [(r[0], r[1], (r[2], r[3])) for r in rows]
+
+    def counts(self, session_key: int | None) -> tuple[int, int]:
+        if session_key is None:
+            return (
+                int(self._one("SELECT count(*) FROM sessions")),
+                int(self._one("SELECT count(*) FROM nodes")),
+            )
+        return 1, int(self._one(TREE + "SELECT count(*) FROM t", {"s": session_key}))
+
+    def stats(self) -> dict[str, Any]:
+        tables = {
+            name: int(self._one(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(name))))
+            for name in TABLES
+        }
+        size = self._one(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
+            " JOIN pg_namespace ns ON ns.oid = c.relnamespace WHERE ns.nspname = %s AND c.relkind = 'r'",
+            (self.target.schema,),
+        )
+        return {
+            "file": self.url,
+            "bytes": int(size),
+            "schema_version": self.schema_version,
+            "sessions": tables["sessions"],
+            "nodes": {
+                k: int(n)
+                for k, n in self._all("SELECT kind, count(*) FROM nodes GROUP BY kind ORDER BY kind")
+            },
+            "branches": tables["branches"],
+            "checkpoints": tables["checkpoints"],
+            "pending": len(self.pending()),
+            "payload_bytes": int(self._one("SELECT coalesce(sum(octet_length(payload)), 0) FROM nodes")),
+            "tables": tables,
+            "models": [
+                {"model": m, "runs": int(n), "input_tokens": int(i or 0), "output_tokens": int(o or 0)}
+                for m, n, i, o in self._all(
+                    "SELECT coalesce(model, '?'), count(*), sum(input_tokens), sum(output_tokens)"
+                    " FROM runs GROUP BY 1 ORDER BY 2 DESC, 1"
+                )
+            ],
+        }
+
+    def backup(self, destination: str) -> int:
+        raise SessionTreeError(
+            f"{self.url} is a PostgreSQL store: back it up with pg_dump, or copy it into a new"
+            f" SQLite file with `sessiontree copy {self.url} {destination}`"
+        )
