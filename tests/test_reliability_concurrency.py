@@ -29,8 +29,8 @@ def read_acks(out: Path, index: int) -> list[tuple[str, str]]:
     return [tuple(line.split("\t")) for line in lines]
 
 
-def test_concurrent_appends_same_and_different_branches(tmp_path):
-    db = tmp_path / "c.db"
+def test_concurrent_appends_same_and_different_branches(tmp_path, db_target):
+    db = db_target
     with Store(db) as store:
         session = store.create_session("concurrency")
         root = session.append({"role": "system", "content": "shared root"}, branch="shared")
@@ -92,10 +92,10 @@ def test_concurrent_appends_same_and_different_branches(tmp_path):
     )
 
 
-def test_compare_and_set_rounds_exactly_one_winner_the_rest_branch_moved(tmp_path):
+def test_compare_and_set_rounds_exactly_one_winner_the_rest_branch_moved(tmp_path, db_target):
     """All processes read the same head, then all append with expect_head = that head:
     in every round exactly one wins and every other gets BranchMoved and writes nothing."""
-    db = tmp_path / "cas.db"
+    db = db_target
     rounds = 25
     with Store(db) as store:
         session = store.create_session("cas")

@@ -19,6 +19,8 @@ import pytest
 
 from sessiontree import Store
 
+from conftest import raw
+
 pytestmark = pytest.mark.slow  # kills writer processes for up to 20 s
 
 TESTS = Path(__file__).parent
@@ -26,7 +28,7 @@ ITERATIONS = 40
 TIME_BUDGET = 20.0  # seconds of killing at most; at least 10 iterations must fit
 
 
-def start_writer(db: Path, log: Path, seed: int) -> subprocess.Popen:
+def start_writer(db: str, log: Path, seed: int) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, str(TESTS / "reliability_workers.py"), "crash-writer", str(db), str(log), str(seed)],
         stdout=subprocess.PIPE,
@@ -46,13 +48,13 @@ def acknowledged(log: Path) -> list[dict]:
     return records
 
 
-def check(db: Path, log: Path) -> dict:
+def check(db: str, log: Path) -> dict:
     """Open after a kill; return figures. Fails on any lost or half-written data."""
     records = acknowledged(log)
     with Store(db) as store:
         report = store.verify()
         assert report.ok, report.problems
-        node_ids = {r[0] for r in store.conn.execute("SELECT id FROM nodes")}
+        node_ids = {r[0] for r in raw(store, "SELECT id FROM nodes")}
         acked = {i for r in records for i in r.get("ids", [])}
         missing = acked - node_ids
         assert not missing, f"{len(missing)} acknowledged node(s) lost"
@@ -72,10 +74,11 @@ def check(db: Path, log: Path) -> dict:
         # All or nothing: a batch's nodes are all stored, or none is.
         batches: dict[str, list[int]] = {}
         declared = {}
-        for batch, n, depth in store.conn.execute(
-            "SELECT json_extract(payload, '$.batch'), json_extract(payload, '$.n'), depth"
-            " FROM nodes WHERE json_extract(payload, '$.batch') IS NOT NULL"
-        ):
+        for payload, depth in raw(store, "SELECT payload, depth FROM nodes"):
+            fields = json.loads(payload)
+            if "batch" not in fields:
+                continue
+            batch, n = fields["batch"], fields["n"]
             batches.setdefault(batch, []).append(depth)
             declared[batch] = n
         half = {b: (len(d), declared[b]) for b, d in batches.items() if len(d) != declared[b]}
@@ -86,8 +89,8 @@ def check(db: Path, log: Path) -> dict:
         return {"nodes": len(node_ids), "acked": len(acked), "batches": len(batches)}
 
 
-def test_kill_minus_nine_at_random_moments(tmp_path):
-    db, log = tmp_path / "crash.db", tmp_path / "acks.log"
+def test_kill_minus_nine_at_random_moments(tmp_path, db_target):
+    db, log = db_target, tmp_path / "acks.log"
     rng = random.Random(20240611)
     began = time.monotonic()
     done = 0

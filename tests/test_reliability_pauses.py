@@ -42,7 +42,7 @@ def make_pauses(store: Store, n: int) -> list[str]:
     return pauses
 
 
-def race(target, db: Path, pause_ids: list[str], out: Path, *extra) -> list[list[str]]:
+def race(target, db: str, pause_ids: list[str], out: Path, *extra) -> list[list[str]]:
     barrier = CTX.Barrier(RACERS)
     procs = [
         CTX.Process(target=target, args=(str(db), pause_ids, f"r{i}", barrier, str(out), *extra))
@@ -58,8 +58,8 @@ def race(target, db: Path, pause_ids: list[str], out: Path, *extra) -> list[list
 
 
 @pytest.mark.slow
-def test_two_processes_deciding_one_pause_many_times(tmp_path):
-    db = tmp_path / "d.db"
+def test_two_processes_deciding_one_pause_many_times(tmp_path, db_target):
+    db = db_target
     with Store(db) as store:
         pauses = make_pauses(store, ROUNDS)
     outcomes = race(workers.decide_worker, db, pauses, tmp_path)
@@ -76,8 +76,8 @@ def test_two_processes_deciding_one_pause_many_times(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_processes_resuming_one_decided_pause_many_times(tmp_path):
-    db, tool_log = tmp_path / "r.db", tmp_path / "executions.log"
+def test_two_processes_resuming_one_decided_pause_many_times(tmp_path, db_target):
+    db, tool_log = db_target, tmp_path / "executions.log"
     tool_log.touch()
     with Store(db) as store:
         pauses = make_pauses(store, ROUNDS)

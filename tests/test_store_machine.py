@@ -13,7 +13,13 @@ from pathlib import Path
 import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from sessiontree import CheckpointImmutable, Conflict, Store
 
@@ -24,10 +30,13 @@ TEXTS = st.text(max_size=12)
 
 
 class StoreMachine(RuleBasedStateMachine):
+    url: str | None = None
+    """A PostgreSQL schema to run on (each example in a new session); None: a new SQLite file."""
+
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp()
-        self.store = Store(Path(self.dir) / "m.db")
+        self.store = Store(self.url or Path(self.dir) / "m.db")
         self.session = self.store.create_session()
         self.parent: dict[str, str | None] = {}  # node id -> parent id
         self.payload: dict[str, dict] = {}
@@ -228,3 +237,20 @@ StoreMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestStoreMachine = StoreMachine.TestCase
+
+
+class PostgresStoreMachine(StoreMachine):
+    pass
+
+
+def test_the_same_machine_on_postgres(pg_url):
+    PostgresStoreMachine.url = pg_url
+    run_state_machine_as_test(
+        PostgresStoreMachine,
+        settings=settings(
+            max_examples=30,
+            stateful_step_count=25,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
