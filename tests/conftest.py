@@ -154,3 +154,8 @@ def schema_refusals() -> tuple[type[Exception], ...]:
     except ImportError:
         return (sqlite3.IntegrityError,)
     return (sqlite3.IntegrityError, psycopg.IntegrityError)
+
+
+def public_rows_of(store: Store) -> dict[str, list[tuple]]:
+    """``public_rows`` of any backend's store."""
+    return {t: sorted((tuple(r) for r in raw(store, sql)), key=repr) for t, sql in PUBLIC_ROWS.items()}

@@ -160,6 +160,25 @@ def resume_worker(db: str, pause_ids: list[str], who: str, barrier, out_dir: str
     Path(out_dir, f"resume-{who}.json").write_text(json.dumps(outcomes))
 
 
+def pause_worker(
+    db: str, who: str, start, out_dir: str, tool_log: str, poll: float, until_idle: bool
+) -> None:
+    """A ``work`` loop: resume whatever is decided; record the pauses this worker carried on."""
+    from sessiontree import Resuming, work
+
+    os.environ[TOOL_LOG_ENV] = tool_log
+    carried = []
+    with Store(db) as store:
+        start.wait(60)
+        for step in work(
+            store, poll=poll, until_idle=until_idle, call=lambda m, t: reply("done"), tools=[transfer]
+        ):
+            if isinstance(step, Resuming):
+                carried.append(step.pause_id)
+                Path(out_dir, f"work-{who}.json").write_text(json.dumps(carried))
+    Path(out_dir, f"work-{who}.json").write_text(json.dumps(carried))
+
+
 def _drain(steps):
     import asyncio
 

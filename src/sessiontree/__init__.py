@@ -25,6 +25,7 @@ from .errors import (
     ScriptExhausted,
     SessionTreeError,
     ToolArgumentError,
+    Unavailable,
 )
 from .experiments import (
     BranchSummary,
@@ -63,6 +64,7 @@ from .steps import (
     Pause,
     Paused,
     Reject,
+    Resuming,
     Step,
     Token,
     ToolCall,
@@ -71,6 +73,8 @@ from .steps import (
 )
 from .store import Store
 from .tools import Tool, ToolContext, tool
+from .transfer import copy_sessions
+from .worker import awork, work
 
 __version__ = "0.1.0"
 
@@ -92,6 +96,11 @@ __all__ = [
     "Diff",
     "Edit",
     "Final",
+    "Resuming",
+    "Unavailable",
+    "awork",
+    "work",
+    "copy_sessions",
     "FormatError",
     "ImportConflict",
     "InvalidPayload",

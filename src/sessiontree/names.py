@@ -42,9 +42,12 @@ def split_ancestry(ref: str) -> tuple[str, int]:
 
 
 def check_text(text: str | None, what: str) -> str | None:
-    """Text SQLite can store as UTF-8: no lone surrogates."""
+    """Text every backend stores as it is: no lone surrogates (not UTF-8) and no NUL
+    (PostgreSQL's text refuses it; refused on SQLite too, so a copy never fails)."""
     if isinstance(text, str) and any("\ud800" <= c <= "\udfff" for c in text):
         raise InvalidPayload(f"{what} {text!r} holds a lone surrogate, which is not valid Unicode text")
+    if isinstance(text, str) and "\x00" in text:
+        raise InvalidPayload(f"{what} {text!r} holds a NUL character, which a store cannot keep in text")
     return text
 
 

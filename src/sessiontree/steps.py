@@ -84,6 +84,15 @@ Step = Token | Assistant | ToolStart | ToolEnd | Paused | Final
 
 
 @dataclass(frozen=True)
+class Resuming:
+    """A worker starts to carry on a decided pause; the run's steps follow."""
+
+    pause_id: str
+    session_id: str
+    node: None = None
+
+
+@dataclass(frozen=True)
 class Approve:
     """Run the call as the model asked."""
 

@@ -20,16 +20,17 @@ from .common import SessionTreeGroup
     "--db",
     type=click.Path(dir_okay=False),
     envvar="SESSIONTREE_DB",
-    help="Database file. Default: $SESSIONTREE_DB, else sessiontree.db in your data directory.",
+    help="Database file or postgresql:// URL. Default: $SESSIONTREE_DB, else sessiontree.db in your"
+    " data directory.",
 )
 def cli(db: str | None) -> None:
     """Agent conversations as trees in SQLite: inspect, branch, run and resume them."""
 
 
 def _register() -> None:
-    from . import admin, demo, experiment, inspect, pointers, refs, running
+    from . import admin, demo, experiment, inspect, pointers, refs, running, transfer
 
-    for module in (inspect, refs, pointers, running, experiment, admin, demo):
+    for module in (inspect, refs, pointers, running, experiment, admin, transfer, demo):
         for command in module.COMMANDS:
             cli.add_command(command)
 

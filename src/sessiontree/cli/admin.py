@@ -10,7 +10,7 @@ import click
 
 from .. import db as _db
 from . import complete
-from .common import db_path, echo_json, echo_result, open_store, pick_session
+from .common import db_path, db_url, echo_json, echo_result, open_store, pick_session
 from .inspect import json_option
 from .render import json_safe
 
@@ -115,6 +115,10 @@ def backup(ctx: click.Context, destination: str) -> None:
 @click.pass_context
 def migrate(ctx: click.Context, list_only: bool) -> None:
     """Apply pending schema migrations (opening a store also does this)."""
+    if db_url(ctx) is not None:
+        store = open_store(ctx, write=True)  # a server store migrates as it opens, under a lock
+        click.echo(f"0 pending step(s); schema version {store.schema_version}")
+        return
     path, _ = db_path(ctx)
     if not path.exists():
         raise click.ClickException(f"no database at {path}")
@@ -160,7 +164,7 @@ def import_(ctx: click.Context, file: str, fmt: str, skip_invalid: bool, as_json
         file, fmt, skip_invalid=skip_invalid, report=lambda line: click.echo(line, err=True)
     )
     path, _ = db_path(ctx)
-    created = not path.exists()
+    created = db_url(ctx) is None and not path.exists()
     store = open_store(ctx, write=True)
     with click.progressbar(length=1, label=f"importing {Path(file).name}", file=sys.stderr) as bar:
 

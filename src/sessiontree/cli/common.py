@@ -2,7 +2,8 @@
 the user typed, and printing JSON.
 
 Contract: ``open_store(ctx, write=...)`` opens the database chosen by
-``--db``, then ``SESSIONTREE_DB``, then ``default_db_path()``; inspection
+``--db``, then ``SESSIONTREE_DB``, then ``default_db_path()`` (a file, or a
+``postgresql://`` URL); inspection
 commands open it read-only and never create it, except the default file,
 which is created on first use. ``target(store, ref, session)`` turns a
 user's ``REF`` (+ optional ``--session``) into a session and a ref inside it.
@@ -22,6 +23,7 @@ from ..db import needs_migration
 from ..errors import NotFound, SessionTreeError
 from ..names import looks_like_id, split_ancestry
 from ..session import Session
+from ..storage import is_postgres_url
 from ..store import Store
 from .render import json_safe
 
@@ -35,16 +37,28 @@ def default_db_path() -> Path:
 
 
 def db_path(ctx: click.Context) -> tuple[Path, bool]:
-    """(the database path, whether the user chose it)."""
+    """(the database path, whether the user chose it); see ``db_url`` for a server."""
     chosen = ctx.find_root().params.get("db") or os.environ.get("SESSIONTREE_DB")
     return (Path(chosen), True) if chosen else (default_db_path(), False)
+
+
+def db_url(ctx: click.Context) -> str | None:
+    """The ``postgresql://`` URL the user chose with ``--db`` or ``SESSIONTREE_DB``, if any."""
+    chosen = ctx.find_root().params.get("db") or os.environ.get("SESSIONTREE_DB")
+    return chosen if chosen and is_postgres_url(chosen) else None
 
 
 def open_store(ctx: click.Context, *, write: bool = False) -> Store:
     """Open the store for this command; it is closed when the command ends.
 
-    Commands that only read open it read-only; commands that write create it.
+    Commands that only read open it read-only; commands that write create it. A
+    ``postgresql://`` URL opens that server's store (created and migrated on first use).
     """
+    url = db_url(ctx)
+    if url is not None:
+        server = Store(url, readonly=not write)
+        ctx.call_on_close(server.close)
+        return server
     path, chosen = db_path(ctx)
     if not path.exists():
         if chosen and not write:

@@ -17,7 +17,7 @@ from click.shell_completion import CompletionItem
 
 from ..session import Session
 from ..store import Store
-from .common import db_path
+from .common import db_path, db_url
 
 Complete = Callable[[click.Context, click.Parameter, str], list[CompletionItem]]
 
@@ -28,9 +28,10 @@ def _items(store_reader: Callable[[Store, click.Context], Iterable[tuple[str, st
     def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
         try:
             path, _ = db_path(ctx)
-            if not path.is_file():
+            target = db_url(ctx) or path
+            if target == path and not path.is_file():
                 return []
-            with Store(path, readonly=True) as store:
+            with Store(target, readonly=True) as store:
                 return [
                     CompletionItem(value, help=help)
                     for value, help in store_reader(store, ctx)

@@ -15,6 +15,7 @@ import click
 from ..loop import aresume, arun
 from ..steps import Approve, Final, Pause, ToolCall
 from ..tools import Tool, as_tools
+from ..worker import DEFAULT_POLL, awork
 from . import complete
 from .common import open_store, pick_session
 from .refs import require_branch
@@ -287,4 +288,49 @@ def resume(
         ctx.exit(1)
 
 
-COMMANDS = [run, resume]
+@click.command()
+@model_options
+@click.option(
+    "--poll",
+    type=click.FloatRange(min=0.05),
+    default=DEFAULT_POLL,
+    show_default=True,
+    help="Seconds between looks for new decisions (PostgreSQL is also woken by NOTIFY).",
+)
+@click.option("--until-idle", is_flag=True, help="Stop once no decided pause is left, instead of waiting.")
+@json_steps_option
+@click.pass_context
+def worker(
+    ctx: click.Context,
+    base_url: str | None,
+    model: str | None,
+    api_key_env: str,
+    no_stream: bool,
+    tool_specs: tuple[str, ...],
+    policy: str,
+    max_steps: int,
+    params: tuple[tuple[str, str], ...],
+    poll: float,
+    until_idle: bool,
+    as_json: bool,
+) -> None:
+    """Resume every decided pause, then wait for more (Ctrl-C stops). Several workers, on
+    any machines sharing the store, carry on each pause exactly once."""
+    call = make_call(base_url, model, api_key_env, not no_stream, params)
+    tools = load_tools(tool_specs)
+    store = open_store(ctx, write=True)
+    print_steps(
+        awork(
+            store,
+            poll=poll,
+            until_idle=until_idle,
+            call=call,
+            tools=tools,
+            approve=approver(policy),
+            max_steps=max_steps,
+        ),
+        as_json,
+    )
+
+
+COMMANDS = [run, resume, worker]

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from ..steps import Assistant, Final, Paused, Token, ToolCall, ToolEnd, ToolStart
+from ..steps import Assistant, Final, Paused, Resuming, Token, ToolCall, ToolEnd, ToolStart
 from .render import calls_text, json_safe, one_line
 
 
@@ -49,6 +49,8 @@ def step_dict(step: Any) -> dict[str, Any]:
     """A step as a JSON object: ``step`` names its type, ``node`` the node it wrote."""
     if isinstance(step, Token):
         return {"step": "token", "text": step.text}
+    if isinstance(step, Resuming):
+        return {"step": "resuming", "pause": step.pause_id, "session": step.session_id}
     if isinstance(step, Assistant):
         return {
             "step": "assistant",
@@ -84,7 +86,9 @@ def step_dict(step: Any) -> dict[str, Any]:
 
 
 def echo_step(step: Any, streamed: bool = False) -> None:
-    if isinstance(step, Token):
+    if isinstance(step, Resuming):
+        click.echo(f"resuming pause {step.pause_id} (session {step.session_id})")
+    elif isinstance(step, Token):
         click.echo(step.text, nl=False)
     elif isinstance(step, Assistant):
         message = step.message

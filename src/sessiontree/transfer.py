@@ -1,0 +1,38 @@
+"""Copy sessions between stores, whatever their backends (SQLite file, PostgreSQL).
+
+Contract: ``copy_sessions(source, destination)`` reads each session of the
+source as one consistent snapshot and merges it into the destination in one
+transaction per session, through the same merge rules as an import: ids,
+payload text, times, runs, branches and checkpoints arrive unchanged; a session
+already there gains only what it lacks (branches fast-forward); a copy run twice
+changes nothing the second time; a destination whose branch has diverged from
+the source's is refused with ``ImportConflict`` for that session, and the
+sessions before it stay copied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .bulk import read_session, write_sessions
+from .store import Store
+
+
+def copy_sessions(
+    source: Store,
+    destination: Store,
+    session_ids: Sequence[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[str]:
+    """Copy (merge) sessions from ``source`` into ``destination``; their ids, in order.
+    ``progress(done, total)`` is called after each session."""
+    ids = (
+        [source.resolve_session_id(i) for i in session_ids]
+        if session_ids is not None
+        else source.storage.session_ids()
+    )
+    for done, session_id in enumerate(ids, 1):
+        write_sessions(destination, [read_session(source, session_id)], consume=True)
+        if progress is not None:
+            progress(done, len(ids))
+    return ids

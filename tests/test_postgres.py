@@ -1,0 +1,276 @@
+"""What only a server store has: migrating once under many workers, URLs and their errors,
+workers woken by NOTIFY that carry each decided pause on exactly once, and copies between
+SQLite and PostgreSQL. (The store's own behaviour runs on both backends in test_store.py,
+test_store_machine.py and the reliability tests.)
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import threading
+import time
+from collections import Counter
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+import reliability_workers as workers
+from conftest import drop_schema, fresh_schema_url, postgres_server, public_rows_of, raw, user
+from sessiontree import (
+    Approve,
+    ImportConflict,
+    InvalidPayload,
+    NotOurs,
+    SchemaTooNew,
+    Store,
+    Unavailable,
+    copy_sessions,
+    decide,
+)
+from sessiontree.cli import cli
+from test_reliability_pauses import make_pauses
+
+CTX = multiprocessing.get_context("spawn")
+
+
+def open_at_once(url: str, barrier) -> None:
+    barrier.wait(30)
+    with Store(url) as store:
+        store.create_session("hello")
+
+
+@pytest.mark.slow
+def test_workers_starting_together_migrate_exactly_once(pg_url):
+    barrier = CTX.Barrier(6)
+    procs = [CTX.Process(target=open_at_once, args=(pg_url, barrier)) for _ in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0] * 6
+    with Store(pg_url) as store:
+        assert store.schema_version == 3 and len(store.sessions()) == 6
+        assert raw(store, "SELECT count(*) FROM schema_version") == [(1,)]
+
+
+def test_a_newer_schema_and_foreign_tables_are_refused_before_any_write(pg_url):
+    Store(pg_url).close()
+    server, _, schema = pg_url.partition("?schema=")
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'UPDATE "{schema}".schema_version SET version = 99')
+    with pytest.raises(SchemaTooNew, match="schema version 99 is newer"):
+        Store(pg_url)
+    other = fresh_schema_url(server)
+    _, _, name = other.partition("?schema=")
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{name}"; CREATE TABLE "{name}".invoices (id int)')
+    try:
+        with pytest.raises(NotOurs, match="already holds other tables \\(invoices\\)"):
+            Store(other)
+        with psycopg.connect(server, autocommit=True) as conn:  # nothing was added to it
+            tables = conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (name,)
+            ).fetchall()
+        assert tables == [("invoices",)]
+    finally:
+        drop_schema(other)
+
+
+def test_an_unreachable_server_is_one_clear_error_with_the_password_hidden():
+    port = __import__("pg_cluster").free_port()
+    url = f"postgresql://me:secret@127.0.0.1:{port}/db"
+    with pytest.raises(
+        Unavailable, match=f"cannot reach PostgreSQL at postgresql://me:\\*\\*\\*@127.0.0.1:{port}"
+    ):
+        Store(url)
+    result = CliRunner().invoke(cli, ["--db", url, "sessions"])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: cannot reach PostgreSQL at postgresql://me:***@")
+    assert "secret" not in result.output and "Traceback" not in result.output
+
+
+def test_nul_is_refused_in_titles_on_both_backends_and_kept_in_payloads(any_store):
+    with pytest.raises(InvalidPayload, match="NUL"):
+        any_store.create_session("a\x00b")
+    session = any_store.create_session("ok")
+    session.append(user("before\x00after"))
+    assert session.messages() == [user("before\x00after")]
+
+
+def test_the_cli_works_on_a_server_store(pg_url):
+    runner = CliRunner()
+    with Store(pg_url) as store:
+        session_id = store.create_session("cli").id
+    created = runner.invoke(cli, ["--db", pg_url, "append", "hello there", "-s", session_id, "--json"])
+    assert created.exit_code == 0, created.output
+    assert json.loads(created.output)["node"]["payload"] == user("hello there")
+    listed = runner.invoke(cli, ["--db", pg_url, "sessions", "--json"])
+    assert [s["id"] for s in json.loads(listed.output)] == [session_id]
+    log = runner.invoke(cli, ["--db", pg_url, "log", "main", "-s", session_id])
+    assert "hello there" in log.output
+    verify = runner.invoke(cli, ["--db", pg_url, "verify"])
+    assert verify.exit_code == 0 and "ok" in verify.output
+
+
+# -- workers -----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_n_workers_resume_m_pauses_each_exactly_once(tmp_path, backend, request):
+    db = str(tmp_path / "w.db") if backend == "sqlite" else request.getfixturevalue("pg_url")
+    tool_log = tmp_path / "executions.log"
+    tool_log.touch()
+    pauses_total, n_workers = 24, 4
+    with Store(db) as store:
+        pauses = make_pauses(store, pauses_total)
+        for pause_id in pauses:
+            decide(store, pause_id, {"e": Approve()}, by="ops")
+    start = CTX.Event()
+    procs = [
+        CTX.Process(
+            target=workers.pause_worker, args=(db, f"w{i}", start, str(tmp_path), str(tool_log), 0.2, True)
+        )
+        for i in range(n_workers)
+    ]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0] * n_workers
+    carried = Counter(
+        pause for i in range(n_workers) for pause in json.loads((tmp_path / f"work-w{i}.json").read_text())
+    )
+    assert carried == Counter(pauses)  # every pause carried on by exactly one worker
+    amounts = Counter(int(line.split()[1]) for line in tool_log.read_text().splitlines())
+    assert amounts == Counter(range(pauses_total))  # and its unsafe tool ran exactly once
+    with Store(db) as store:
+        assert store.storage.resumable() == [] and store.verify().ok
+    print(
+        f"\n{backend}: pauses per worker {Counter(len(json.loads((tmp_path / f'work-w{i}.json').read_text())) for i in range(n_workers))}"
+    )
+
+
+@pytest.mark.slow
+def test_a_waiting_worker_is_woken_by_a_decision_not_by_its_poll(tmp_path, pg_url):
+    tool_log = tmp_path / "executions.log"
+    tool_log.touch()
+    with Store(pg_url) as store:
+        (pause_id,) = make_pauses(store, 1)
+    start = CTX.Event()
+    worker = CTX.Process(
+        target=workers.pause_worker, args=(pg_url, "w", start, str(tmp_path), str(tool_log), 300.0, False)
+    )
+    worker.start()
+    start.set()
+    try:
+        time.sleep(3)  # the worker has looked, found nothing decided, and waits (poll: 300 s)
+        assert tool_log.read_text() == ""
+        with Store(pg_url) as store:
+            decide(store, pause_id, {"e": Approve()}, by="ops")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not tool_log.read_text():
+            time.sleep(0.1)
+        assert tool_log.read_text().split()[1] == "0"  # it ran, long before any poll
+    finally:
+        worker.kill()
+        worker.join(10)
+
+
+def test_work_until_idle_in_process_and_the_worker_command(tmp_path):
+    db = str(tmp_path / "w.db")
+    with Store(db) as store:
+        session = store.create_session("cli")
+        session.append(user("hello"))
+        first = session.append({"reason": "check", "calls": []}, kind="pause")
+    result = CliRunner().invoke(
+        cli,
+        ["--db", db, "worker", "--base-url", "http://127.0.0.1:9/v1", "-m", "m", "--until-idle", "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output == ""  # nothing decided: nothing to do
+    assert first.kind == "pause"
+
+
+# -- copy ----------------------------------------------------------------------------------
+
+
+def fill(store: Store) -> list[str]:
+    """Two sessions with runs, forks, checkpoints, a pause and a decision."""
+    from sessiontree import Completion, run
+    from sessiontree.testing import ScriptedModel, reply
+
+    a = store.create_session("a", {"team": "x"})
+    a.append(user("hi"))
+    list(
+        run(
+            store, a, call=ScriptedModel([Completion(reply("hello"), model="m1", usage={"prompt_tokens": 3})])
+        )
+    )
+    a.checkpoint("v1", at="main")
+    a.fork("exp", at="v1")
+    a.append(user("other way"), branch="exp")
+    make_pauses(store, 1)
+    return [s.id for s in store.sessions()]
+
+
+def test_copy_both_ways_is_lossless_and_idempotent(tmp_path, pg_url):
+    sqlite_path = str(tmp_path / "a.db")
+    with Store(sqlite_path) as origin:
+        ids = fill(origin)
+        before = public_rows_of(origin)
+    runner = CliRunner()
+    up = runner.invoke(cli, ["copy", sqlite_path, pg_url])
+    assert up.exit_code == 0, up.output
+    assert up.output.endswith(f"copied {len(ids)} session(s) from {sqlite_path} to {pg_url}\n")
+    with Store(pg_url) as server:
+        assert public_rows_of(server) == before
+        assert server.verify().ok
+    again = runner.invoke(cli, ["copy", sqlite_path, pg_url, "--json"])
+    assert sorted(json.loads(again.stdout)["sessions"]) == sorted(ids)
+    with Store(pg_url) as server:
+        assert public_rows_of(server) == before  # nothing new the second time
+    back = str(tmp_path / "back.db")
+    down = runner.invoke(cli, ["copy", pg_url, back])
+    assert down.exit_code == 0, down.output
+    with Store(back) as copy:
+        assert public_rows_of(copy) == before
+
+
+def test_copy_refuses_a_diverged_branch_and_keeps_what_it_copied(tmp_path, pg_url):
+    with Store(tmp_path / "a.db") as origin, Store(pg_url) as server:
+        fill(origin)
+        copy_sessions(origin, server)
+        session_id = next(s.id for s in origin.sessions() if s.title == "a")
+        origin.session(session_id).append(user("here"), branch="main")
+        server.session(session_id).append(user("there"), branch="main")
+        with pytest.raises(ImportConflict, match="branch 'main' has diverged"):
+            copy_sessions(origin, server, [session_id])
+        assert [m["content"] for m in server.session(session_id).messages()][-1] == "there"
+
+
+def test_many_threads_share_one_server_store(pg_url):
+    """One Store, several threads (a web server's workers): each transaction has its own
+    connection from the pool, and compare-and-set still holds."""
+    with Store(pg_url) as store:
+        session = store.create_session("threads")
+        session.append(user("root"))
+        errors: list[Exception] = []
+
+        def writer(i: int) -> None:
+            try:
+                for j in range(20):
+                    session.append(user(f"{i}-{j}"), branch=f"b{i}" if j else "main")
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert store.verify().ok
