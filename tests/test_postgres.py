@@ -17,7 +17,6 @@ import pytest
 from click.testing import CliRunner
 
 import reliability_workers as workers
-from conftest import drop_schema, fresh_schema_url, postgres_server, public_rows_of, raw, user
 from sessiontree import (
     Approve,
     ImportConflict,
@@ -31,6 +30,8 @@ from sessiontree import (
 )
 from sessiontree.cli import cli
 from test_reliability_pauses import make_pauses
+
+from conftest import drop_schema, fresh_schema_url, public_rows_of, raw, user
 
 CTX = multiprocessing.get_context("spawn")
 
