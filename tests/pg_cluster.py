@@ -2,8 +2,9 @@
 127.0.0.1, run by an unprivileged user (PostgreSQL refuses to run as root).
 
 ``server_url()`` returns the URL of a server to test against: ``SESSIONTREE_TEST_POSTGRES``
-when set (``.ci/run`` starts one), else a cluster started here from the Debian packages'
-binaries and stopped at exit; ``None`` with the reason when neither is possible.
+when set (``.ci/run`` starts one with ``python tests/pg_cluster.py``), else a cluster
+started here from the Debian packages' binaries and stopped at exit; ``None`` with the
+reason when neither is possible.
 """
 
 from __future__ import annotations
@@ -33,8 +34,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_cluster() -> tuple[str | None, str]:
-    """(URL, "") of a new cluster, or (None, why not)."""
+STOP_SCRIPT: Path | None = None
+"""With ``keep``: the shell script that stops the cluster and removes its directory."""
+
+
+def start_cluster(*, keep: bool = False) -> tuple[str | None, str]:
+    """(URL, "") of a new cluster, or (None, why not). It is stopped when this process exits,
+    unless ``keep`` (then ``stop_cluster(url)`` stops it)."""
     bin_path = bindir()
     if bin_path is None:
         return None, "PostgreSQL is not installed (no initdb; Debian: apt-get install postgresql-15)"
@@ -79,7 +85,15 @@ def start_cluster() -> tuple[str | None, str]:
         )
         shutil.rmtree(root, ignore_errors=True)
 
-    atexit.register(stop)
+    if keep:  # for .ci/run, which stops it with the command in this file
+        global STOP_SCRIPT
+        STOP_SCRIPT = root / "stop.sh"
+        STOP_SCRIPT.write_text(
+            f"{'runuser -u ' + user + ' -- ' if user else ''}{bin_path / 'pg_ctl'} -D {data} -m fast stop"
+            f" >/dev/null && rm -rf {root}\n"
+        )
+    else:
+        atexit.register(stop)
     return f"postgresql://postgres@127.0.0.1:{port}/postgres", ""
 
 
@@ -93,3 +107,11 @@ def server_url() -> tuple[str | None, str]:
     if _started is None:
         _started = start_cluster()
     return _started
+
+
+if __name__ == "__main__":  # .ci/run: start one for the whole run, print shell exports
+    url, why = start_cluster(keep=True)
+    if url is None:
+        raise SystemExit(why)
+    print(f"export SESSIONTREE_TEST_POSTGRES={url}")
+    print(f"export SESSIONTREE_TEST_POSTGRES_STOP={STOP_SCRIPT}")

@@ -275,3 +275,10 @@ def test_many_threads_share_one_server_store(pg_url):
             t.join()
         assert errors == []
         assert store.verify().ok
+
+
+def test_every_step_from_3_has_a_postgres_file():
+    from sessiontree import db
+    from sessiontree.storage import postgres_db
+
+    assert [s.version for s in postgres_db.steps()] == list(range(3, len(db.migrations()) + 1))
