@@ -1,11 +1,14 @@
 """Smoke tests for the benchmarks: they run and report every figure (no timing assertions)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import postgres_server
 
 pytestmark = pytest.mark.slow  # runs the benchmark scripts
 
@@ -144,3 +147,16 @@ def test_import_memory_stays_under_three_times_the_file():
         assert figures["file_mb"] >= 20
         if fmt != "pi":  # pi: see docs/performance.md, not met yet
             assert figures["ratio"] <= 3, (fmt, figures)
+
+
+def test_postgres_benchmark_reports_every_figure():
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT.parent / "postgres.py"), "--repeat", "1", "--seconds", "0.5"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "SESSIONTREE_TEST_POSTGRES": postgres_server()},
+    )
+    assert out.returncode == 0, out.stderr
+    for figure in ("one append", "depth 1,000", "depth 10,000", "fork", "1 writer(s)", "8 writer(s)"):
+        assert figure in out.stdout
