@@ -60,15 +60,18 @@ class RawFloor:
             assert row is not None
             self.head = row[0]
             self.conn.execute(
-                "INSERT INTO heads VALUES (%s, %s) ON CONFLICT (name) DO UPDATE SET node_id = excluded.node_id",
+                "INSERT INTO heads VALUES (%s, %s)"
+                " ON CONFLICT (name) DO UPDATE SET node_id = excluded.node_id",
                 (name, self.head),
             )
 
     def read(self, name: str) -> list[dict[str, Any]]:
         rows = self.conn.execute(
             "WITH RECURSIVE p(id, parent_id, payload, depth) AS ("
-            " SELECT id, parent_id, payload, 0 FROM nodes WHERE id = (SELECT node_id FROM heads WHERE name = %s)"
-            " UNION ALL SELECT n.id, n.parent_id, n.payload, p.depth + 1 FROM nodes n JOIN p ON n.id = p.parent_id)"
+            " SELECT id, parent_id, payload, 0 FROM nodes"
+            " WHERE id = (SELECT node_id FROM heads WHERE name = %s)"
+            " UNION ALL SELECT n.id, n.parent_id, n.payload, p.depth + 1"
+            " FROM nodes n JOIN p ON n.id = p.parent_id)"
             " SELECT payload FROM p ORDER BY depth DESC",
             (name,),
         ).fetchall()
