@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -23,6 +25,7 @@ from sessiontree import (
     InvalidPayload,
     NotOurs,
     SchemaTooNew,
+    SessionTreeError,
     Store,
     Unavailable,
     copy_sessions,
@@ -282,3 +285,28 @@ def test_every_step_from_3_has_a_postgres_file():
     from sessiontree.storage import postgres_db
 
     assert [s.version for s in postgres_db.steps()] == list(range(3, len(db.migrations()) + 1))
+
+
+def test_migrate_lists_then_applies_on_a_server(pg_url):
+    runner = CliRunner()
+    listed = runner.invoke(cli, ["--db", pg_url, "migrate", "--list"])
+    assert listed.output == "0003_integer_keys\n1 pending step(s); schema version 0\n"
+    applied = runner.invoke(cli, ["--db", pg_url, "migrate"])
+    assert applied.output == "applied 0003_integer_keys\n"
+    again = runner.invoke(cli, ["--db", pg_url, "migrate"])
+    assert again.output == "0 pending step(s); schema version 3\n"
+
+
+def test_the_sqlite_path_imports_no_postgres_driver_and_a_missing_driver_is_explained(monkeypatch):
+    code = (
+        "import sys, sessiontree; s = sessiontree.Store(':memory:'); s.create_session('x');"
+        " from sessiontree.cli import cli; assert not [m for m in sys.modules if m.startswith('psycopg')]"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    for module in [m for m in sys.modules if m.startswith(("psycopg", "sessiontree.storage.postgres"))]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if the extra were not installed
+    with pytest.raises(
+        SessionTreeError, match=r"needs the postgres extra .*pip install 'sessiontree\[postgres\]'"
+    ):
+        Store("postgresql://127.0.0.1/x")

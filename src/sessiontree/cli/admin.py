@@ -115,9 +115,21 @@ def backup(ctx: click.Context, destination: str) -> None:
 @click.pass_context
 def migrate(ctx: click.Context, list_only: bool) -> None:
     """Apply pending schema migrations (opening a store also does this)."""
-    if db_url(ctx) is not None:
+    url = db_url(ctx)
+    if url is not None:
+        from ..storage.postgres_db import pending_steps
+
+        version, steps = pending_steps(url)
+        if list_only:
+            for step in steps:
+                click.echo(f"{step.version:04d}_{step.name}")
+            click.echo(f"{len(steps)} pending step(s); schema version {version}")
+            return
         store = open_store(ctx, write=True)  # a server store migrates as it opens, under a lock
-        click.echo(f"0 pending step(s); schema version {store.schema_version}")
+        for step in steps:
+            click.echo(f"applied {step.version:04d}_{step.name}")
+        if not steps:
+            click.echo(f"0 pending step(s); schema version {store.schema_version}")
         return
     path, _ = db_path(ctx)
     if not path.exists():

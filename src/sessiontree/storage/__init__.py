@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import SessionTreeError
 from .base import Storage
 from .cache import DEFAULT_MAX_BYTES
 from .sqlite import SQLiteStorage
@@ -28,8 +29,12 @@ def open_storage(
 ) -> Storage:
     """A SQLite file (or ``:memory:``), or a PostgreSQL server for a ``postgresql://`` URL."""
     if is_postgres_url(target):
-        from .postgres import PostgresStorage  # psycopg is imported only here
-
+        try:
+            from .postgres import PostgresStorage  # psycopg is imported only here
+        except ImportError as e:
+            raise SessionTreeError(
+                f"a postgresql:// store needs the postgres extra ({e}): pip install 'sessiontree[postgres]'"
+            ) from None
         return PostgresStorage(str(target), readonly=readonly, cache_bytes=cache_bytes)
     return SQLiteStorage(target, readonly=readonly, cache_bytes=cache_bytes)
 

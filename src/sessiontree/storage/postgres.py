@@ -8,12 +8,14 @@ The upkeep queries are in ``postgres_upkeep``.
 Concurrency. SQLite has one writer at a time; here many transactions write at
 once, so the promise of ``Storage`` (a head read inside a write transaction
 cannot change until it ends) is kept with advisory locks:
-- every write transaction holds ``STORE_LOCK`` shared (prune takes it exclusively);
 - the first time a write transaction reads or writes a session's refs or nodes,
-  it takes that session's lock until it ends. Writers to different sessions
+  it takes that session's lock until it ends (with the first one, ``STORE_LOCK``
+  shared: prune takes it exclusively). Writers to different sessions
   never wait for each other; two writers of one session take turns, and the
   second then sees the first one's head, so compare-and-set is exact.
-Node keys come from ``sessiontree_reserve_node_keys`` (a block per call).
+Node keys come from ``sessiontree_reserve_node_keys`` (a block per call). An
+append is six round trips: BEGIN, the locks, the head, the insert, the head
+update, COMMIT.
 
 Connections: a write transaction or a snapshot holds one pooled connection for
 the thread that opened it; any other read borrows one for a single statement.
@@ -137,9 +139,6 @@ class PostgresStorage(PostgresUpkeep):
             held.conn, held.writing, held.claimed = conn, True, set()
             try:
                 with conn.transaction():
-                    conn.execute(
-                        "SELECT pg_advisory_xact_lock_shared(%s, %s)", (pgdb.LOCK_CLASS, pgdb.STORE_LOCK)
-                    )
                     yield conn
             finally:
                 held.conn, held.writing = None, False
@@ -161,11 +160,18 @@ class PostgresStorage(PostgresUpkeep):
                 conn.execute("COMMIT")
 
     def _claim(self, session_key: int) -> None:
-        """Inside a write transaction: this session's writers wait for us from now on."""
+        """Inside a write transaction: this session's writers wait for us from now on. The
+        first claim also takes the store lock, shared (prune takes it exclusively)."""
         held = self._held
         if held.writing and session_key not in held.claimed:
             assert held.conn is not None
-            held.conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (SESSION_LOCK, session_key % 2**31))
+            if held.claimed:
+                held.conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (SESSION_LOCK, session_key % 2**31))
+            else:
+                held.conn.execute(
+                    "SELECT pg_advisory_xact_lock_shared(%s, %s), pg_advisory_xact_lock(%s, %s)",
+                    (pgdb.LOCK_CLASS, pgdb.STORE_LOCK, SESSION_LOCK, session_key % 2**31),
+                )
             held.claimed.add(session_key)
 
     def _all(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
@@ -326,28 +332,43 @@ class PostgresStorage(PostgresUpkeep):
         conn = self._held.conn
         assert conn is not None, "writes happen inside transaction()"
         self._claim(rows[0][1])
-        first = self.reserve_node_keys(len(rows)) if keys_from is None else keys_from
         try:
-            # A savepoint: a refused insert leaves the transaction usable.
-            with conn.transaction(), conn.cursor() as cursor:
+            if keys_from is None:  # one node: its key reserved in the same statement
+                (row,) = rows
+                inserted = conn.execute(
+                    "INSERT INTO nodes (key, id, session, parent, depth, kind, payload, created_at, run)"
+                    " VALUES (sessiontree_reserve_node_keys(1), %s, %s, %s, %s, %s, %s, %s, %s)"
+                    " RETURNING key",
+                    row,
+                ).fetchone()
+                assert inserted is not None
+                return int(inserted[0])
+            with conn.cursor() as cursor:
                 cursor.executemany(
                     "INSERT INTO nodes (key, id, session, parent, depth, kind, payload, created_at, run)"
                     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                    [(first + i, *row) for i, row in enumerate(rows)],
+                    [(keys_from + i, *row) for i, row in enumerate(rows)],
                 )
+            return keys_from + len(rows) - 1
         except pg_errors.UniqueViolation as e:
-            parent = rows[0][2]
             if "nodes_one_decision" in str(e):
-                raise Conflict(f"pause {self._id_of(parent)} already has a decision") from None
+                raise Conflict(f"pause {self._committed_id(rows[0][2])} already has a decision") from None
             raise
         except (pg_errors.IntegrityConstraintViolation, pg_errors.ForeignKeyViolation) as e:
             if "same session" in str(e) or isinstance(e, pg_errors.ForeignKeyViolation):
-                raise NotFound(f"parent node {self._id_of(rows[0][2])} is not in this session") from None
+                raise NotFound(
+                    f"parent node {self._committed_id(rows[0][2])} is not in this session"
+                ) from None
             raise
-        return first + len(rows) - 1
 
-    def _id_of(self, key: int | None) -> str | None:
-        return None if key is None else self._one("SELECT id FROM nodes WHERE key = %s", (key,))
+    def _committed_id(self, key: int | None) -> str | None:
+        """A node's id read on another connection: the refused insert aborted ours (the
+        transaction, or its savepoint when nested, rolls back as the error passes)."""
+        if key is None:
+            return None
+        with pgdb.clear_errors(self.url), self.pool.connection() as other:
+            row = other.execute("SELECT id FROM nodes WHERE key = %s", (key,)).fetchone()
+        return None if row is None else str(row[0])
 
     def children(self, key: int) -> list[Node]:
         rows = self._all(

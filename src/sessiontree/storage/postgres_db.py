@@ -195,3 +195,10 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> list[_db.Migration]:
             )
         applied.append(step)
     return applied
+
+
+def pending_steps(url: str) -> tuple[int, list[_db.Migration]]:
+    """(schema version, steps still to apply) of a server store, read without writing."""
+    target = parse_url(url)
+    with connect(target) as conn, clear_errors(target.shown):
+        return schema_version(conn, target.schema), pending(conn, target.schema)
