@@ -310,3 +310,63 @@ def test_the_sqlite_path_imports_no_postgres_driver_and_a_missing_driver_is_expl
         SessionTreeError, match=r"needs the postgres extra .*pip install 'sessiontree\[postgres\]'"
     ):
         Store("postgresql://127.0.0.1/x")
+
+
+@pytest.mark.slow
+def test_many_machines_appending_and_resuming_at_once(tmp_path, pg_url):
+    """Writer and worker processes, each with its own pool over TCP, as on separate machines:
+    appends with compare-and-set to shared branches while decided pauses are carried on."""
+    tool_log = tmp_path / "executions.log"
+    tool_log.touch()
+    with Store(pg_url) as store:
+        session = store.create_session("shared")
+        root = session.append(user("root"), branch="shared")
+        pauses = make_pauses(store, 12)
+        for pause_id in pauses:
+            decide(store, pause_id, {"e": Approve()}, by="ops")
+    start = CTX.Event()
+    writers = [
+        CTX.Process(target=workers.append_worker, args=(pg_url, session.id, i, 3.0, str(tmp_path), start))
+        for i in range(3)
+    ]
+    resumers = [
+        CTX.Process(
+            target=workers.pause_worker,
+            args=(pg_url, f"w{i}", start, str(tmp_path), str(tool_log), 0.2, True),
+        )
+        for i in range(3)
+    ]
+    for p in writers + resumers:
+        p.start()
+    start.set()
+    for p in writers + resumers:
+        p.join(120)
+    assert [p.exitcode for p in writers + resumers] == [0] * 6
+    results = [json.loads((tmp_path / f"result-{i}.json").read_text()) for i in range(3)]
+    assert [r["errors"] for r in results] == [[]] * 3
+    acks = [
+        line.split("\t") for i in range(3) for line in (tmp_path / f"acks-{i}.log").read_text().splitlines()
+    ]
+    carried = Counter(p for i in range(3) for p in json.loads((tmp_path / f"work-w{i}.json").read_text()))
+    assert carried == Counter(pauses)
+    assert sorted(int(line.split()[1]) for line in tool_log.read_text().splitlines()) == list(range(12))
+    with Store(pg_url) as store:
+        s = store.session(session.id)
+        assert sorted(n.id for n in s.tree()) == sorted([root.id, *(node for _, node in acks)])
+        shared = s.path("shared")
+        assert [n.depth for n in shared] == list(range(len(shared)))
+        assert sorted(n.id for n in shared[1:]) == sorted(node for branch, node in acks if branch == "shared")
+        assert store.verify().ok and store.storage.resumable() == []
+
+
+def test_a_reply_naming_a_model_with_nul_becomes_an_error_node_on_both_backends(any_store):
+    from sessiontree import Completion, run
+
+    session = any_store.create_session("nul")
+    session.append(user("hi"))
+    odd = Completion({"role": "assistant", "content": "hi"}, model="gpt\x00evil")
+    steps = list(run(any_store, session, call=lambda messages, tools: odd))
+    assert steps[-1].reason == "error" and "NUL" in steps[-1].error
+    assert steps[-1].node.kind == "error" and any_store.verify().ok
+    fine = list(run(any_store, session, call=lambda messages, tools: {"role": "assistant", "content": "ok"}))
+    assert fine[-1].reason == "completed"

@@ -187,12 +187,15 @@ def completion_problem(completion: Completion) -> str | None:
     Its message must be an assistant message (content text, a list of parts or
     None) whose tool calls each have a non-empty string id, unique in the
     message, a string name and string arguments; model, provider and
-    finish_reason are strings or None, params and usage objects.
+    finish_reason are strings (without NUL or lone surrogates) or None, params and
+    usage objects.
     """
     for name in ("model", "provider", "finish_reason"):
         value = getattr(completion, name)
         if value is not None and not isinstance(value, str):
             return f"its {name} is a {type(value).__name__}, not a string"
+        if value is not None and ("\x00" in value or any("\ud800" <= c <= "\udfff" for c in value)):
+            return f"its {name} holds a NUL or a lone surrogate, which no store keeps as text"
     for name in ("params", "usage"):
         if not isinstance(getattr(completion, name), dict):
             return f"its {name} is not an object"
