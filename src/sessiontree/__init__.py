@@ -71,6 +71,7 @@ from .steps import (
 )
 from .store import Store
 from .tools import Tool, ToolContext, tool
+from .view import render_html, write_html
 
 __version__ = "0.1.0"
 
@@ -137,9 +138,11 @@ __all__ = [
     "export_file",
     "import_file",
     "new_id",
+    "render_html",
     "replay",
     "rerun",
     "resume",
     "run",
     "tool",
+    "write_html",
 ]

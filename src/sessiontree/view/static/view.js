@@ -15,6 +15,7 @@
   var OVERSCAN = 15;     // rows drawn above and below the visible ones
   var FOLD_AT = 5;       // forks with more children than this start folded
   var PATH_CARDS = 300;  // path cards drawn before "show earlier"
+  var MAX_INDENT = 16;   // fork levels drawn; deeper ones stay in the last column
 
   var D, N, byId, roots, headsAt, cpsAt, pending, onCurrent, rows, rowOf, leaves;
   var state = {
@@ -166,6 +167,10 @@
     var v = state.folds.get(n.id);
     return v === undefined ? n.kids.length > FOLD_AT : v;
   }
+  function mainChild(n) {
+    for (var k = 0; k < n.kids.length; k++) if (onCurrent.has(n.kids[k])) return n.kids[k];
+    return n.kids[0];
+  }
   function buildRows() {
     rows = []; rowOf = new Map();
     var stack = [];
@@ -173,11 +178,14 @@
     while (stack.length) {
       var top = stack.pop(), i = top[0], level = top[1], n = N[i];
       if (visible(n)) { rowOf.set(i, rows.length); rows.push({ i: i, level: level }); }
-      if (n.kids.length === 1) stack.push([n.kids[0], level]);
-      else if (n.kids.length > 1) {
-        if (folded(i)) { rows.push({ i: i, level: level + 1, fold: true }); continue; }
-        for (var k = n.kids.length - 1; k >= 0; k--) stack.push([n.kids[k], level + 1]);
-      }
+      if (!n.kids.length) continue;
+      // git-log style: one child carries on in this column (the one on the current branch,
+      // else the first); the others are drawn first, one step in, like merged side branches
+      var main = mainChild(n);
+      stack.push([main, level]);
+      if (n.kids.length < 2) continue;
+      if (folded(i)) { rows.push({ i: i, level: level + 1, fold: true }); continue; }
+      for (var k = n.kids.length - 1; k >= 0; k--) if (n.kids[k] !== main) stack.push([n.kids[k], level + 1]);
     }
     ui.inner.style.height = rows.length * ROW + "px";
     ui.count.textContent = rows.length + " rows · " + N.length + " nodes";
@@ -198,13 +206,14 @@
   }
   function rowElement(r, index) {
     var n = N[r.i];
-    var el = h("div", { class: "row", style: { top: index * ROW + "px", paddingLeft: 6 + r.level * 14 + "px",
-                                              backgroundSize: r.level * 14 + "px 100%" } });
+    var indent = Math.min(r.level, MAX_INDENT) * 14;  // deeper nesting keeps the last column
+    var el = h("div", { class: "row", style: { top: index * ROW + "px", paddingLeft: 6 + indent + "px",
+                                              backgroundSize: indent + "px 100%" } });
     if (r.fold) {
       el.classList.add("fold-row");
       el.dataset.fold = n.id;
       ST.append(el, h("span", { class: "toggle", text: "▸" }),
-        n.kids.length + " branches folded · " + metricText(n.sub, "Σ ") + " · click to open");
+        n.kids.length - 1 + " more branches folded · click to open");
       el.addEventListener("click", function () { state.folds.set(n.id, false); redraw(); });
       return el;
     }
@@ -220,7 +229,7 @@
       el.appendChild(h("span", { class: "toggle", title: (isFolded ? "open" : "fold") + " this fork",
         text: (isFolded ? "▸" : "▾") + n.kids.length,
         onclick: function (e) { e.stopPropagation(); state.folds.set(n.id, !isFolded); redraw(); } }));
-    }
+    } else el.appendChild(h("span", { class: "toggle" }));  // keeps the ids in one column
     var m = n.kids.length > 1 ? metricText(n.sub, "Σ ") : ownText(n);
     ST.append(el, h("span", { class: "sid", text: short(n.id) }), badges(r.i, []),
       h("span", { class: "label", text: ST.oneLine(label(n), 160) }), m ? h("span", { class: "metrics", text: m }) : null);
