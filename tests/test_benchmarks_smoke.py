@@ -144,3 +144,26 @@ def test_import_memory_stays_under_three_times_the_file():
         assert figures["file_mb"] >= 20
         if fmt != "pi":  # pi: see docs/performance.md, not met yet
             assert figures["ratio"] <= 3, (fmt, figures)
+
+
+def test_view_benchmark_quick_json_reports_every_figure():
+    import os
+
+    if not Path("/usr/bin/chromium").exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail("benchmarks/view.py needs /usr/bin/chromium, missing under CI")
+        pytest.skip("no /usr/bin/chromium (apt-get install chromium)")
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT.with_name("view.py")), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=240,
+    ).stdout
+    result = json.loads(out)
+    assert result["quick"] is True and result["reps"] == 3
+    assert result["nodes"] == {"big": 2000, "small": 200} and result["html_bytes"] > 100_000
+    assert set(result["export_ms"]) == {"html", "jsonl", "ratio"}
+    assert set(result["open_ms"]) == {"view", "parse_only", "ratio", "view_200"}
+    assert set(result["interact_ms"]) == {"search", "filter", "scroll"}
+    assert all(x > 0 for x in numbers({k: result[k] for k in ("export_ms", "open_ms", "interact_ms")}))

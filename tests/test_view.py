@@ -243,3 +243,59 @@ def test_create_app_refuses_decisions_without_a_token(demo):
 
     with pytest.raises(ValueError, match="token"):
         create_app(demo[0], allow_decide=True)
+
+
+@pytest.mark.slow  # a real server process
+def test_serve_command_prints_the_token_and_listens_on_loopback(demo):
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+
+    db, _, pause_id = demo
+    command = [sys.executable, "-c", "from sessiontree.cli import cli; cli()", "--db", str(db)]
+    process = subprocess.Popen(
+        [*command, "serve", "--port", "0", "--allow-decide"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        first = process.stdout.readline()
+        second = process.stdout.readline()
+        match = re.fullmatch(rf"serving {re.escape(str(db))} on (http://127\.0\.0\.1:\d+/)\n", first)
+        assert match, first
+        url = match.group(1)
+        token = re.fullmatch(
+            rf"decisions allowed with the token (\S+): open {re.escape(url)}#token=\1\n", second
+        )
+        assert token, second
+        assert httpx.get(url, timeout=10).status_code == 200
+        decision = {"decisions": {"call_send_email": {"action": "reject", "reason": "not now"}}}
+        endpoint = f"{url}api/pauses/{pause_id}/decision"
+        assert httpx.post(endpoint, json=decision, timeout=10).status_code == 403
+        ok = httpx.post(endpoint, json=decision, headers={"X-Sessiontree-Token": token.group(1)}, timeout=10)
+        assert ok.status_code == 200, ok.text
+    finally:
+        process.terminate()
+        process.wait(10)
+    with Store(db) as store:
+        assert store.pending() == []
+        assert (
+            store.node(ok.json()["decision"]).payload["decisions"]["call_send_email"]["reason"] == "not now"
+        )
+
+
+def test_serve_command_refuses_a_taken_port(demo):
+    import socket
+
+    db, _, _ = demo
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(cli, ["--db", str(db), "serve", "--port", str(port)])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"Error: cannot listen on 127.0.0.1:{port}: ")

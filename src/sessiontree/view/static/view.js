@@ -14,7 +14,7 @@
   var ROW = 24;          // px, every tree row: rows are placed by index, never measured
   var OVERSCAN = 15;     // rows drawn above and below the visible ones
   var FOLD_AT = 5;       // forks with more children than this start folded
-  var PATH_CARDS = 300;  // path cards drawn before "show earlier"
+  var PATH_CARDS = 120;  // path cards drawn before "show earlier"
   var MAX_INDENT = 16;   // fork levels drawn; deeper ones stay in the last column
 
   var D, N, byId, roots, headsAt, cpsAt, pending, onCurrent, rows, rowOf, leaves;
@@ -578,7 +578,7 @@
     var timer = 0;
     ui.search.addEventListener("input", function () { clearTimeout(timer); timer = setTimeout(function () { search(ui.search.value); }, 120); });
     ui.search.addEventListener("keydown", function (e) {
-      if (e.key === "Enter") { e.preventDefault(); if (state.query !== ui.search.value.trim().toLowerCase()) search(ui.search.value); nextMatch(e.shiftKey ? -1 : 1); }
+      if (e.key === "Enter") { e.preventDefault(); clearTimeout(timer); if (state.query !== ui.search.value.trim().toLowerCase()) search(ui.search.value); nextMatch(e.shiftKey ? -1 : 1); }
     });
     document.addEventListener("keydown", onKey);
     window.addEventListener("hashchange", followHash);
