@@ -19,7 +19,7 @@
 
   var D, N, byId, roots, headsAt, cpsAt, pending, onCurrent, rows, rowOf, leaves;
   var state = {
-    selected: -1, trail: -1, filter: "all", folds: new Map(), query: "", matches: [], matchSet: new Set(),
+    selected: -1, pathSet: new Set(), trail: -1, filter: "all", folds: new Map(), query: "", matches: [], matchSet: new Set(),
     matchPos: -1, current: null, compare: null, showAll: false
   };
   var ui = {};
@@ -223,7 +223,7 @@
     if (r.i === state.selected) el.classList.add("selected");
     if (onCurrent.has(r.i)) el.classList.add("on-current");
     if (state.matchSet.has(r.i)) el.classList.add("match");
-    if (isAncestor(r.i, state.selected) && r.i !== state.selected) el.classList.add("on-path");
+    if (state.pathSet.has(r.i) && r.i !== state.selected) el.classList.add("on-path");
     if (n.kids.length > 1) {
       var isFolded = folded(r.i);
       el.appendChild(h("span", { class: "toggle", title: (isFolded ? "open" : "fold") + " this fork",
@@ -261,6 +261,7 @@
   function select(i, keepTrail) {
     if (i < 0 || i >= N.length) return;
     state.selected = i;
+    state.pathSet = new Set(pathTo(i));  // rows ask "am I on the path?" once per draw
     state.compare = null;
     if (!keepTrail && !isAncestor(i, state.trail)) state.trail = i;
     var opened = false;
@@ -609,7 +610,9 @@
     var target = followed ? branchHead(followed) : -1;
     if (target < 0 && selectedId && byId.has(selectedId)) target = byId.get(selectedId);
     state.trail = trailId && byId.has(trailId) ? byId.get(trailId) : -1;
-    if (target >= 0) select(target, true); else { state.selected = -1; drawRows(); drawPath(); }
+    if (state.query) search(ui.search.value);  // the matches were indexes into the old data
+    if (target >= 0) select(target, true);
+    else { state.selected = -1; state.pathSet = new Set(); drawRows(); drawPath(); }
     document.body.dataset.version = String(Number(document.body.dataset.version || 0) + 1);
   }
 
