@@ -43,6 +43,15 @@ def test_embedded_json_reads_back_and_cannot_close_its_element(value):
     assert not set(text) & set("<>&\u2028\u2029")
 
 
+def test_a_lone_surrogate_is_carried_by_escapes(tmp_path):
+    assert json.loads(embed_json({"text": "a\ud800b"})) == {"text": "a\ud800b"}
+    with Store(tmp_path / "s.db") as store:
+        s = store.create_session("surrogates")
+        s.append({"role": "user", "content": "half a pair: \ud83d"})
+        path = write_html(store, s.id, tmp_path / "s.html")
+    assert embedded(path.read_text("utf-8"), "st-data")["nodes"][0]["payload"]["content"] == "half a pair: \ud83d"
+
+
 def test_the_page_is_self_contained_and_its_scripts_carry_the_nonce(demo):
     db, session_id, _ = demo
     with Store(db) as store:
@@ -166,10 +175,8 @@ def test_page_fills_each_slot_once():
 
 # -- sessiontree serve, without a browser ----------------------------------------------
 
-starlette = pytest.importorskip("starlette", reason="the web extra is not installed")
-
-
 def client(db, **options):
+    pytest.importorskip("starlette", reason="the web extra is not installed")
     from starlette.testclient import TestClient
 
     from sessiontree.view.server import create_app
