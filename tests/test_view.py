@@ -49,7 +49,10 @@ def test_a_lone_surrogate_is_carried_by_escapes(tmp_path):
         s = store.create_session("surrogates")
         s.append({"role": "user", "content": "half a pair: \ud83d"})
         path = write_html(store, s.id, tmp_path / "s.html")
-    assert embedded(path.read_text("utf-8"), "st-data")["nodes"][0]["payload"]["content"] == "half a pair: \ud83d"
+    assert (
+        embedded(path.read_text("utf-8"), "st-data")["nodes"][0]["payload"]["content"]
+        == "half a pair: \ud83d"
+    )
 
 
 def test_the_page_is_self_contained_and_its_scripts_carry_the_nonce(demo):
@@ -174,6 +177,7 @@ def test_page_fills_each_slot_once():
 
 
 # -- sessiontree serve, without a browser ----------------------------------------------
+
 
 def client(db, **options):
     pytest.importorskip("starlette", reason="the web extra is not installed")

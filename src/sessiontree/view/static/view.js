@@ -56,7 +56,7 @@
         seenRuns.add(n.run);
         var m = metrics();
         m.calls = 1; m.tin = run.input_tokens || 0; m.tout = run.output_tokens || 0; m.lat = run.latency_ms || 0;
-        var price = D.prices && D.prices[run.model];
+        var price = Object.prototype.hasOwnProperty.call(D.prices || {}, run.model) ? D.prices[run.model] : null;
         if (price) m.cost = (m.tin * (price.input || 0) + m.tout * (price.output || 0)) / 1e6;
         else m.unpriced = true;
         n.own = m;
@@ -127,12 +127,16 @@
         var ds = p.decisions || {};
         return "decision: " + Object.keys(ds).map(function (k) { return ds[k].action; }).join(", ") + (p.by ? " by " + p.by : "");
       case "error":
-        return "error: " + (p.message || p.error || JSON.stringify(p));
+        return "error: " + errorText(p);
       case "tool_start":
         return "running " + (p.calls || []).map(function (c) { return c.name; }).join(", ");
       default:
-        return n.kind + ": " + (p.text || p.content || JSON.stringify(p));
+        return n.kind + ": " + asText(p.text !== undefined ? p.text : p.content !== undefined ? p.content : p);
     }
+  }
+  function asText(value) { return typeof value === "string" ? value : JSON.stringify(value); }
+  function errorText(p) {  // "ProviderError: 429 too many requests", whatever the payload holds
+    return [p.error, p.message].filter(function (x) { return x !== undefined && x !== null; }).map(asText).join(": ") || asText(p);
   }
   function searchText(n) {
     if (n.text === null) n.text = (n.id + " " + label(n) + " " + JSON.stringify(n.payload)).toLowerCase();
@@ -196,7 +200,7 @@
     (headsAt.get(n.id) || []).forEach(function (name) {
       into.push(h("span", { class: "badge branch" + (name === state.current ? " current" : ""), title: "branch head: " + name,
         text: (name === state.current ? "● " : "⎇ ") + name,
-        onclick: function (e) { e.stopPropagation(); state.current = name; markCurrent(); select(i); } }));
+        onclick: function (e) { e.stopPropagation(); state.current = name; markCurrent(); buildRows(); select(i); } }));
     });
     (cpsAt.get(n.id) || []).forEach(function (name) {
       into.push(h("span", { class: "badge checkpoint", title: "checkpoint: " + name, text: "⚑ " + name }));
@@ -340,7 +344,7 @@
       });
       if (pending.has(n.id) && window.STDecide) out.push(STDecide.controls({ pause: n.id, calls: pauseCalls(n.i) }, poll));
     } else if (n.kind === "decision") {
-      var names = {};
+      var names = Object.create(null);  // call ids are data: "__proto__" must stay a key
       if (n.parent >= 0) pauseCalls(n.parent).forEach(function (c) { names[c.id] = c.name; });
       out.push(h("div", { class: "decided", text: "decided by " + (p.by || "(nobody named)") + " at " + ST.time(p.at || n.at) }));
       var ds = p.decisions || {};
@@ -351,12 +355,13 @@
         else out.push(h("div", { class: "decision approve", text: what }));
       });
     } else if (n.kind === "error") {
-      out.push(h("div", { class: "text", text: String(p.message || p.error || "") }));
+      out.push(h("div", { class: "text", text: errorText(p) + (p.during ? " (during " + asText(p.during) + ")" : "") }));
       out.push(details("details", ST.pretty(p)));
     } else if (n.kind === "tool_start") {
       out.push(h("div", { class: "muted", text: "running " + (p.calls || []).map(function (c) { return c.name + " [" + c.id + "]"; }).join(", ") }));
     } else {
-      out.push(h("div", { class: "text", text: typeof (p.text || p.content) === "string" ? (p.text || p.content) : ST.pretty(p) }));
+      var body = p.text !== undefined ? p.text : p.content;
+      out.push(h("div", { class: "text", text: typeof body === "string" ? body : ST.pretty(p) }));
     }
     return out;
   }
