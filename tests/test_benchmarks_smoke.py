@@ -160,3 +160,26 @@ def test_postgres_benchmark_reports_every_figure():
     assert out.returncode == 0, out.stderr
     for figure in ("one append", "depth 1,000", "depth 10,000", "fork", "1 writer(s)", "8 writer(s)"):
         assert figure in out.stdout
+
+
+def test_view_benchmark_quick_json_reports_every_figure():
+    import os
+
+    if not Path("/usr/bin/chromium").exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail("benchmarks/view.py needs /usr/bin/chromium, missing under CI")
+        pytest.skip("no /usr/bin/chromium (apt-get install chromium)")
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT.with_name("view.py")), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=240,
+    ).stdout
+    result = json.loads(out)
+    assert result["quick"] is True and result["reps"] == 3
+    assert result["nodes"] == {"big": 2000, "small": 200} and result["html_bytes"] > 100_000
+    assert set(result["export_ms"]) == {"html", "jsonl", "ratio"}
+    assert set(result["open_ms"]) == {"view", "parse_only", "ratio", "view_200"}
+    assert set(result["interact_ms"]) == {"search", "filter", "scroll"}
+    assert all(x > 0 for x in numbers({k: result[k] for k in ("export_ms", "open_ms", "interact_ms")}))

@@ -87,7 +87,8 @@ assistant: Paris: sunny, 21C. I drafted the email but did not send it.
 * <id> tool: [call_email] email to bob@example.com queued: 'Paris forecast'
 * <id> assistant: Done: Bob has the Paris forecast (sunny, 21C). (main)
 
-explore: sessiontree tree <id>  sessiontree log experiment  sessiontree diff main experiment"""
+explore: sessiontree tree <id>  sessiontree log experiment  sessiontree diff main experiment
+see it in a browser: sessiontree html <id> -o demo.html  (or: sessiontree serve)"""
 
 
 def test_demo(invoke, db, tmp_path):

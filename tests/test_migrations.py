@@ -95,7 +95,7 @@ def test_a_failed_step_leaves_the_previous_version(tmp_path, monkeypatch):
         assert not store.storage.db["extra"].exists()
 
 
-def test_the_wheel_ships_the_migrations_and_the_typing_marker(tmp_path):
+def test_the_wheel_ships_the_migrations_the_typing_marker_and_the_view(tmp_path):
     subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path), str(ROOT)],
         check=True,
@@ -107,3 +107,7 @@ def test_the_wheel_ships_the_migrations_and_the_typing_marker(tmp_path):
         assert f"sessiontree/migrations/{step.version:04d}_{step.name}.sql" in names
     # PEP 561: without it, type checkers ignore the package's annotations
     assert "sessiontree/py.typed" in names
+    # the browser view inlines these at render time: without them `sessiontree html` fails
+    static = ROOT / "src" / "sessiontree" / "view" / "static"
+    for path in static.iterdir():
+        assert f"sessiontree/view/static/{path.name}" in names

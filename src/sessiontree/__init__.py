@@ -74,6 +74,7 @@ from .steps import (
 from .store import Store
 from .tools import Tool, ToolContext, tool
 from .transfer import copy_sessions
+from .view import render_html, write_html
 from .worker import awork, work
 
 __version__ = "0.1.0"
@@ -146,9 +147,11 @@ __all__ = [
     "export_file",
     "import_file",
     "new_id",
+    "render_html",
     "replay",
     "rerun",
     "resume",
     "run",
     "tool",
+    "write_html",
 ]

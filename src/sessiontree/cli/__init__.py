@@ -28,9 +28,9 @@ def cli(db: str | None) -> None:
 
 
 def _register() -> None:
-    from . import admin, demo, experiment, inspect, pointers, refs, running, transfer
+    from . import admin, demo, experiment, inspect, pointers, refs, running, transfer, view
 
-    for module in (inspect, refs, pointers, running, experiment, admin, transfer, demo):
+    for module in (inspect, refs, pointers, running, experiment, view, admin, transfer, demo):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -3,7 +3,7 @@
 A scripted agent checks the weather, pauses before a risky ``send_email``, a
 human approves, the run resumes and finishes; then a checkpoint taken before
 the email is forked and re-run with another scripted model, and the tree is
-drawn. Nothing leaves the machine.
+drawn; the last line says how to open it in a browser. Nothing leaves the machine.
 """
 
 from __future__ import annotations
@@ -105,11 +105,11 @@ def run_demo(store: Store) -> None:
     ):
         click.echo(line)
     click.echo()
+    short = abbreviations(store, [session.id])[session.id]
     click.echo(
-        f"explore: sessiontree tree {abbreviations(store, [session.id])[session.id]}"
-        "   sessiontree log experiment"
-        f"   sessiontree diff main experiment"
+        f"explore: sessiontree tree {short}   sessiontree log experiment   sessiontree diff main experiment"
     )
+    click.echo(f"see it in a browser: sessiontree html {short} -o demo.html   (or: sessiontree serve)")
 
 
 @click.command()

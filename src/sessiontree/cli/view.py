@@ -1,0 +1,118 @@
+"""``sessiontree html`` and ``sessiontree serve``: the session tree in a browser.
+
+``html`` writes one self-contained HTML file (no network, no extra needed).
+``serve`` runs the local web app of ``view.server`` on 127.0.0.1 with uvicorn
+(the ``web`` extra): read-only unless ``--allow-decide``, which prints the token
+a browser needs to post decisions.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from pathlib import Path
+
+import click
+
+from ..view import session_data, write_html
+from . import complete
+from .common import abbreviations, db_path, echo_result, open_store, pick_session
+from .experiment import parse_price
+
+
+@click.command()
+@click.argument("session", required=False, shell_complete=complete.sessions)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    help="File to write. Default: sessiontree-<session id>.html in the current directory.",
+)
+@click.option(
+    "--price", "prices", multiple=True, help="MODEL=INPUT,OUTPUT in dollars per million tokens (repeatable)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
+@click.pass_context
+def html(
+    ctx: click.Context, session: str | None, output: str | None, prices: tuple[str, ...], as_json: bool
+) -> None:
+    """Write SESSION's tree as one self-contained HTML file (default: the latest session).
+
+    The file works offline: two panes (tree, and the path to the selected node),
+    badges, filters, search, pinned pauses, compare, deep links (#node=ID).
+    """
+    store = open_store(ctx)
+    s = pick_session(store, session)
+    price_table = dict(parse_price(p) for p in prices) or None
+    path = Path(output or f"sessiontree-{abbreviations(store, [s.id])[s.id]}.html")
+    write_html(store, s.id, path, prices=price_table)
+    data = session_data(store, s.id)
+    summary = {
+        "path": str(path),
+        "session": s.id,
+        "nodes": len(data["nodes"]),
+        "branches": len(data["branches"]),
+        "checkpoints": len(data["checkpoints"]),
+        "pending": len(data["pending"]),
+        "bytes": path.stat().st_size,
+    }
+    echo_result(as_json, summary, f"wrote {path} ({summary['nodes']} nodes); open it in a browser")
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option(
+    "--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port."
+)
+@click.option(
+    "--allow-decide",
+    is_flag=True,
+    help="Let the inbox approve, reject and edit pauses (needs the token printed at start).",
+)
+@click.option(
+    "--price", "prices", multiple=True, help="MODEL=INPUT,OUTPUT in dollars per million tokens (repeatable)."
+)
+@click.pass_context
+def serve(ctx: click.Context, host: str, port: int, allow_decide: bool, prices: tuple[str, ...]) -> None:
+    """Serve the sessions, their live trees and an inbox of pending pauses on HOST:PORT.
+
+    Read-only unless --allow-decide. Needs the web extra: pip install 'sessiontree[web]'.
+    """
+    try:
+        import uvicorn
+
+        from ..view.server import create_app
+    except ImportError:
+        raise click.ClickException(
+            "sessiontree serve needs the web extra: pip install 'sessiontree[web]'"
+        ) from None
+    store = open_store(ctx)  # creates the default file on first use, checks the schema
+    store.close()
+    path, _ = db_path(ctx)
+    token = secrets.token_urlsafe(24) if allow_decide else None
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    port = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    hosts = sorted({host, "127.0.0.1", "localhost"})
+    app = create_app(
+        path,
+        allow_decide=allow_decide,
+        token=token,
+        prices=dict(parse_price(p) for p in prices) or None,
+        hosts=hosts,
+    )
+    url = f"http://{shown}:{port}/"
+    click.echo(f"serving {path} on {url}" + ("" if allow_decide else " (read-only)"))
+    if token:
+        click.echo(f"decisions allowed with the token {token}: open {url}#token={token}")
+    click.echo("Ctrl-C stops the server", err=True)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    server.run(sockets=[sock])
+
+
+COMMANDS = [html, serve]

@@ -1,0 +1,123 @@
+"""What the browser view shows of a session, as plain JSON-ready data.
+
+Contract:
+- ``session_data(store, session_id, prices=None)`` reads one session whole, in
+  one consistent snapshot (``bulk.read_session``), and returns a dict the page's
+  script understands: the nodes (id, parent, kind, time, run, payload), the
+  branches and checkpoints, the unresolved pauses, the runs' metrics and the
+  width at which ids are shown. Nothing else of the store is included.
+- Secrets: a run contributes only its model, provider, token counts, latency
+  and finish reason (never its request parameters), and every string of every
+  payload goes through the same redaction as provider errors (anything after
+  ``Bearer`` or ``Authorization:``), so a key pasted into a conversation does
+  not travel into a shared HTML file.
+- ``inbox(store)`` lists every unresolved pause of every session, oldest first,
+  with its calls: what ``sessiontree serve`` shows as its inbox.
+- ``version(store, session_id)`` is a short text that changes whenever a node,
+  a branch head or a checkpoint of the session changes; the live view polls it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from ..bulk import read_session
+from ..redact import Redactor
+from ..store import Store
+
+_REDACT = Redactor({})  # no known key: the patterns alone (Bearer ..., Authorization: ...)
+
+
+def redacted(value: Any) -> Any:
+    """``value`` with every string redacted, at any nesting depth."""
+    if isinstance(value, str):
+        return _REDACT(value)
+    if isinstance(value, dict):
+        return {_REDACT(k) if isinstance(k, str) else k: redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redacted(v) for v in value]
+    return value
+
+
+def _tokens(usage: dict[str, Any], *names: str) -> int | None:
+    for name in names:
+        value = usage.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def session_data(
+    store: Store, session_id: str, *, prices: dict[str, dict[str, float]] | None = None
+) -> dict[str, Any]:
+    """The view's data for one session (see the module docstring)."""
+    s = read_session(store, store.resolve_session_id(session_id))
+    runs = {
+        r.id: {
+            "model": r.model,
+            "provider": r.provider,
+            "input_tokens": _tokens(r.usage, "prompt_tokens", "input_tokens"),
+            "output_tokens": _tokens(r.usage, "completion_tokens", "output_tokens"),
+            "latency_ms": r.latency_ms,
+            "finish_reason": r.finish_reason,
+        }
+        for r in s.runs
+    }
+    decided = {n.parent_id for n in s.nodes if n.kind == "decision"}
+    pending = [n.id for n in s.nodes if n.kind == "pause" and n.id not in decided]
+    branches = sorted(s.branches, key=lambda b: b.updated_at or "", reverse=True)
+    names = {b.name for b in branches}
+    current = "main" if "main" in names else (branches[0].name if branches else None)
+    ids = [n.id for n in s.nodes]
+    short = store.abbreviations(ids) if ids else {}
+    return {
+        "session": {"id": s.id, "title": _REDACT(s.title or ""), "created_at": s.created_at},
+        "short": len(next(iter(short.values()))) if short else 8,
+        "nodes": [
+            {
+                "id": n.id,
+                "parent": n.parent_id,
+                "kind": n.kind,
+                "at": n.created_at,
+                "run": n.run_id,
+                "payload": redacted(n.payload),
+            }
+            for n in s.nodes
+        ],
+        "runs": runs,
+        "branches": [{"name": b.name, "head": b.node_id} for b in branches if b.node_id],
+        "checkpoints": [{"name": c.name, "node": c.node_id} for c in s.checkpoints],
+        "pending": pending,
+        "current": current,
+        "prices": prices or {},
+    }
+
+
+def inbox(store: Store) -> list[dict[str, Any]]:
+    """Every unresolved pause in the store, oldest first, with its session and calls."""
+    titles = {info.id: info.title for info in store.sessions(include_archived=True)}
+    pauses = store.pending()
+    short = store.abbreviations([p.id for p in pauses]) if pauses else {}
+    return [
+        {
+            "pause": p.id,
+            "short": short[p.id],
+            "session": p.session_id,
+            "title": _REDACT(titles.get(p.session_id) or ""),
+            "at": p.created_at,
+            "reason": redacted(p.payload.get("reason")),
+            "calls": redacted(p.payload.get("calls", [])),
+        }
+        for p in pauses
+    ]
+
+
+def version(store: Store, session_id: str) -> str:
+    """Changes whenever the session gains a node or a pointer moves (for polling)."""
+    session = store.session(session_id)
+    parts = [leaf.id for leaf in session.leaves()]
+    parts += [f"b:{b.name}={b.head_id}" for b in session.branches()]
+    parts += [f"c:{c.name}={c.node_id}" for c in session.checkpoints()]
+    parts += [f"p:{p.id}" for p in session.pending()]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]

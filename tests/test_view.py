@@ -1,0 +1,312 @@
+"""The browser view without a browser: the export's data, its escaping and secrets, the
+``html`` command, and the ``serve`` app driven through Starlette's test client."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sessiontree import Store, render_html, write_html
+from sessiontree.cli import cli
+from sessiontree.view import inbox, session_data
+from sessiontree.view.data import version
+from sessiontree.view.page import embed_json, page
+
+from viewdata import HOSTILE, SECRET, demo_store, hostile_store
+
+
+@pytest.fixture
+def demo(tmp_path):
+    db = tmp_path / "demo.db"
+    session_id, pause_id = demo_store(db)
+    return db, session_id, pause_id
+
+
+def embedded(html: str, element: str) -> object:
+    match = re.search(rf'<script type="application/json" id="{element}">(.*?)</script>', html, re.S)
+    assert match, f"no {element} element"
+    return json.loads(match.group(1))
+
+
+@settings(max_examples=60)  # each dangerous character also has its own case in the hostile test
+@given(
+    st.recursive(st.text() | st.integers() | st.none(), lambda c: st.lists(c) | st.dictionaries(st.text(), c))
+)
+def test_embedded_json_reads_back_and_cannot_close_its_element(value):
+    text = embed_json(value)
+    assert json.loads(text) == value
+    assert not set(text) & set("<>&\u2028\u2029")
+
+
+def test_a_lone_surrogate_is_carried_by_escapes(tmp_path):
+    assert json.loads(embed_json({"text": "a\ud800b"})) == {"text": "a\ud800b"}
+    with Store(tmp_path / "s.db") as store:
+        s = store.create_session("surrogates")
+        s.append({"role": "user", "content": "half a pair: \ud83d"})
+        path = write_html(store, s.id, tmp_path / "s.html")
+    assert (
+        embedded(path.read_text("utf-8"), "st-data")["nodes"][0]["payload"]["content"]
+        == "half a pair: \ud83d"
+    )
+
+
+def test_the_page_is_self_contained_and_its_scripts_carry_the_nonce(demo):
+    db, session_id, _ = demo
+    with Store(db) as store:
+        html = render_html(store, session_id)
+    nonce = re.search(r"script-src 'nonce-([\w-]+)'", html).group(1)
+    assert html.count(f'<script nonce="{nonce}">') == 1 and html.count(f'<style nonce="{nonce}">') == 1
+    # nothing is fetched: no URL in the page except inside the session's own text
+    assert not re.search(r"https?://", html)
+    assert not re.search(r"<(link|img|iframe)\b", html)
+    assert "view.js" not in html and "{{" not in html  # every slot filled, the static files inlined
+    with Store(db) as store:
+        again = render_html(store, session_id)
+    assert re.search(r"script-src 'nonce-([\w-]+)'", again).group(1) != nonce  # a fresh nonce per page
+
+
+def test_hostile_payloads_stay_inside_the_data_element(tmp_path):
+    db = tmp_path / "hostile.db"
+    session_id = hostile_store(db)
+    with Store(db) as store:
+        html = render_html(store, session_id)
+    data = embedded(html, "st-data")
+    contents = [n["payload"]["content"] for n in data["nodes"]]
+    assert contents[: len(HOSTILE)] == HOSTILE  # the data reads back exactly
+    # three script elements: data, config, code; no payload opened another or a comment
+    assert html.count("<script") == 3 and html.count("</script>") == 3
+    assert "<!--" not in html and "\u2028" not in html and "<img" not in html
+    assert "<title>&lt;b&gt;title&lt;/b&gt;&lt;script&gt;" in html
+
+
+def test_secrets_are_redacted_and_run_parameters_left_out(tmp_path):
+    db = tmp_path / "secret.db"
+    session_id = hostile_store(db)
+    with Store(db) as store:
+        s = store.session(session_id)
+        s.append(
+            {"role": "assistant", "content": "ok"},
+            run={"model": "m", "params": {"api_key": "sk-params-secret", "temperature": 0.2}, "usage": {}},
+        )
+        html = render_html(store, session_id)
+    assert SECRET not in html and "sk-params-secret" not in html
+    assert "Authorization: [redacted]" in html or "Bearer [redacted]" in html
+
+
+def test_session_data_has_what_the_page_shows(demo):
+    db, session_id, pause_id = demo
+    with Store(db) as store:
+        data = session_data(store, session_id[:13], prices={"scripted-a": {"input": 1.0, "output": 2.0}})
+        s = store.session(session_id)
+        assert len(data["nodes"]) == len(s.tree()) == 14
+        assert data["pending"] == [pause_id]
+        assert data["current"] == "main"
+        assert {b["name"] for b in data["branches"]} == {"main", "experiment", "urgent"}
+        assert data["checkpoints"] == [{"name": "weather-known", "node": s.node("weather-known").id}]
+        assert data["prices"] == {"scripted-a": {"input": 1.0, "output": 2.0}}
+        models = sorted(r["model"] for r in data["runs"].values())
+        assert models == ["scripted-a", "scripted-a", "scripted-a", "scripted-b", "scripted-c"]
+        tokens = sum(r["input_tokens"] or 0 for r in data["runs"].values())
+        assert tokens == sum(m.input_tokens for m in [s.subtree_usage(s.tree()[0])])
+        assert all(store.node(n["id"][: data["short"]]).id == n["id"] for n in data["nodes"])
+        (item,) = inbox(store)
+        assert item["pause"] == pause_id and item["session"] == session_id
+        assert [c["name"] for c in item["calls"]] == ["send_email"]
+
+
+def test_version_changes_when_the_session_grows(demo):
+    db, session_id, _ = demo
+    with Store(db) as store:
+        before = version(store, session_id)
+        assert version(store, session_id) == before
+        store.session(session_id).append({"role": "user", "content": "more"}, branch="experiment")
+        assert version(store, session_id) != before
+
+
+def test_html_command_writes_the_file_and_reports_it(demo, tmp_path, monkeypatch):
+    db, session_id, _ = demo
+    out = tmp_path / "run.html"
+    result = CliRunner().invoke(cli, ["--db", str(db), "html", session_id[:13], "-o", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report == {
+        "path": str(out),
+        "session": session_id,
+        "nodes": 14,
+        "branches": 3,
+        "checkpoints": 1,
+        "pending": 1,
+        "bytes": out.stat().st_size,
+    }
+    assert embedded(out.read_text("utf-8"), "st-data")["session"]["id"] == session_id
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["--db", str(db), "html", "--price", "scripted-a=1,2"])
+    assert result.exit_code == 0, result.output
+    (written,) = tmp_path.glob("sessiontree-*.html")
+    assert result.output == f"wrote {written.name} (14 nodes); open it in a browser\n"
+    assert embedded(written.read_text("utf-8"), "st-data")["prices"] == {
+        "scripted-a": {"input": 1.0, "output": 2.0}
+    }
+
+
+def test_html_command_errors_are_one_line(demo, tmp_path):
+    db, _, _ = demo
+    result = CliRunner().invoke(cli, ["--db", str(db), "html", "ffffffff"])
+    assert result.exit_code == 1 and result.output == "Error: no session 'ffffffff'\n"
+    result = CliRunner().invoke(cli, ["--db", str(db), "html", "--price", "nonsense"])
+    assert result.exit_code == 2 and "expected MODEL=INPUT,OUTPUT" in result.output
+
+
+def test_write_html_returns_the_path(demo, tmp_path):
+    db, session_id, _ = demo
+    with Store(db) as store:
+        path = write_html(store, session_id, tmp_path / "x.html")
+    assert path == tmp_path / "x.html" and path.read_text("utf-8").startswith("<!doctype html>")
+
+
+def test_page_fills_each_slot_once():
+    # a title or data that looks like a slot stays as it is: values are never scanned again
+    html = page("index", "{{js}}", {"text": "{{css}}"}, {})
+    assert "<title>{{js}}</title>" in html and embedded(html, "st-data") == {"text": "{{css}}"}
+    assert html.count("{{") == 2
+
+
+# -- sessiontree serve, without a browser ----------------------------------------------
+
+
+def client(db, **options):
+    pytest.importorskip("starlette", reason="the web extra is not installed")
+    from starlette.testclient import TestClient
+
+    from sessiontree.view.server import create_app
+
+    return TestClient(create_app(db, **options), base_url="http://127.0.0.1:8765")
+
+
+def test_serve_pages_and_api(demo):
+    db, session_id, pause_id = demo
+    c = client(db)
+    index = c.get("/")
+    assert index.status_code == 200 and "script-src 'nonce-" in index.text
+    assert embedded(index.text, "st-data")["inbox"][0]["pause"] == pause_id
+    view = c.get(f"/s/{session_id[:13]}")
+    assert view.status_code == 200
+    config = embedded(view.text, "st-config")
+    assert config["live"]["data"] == f"/api/sessions/{session_id}/data" and config["decide"] is None
+    assert [s["id"] for s in c.get("/api/sessions").json()] == [session_id]
+    assert c.get(f"/api/sessions/{session_id}/data").json()["pending"] == [pause_id]
+    assert len(c.get(f"/api/sessions/{session_id}/version").json()["version"]) == 16
+    assert c.get("/s/ffffffff").status_code == 404
+    assert c.get("/", headers={"host": "evil.example"}).status_code == 400  # DNS rebinding
+
+
+def test_serve_decisions_need_the_flag_and_the_token(demo):
+    db, _, pause_id = demo
+    body = {"decisions": {"call_send_email": {"action": "approve"}}, "by": "ana"}
+    url = f"/api/pauses/{pause_id}/decision"
+    read_only = client(db)
+    assert read_only.post(url, json=body, headers={"X-Sessiontree-Token": "t0k"}).status_code == 403
+    c = client(db, allow_decide=True, token="t0k")
+    assert c.post(url, json=body).status_code == 403
+    assert c.post(url, json=body, headers={"X-Sessiontree-Token": "wrong"}).status_code == 403
+    c.cookies.set("X-Sessiontree-Token", "t0k")  # a cookie is what a browser would add by itself
+    assert c.post(url, json=body).status_code == 403
+    c.cookies.clear()
+    assert c.post(url, content=b"{not json", headers={"X-Sessiontree-Token": "t0k"}).status_code == 400
+    bad = {"decisions": {"call_send_email": {"action": "explode"}}}
+    assert c.post(url, json=bad, headers={"X-Sessiontree-Token": "t0k"}).status_code == 400
+    with Store(db) as store:
+        assert [p.id for p in store.pending()] == [pause_id]  # nothing was written so far
+    ok = c.post(url, json=body, headers={"X-Sessiontree-Token": "t0k"})
+    assert ok.status_code == 200, ok.text
+    with Store(db) as store:
+        decision = store.node(ok.json()["decision"])
+        assert decision.parent_id == pause_id and decision.payload["by"] == "ana"
+        assert decision.payload["decisions"] == {"call_send_email": {"action": "approve"}}
+        assert store.pending() == []
+    again = c.post(url, json=body, headers={"X-Sessiontree-Token": "t0k"})
+    assert again.status_code == 409  # one decision per pause
+    assert c.get("/api/inbox").json() == []
+
+
+def test_serve_edit_decision_stores_the_new_arguments(demo):
+    db, _, pause_id = demo
+    c = client(db, allow_decide=True, token="t0k")
+    body = {"decisions": {"call_send_email": {"action": "edit", "arguments": {"to": "bob@example.com"}}}}
+    ok = c.post(f"/api/pauses/{pause_id}/decision", json=body, headers={"X-Sessiontree-Token": "t0k"})
+    assert ok.status_code == 200, ok.text
+    with Store(db) as store:
+        payload = store.node(ok.json()["decision"]).payload
+    assert payload["decisions"]["call_send_email"] == {
+        "action": "edit",
+        "arguments": {"to": "bob@example.com"},
+    }
+    assert payload["by"] == "sessiontree serve"
+
+
+def test_create_app_refuses_decisions_without_a_token(demo):
+    from sessiontree.view.server import create_app
+
+    with pytest.raises(ValueError, match="token"):
+        create_app(demo[0], allow_decide=True)
+
+
+@pytest.mark.slow  # a real server process
+def test_serve_command_prints_the_token_and_listens_on_loopback(demo):
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+
+    db, _, pause_id = demo
+    command = [sys.executable, "-c", "from sessiontree.cli import cli; cli()", "--db", str(db)]
+    process = subprocess.Popen(
+        [*command, "serve", "--port", "0", "--allow-decide"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        first = process.stdout.readline()
+        second = process.stdout.readline()
+        match = re.fullmatch(rf"serving {re.escape(str(db))} on (http://127\.0\.0\.1:\d+/)\n", first)
+        assert match, first
+        url = match.group(1)
+        token = re.fullmatch(
+            rf"decisions allowed with the token (\S+): open {re.escape(url)}#token=\1\n", second
+        )
+        assert token, second
+        assert httpx.get(url, timeout=10).status_code == 200
+        decision = {"decisions": {"call_send_email": {"action": "reject", "reason": "not now"}}}
+        endpoint = f"{url}api/pauses/{pause_id}/decision"
+        assert httpx.post(endpoint, json=decision, timeout=10).status_code == 403
+        ok = httpx.post(endpoint, json=decision, headers={"X-Sessiontree-Token": token.group(1)}, timeout=10)
+        assert ok.status_code == 200, ok.text
+    finally:
+        process.terminate()
+        process.wait(10)
+    with Store(db) as store:
+        assert store.pending() == []
+        assert (
+            store.node(ok.json()["decision"]).payload["decisions"]["call_send_email"]["reason"] == "not now"
+        )
+
+
+def test_serve_command_refuses_a_taken_port(demo):
+    import socket
+
+    db, _, _ = demo
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(cli, ["--db", str(db), "serve", "--port", str(port)])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"Error: cannot listen on 127.0.0.1:{port}: ")
