@@ -91,7 +91,10 @@ def grow(s, plan) -> None:
 
 @pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(trees=st.lists(steps, min_size=1, max_size=3), titles=st.lists(st.text(max_size=10)))
+@given(
+    trees=st.lists(steps, min_size=1, max_size=3),
+    titles=st.lists(st.text(st.characters(exclude_characters="\x00"), max_size=10)),
+)
 def test_random_trees_survive_export_and_import(trees, titles):
     with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "a.db") as a, Store(Path(tmp) / "b.db") as b:
         for i, plan in enumerate(trees):
