@@ -216,6 +216,10 @@ class SQLiteStorage(SQLiteUpkeep):
             raise NotFound(f"no session {id!r}")
         return row[0], row[1], row[2], json.loads(row[3]), row[4], row[5]
 
+    def set_title(self, session_key: int, title: str | None) -> None:
+        """Set a session's title (inside a transaction)."""
+        self.conn.execute("UPDATE sessions SET title = ? WHERE key = ?", (title, session_key))
+
     def session_key(self, id: str) -> int | None:
         return self._one("SELECT key FROM sessions WHERE id = ?", (id,))
 
