@@ -5,6 +5,13 @@ Contract:
   COMMIT ourselves), refuses a schema newer than this code *before* writing a
   byte, applies pending migrations, then sets the per-connection pragmas:
   foreign keys on, WAL, a busy timeout, synchronous=NORMAL.
+- ``read_only_reason(path)`` says why this process cannot write an existing
+  file (the file is read-only, or its directory is and the ``-wal``/``-shm``
+  files WAL needs are not already there and writable), or None; a store opens
+  such a file read-only by itself. ``connect(path, readonly=True)`` reads a
+  file in a read-only directory that has no ``-wal`` beside it as immutable
+  (SQLite cannot make the ``-shm`` it needs otherwise), and refuses one that
+  has a ``-wal`` it cannot read, saying so.
 - ``transaction(conn)`` is ``BEGIN IMMEDIATE`` .. ``COMMIT``, rolled back on any
   exception; nested use joins the outer transaction. Taking the write lock up
   front means a writer never fails half-way for lack of it. A busy database is
@@ -19,6 +26,7 @@ Contract:
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import sqlite3
@@ -189,6 +197,45 @@ def split_statements(sql: str) -> Iterator[str]:
         raise SessionTreeError(f"incomplete SQL statement in migration: {buffer.strip()[:80]!r}")
 
 
+def read_only_reason(path: str | Path) -> str | None:
+    """Why this process cannot write the existing database file at ``path``, or None."""
+    file = Path(path)
+    if str(path) == ":memory:" or not file.exists():
+        return None
+    if not os.access(file, os.W_OK):
+        return "the file is read-only"
+    beside = (Path(f"{file}-wal"), Path(f"{file}-shm"))
+    if not os.access(file.parent, os.W_OK | os.X_OK) and not all(
+        p.exists() and os.access(p, os.W_OK) for p in beside
+    ):
+        return "its directory is read-only"
+    return None
+
+
+def _open_read_only(path: str) -> sqlite3.Connection:
+    """A read-only connection; see the module docstring for a read-only directory."""
+    file = Path(path).resolve()
+    conn = sqlite3.connect(f"file:{file}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.DatabaseError as e:
+        conn.close()
+        cannot_make_files = "readonly" in str(e) or "unable to open" in str(e)
+        if not cannot_make_files or os.access(file.parent, os.W_OK | os.X_OK):
+            raise NotOurs(f"{path} is not a sessiontree database: {e}") from None
+    if Path(f"{file}-wal").exists():  # its pages would be ignored: refuse rather than show stale data
+        raise ReadOnly(
+            f"cannot read {path}: its directory is read-only and it has a write-ahead log"
+            f" ({file.name}-wal) that SQLite can only read by creating {file.name}-shm beside it;"
+            " open it once where it can be written (or copy both files to such a place)"
+        )
+    # Nothing can be in a log, and no process can start one here: the file is all there is.
+    return sqlite3.connect(
+        f"file:{file}?mode=ro&immutable=1", uri=True, isolation_level=None, check_same_thread=False
+    )
+
+
 def connect(path: str | Path, *, readonly: bool = False, apply_migrations: bool = True) -> sqlite3.Connection:
     """Open a store database. See the module docstring for what is checked and set."""
     path = str(path)
@@ -196,9 +243,7 @@ def connect(path: str | Path, *, readonly: bool = False, apply_migrations: bool 
     if readonly:
         if memory or not Path(path).exists():
             raise SessionTreeError(f"cannot open {path!r} read-only: no such database file")
-        conn = sqlite3.connect(
-            f"file:{Path(path).resolve()}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
-        )
+        conn = _open_read_only(path)
     else:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:

@@ -1,7 +1,9 @@
 """The Store: one SQLite file holding many session trees.
 
 Contract: ``Store(path)`` opens (creating if needed) and migrates the file;
-``Store(path, readonly=True)`` opens it for inspection and never writes.
+``Store(path, readonly=True)`` opens it for inspection and never writes; so
+does ``Store(path)`` on a file this process cannot write (a read-only file or
+directory): reads work, writes raise ``ReadOnly`` saying why.
 Every multi-row write happens in one ``BEGIN IMMEDIATE`` transaction, so a
 failure leaves nothing half-written. SQL lives in the storage backend
 (``storage``); the store holds the cross-session rules.
@@ -39,7 +41,7 @@ class Store:
         cache of decoded paths (payload bytes; 0 turns it off)."""
         self.storage = SQLiteStorage(path, readonly=readonly, cache_bytes=cache_bytes)
         self.path = self.storage.path
-        self.readonly = readonly
+        self.readonly = self.storage.readonly
 
     @property
     def conn(self) -> sqlite3.Connection:

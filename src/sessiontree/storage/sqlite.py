@@ -82,8 +82,10 @@ class SQLiteStorage(SQLiteUpkeep):
         self, path: str | Path, *, readonly: bool = False, cache_bytes: int = DEFAULT_MAX_BYTES
     ) -> None:
         self.path = str(path)
-        self.readonly = readonly
-        self.conn: sqlite3.Connection = _db.connect(self.path, readonly=readonly)
+        # A file this process cannot write is opened read-only; writes say why.
+        self.why_readonly = None if readonly else _db.read_only_reason(self.path)
+        self.readonly = readonly or self.why_readonly is not None
+        self.conn: sqlite3.Connection = _db.connect(self.path, readonly=self.readonly)
         # sqlite-utils for schema introspection (and, later, its FTS helpers); no
         # plugins and no pragma changes on a connection that is ours.
         self.db = sqlite_utils.Database(self.conn, recursive_triggers=False, execute_plugins=False)
@@ -97,13 +99,20 @@ class SQLiteStorage(SQLiteUpkeep):
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """One atomic write (``BEGIN IMMEDIATE``); nested use makes a savepoint."""
-        if self.readonly:
-            raise ReadOnly(f"{self.path} is open read-only; nothing was written")
+        self.check_writable()
         outermost = not self.conn.in_transaction
         with _db.transaction(self.conn) as conn:
             yield conn
         if outermost:
             self._bound_wal()
+
+    def check_writable(self) -> None:
+        """``ReadOnly`` when this store cannot write (opened so, or the file or its
+        directory is read-only)."""
+        if self.why_readonly is not None:
+            raise ReadOnly(f"{self.path} cannot be written ({self.why_readonly}); nothing was written")
+        if self.readonly:
+            raise ReadOnly(f"{self.path} is open read-only; nothing was written")
 
     def _bound_wal(self) -> None:
         """Keep the write-ahead log near ``wal_limit`` bytes.

@@ -109,6 +109,9 @@ class SQLiteUpkeep:
     def snapshot(self) -> AbstractContextManager[None]:
         raise NotImplementedError
 
+    def check_writable(self) -> None:
+        raise NotImplementedError
+
     def _one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         raise NotImplementedError
 
@@ -160,6 +163,7 @@ class SQLiteUpkeep:
         """Compact the file; the bytes freed (None for an in-memory database)."""
         if self.path == ":memory:":
             return None
+        self.check_writable()
         self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         before = os.path.getsize(self.path)
         try:
