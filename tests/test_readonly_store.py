@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from sessiontree import ReadOnly, Store
+from sessiontree import ReadOnly, SessionTreeError, Store
 from sessiontree.cli import cli
 
 ROOT = os.geteuid() == 0
@@ -198,3 +198,37 @@ def test_a_log_without_its_index_in_a_read_only_directory_is_refused_clearly(pla
         " (s.db-wal) that SQLite can only read by creating s.db-shm beside it; open it once"
         " where it can be written (or copy both files to such a place)\n"
     )
+
+
+def create_in(directory: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {"cli": cli_lines(directory / "new.db", ["append", "hi"])}
+    try:
+        Store(directory / "other.db")
+        out["api"] = "created"
+    except ReadOnly as e:
+        out["api"] = f"ReadOnly: {e}"
+    out["files"] = sorted(os.listdir(directory))
+    return out
+
+
+def test_a_new_store_in_a_read_only_directory_is_one_clear_error(place, tmp_path):
+    """Before: a raw sqlite3.OperationalError "unable to open database file" from the
+    API, and an "internal error" line from the CLI."""
+    warm = create_in(tmp_path)
+    assert warm["api"] == "created"
+    place.chmod(0o555)  # nobody could not write it anyway (root owns it); another user cannot now
+    out = unprivileged(lambda: create_in(place))
+    assert tuple(out["cli"]) == (
+        1,
+        f"Error: cannot create {place / 'new.db'}: its directory is read-only; nothing was written\n",
+    )
+    assert (
+        out["api"]
+        == f"ReadOnly: cannot create {place / 'other.db'}: its directory is read-only; nothing was written"
+    )
+    assert out["files"] == []
+
+
+def test_a_new_store_in_a_missing_directory_is_one_clear_error(tmp_path):
+    with pytest.raises(SessionTreeError, match=r"^cannot create .*x\.db: no such directory"):
+        Store(tmp_path / "missing" / "x.db")

@@ -236,6 +236,20 @@ def _open_read_only(path: str) -> sqlite3.Connection:
     )
 
 
+def _open_read_write(path: str) -> sqlite3.Connection:
+    """A read-write connection; a file that cannot be created is one clear error."""
+    file = Path(path)
+    if path != ":memory:" and not file.exists():
+        if not file.parent.is_dir():
+            raise SessionTreeError(f"cannot create {path}: no such directory {str(file.parent)!r}")
+        if not os.access(file.parent, os.W_OK | os.X_OK):
+            raise ReadOnly(f"cannot create {path}: its directory is read-only; nothing was written")
+    try:
+        return sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    except sqlite3.OperationalError as e:
+        raise SessionTreeError(f"cannot open {path}: {e}") from None
+
+
 def connect(path: str | Path, *, readonly: bool = False, apply_migrations: bool = True) -> sqlite3.Connection:
     """Open a store database. See the module docstring for what is checked and set."""
     path = str(path)
@@ -245,7 +259,7 @@ def connect(path: str | Path, *, readonly: bool = False, apply_migrations: bool 
             raise SessionTreeError(f"cannot open {path!r} read-only: no such database file")
         conn = _open_read_only(path)
     else:
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn = _open_read_write(path)
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         try:
