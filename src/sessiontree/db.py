@@ -9,9 +9,11 @@ Contract:
   file (the file is read-only, or its directory is and the ``-wal``/``-shm``
   files WAL needs are not already there and writable), or None; a store opens
   such a file read-only by itself. ``connect(path, readonly=True)`` reads a
-  file in a read-only directory that has no ``-wal`` beside it as immutable
+  file in a read-only directory that has no (or an empty) ``-wal`` beside it as immutable
   (SQLite cannot make the ``-shm`` it needs otherwise), and refuses one that
-  has a ``-wal`` it cannot read, saying so.
+  has a ``-wal`` it cannot read, saying so. A full disk, where SQLite cannot
+  make the ``-shm`` either, is read the same way; opening it to write is
+  ``DiskFull``.
 - ``transaction(conn)`` is ``BEGIN IMMEDIATE`` .. ``COMMIT``, rolled back on any
   exception; nested use joins the outer transaction. Taking the write lock up
   front means a writer never fails half-way for lack of it. A busy database is
@@ -212,8 +214,22 @@ def read_only_reason(path: str | Path) -> str | None:
     return None
 
 
+LOW_SPACE = 1 << 20
+"""Free bytes under which a failure to open a file is put down to a full disk."""
+
+
+def disk_full(path: str | Path) -> bool:
+    """Whether the file system holding ``path`` has (next to) no room left."""
+    try:
+        stat = os.statvfs(Path(path).resolve().parent)
+    except OSError:
+        return False
+    return stat.f_bavail * stat.f_frsize < LOW_SPACE
+
+
 def _open_read_only(path: str) -> sqlite3.Connection:
-    """A read-only connection; see the module docstring for a read-only directory."""
+    """A read-only connection; see the module docstring for a read-only directory
+    (a full disk, where SQLite cannot make the ``-shm`` either, is read the same way)."""
     file = Path(path).resolve()
     conn = sqlite3.connect(f"file:{file}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
     try:
@@ -221,14 +237,23 @@ def _open_read_only(path: str) -> sqlite3.Connection:
         return conn
     except sqlite3.DatabaseError as e:
         conn.close()
+        full = disk_full(file)
         cannot_make_files = "readonly" in str(e) or "unable to open" in str(e)
-        if not cannot_make_files or os.access(file.parent, os.W_OK | os.X_OK):
+        if not full and (not cannot_make_files or os.access(file.parent, os.W_OK | os.X_OK)):
             raise NotOurs(f"{path} is not a sessiontree database: {e}") from None
-    if Path(f"{file}-wal").exists():  # its pages would be ignored: refuse rather than show stale data
-        raise ReadOnly(
-            f"cannot read {path}: its directory is read-only and it has a write-ahead log"
-            f" ({file.name}-wal) that SQLite can only read by creating {file.name}-shm beside it;"
-            " open it once where it can be written (or copy both files to such a place)"
+    wal = Path(f"{file}-wal")
+    if wal.exists() and wal.stat().st_size:  # its pages would be ignored: refuse rather than show stale data
+        why, do = (
+            ("the disk is full", "free some space")
+            if full
+            else (
+                "its directory is read-only",
+                "open it once where it can be written (or copy both files to such a place)",
+            )
+        )
+        raise (DiskFull if full else ReadOnly)(
+            f"cannot read {path}: {why} and it has a write-ahead log ({file.name}-wal) that SQLite"
+            f" can only read by creating {file.name}-shm beside it; {do}"
         )
     # Nothing can be in a log, and no process can start one here: the file is all there is.
     return sqlite3.connect(
@@ -267,6 +292,8 @@ def connect(path: str | Path, *, readonly: bool = False, apply_migrations: bool 
         except NotOurs as e:
             raise NotOurs(f"{path} is {e}") from None
         except sqlite3.DatabaseError as e:
+            if not memory and disk_full(path):  # not even the -shm could be made
+                raise DiskFull(f"cannot open {path}: the disk is full; nothing was written") from None
             raise NotOurs(f"{path} is not a sessiontree database: {e}") from None
         conn.execute("PRAGMA foreign_keys = ON")
         if not readonly:

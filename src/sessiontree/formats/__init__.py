@@ -25,6 +25,7 @@ See docs/formats.md for what each format maps to.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from .. import bulk
 from ..bulk import ImportConflict, ImportedSession, InvalidTree
 from ..bulk_stream import Sink, write_stream
-from ..errors import FormatError, SessionTreeError
+from ..errors import DiskFull, FormatError, SessionTreeError
 from .chatgpt import parse_chatgpt
 from .claude_code import parse_claude_code
 from .common import answer_open_calls
@@ -341,7 +342,9 @@ def export_file(
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.writelines(lines)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+            raise DiskFull(f"cannot write {path}: the disk is full; nothing was written") from None
         raise
     return path
