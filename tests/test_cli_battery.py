@@ -48,6 +48,17 @@ BAD = [
     ["archive", "nosuchsession"],
     ["prune", "-s", "nosuchsession"],
     ["verify", "-s", "nosuchsession"],
+    ["edit", "nosuchnode", "-b", "x", "--text", "t"],
+    ["edit", "main", "-b", "main", "--text", "t"],
+    ["reject", "nosuchpause"],
+    ["rename-branch", "nosuch", "other"],
+    ["rename-branch", "main", "bad\u0085name"],
+    ["usage", "main", "--since", "nosuch"],
+    ["sessions", "--bogus"],
+    ["stats", "extra"],
+    ["pending", "extra"],
+    ["demo", "extra"],
+    ["migrate", "extra"],
 ]
 
 
@@ -69,3 +80,7 @@ def test_a_bad_invocation_is_one_error_line(db, tmp_path, args):
     assert "Traceback" not in result.output
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1, result.output
+
+
+def test_the_battery_covers_every_command():
+    assert set(cli.commands) - {args[0] for args in BAD} == set()
