@@ -10,11 +10,13 @@ Contract:
 - ``write_stream(store, feed)`` runs ``feed(sink)`` with a ``StreamWriter``
   inside ONE ``BEGIN IMMEDIATE`` transaction: everything the feed reported, or
   nothing (a parser error or a refused record halfway rolls it all back).
-  The writer holds a batch of ``BATCH`` encoded nodes, the sessions' headers
-  and refs, and nodes whose parent has not come yet; every other node is
-  looked up in the store it has already been written to. So memory does not
-  grow with the file when parents come before children, as every exporter
-  writes them; each payload dict is dropped as soon as it is encoded.
+  The writer holds a batch of ``BATCH`` encoded nodes, per session its id,
+  key and refs (a few hundred bytes), a cache of run keys (at most
+  ``RUN_CACHE``), and nodes whose parent has not come yet; every other node
+  is looked up in the store it has already been written to. So memory does
+  not grow with the file's nodes or payloads when parents come before
+  children, as every exporter writes them; each payload dict is dropped as
+  soon as it is encoded.
 - It applies ``bulk.write_sessions``'s rules (merge by id, conflicts, depths,
   decisions under pauses, refs written last) with the same messages, except
   that a node naming a run must come after that run.
@@ -151,8 +153,8 @@ class StreamWriter:
                 s.created_at,
                 s.archived_at,
             )
-        header = ImportedSession(s.id, s.title, s.metadata, s.created_at, archived_at=s.archived_at)
-        header.source = s.source
+        # Kept until the end for the refs: only what the checks and messages need.
+        header = ImportedSession(s.id, None, {}, s.created_at, source=s.source)
         self.sessions[s.id] = _Open(key, header, created)
 
     def run(self, session_id: str, run: ImportedRun) -> None:
