@@ -200,3 +200,47 @@ def test_parse_file_still_returns_whole_sessions(tmp_path):
     (pi_session,) = parse_file(pi, "pi")
     assert [n.payload["content"][:2] for n in pi_session.nodes] == ["0 ", "1 ", "2 ", "3 "]
     assert [b.name for b in pi_session.branches] == ["main"]
+
+
+def pi_records(entries: int) -> list[dict]:
+    return [json.loads(line) for line in pi_lines(entries)]
+
+
+def pi_file(tmp_path: Path, records: list[dict], name: str = "pi.jsonl") -> Path:
+    return write(tmp_path / name, [json.dumps(r) + "\n" for r in records])
+
+
+def test_pi_entries_before_their_parents_wait_for_them(tmp_path):
+    """Entries are written as their parents come; one listed before its parent waits."""
+    records = pi_records(6)
+    shuffled = [records[0], *records[4:], *records[1:4]]  # e3, e4, e5 before e0, e1, e2
+    ordered = pi_file(tmp_path, records, "ordered.jsonl")
+    with Store(tmp_path / "a.db") as a, Store(tmp_path / "b.db") as b:
+        import_file(a, pi_file(tmp_path, shuffled), "pi")
+        import_file(b, ordered, "pi")
+        tree = [(n.id, n.parent_id, n.payload) for n in a.session(a.sessions()[0].id).tree()]
+        assert tree == [(n.id, n.parent_id, n.payload) for n in b.session(b.sessions()[0].id).tree()]
+        assert len(tree) == 6
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("missing parent", "pi.jsonl line 4: parent 'ghost' is not in the file"),
+        ("cycle", "pi.jsonl line 2: the parent links form a cycle"),
+        ("duplicate", "pi.jsonl line 5: entry id 'e1' appears twice"),
+    ],
+)
+def test_a_damaged_pi_file_is_one_line_and_writes_nothing(tmp_path, kept, damage, message):
+    store, before = kept
+    records = pi_records(4)
+    if damage == "missing parent":
+        records[3]["parentId"] = "ghost"
+    elif damage == "cycle":
+        records[1]["parentId"] = "e2"  # e0, the first entry, under e2: e0 <- e1 <- e2 <- e0
+    else:
+        records.insert(4, dict(records[2]))
+    with pytest.raises(FormatError) as e:
+        import_file(store, pi_file(tmp_path, records), "pi")
+    assert str(e.value) == message
+    assert public_rows(store.conn) == before
