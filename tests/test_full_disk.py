@@ -35,7 +35,7 @@ def small_disk(tmp_path) -> Iterator[Path]:
     try:
         yield where
     finally:
-        subprocess.run(["umount", str(where)], check=True)
+        subprocess.run(["umount", "--lazy", str(where)], check=True)  # even if a test left a file open
 
 
 def fill(disk: Path) -> Path:
