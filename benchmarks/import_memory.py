@@ -1,9 +1,12 @@
 """Peak memory of importing a large file, per format, as a multiple of its size.
 
 For each format, a file of about ``--mb`` megabytes is made from the real
-exports in tests/fixtures/real (copies with fresh ids), then imported into a
+exports in tests/fixtures/real (copies with fresh ids; ``native`` from the pi
+session imported and exported in sessiontree's own format), then imported into a
 new store in a child process, which reports its peak resident set size
-(``ru_maxrss``) before and after the import. The figure is the growth of the
+(``VmHWM`` from /proc/self/status on Linux: unlike ``ru_maxrss`` it does not
+inherit the parent's peak across exec; ``ru_maxrss`` elsewhere) before and
+after the import. The figure is the growth of the
 peak during the import divided by the file size.
 
     python benchmarks/import_memory.py            # 50 MB per format
@@ -29,6 +32,7 @@ SOURCES = {
     "openwebui": REAL / "openwebui" / "openwebui-importer-claude_output.json",
     "claude-code": REAL / "claude-code" / "spotter-8463c716.jsonl",
     "pi": REAL / "pi" / "pi-mono-large-session.jsonl",
+    "native": REAL / "pi" / "pi-mono-large-session.jsonl",  # converted by native_source
 }
 ZERO = "00000000-0000-0000-0000-000000000000"  # LibreChat's "no parent"
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -48,17 +52,27 @@ def fresh_ids(text: str, copy: int) -> str:
     return API_ID.sub(lambda m: f"{m.group(1)}_{copy}x{m.group(2)}", text)
 
 
+def native_source(directory: Path) -> str:
+    """The pi session as a native file (header line first)."""
+    from sessiontree import Store
+    from sessiontree.formats import export_native, import_file
+
+    with Store(directory / "native-source.db") as store:
+        import_file(store, SOURCES["native"], "pi")
+        return "".join(export_native(store))
+
+
 def make_file(fmt: str, size: int, directory: Path) -> Path:
-    source = SOURCES[fmt].read_text(encoding="utf-8")
+    source = native_source(directory) if fmt == "native" else SOURCES[fmt].read_text(encoding="utf-8")
     out = directory / f"big-{fmt}{SOURCES[fmt].suffix}"
-    if fmt in ("claude-code", "pi"):  # one long session: the records repeated with fresh ids
+    if fmt in ("claude-code", "pi", "native"):  # the records repeated (with fresh ids)
         lines = source.splitlines(keepends=True)
-        header, body = (lines[:1], lines[1:]) if fmt == "pi" else ([], lines)
+        header, body = (lines[:1], lines[1:]) if fmt in ("pi", "native") else ([], lines)
         with out.open("w", encoding="utf-8") as f:
             f.writelines(header)
             copy = 0
-            while f.tell() < size:
-                f.write(fresh_ids("".join(body), copy) if fmt == "claude-code" else "".join(body))
+            while f.tell() < size:  # a pi v1 file has no ids: one long session
+                f.write("".join(body) if fmt == "pi" else fresh_ids("".join(body), copy))
                 copy += 1
         return out
     data = json.loads(source)
@@ -80,11 +94,19 @@ CHILD = """
 import inspect, json, resource, sys
 from sessiontree import Store
 from sessiontree.formats import import_file
+
+def peak():
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
 quiet = {"report": lambda line: None} if "report" in inspect.signature(import_file).parameters else {}
 store = Store(sys.argv[2])
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = peak()
 import_file(store, sys.argv[1], **quiet)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+after = peak()
 print(json.dumps({"before_kb": before, "after_kb": after}))
 """
 

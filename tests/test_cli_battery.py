@@ -48,6 +48,25 @@ BAD = [
     ["archive", "nosuchsession"],
     ["prune", "-s", "nosuchsession"],
     ["verify", "-s", "nosuchsession"],
+    ["edit", "nosuchnode", "-b", "x", "--text", "t"],
+    ["edit", "main", "-b", "main", "--text", "t"],
+    ["reject", "nosuchpause"],
+    ["rename-branch", "nosuch", "other"],
+    ["rename-branch", "main", "bad\u0085name"],
+    ["usage", "main", "--since", "nosuch"],
+    ["sessions", "--bogus"],
+    ["stats", "extra"],
+    ["pending", "extra"],
+    ["demo", "extra"],
+    ["migrate", "extra"],
+    ["copy", "{tmp}/missing.db", "{tmp}/out.db"],
+    ["copy", "{tmp}/garbage.json", "{tmp}/out.db"],
+    ["copy", "{tmp}/b.db", "postgresql://127.0.0.1:9/nowhere"],
+    ["worker", "--poll", "0", *MODEL],
+    ["worker", "--tools", "no_such_module_here", *MODEL],
+    ["html", "nosuchsession"],
+    ["html", "-o", "{tmp}/missing-dir/x.html"],
+    ["serve", "--port", "-5"],
 ]
 
 
@@ -69,3 +88,7 @@ def test_a_bad_invocation_is_one_error_line(db, tmp_path, args):
     assert "Traceback" not in result.output
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1, result.output
+
+
+def test_the_battery_covers_every_command():
+    assert set(cli.commands) - {args[0] for args in BAD} == set()

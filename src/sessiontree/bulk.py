@@ -133,24 +133,38 @@ def write_sessions(
     return [s.id for s in sessions]
 
 
-def _where(node: ImportedNode) -> str:
+def where(node: ImportedNode) -> str:
+    """How error messages name a node: its record in the input and its id."""
     return f"{node.source}: node {node.id}" if node.source else f"node {node.id}"
 
 
 _CONSUMED: dict[str, Any] = {}  # what a consumed node's payload becomes (its text is kept)
 
 
+def encode_node(node: ImportedNode, consume: bool = False) -> str:
+    """The node's payload as stored text (validated by kind); with ``consume`` the
+    node's payload dict is dropped (the caller must not read it afterwards)."""
+    try:
+        text = encode_payload(node.payload, node.kind)
+    except InvalidPayload as e:
+        raise InvalidTree(f"{where(node)}: {e}") from None
+    if consume:
+        node.payload = _CONSUMED
+    return text
+
+
 def _encode(session: ImportedSession, consume: bool = False) -> dict[str, str]:
     texts = {}
     for node in session.nodes:
         if node.id in texts:
-            raise InvalidTree(f"{_where(node)} appears twice")
-        try:
-            texts[node.id] = encode_payload(node.payload, node.kind)
-        except InvalidPayload as e:
-            raise InvalidTree(f"{_where(node)}: {e}") from None
-        if consume:
-            node.payload = _CONSUMED
+            raise InvalidTree(f"{where(node)} appears twice")
+        texts[node.id] = encode_node(node, consume)
+    check_refs(session)
+    return texts
+
+
+def check_refs(session: ImportedSession) -> None:
+    """Refuse a branch or checkpoint name that is invalid or used twice."""
     for ref in (*session.branches, *session.checkpoints):
         try:
             check_name(ref.name, "branch or checkpoint")
@@ -160,7 +174,6 @@ def _encode(session: ImportedSession, consume: bool = False) -> dict[str, str]:
     if len(names) != len(set(names)):
         dup = next(n for n in names if names.count(n) > 1)
         raise InvalidTree(f"session {session.id}: the name {dup!r} is used twice")
-    return texts
 
 
 def _write_one(
@@ -188,36 +201,25 @@ def _write_one(
     for node in sorted(s.nodes, key=lambda n: depths[n.id]):
         if node.depth is not None and node.depth != depths[node.id]:
             raise InvalidTree(
-                f"{_where(node)} declares depth {node.depth}, but its parents"
+                f"{where(node)} declares depth {node.depth}, but its parents"
                 f" put it at depth {depths[node.id]}"
             )
-        if node.kind == "decision":  # the same rule Session.append enforces
-            parent = by_id.get(node.parent_id or "")
-            stored = outside.get(node.parent_id or "")
-            parent_kind = parent.kind if parent else stored[3] if stored else None
-            if parent_kind != "pause":
-                raise InvalidTree(f"{_where(node)}: a decision must be the child of a pause")
+        parent = by_id.get(node.parent_id or "")
+        stored = outside.get(node.parent_id or "")
+        check_decision(node, parent.kind if parent else stored[3] if stored else None)
         old = existing.get(node.id)
         if old is None:
             new_nodes.append(node)
             continue
         node_keys[node.id] = old[0]
-        if old[1] != s.id:
-            raise ImportConflict(f"{_where(node)} already exists in another session, {old[1]}")
-        if (old[2], old[3]) != (node.parent_id, node.kind) or json.loads(old[4]) != json.loads(
-            texts[node.id]
-        ):
-            raise ImportConflict(
-                f"{_where(node)} already exists with a different parent, kind"
-                " or payload; refusing to import over it"
-            )
+        check_same(node, texts[node.id], s.id, old)
     first = storage.reserve_node_keys(len(new_nodes))
     node_keys.update((node.id, first + i) for i, node in enumerate(new_nodes))
     rows = []
     for node in new_nodes:
         run_key = None
         if node.run_id is not None:
-            run_key = run_keys.get(node.run_id) or _stored_run(storage, s, node)
+            run_key = run_keys.get(node.run_id) or stored_run(storage, s, node)
         parent_key = None if node.parent_id is None else node_keys[node.parent_id]
         rows.append(
             (node.id, key, parent_key, depths[node.id], node.kind, texts[node.id], node.created_at, run_key)
@@ -232,6 +234,30 @@ def _write_one(
             raise InvalidTree(f"session {s.id}: {e}") from None
         tick(len(batch))
     tick(len(s.nodes) - len(rows))
+    write_refs(storage, key, s, node_keys)
+
+
+def check_decision(node: ImportedNode, parent_kind: str | None) -> None:
+    """A decision must be the child of a pause: the same rule Session.append enforces."""
+    if node.kind == "decision" and parent_kind != "pause":
+        raise InvalidTree(f"{where(node)}: a decision must be the child of a pause")
+
+
+def check_same(node: ImportedNode, text: str, session_id: str, old: tuple[Any, ...]) -> None:
+    """Refuse an input node whose id is stored (``old``: a ``nodes_by_ids`` row) as
+    something else; an equal one is merged (left alone)."""
+    if old[1] != session_id:
+        raise ImportConflict(f"{where(node)} already exists in another session, {old[1]}")
+    if (old[2], old[3]) != (node.parent_id, node.kind) or json.loads(old[4]) != json.loads(text):
+        raise ImportConflict(
+            f"{where(node)} already exists with a different parent, kind"
+            " or payload; refusing to import over it"
+        )
+
+
+def write_refs(storage: Storage, key: int, s: ImportedSession, node_keys: dict[str, int]) -> None:
+    """Write the session's checkpoints and branches (after its nodes); ``node_keys``
+    need not hold the stored nodes they name."""
     node_keys = _with_session_refs(storage, s, node_keys)
     _write_checkpoints(storage, key, s, node_keys)
     _write_branches(storage, key, s, node_keys)
@@ -250,7 +276,7 @@ def _depths(
         while node is not None and node.id not in depths:
             if node.id in on_chain:
                 cycle = [n.id for n in chain[chain.index(node) :]]
-                raise InvalidTree(f"{_where(node)} is its own ancestor: cycle {' -> '.join(cycle)}")
+                raise InvalidTree(f"{where(node)} is its own ancestor: cycle {' -> '.join(cycle)}")
             chain.append(node)
             on_chain.add(node.id)
             parent = node.parent_id
@@ -261,12 +287,12 @@ def _depths(
             elif parent in outside:
                 if outside[parent][0] != s.id:
                     raise InvalidTree(
-                        f"{_where(node)}: parent {parent} belongs to another session, {outside[parent][0]}"
+                        f"{where(node)}: parent {parent} belongs to another session, {outside[parent][0]}"
                     )
                 base = outside[parent][1]
                 node = None
             else:
-                raise InvalidTree(f"{_where(node)}: parent {parent} is neither in the input nor in the store")
+                raise InvalidTree(f"{where(node)}: parent {parent} is neither in the input nor in the store")
         if node is not None:
             base = depths[node.id]
         for n in reversed(chain):
@@ -277,36 +303,37 @@ def _depths(
 
 def _write_runs(storage: Storage, session_key: int, s: ImportedSession) -> dict[str, int]:
     """Insert the input's runs that are new; their keys (and those of the ones already there)."""
-    keys = {}
-    for run in s.runs:
-        found = storage.run_handle(run.id)
-        if found is not None:
-            if found[1] != s.id:
-                raise ImportConflict(f"run {run.id} already exists in another session, {found[1]}")
-            keys[run.id] = found[0]
-            continue
-        keys[run.id] = storage.insert_run(
-            run.id,
-            session_key,
-            (
-                run.model,
-                run.provider,
-                encode_json(run.params, "run params"),
-                encode_json(run.usage, "run usage"),
-                check_latency(run.latency_ms, f"run {run.id}: latency_ms"),
-                run.finish_reason,
-                run.created_at or s.created_at,
-            ),
-        )
-    return keys
+    return {run.id: write_run(storage, session_key, s, run) for run in s.runs}
 
 
-def _stored_run(storage: Storage, s: ImportedSession, node: ImportedNode) -> int:
+def write_run(storage: Storage, session_key: int, s: ImportedSession, run: ImportedRun) -> int:
+    """The key of the run: inserted when new, refused when it belongs to another session."""
+    found = storage.run_handle(run.id)
+    if found is not None:
+        if found[1] != s.id:
+            raise ImportConflict(f"run {run.id} already exists in another session, {found[1]}")
+        return found[0]
+    return storage.insert_run(
+        run.id,
+        session_key,
+        (
+            run.model,
+            run.provider,
+            encode_json(run.params, "run params"),
+            encode_json(run.usage, "run usage"),
+            check_latency(run.latency_ms, f"run {run.id}: latency_ms"),
+            run.finish_reason,
+            run.created_at or s.created_at,
+        ),
+    )
+
+
+def stored_run(storage: Storage, s: ImportedSession, node: ImportedNode) -> int:
     """The key of a run the input does not carry: it must be a run of this session already."""
     found = storage.run_handle(node.run_id or "")
     if found is None or found[1] != s.id:
         raise InvalidTree(
-            f"{_where(node)}: run {node.run_id} is neither in the input nor a run of this session"
+            f"{where(node)}: run {node.run_id} is neither in the input nor a run of this session"
         )
     return found[0]
 

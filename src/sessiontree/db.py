@@ -5,6 +5,15 @@ Contract:
   COMMIT ourselves), refuses a schema newer than this code *before* writing a
   byte, applies pending migrations, then sets the per-connection pragmas:
   foreign keys on, WAL, a busy timeout, synchronous=NORMAL.
+- ``read_only_reason(path)`` says why this process cannot write an existing
+  file (the file is read-only, or its directory is and the ``-wal``/``-shm``
+  files WAL needs are not already there and writable), or None; a store opens
+  such a file read-only by itself. ``connect(path, readonly=True)`` reads a
+  file in a read-only directory that has no (or an empty) ``-wal`` beside it as immutable
+  (SQLite cannot make the ``-shm`` it needs otherwise), and refuses one that
+  has a ``-wal`` it cannot read, saying so. A full disk, where SQLite cannot
+  make the ``-shm`` either, is read the same way; opening it to write is
+  ``DiskFull``.
 - ``transaction(conn)`` is ``BEGIN IMMEDIATE`` .. ``COMMIT``, rolled back on any
   exception; nested use joins the outer transaction. Taking the write lock up
   front means a writer never fails half-way for lack of it. A busy database is
@@ -19,6 +28,7 @@ Contract:
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import sqlite3
@@ -189,6 +199,82 @@ def split_statements(sql: str) -> Iterator[str]:
         raise SessionTreeError(f"incomplete SQL statement in migration: {buffer.strip()[:80]!r}")
 
 
+def read_only_reason(path: str | Path) -> str | None:
+    """Why this process cannot write the existing database file at ``path``, or None."""
+    file = Path(path)
+    if str(path) == ":memory:" or not file.exists():
+        return None
+    if not os.access(file, os.W_OK):
+        return "the file is read-only"
+    beside = (Path(f"{file}-wal"), Path(f"{file}-shm"))
+    if not os.access(file.parent, os.W_OK | os.X_OK) and not all(
+        p.exists() and os.access(p, os.W_OK) for p in beside
+    ):
+        return "its directory is read-only"
+    return None
+
+
+LOW_SPACE = 1 << 20
+"""Free bytes under which a failure to open a file is put down to a full disk."""
+
+
+def disk_full(path: str | Path) -> bool:
+    """Whether the file system holding ``path`` has (next to) no room left."""
+    try:
+        stat = os.statvfs(Path(path).resolve().parent)
+    except OSError:
+        return False
+    return stat.f_bavail * stat.f_frsize < LOW_SPACE
+
+
+def _open_read_only(path: str) -> sqlite3.Connection:
+    """A read-only connection; see the module docstring for a read-only directory
+    (a full disk, where SQLite cannot make the ``-shm`` either, is read the same way)."""
+    file = Path(path).resolve()
+    conn = sqlite3.connect(f"file:{file}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.DatabaseError as e:
+        conn.close()
+        full = disk_full(file)
+        cannot_make_files = "readonly" in str(e) or "unable to open" in str(e)
+        if not full and (not cannot_make_files or os.access(file.parent, os.W_OK | os.X_OK)):
+            raise NotOurs(f"{path} is not a sessiontree database: {e}") from None
+    wal = Path(f"{file}-wal")
+    if wal.exists() and wal.stat().st_size:  # its pages would be ignored: refuse rather than show stale data
+        why, do = (
+            ("the disk is full", "free some space")
+            if full
+            else (
+                "its directory is read-only",
+                "open it once where it can be written (or copy both files to such a place)",
+            )
+        )
+        raise (DiskFull if full else ReadOnly)(
+            f"cannot read {path}: {why} and it has a write-ahead log ({file.name}-wal) that SQLite"
+            f" can only read by creating {file.name}-shm beside it; {do}"
+        )
+    # Nothing can be in a log, and no process can start one here: the file is all there is.
+    return sqlite3.connect(
+        f"file:{file}?mode=ro&immutable=1", uri=True, isolation_level=None, check_same_thread=False
+    )
+
+
+def _open_read_write(path: str) -> sqlite3.Connection:
+    """A read-write connection; a file that cannot be created is one clear error."""
+    file = Path(path)
+    if path != ":memory:" and not file.exists():
+        if not file.parent.is_dir():
+            raise SessionTreeError(f"cannot create {path}: no such directory {str(file.parent)!r}")
+        if not os.access(file.parent, os.W_OK | os.X_OK):
+            raise ReadOnly(f"cannot create {path}: its directory is read-only; nothing was written")
+    try:
+        return sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    except sqlite3.OperationalError as e:
+        raise SessionTreeError(f"cannot open {path}: {e}") from None
+
+
 def connect(path: str | Path, *, readonly: bool = False, apply_migrations: bool = True) -> sqlite3.Connection:
     """Open a store database. See the module docstring for what is checked and set."""
     path = str(path)
@@ -196,11 +282,9 @@ def connect(path: str | Path, *, readonly: bool = False, apply_migrations: bool 
     if readonly:
         if memory or not Path(path).exists():
             raise SessionTreeError(f"cannot open {path!r} read-only: no such database file")
-        conn = sqlite3.connect(
-            f"file:{Path(path).resolve()}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
-        )
+        conn = _open_read_only(path)
     else:
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn = _open_read_write(path)
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         try:
@@ -208,6 +292,8 @@ def connect(path: str | Path, *, readonly: bool = False, apply_migrations: bool 
         except NotOurs as e:
             raise NotOurs(f"{path} is {e}") from None
         except sqlite3.DatabaseError as e:
+            if not memory and disk_full(path):  # not even the -shm could be made
+                raise DiskFull(f"cannot open {path}: the disk is full; nothing was written") from None
             raise NotOurs(f"{path} is not a sessiontree database: {e}") from None
         conn.execute("PRAGMA foreign_keys = ON")
         if not readonly:

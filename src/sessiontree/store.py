@@ -5,6 +5,12 @@ file; ``Store("postgresql://...")`` does the same on a PostgreSQL server (the
 ``postgres`` extra), with the same API and guarantees. ``Store(path,
 readonly=True)`` opens it for inspection and never writes. Every multi-row
 write happens in one transaction, so a failure leaves nothing half-written. SQL lives in the storage backend
+Contract: ``Store(path)`` opens (creating if needed) and migrates the file;
+``Store(path, readonly=True)`` opens it for inspection and never writes; so
+does ``Store(path)`` on a file this process cannot write (a read-only file or
+directory): reads work, writes raise ``ReadOnly`` saying why.
+Every multi-row write happens in one ``BEGIN IMMEDIATE`` transaction, so a
+failure leaves nothing half-written. SQL lives in the storage backend
 (``storage``); the store holds the cross-session rules.
 """
 
@@ -41,7 +47,7 @@ class Store:
         paths (payload bytes; 0 turns it off)."""
         self.storage: Storage = open_storage(path, readonly=readonly, cache_bytes=cache_bytes)
         self.path = self.storage.url
-        self.readonly = readonly
+        self.readonly = self.storage.readonly
 
     @property
     def conn(self) -> sqlite3.Connection:

@@ -166,14 +166,17 @@ def migrate(ctx: click.Context, list_only: bool) -> None:
 def import_(ctx: click.Context, file: str, fmt: str, skip_invalid: bool, as_json: bool) -> None:
     """Import sessions from a file (all or nothing).
 
-    The file is parsed before the database is opened, and a database this
-    command created is removed again when the import fails.
+    Native and pi files are written as they are read; other formats are
+    parsed before the database is opened. A database this command created is
+    removed again when the import fails.
     """
-    from ..formats import detect_format, parse_file, write
+    from ..formats import STREAMED, detect_format, parse_file, stream_file, write
 
     fmt = detect_format(file) if fmt == "auto" else fmt
-    sessions = parse_file(
-        file, fmt, skip_invalid=skip_invalid, report=lambda line: click.echo(line, err=True)
+    sessions = (
+        None
+        if fmt in STREAMED
+        else parse_file(file, fmt, skip_invalid=skip_invalid, report=lambda line: click.echo(line, err=True))
     )
     path, _ = db_path(ctx)
     created = db_url(ctx) is None and not path.exists()
@@ -181,11 +184,14 @@ def import_(ctx: click.Context, file: str, fmt: str, skip_invalid: bool, as_json
     with click.progressbar(length=1, label=f"importing {Path(file).name}", file=sys.stderr) as bar:
 
         def progress(done: int, total: int) -> None:
-            bar.length = max(total, 1)
+            bar.length = max(total, done, 1)  # a streamed import's total is known at its end
             bar.update(done - bar.pos)
 
         try:
-            imported = write(store, sessions, Path(file).name, progress)
+            if sessions is None:
+                imported = stream_file(store, file, fmt, progress)
+            else:
+                imported = write(store, sessions, Path(file).name, progress)
         except BaseException:
             if created:
                 store.close()

@@ -1,9 +1,12 @@
 """Import and export of conversation trees: sessiontree's own JSONL and foreign formats.
 
 Contract:
-- ``import_file(store, path, format="auto")`` parses the whole file first
-  (pure, no SQL), then writes every session it holds in ONE transaction via
-  ``sessiontree.bulk``: all of it or nothing. It returns the sessions.
+- ``import_file(store, path, format="auto")`` writes every session the file
+  holds in ONE transaction: all of it or nothing. It returns the sessions.
+  The JSONL formats that can be written as they are read (``native``, ``pi``)
+  are streamed into the store line by line (``sessiontree.bulk_stream``), so
+  memory does not grow with the file's payloads; the others are parsed whole
+  first (pure, no SQL), then written via ``sessiontree.bulk``.
 - Malformed input raises ``FormatError`` naming the file, the line or record,
   and the problem; a clash with what the store holds raises
   ``bulk.ImportConflict`` (a ``Conflict``). Either way nothing is written.
@@ -12,7 +15,8 @@ Contract:
   ``claude-code`` or ``pi``.
 - ``export_file`` writes ``native`` (any number of sessions) or ``openai`` (one
   branch of one session) atomically: a temporary file renamed into place.
-- ``progress(done, total)`` is called with node counts as nodes are written.
+- ``progress(done, total)`` is called with node counts as nodes are written;
+  a streamed import does not know its total until the end and passes 0 until then.
 - ``skip_invalid=True`` leaves out a conversation that fails to parse (files
   holding several) and reports it; ``report(line)`` receives what the import
   has to say (warnings when no ``report`` is given).
@@ -21,6 +25,7 @@ See docs/formats.md for what each format maps to.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -32,17 +37,18 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import bulk
 from ..bulk import ImportConflict, ImportedSession, InvalidTree
-from ..errors import FormatError, SessionTreeError
+from ..bulk_stream import Sink, write_stream
+from ..errors import DiskFull, FormatError, SessionTreeError
 from .chatgpt import parse_chatgpt
 from .claude_code import parse_claude_code
 from .common import answer_open_calls
 from .errors import located
 from .jsonstream import CHUNK, JsonItems, read_json
 from .librechat import parse_librechat
-from .native import export_native, parse_native
+from .native import export_native, parse_native, stream_native
 from .openai import export_openai, parse_openai
 from .openwebui import parse_openwebui
-from .pi import parse_pi
+from .pi import parse_pi, stream_pi
 
 if TYPE_CHECKING:
     from ..session import Session
@@ -60,10 +66,13 @@ __all__ = [
     "import_native",
     "import_openai",
     "parse_file",
+    "stream_file",
 ]
 
 Progress = Callable[[int, int], None]
 JSONL_FORMATS = {"native": parse_native, "claude-code": parse_claude_code, "pi": parse_pi}
+# Written as they are read (see import_file); their parsers answer open calls themselves.
+STREAMED: dict[str, Callable[[Iterable[str], Sink], None]] = {"native": stream_native, "pi": stream_pi}
 JSON_FORMATS: dict[str, Callable[[Any], Any]] = {
     "openai": parse_openai,
     "chatgpt": parse_chatgpt,
@@ -212,7 +221,7 @@ def parse_file(
     else:
         raise FormatError(f"unknown format {format!r}; expected auto or one of {', '.join(FORMATS)}")
     sessions = parsed if isinstance(parsed, list) else [parsed]
-    if format not in ("native", "openai"):  # a native file is restored row for row
+    if format not in ("native", "openai", *STREAMED):  # a native file is restored row for row
         for session in sessions:
             answer_open_calls(session)
     said = [located(path.name, n) for s in sessions for n in s.notes]
@@ -236,13 +245,31 @@ def write(
     store: Store, sessions: list[ImportedSession], name: str | None = None, progress: Progress | None = None
 ) -> list[Session]:
     """Write parsed sessions in one transaction; errors gain the file name."""
+    return _located(store, name, lambda: bulk.write_sessions(store, sessions, progress, consume=True))
+
+
+def _located(store: Store, name: str | None, writing: Callable[[], list[str]]) -> list[Session]:
+    """The sessions ``writing`` wrote; its errors gain the file name."""
     try:
-        ids = bulk.write_sessions(store, sessions, progress, consume=True)  # they are ours alone
+        ids = writing()
     except InvalidTree as e:  # FormatError included
         raise FormatError(located(name, str(e))) from None
     except ImportConflict as e:
         raise ImportConflict(located(name, str(e))) from None
     return [store.session(i) for i in ids]
+
+
+def stream_file(
+    store: Store, path: str | Path, format: str, progress: Progress | None = None
+) -> list[Session]:
+    """Import a file of a ``STREAMED`` format, written as it is read, all or nothing."""
+    path = Path(path)
+    with _reading(path) as lines:
+        return _located(
+            store,
+            path.name,
+            lambda: write_stream(store, lambda sink: STREAMED[format](lines, sink), progress),
+        )
 
 
 def import_file(
@@ -256,6 +283,10 @@ def import_file(
 ) -> list[Session]:
     """Import every session of a file, all or nothing; return them. ``skip_invalid``
     and ``report``: see ``parse_file``."""
+    if format == "auto":
+        format = detect_format(path)
+    if format in STREAMED:
+        return stream_file(store, path, format, progress)
     sessions = parse_file(path, format, skip_invalid=skip_invalid, report=report)
     return write(store, sessions, Path(path).name, progress)
 
@@ -266,7 +297,9 @@ def import_native(
     """Import a native file (a path) or its lines; merges by id, idempotently."""
     if isinstance(source, str | Path):
         return import_file(store, source, "native", progress)
-    return write(store, parse_native(source), None, progress)
+    return _located(
+        store, None, lambda: write_stream(store, lambda sink: stream_native(source, sink), progress)
+    )
 
 
 def import_openai(store: Store, messages: Any, title: str | None = None) -> Session:
@@ -309,7 +342,9 @@ def export_file(
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.writelines(lines)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+            raise DiskFull(f"cannot write {path}: the disk is full; nothing was written") from None
         raise
     return path

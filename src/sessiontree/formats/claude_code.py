@@ -52,6 +52,11 @@ from .common import (
 )
 
 KEPT = {"user", "assistant", "system"}
+# The fields the conversion reads. Everything else (``toolUseResult``, a second copy of
+# each tool's output; ``progress`` data; display fields) is dropped as each line is
+# read, so it is never held for the whole session.
+LINKS = {"type", "uuid", "parentUuid", "logicalParentUuid", "isSidechain", "agentId", "timestamp"}
+READ = LINKS | {"message", "subtype", "content", "level", "isCompactSummary"}
 
 
 def parse_claude_code(lines: Iterable[str]) -> ImportedSession:
@@ -71,7 +76,8 @@ def parse_claude_code(lines: Iterable[str]) -> ImportedSession:
         for key in ("sessionId", "cwd", "version", "gitBranch"):
             if key not in meta and isinstance(rec.get(key), str):
                 meta[key] = rec[key]
-        records[uid] = (number, rec)
+        keep = READ if rec.get("type") in KEPT else LINKS
+        records[uid] = (number, {k: v for k, v in rec.items() if k in keep})
     if not records:
         raise FormatError("no Claude Code records (lines with a 'uuid') in the input")
     agent = all(r.get("isSidechain") for _, r in records.values())

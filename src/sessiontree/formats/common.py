@@ -151,43 +151,70 @@ def answer_open_calls(session: ImportedSession) -> None:
     compaction, a call the next call replaced) a synthesised tool message,
     placed right before the conversation moves on, so each branch is one the
     API accepts. The payload says ``"synthesised": true``; nothing is invented
-    where the source simply ends (a leaf)."""
+    where the source simply ends (a leaf). See ``OpenCalls`` for the rule."""
     children: dict[str | None, list[ImportedNode]] = {}
+    ids = {node.id for node in session.nodes}
     for node in session.nodes:
-        children.setdefault(node.parent_id, []).append(node)
+        children.setdefault(node.parent_id if node.parent_id in ids else None, []).append(node)
+    calls = OpenCalls()
     added: list[ImportedNode] = []
-    for node in list(session.nodes):
-        calls = [c.get("id") for c in node.payload.get("tool_calls") or [] if isinstance(c, dict)]
-        if node.kind != "message" or node.payload.get("role") != "assistant" or not calls:
-            continue
-        stack = [(node, frozenset[Any]())]
-        while stack:
-            at, answered = stack.pop()
-            moves_on = []
-            for child in children.get(at.id, []):
-                if child.kind != "message":
-                    stack.append((child, answered))
-                elif child.payload.get("role") == "tool":
-                    stack.append((child, answered | {child.payload.get("tool_call_id")}))
-                else:
-                    moves_on.append(child)
-            missing = [c for c in calls if c not in answered]
-            if moves_on and missing:
-                previous = at.id
-                for call_id in missing:
-                    payload = chat_message("tool", NO_RESULT, tool_call_id=call_id, synthesised=True)
-                    previous_node = ImportedNode(
-                        stable_id("no-result", node.id, str(call_id)),
-                        previous,
-                        "message",
-                        payload,
-                        at.created_at,
-                    )
-                    added.append(previous_node)
-                    previous = previous_node.id
-                for child in moves_on:
-                    child.parent_id = previous
+    queue = list(children.get(None, []))
+    for node in queue:  # parents first; a cycle is never reached (bulk refuses it)
+        queue.extend(children.get(node.id, []))
+        added.extend(calls.add(node)[:-1])
     session.nodes.extend(added)
+
+
+class OpenCalls:
+    """The rule of ``answer_open_calls`` for nodes that arrive one at a time, parents
+    first (a streamed import): ``add(node)`` returns the node, re-parented under
+    the synthesised answers when the conversation moves on from open calls, and
+    those answers before it. It remembers only the chains that still have open
+    calls, never a payload."""
+
+    def __init__(self) -> None:
+        # node id -> (id of the node that made the calls, calls still open, node's created_at)
+        self._open: dict[str, tuple[str, tuple[Any, ...], str]] = {}
+        self._answers: dict[str, str] = {}  # node id -> the last answer synthesised under it
+
+    def add(self, node: ImportedNode) -> list[ImportedNode]:
+        out: list[ImportedNode] = []
+        state = self._open.get(node.parent_id) if node.parent_id is not None else None
+        if state is not None and node.parent_id is not None:
+            caller, missing, _ = state
+            role = node.payload.get("role") if node.kind == "message" else None
+            if node.kind != "message":
+                self._open[node.id] = (caller, missing, node.created_at)
+            elif role == "tool":
+                left = tuple(c for c in missing if c != node.payload.get("tool_call_id"))
+                if left:
+                    self._open[node.id] = (caller, left, node.created_at)
+            else:  # the conversation moves on: answer what is still open first
+                last = self._answers.get(node.parent_id)
+                if last is None:
+                    last = node.parent_id
+                    for call_id in missing:
+                        answer = _no_result(caller, call_id, last, state[2])
+                        out.append(answer)
+                        last = answer.id
+                    self._answers[node.parent_id] = last
+                node.parent_id = last
+        calls = _call_ids(node)
+        if calls:
+            self._open[node.id] = (node.id, tuple(calls), node.created_at)
+        out.append(node)
+        return out
+
+
+def _call_ids(node: ImportedNode) -> list[Any]:
+    if node.kind != "message" or node.payload.get("role") != "assistant":
+        return []
+    return [c.get("id") for c in node.payload.get("tool_calls") or [] if isinstance(c, dict)]
+
+
+def _no_result(caller: str, call_id: Any, parent: str, at: str) -> ImportedNode:
+    payload = chat_message("tool", NO_RESULT, tool_call_id=call_id, synthesised=True)
+    return ImportedNode(stable_id("no-result", caller, str(call_id)), parent, "message", payload, at)
 
 
 def leaf_branches(
@@ -199,12 +226,17 @@ def leaf_branches(
     (default: the node id). Names grow longer until they are unique.
     """
     parents = {n.parent_id for n in nodes}
-    refs = [ImportedRef("main", main_head)] if main_head is not None or not nodes else []
+    leaves = {n.id: (label or {}).get(n.id, n.id) for n in nodes if n.id not in parents}
+    return leaf_refs(leaves, main_head, bool(nodes))
+
+
+def leaf_refs(leaves: dict[str, str], main_head: str | None, any_nodes: bool) -> list[ImportedRef]:
+    """``leaf_branches`` from the leaves (node id -> original id, in input order)."""
+    refs = [ImportedRef("main", main_head)] if main_head is not None or not any_nodes else []
     used = {"main"}
-    for node in nodes:
-        if node.id in parents or node.id == main_head:
+    for node_id, original in leaves.items():
+        if node_id == main_head:
             continue
-        original = (label or {}).get(node.id, node.id)
         size = 8
         name = f"leaf-{original[:size]}"
         while name in used and size < len(original):
@@ -213,7 +245,7 @@ def leaf_branches(
         while name in used:
             name += "-"
         used.add(name)
-        refs.append(ImportedRef(name, node.id))
+        refs.append(ImportedRef(name, node_id))
     return refs
 
 

@@ -9,9 +9,13 @@ Contract:
   session as one consistent snapshot. Export, then ``import_native`` into an
   empty store, gives back identical ids, payloads, depths, refs, timestamps
   and runs.
-- ``parse_native`` is pure and strict: a wrong header or version, a line that
-  is not a JSON object, an unknown record type, a missing or mistyped field or
-  a record before its session raise ``FormatError`` naming the line.
+- ``stream_native(lines, sink)`` reads the lines one at a time and reports each
+  record to a ``bulk_stream.Sink`` as it is read (an import writes them as they
+  come, so a file of any length is imported in bounded memory);
+  ``parse_native`` collects them into ``ImportedSession``s. Both are strict: a
+  wrong header or version, a line that is not a JSON object, an unknown record
+  type, a missing or mistyped field or a record before its session raise
+  ``FormatError`` naming the line.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import bulk
 from ..bulk import ImportedNode, ImportedRef, ImportedRun, ImportedSession
+from ..bulk_stream import Collector, Sink
 from ..errors import FormatError
 from .common import jsonl_records, require
 
@@ -131,7 +136,14 @@ def _header(number: int, record: dict[str, Any]) -> None:
 
 def parse_native(lines: Iterable[str]) -> list[ImportedSession]:
     """Parse the lines of a native file (see the module docstring)."""
-    sessions: dict[str, ImportedSession] = {}
+    sink = Collector()
+    stream_native(lines, sink)
+    return sink.sessions
+
+
+def stream_native(lines: Iterable[str], sink: Sink) -> None:
+    """Report each record of a native file to ``sink`` as it is read."""
+    sessions: set[str] = set()
     header_seen = False
     for number, rec in jsonl_records(lines):
         if not header_seen:
@@ -144,27 +156,28 @@ def parse_native(lines: Iterable[str]) -> list[ImportedSession]:
             sid = require(rec.get("id"), _str, where, "id")
             if sid in sessions:
                 raise FormatError(f"{where}: session {sid} appears twice")
-            sessions[sid] = ImportedSession(
-                sid,
-                require(rec.get("title"), _opt, where, "title"),
-                require(rec.get("metadata", {}), _dict, where, "metadata"),
-                require(rec.get("created_at"), _str, where, "created_at"),
-                archived_at=require(rec.get("archived_at"), _opt, where, "archived_at"),
+            sessions.add(sid)
+            sink.session(
+                ImportedSession(
+                    sid,
+                    require(rec.get("title"), _opt, where, "title"),
+                    require(rec.get("metadata", {}), _dict, where, "metadata"),
+                    require(rec.get("created_at"), _str, where, "created_at"),
+                    archived_at=require(rec.get("archived_at"), _opt, where, "archived_at"),
+                )
             )
             continue
         if kind not in ("run", "node", "branch", "checkpoint"):
             raise FormatError(f"{where}: unknown record type {kind!r}")
         sid = require(rec.get("session_id"), _str, where, "session_id")
-        s = sessions.get(sid)
-        if s is None:
+        if sid not in sessions:
             raise FormatError(f"{where}: {kind} of session {sid}, which no earlier session record introduced")
-        _add(s, kind, rec, where)
+        _add(sink, sid, kind, rec, where)
     if not header_seen:
         raise FormatError("the file is empty (expected a sessiontree header line)")
-    return list(sessions.values())
 
 
-def _add(s: ImportedSession, kind: str, rec: dict[str, Any], where: str) -> None:
+def _add(sink: Sink, sid: str, kind: str, rec: dict[str, Any], where: str) -> None:
     def get(name: str, types: Any, default: Any = None) -> Any:
         return require(rec.get(name, default), types, where, name)
 
@@ -172,7 +185,8 @@ def _add(s: ImportedSession, kind: str, rec: dict[str, Any], where: str) -> None
         depth = get("depth", (int, type(None)))
         if depth is not None and depth < 0:
             raise FormatError(f"{where}: 'depth' must not be negative")
-        s.nodes.append(
+        sink.node(
+            sid,
             ImportedNode(
                 get("id", _str),
                 get("parent_id", _opt),
@@ -182,10 +196,11 @@ def _add(s: ImportedSession, kind: str, rec: dict[str, Any], where: str) -> None
                 get("run_id", _opt),
                 depth=depth,
                 source=where,
-            )
+            ),
         )
     elif kind == "run":
-        s.runs.append(
+        sink.run(
+            sid,
             ImportedRun(
                 get("id", _str),
                 get("model", _opt),
@@ -195,17 +210,18 @@ def _add(s: ImportedSession, kind: str, rec: dict[str, Any], where: str) -> None
                 get("latency_ms", (int, float, type(None))),
                 get("finish_reason", _opt),
                 get("created_at", _opt),
-            )
+            ),
         )
     elif kind == "branch":
-        s.branches.append(
+        sink.branch(
+            sid,
             ImportedRef(
                 get("name", _str),
                 get("head_id", _opt),
                 get("created_at", _opt),
                 get("updated_at", _opt),
                 get("metadata", _dict, {}),
-            )
+            ),
         )
     else:
-        s.checkpoints.append(ImportedRef(get("name", _str), get("node_id", _str), get("created_at", _opt)))
+        sink.checkpoint(sid, ImportedRef(get("name", _str), get("node_id", _str), get("created_at", _opt)))

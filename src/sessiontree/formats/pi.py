@@ -1,6 +1,9 @@
 """pi coding-agent session files (JSONL, version 3; 2 and 1 are read too).
 
-Contract: ``parse_pi(lines)`` returns one ``ImportedSession``. Line 1 is the
+Contract: ``stream_pi(lines, sink)`` reports one session to a
+``bulk_stream.Sink`` as the lines are read, each node as soon as its parent
+has come (an import writes them as they come: no payload is held until the
+end); ``parse_pi(lines)`` collects it into one ``ImportedSession``. Line 1 is the
 header (``type: session``: id, timestamp, cwd); every other line is an entry
 linked by ``id``/``parentId`` (version 1 files have no ids: each entry is the
 child of the one before, as pi's own migration does). Entries become:
@@ -26,30 +29,27 @@ child of the one before, as pi's own migration does). Entries become:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..bulk import ImportedNode, ImportedRef, ImportedSession
+from ..bulk_stream import Collector, Sink
 from ..errors import FormatError
 from ..ids import now
 from .common import (
+    OpenCalls,
     block_text,
     chat_message,
     iso,
     jsonl_records,
     keep_or_derive,
-    leaf_branches,
+    leaf_refs,
     make_run,
-    parents_first,
     resolve,
     token_usage,
     tool_call,
 )
 
-SKIPPED = {"label", "session_info", "custom"}
-# Entries that need no other entry to convert (compaction and branch_summary
-# name other entries): converted as they are read.
-EARLY = {"message", "custom_message", "model_change", "thinking_level_change"}
 NODE_TYPES = {
     "message",
     "compaction",
@@ -61,6 +61,16 @@ NODE_TYPES = {
 
 
 def parse_pi(lines: Iterable[str]) -> ImportedSession:
+    """The session of a pi file, whole (see ``stream_pi``)."""
+    sink = Collector()
+    stream_pi(lines, sink)
+    (session,) = sink.sessions
+    return session
+
+
+def stream_pi(lines: Iterable[str], sink: Sink) -> None:
+    """Report the session of a pi file to ``sink``, each node as soon as its parent
+    has come (open tool calls answered on the way, see ``common.OpenCalls``)."""
     records = jsonl_records(lines)
     first = next(records, None)
     if first is None:
@@ -76,99 +86,123 @@ def parse_pi(lines: Iterable[str]) -> ImportedSession:
     raw_id = str(header.get("id") or "")
     if not raw_id:
         raise FormatError(f"line {number}: the header has no session 'id'")
-    created = iso(header.get("timestamp")) or now()
-
-    def node_id(eid: str) -> str:
-        return keep_or_derive(eid, "pi", raw_id)
-
-    entries: dict[str, tuple[int, dict[str, Any]]] = {}
-    parent_of: dict[str, str | None] = {}
-    previous = None
+    meta = {"source": "pi", "original_id": raw_id, "version": version}
+    meta.update({k: header[k] for k in ("cwd", "parentSession") if k in header})
+    session = ImportedSession(keep_or_derive(raw_id, "pi"), None, meta, iso(header.get("timestamp")) or now())
+    sink.session(session)
+    reader = _Reader(session, lambda eid: keep_or_derive(eid, "pi", raw_id), sink)
     for number, entry in records:
         if version < 2:  # linear: give ids the way pi's migration does
-            entry = {**entry, "id": f"v1-{number}", "parentId": previous}
+            entry = {**entry, "id": f"v1-{number}", "parentId": reader.last}
+        reader.read(number, entry)
+    reader.finish()
+
+
+class _Reader:
+    """The entries of one pi file, turned into nodes as their parents come.
+
+    It keeps every entry id (to refuse a duplicate and to tell a missing parent),
+    the parents of skipped entries, labels, the leaves, and the entries that
+    came before their parent; never a converted payload after handing it on."""
+
+    def __init__(self, session: ImportedSession, node_id: Callable[[str], str], sink: Sink) -> None:
+        self.session, self.node_id, self.sink = session, node_id, sink
+        self.seen: set[str] = set()
+        self.waiting: dict[str, list[tuple[int, dict[str, Any]]]] = {}  # parent -> entries
+        self.waiting_ids: set[str] = set()
+        self.aliases: dict[str, str | None] = {}  # skipped entry -> its nearest kept ancestor
+        self.labels: dict[str, str | None] = {}  # target entry -> label
+        self.leaves: dict[str, str] = {}  # node id -> entry id
+        self.calls = OpenCalls()
+        self.last: str | None = None
+        self.title: str | None = None
+
+    def read(self, number: int, entry: dict[str, Any]) -> None:
         eid, parent = entry.get("id"), entry.get("parentId")
         if not isinstance(eid, str) or not eid:
             raise FormatError(f"line {number}: an entry needs an 'id' string")
         if parent is not None and not isinstance(parent, str):
             raise FormatError(f"line {number}: 'parentId' should be a string or null")
-        if eid in entries:
+        if eid in self.seen:
             raise FormatError(f"line {number}: entry id {eid!r} appears twice")
-        if entry.get("type") in EARLY:  # converted now, so the raw entry is not kept
-            at = iso(entry.get("timestamp")) or created
-            entry = {
-                "type": entry["type"],
-                "converted": _convert(entry, {}, node_id(eid), at, f"line {number}"),
-            }
-        entries[eid], parent_of[eid], previous = (number, entry), parent, eid
-    for eid, parent in parent_of.items():
-        if parent is not None and parent not in entries:
-            raise FormatError(f"line {entries[eid][0]}: parent {parent!r} is not in the file")
-    meta = {"source": "pi", "original_id": raw_id, "version": version}
-    meta.update({k: header[k] for k in ("cwd", "parentSession") if k in header})
-    session = ImportedSession(keep_or_derive(raw_id, "pi"), None, meta, created)
-    ids = {eid: node_id(eid) for eid in entries}
-    aliases: dict[str, str | None] = {}
-    labels: dict[str, str | None] = {}  # target entry -> label
-    for eid in parents_first(parent_of, lambda e: f"line {entries[e][0]}"):
-        number, entry = entries[eid]
-        kind = entry.get("type")
+        self.seen.add(eid)
+        self.last = eid
+        if parent is not None and (parent not in self.seen or parent in self.waiting_ids):
+            self.waiting.setdefault(parent, []).append((number, entry))
+            self.waiting_ids.add(eid)
+            return
+        ready = [(number, entry)]
+        while ready:
+            number, entry = ready.pop()
+            self._place(number, entry)
+            later = self.waiting.pop(entry["id"], [])
+            self.waiting_ids.difference_update(e["id"] for _, e in later)
+            ready.extend(reversed(later))
+
+    def _place(self, number: int, entry: dict[str, Any]) -> None:
+        eid, kind = entry["id"], entry.get("type")
         if kind == "session_info" and isinstance(entry.get("name"), str):
-            session.title = entry["name"]
+            self.title = entry["name"]
         elif kind == "label" and isinstance(entry.get("targetId"), str):
             label = entry.get("label")
-            labels.pop(entry["targetId"], None)  # re-insert: the last label's order counts
-            labels[entry["targetId"]] = label.strip() if isinstance(label, str) else None
+            self.labels.pop(entry["targetId"], None)  # re-insert: the last label's order counts
+            self.labels[entry["targetId"]] = label.strip() if isinstance(label, str) else None
+        parent = resolve(self.aliases, entry.get("parentId"))
         if kind not in NODE_TYPES:
-            aliases[eid] = parent_of[eid]
-            continue
-        parent = resolve(aliases, parent_of[eid])
-        at = iso(entry.get("timestamp")) or session.created_at
-        converted = entry.get("converted") or _convert(entry, ids, ids[eid], at, f"line {number}")
-        node_kind, payload, run = converted
+            self.aliases[eid] = parent
+            return
+        at = iso(entry.get("timestamp")) or self.session.created_at
+        own = self.node_id(eid)
+        node_kind, payload, run = _convert(entry, self._mapped, own, at, f"line {number}")
         if run:
-            session.runs.append(run)
-        session.nodes.append(
-            ImportedNode(
-                ids[eid],
-                ids[parent] if parent else None,
-                node_kind,
-                payload,
-                at,
-                run.id if run else None,
-                source=f"line {number}",
-            )
+            self.sink.run(self.session.id, run)
+        node = ImportedNode(
+            own,
+            self.node_id(parent) if parent else None,
+            node_kind,
+            payload,
+            at,
+            run.id if run else None,
+            source=f"line {number}",
         )
-    head = resolve(aliases, previous)
-    originals = {v: k for k, v in ids.items()}
-    session.branches = leaf_branches(session.nodes, ids[head] if head else None, originals)
-    session.checkpoints = _checkpoints(labels, aliases, ids, {b.name for b in session.branches})
-    return session
+        self.leaves.pop(node.parent_id or "", None)
+        self.leaves[own] = eid
+        for out in self.calls.add(node):
+            self.sink.node(self.session.id, out)
 
+    def _mapped(self, value: Any) -> Any:
+        """The node id an entry id became; anything else (None, a stray number) unchanged."""
+        return self.node_id(value) if isinstance(value, str) and value in self.seen else value
 
-def _checkpoints(
-    labels: dict[str, str | None], aliases: dict[str, str | None], ids: dict[str, str], taken: set[str]
-) -> list[ImportedRef]:
-    refs = []
-    for target, label in labels.items():
-        node = resolve(aliases, target) if target in ids else None
-        if not label or node is None:
-            continue
-        name = label[:200]
-        if name in taken:
-            name = f"label-{node[:8]}-{label}"[:200]
-        taken.add(name)
-        refs.append(ImportedRef(name, ids[node]))
-    return refs
-
-
-def _mapped(ids: dict[str, str], value: Any) -> Any:
-    """The node id an entry id became; anything else (None, a stray number) unchanged."""
-    return ids.get(value, value) if isinstance(value, str) else value
+    def finish(self) -> None:
+        if self.waiting:
+            for parent, entries in self.waiting.items():
+                if parent not in self.seen:
+                    line = min(n for n, _ in entries)
+                    raise FormatError(f"line {line}: parent {parent!r} is not in the file")
+            left = min(n for entries in self.waiting.values() for n, _ in entries)
+            raise FormatError(f"line {left}: the parent links form a cycle")
+        head = resolve(self.aliases, self.last)
+        main = self.node_id(head) if head else None
+        refs = leaf_refs(self.leaves, main, bool(self.leaves))
+        for ref in refs:
+            self.sink.branch(self.session.id, ref)
+        taken = {r.name for r in refs}
+        for target, label in self.labels.items():
+            node = resolve(self.aliases, target) if target in self.seen else None
+            if not label or node is None:
+                continue
+            name = label[:200]
+            if name in taken:
+                name = f"label-{node[:8]}-{label}"[:200]
+            taken.add(name)
+            self.sink.checkpoint(self.session.id, ImportedRef(name, self.node_id(node)))
+        if self.title is not None:
+            self.sink.title(self.session.id, self.title)
 
 
 def _convert(
-    entry: dict[str, Any], ids: dict[str, str], node_id: str, at: str, where: str
+    entry: dict[str, Any], mapped: Callable[[Any], Any], node_id: str, at: str, where: str
 ) -> tuple[str, dict[str, Any], Any]:
     """(kind, payload, run or None) of one entry that becomes a node."""
     kind = entry.get("type")
@@ -180,7 +214,7 @@ def _convert(
                 "source": "pi",
                 "type": "compaction",
                 "summary": entry.get("summary"),
-                "first_kept_entry_id": _mapped(ids, first),
+                "first_kept_entry_id": mapped(first),
                 "tokens_before": entry.get("tokensBefore"),
             },
             None,
@@ -193,7 +227,7 @@ def _convert(
                 "source": "pi",
                 "type": "branch_summary",
                 "summary": entry.get("summary"),
-                "from_id": _mapped(ids, origin),
+                "from_id": mapped(origin),
             },
             None,
         )

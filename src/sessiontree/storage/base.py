@@ -102,6 +102,9 @@ class Storage(ABC):
     def set_archived(self, session_key: int, when: str | None) -> None: ...
 
     @abstractmethod
+    def set_title(self, session_key: int, title: str | None) -> None: ...
+
+    @abstractmethod
     def delete_session(self, session_key: int) -> int:
         """Delete a session and everything in it; the number of nodes removed."""
 

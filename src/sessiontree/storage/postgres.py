@@ -298,6 +298,10 @@ class PostgresStorage(PostgresUpkeep):
         self._claim(session_key)
         self._write("UPDATE sessions SET archived_at = %s WHERE key = %s", (when, session_key))
 
+    def set_title(self, session_key: int, title: str | None) -> None:
+        self._claim(session_key)
+        self._write("UPDATE sessions SET title = %s WHERE key = %s", (title, session_key))
+
     def delete_session(self, session_key: int) -> int:
         self._claim(session_key)
         doomed = [r[0] for r in self._all(TREE + "SELECT key FROM t", {"s": session_key})]

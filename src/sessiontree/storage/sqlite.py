@@ -83,8 +83,10 @@ class SQLiteStorage(SQLiteUpkeep):
         self, path: str | Path, *, readonly: bool = False, cache_bytes: int = DEFAULT_MAX_BYTES
     ) -> None:
         self.path = self.url = str(path)
-        self.readonly = readonly
-        self.conn: sqlite3.Connection = _db.connect(self.path, readonly=readonly)
+        # A file this process cannot write is opened read-only; writes say why.
+        self.why_readonly = None if readonly else _db.read_only_reason(self.path)
+        self.readonly = readonly or self.why_readonly is not None
+        self.conn: sqlite3.Connection = _db.connect(self.path, readonly=self.readonly)
         # sqlite-utils for schema introspection (and, later, its FTS helpers); no
         # plugins and no pragma changes on a connection that is ours.
         self.db = sqlite_utils.Database(self.conn, recursive_triggers=False, execute_plugins=False)
@@ -98,13 +100,20 @@ class SQLiteStorage(SQLiteUpkeep):
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """One atomic write (``BEGIN IMMEDIATE``); nested use makes a savepoint."""
-        if self.readonly:
-            raise ReadOnly(f"{self.path} is open read-only; nothing was written")
+        self.check_writable()
         outermost = not self.conn.in_transaction
         with _db.transaction(self.conn) as conn:
             yield conn
         if outermost:
             self._bound_wal()
+
+    def check_writable(self) -> None:
+        """``ReadOnly`` when this store cannot write (opened so, or the file or its
+        directory is read-only)."""
+        if self.why_readonly is not None:
+            raise ReadOnly(f"{self.path} cannot be written ({self.why_readonly}); nothing was written")
+        if self.readonly:
+            raise ReadOnly(f"{self.path} is open read-only; nothing was written")
 
     def _bound_wal(self) -> None:
         """Keep the write-ahead log near ``wal_limit`` bytes.
@@ -216,6 +225,10 @@ class SQLiteStorage(SQLiteUpkeep):
         if row is None:
             raise NotFound(f"no session {id!r}")
         return row[0], row[1], row[2], json.loads(row[3]), row[4], row[5]
+
+    def set_title(self, session_key: int, title: str | None) -> None:
+        """Set a session's title (inside a transaction)."""
+        self.conn.execute("UPDATE sessions SET title = ? WHERE key = ?", (title, session_key))
 
     def session_key(self, id: str) -> int | None:
         return self._one("SELECT key FROM sessions WHERE id = ?", (id,))

@@ -102,6 +102,9 @@ class SQLiteUpkeep(Storage):
     db: sqlite_utils.Database
     cache: PathCache
 
+    def check_writable(self) -> None:
+        raise NotImplementedError
+
     def _one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         raise NotImplementedError
 
@@ -146,6 +149,7 @@ class SQLiteUpkeep(Storage):
         """Compact the file; the bytes freed (None for an in-memory database)."""
         if self.path == ":memory:":
             return None
+        self.check_writable()
         self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         before = os.path.getsize(self.path)
         try:
