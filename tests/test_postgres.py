@@ -21,6 +21,7 @@ from click.testing import CliRunner
 import reliability_workers as workers
 from sessiontree import (
     Approve,
+    Conflict,
     ImportConflict,
     InvalidPayload,
     NotOurs,
@@ -99,6 +100,8 @@ def test_nul_is_refused_in_titles_on_both_backends_and_kept_in_payloads(any_stor
     with pytest.raises(InvalidPayload, match="NUL"):
         any_store.create_session("a\x00b")
     session = any_store.create_session("ok")
+    with pytest.raises(Conflict, match="invalid branch name"):  # names refuse every control character
+        session.append(user("x"), branch="ma\x00in")
     session.append(user("before\x00after"))
     assert session.messages() == [user("before\x00after")]
 
