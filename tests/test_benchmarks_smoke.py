@@ -144,3 +144,22 @@ def test_import_memory_stays_under_three_times_the_file():
         assert figures["file_mb"] >= 20
         if fmt != "pi":  # pi: see docs/performance.md, not met yet
             assert figures["ratio"] <= 3, (fmt, figures)
+
+
+def test_search_benchmark_quick_json_reports_every_figure():
+    script = SCRIPT.with_name("search.py")
+    out = subprocess.run(
+        [sys.executable, str(script), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=240,
+    ).stdout
+    result = json.loads(out)
+    assert result["quick"] is True and result["messages"] == 10_000
+    assert set(result["search"]) == {"rare", "1%", "20%", "phrase"}
+    for figure in result["search"].values():
+        assert figure["hits"] == figure["like_rows"] > 0
+        assert all(figure[k] > 0 for k in ("search_ms", "newest_ms", "like_ms", "ratio", "newest_ratio"))
+    assert set(result["append_us"]) == {"single", "batched"}
+    assert all(x > 0 for x in numbers({"a": result["append_us"], "s": result["storage"]}))

@@ -307,6 +307,30 @@ class PruneReport:
 
 
 @dataclass(frozen=True)
+class SearchHit:
+    """A node a search found: its session, a snippet with the matched words between
+    ``«`` and ``»``, and the branches and checkpoints whose path contains it."""
+
+    node: Node
+    session_id: str
+    snippet: str
+    branches: list[str] = field(default_factory=list)
+    checkpoints: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node.id,
+            "session": self.session_id,
+            "kind": self.node.kind,
+            "role": self.node.role,
+            "created_at": self.node.created_at,
+            "snippet": self.snippet,
+            "branches": self.branches,
+            "checkpoints": self.checkpoints,
+        }
+
+
+@dataclass(frozen=True)
 class Problem:
     """One integrity problem found by ``verify``."""
 

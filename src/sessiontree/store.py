@@ -16,10 +16,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import maintenance
+from . import maintenance, search
 from .errors import NotFound
 from .ids import new_id, now
-from .model import Node, PruneReport, Run, SessionInfo, VerifyReport, encode_json
+from .model import Node, PruneReport, Run, SearchHit, SessionInfo, VerifyReport, encode_json
 from .names import MIN_PREFIX, check_text, split_ancestry
 from .session import Session
 from .storage import SQLiteStorage
@@ -128,6 +128,37 @@ class Store:
         if session_id is not None:
             return self.session(session_id).pending()
         return self.storage.pending()
+
+    def search(
+        self,
+        query: str,
+        *,
+        session: str | None = None,
+        branch: str | None = None,
+        role: str | None = None,
+        kind: str | None = None,
+        limit: int = 20,
+        tools: bool = True,
+        newest: bool = False,
+    ) -> list[SearchHit]:
+        """Nodes matching a full-text ``query`` (FTS5 syntax: words, "a phrase", AND, OR,
+        NOT, prefix*), best first, each with a snippet and the branches and checkpoints
+        whose path contains it. Filters: a session (id or prefix), a branch name (in that
+        session, or any session), a message role, a node kind. ``tools=False`` leaves
+        tool names, arguments and results out; ``newest=True`` returns the newest matches
+        instead of the best (much faster for a word in thousands of nodes). See ``search``."""
+        session_id = None if session is None else self.resolve_session_id(session)
+        return search.search(
+            self.storage,
+            query,
+            session_id=session_id,
+            branch=branch,
+            role=role,
+            kind=kind,
+            limit=limit,
+            tools=tools,
+            newest=newest,
+        )
 
     def abbreviations(self, ids: Iterable[str], *, minimum: int = SHORT_ID) -> dict[str, str]:
         """Each id shortened to one width at which every one of them is unique in the

@@ -30,6 +30,7 @@ from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly
 from ..model import Branch, Checkpoint, ModelUsage, Node, Run, SessionInfo, Usage
 from ..names import MIN_PREFIX
 from .cache import DEFAULT_MAX_BYTES, PathCache
+from .sqlite_search import SQLiteSearch
 from .sqlite_upkeep import TREE, SQLiteUpkeep
 
 WAL_LIMIT = 32 * 1024 * 1024
@@ -75,7 +76,7 @@ def _branch(row: Sequence[Any], session_id: str) -> Branch:
     return Branch(session_id, row[0], row[1], row[2], row[3], json.loads(row[4]))
 
 
-class SQLiteStorage(SQLiteUpkeep):
+class SQLiteStorage(SQLiteUpkeep, SQLiteSearch):
     """One SQLite database file (or ``:memory:``)."""
 
     def __init__(
