@@ -19,11 +19,12 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import inspect
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from . import maintenance
-from .errors import BranchMoved, CheckpointImmutable, Conflict, NotFound
+from . import compaction, maintenance
+from .errors import BranchMoved, CheckpointImmutable, Conflict, InvalidPayload, NotFound
 from .ids import new_id, now
 from .model import (
     Branch,
@@ -312,11 +313,51 @@ class Session:
     def messages(self, ref: Ref = "main") -> list[dict[str, Any]]:
         """The chat messages on the path to ``ref``: what a chat-completions API takes.
 
-        A new list; the dicts in it are the nodes' payloads, shared with the store's
-        cache, so treat them as read-only (``copy.deepcopy`` one to change it).
+        A summary on the path stands in for the span it covers (see ``compact``). A new
+        list; the dicts in it are the nodes' payloads, shared with the store's cache, so
+        treat them as read-only (``copy.deepcopy`` one to change it).
         """
         with self.storage.snapshot():
             return self.storage.messages(*self._locate(ref), self.id)
+
+    def compact(
+        self,
+        branch: str = "main",
+        *,
+        summarize: Callable[[list[dict[str, Any]]], Any],
+        keep_last: int = 4,
+        run: RunLike = None,
+    ) -> Node | None:
+        """Append a ``summary`` node to ``branch`` that stands for its path but the last
+        ``keep_last`` messages (and any leading system messages); None when there is
+        nothing to cover.
+
+        ``summarize(messages)`` gets the messages to cover and returns the summary's
+        text (or a message dict, or a ``Completion``, whose content is taken; a
+        ``Completion`` is recorded as the summary's run). ``messages()`` then sends the
+        summary instead of the covered messages; every original node stays on the path.
+        The append is a compare-and-set on the head that was summarised.
+        """
+        path = self.path(branch)
+        planned = compaction.plan(path, keep_last)
+        if planned is None:
+            return None
+        result = summarize(planned.messages)
+        if inspect.isawaitable(result):
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+            raise TypeError(
+                "summarize must return its result, not an awaitable; the agent loop takes async ones"
+            )
+        text, completion = summary_text(result)
+        return self.append(
+            planned.payload(text),
+            branch=branch,
+            kind="summary",
+            run=completion if completion is not None else run,
+            expect_head=path[-1].id,
+        )
 
     def tree(self) -> list[Node]:
         """Every node of the session, parents before children."""
@@ -464,6 +505,17 @@ class Session:
     def verify(self) -> VerifyReport:
         """``Store.verify`` for this session only."""
         return maintenance.verify(self.storage, session_key=self._key)
+
+
+def summary_text(result: Any) -> tuple[str, Completion | None]:
+    """(the text, the Completion if any) of what a summarize function returned."""
+    completion = result if isinstance(result, Completion) else None
+    message = completion.message if completion is not None else result
+    if isinstance(message, dict):
+        message = message.get("content")
+    if not isinstance(message, str) or not message.strip():
+        raise InvalidPayload(f"summarize returned {str(result)[:80]!r}, not a summary text")
+    return message, completion
 
 
 class _Place(NamedTuple):

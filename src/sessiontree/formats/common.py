@@ -295,3 +295,19 @@ def require(value: Any, types: type | tuple[type, ...], where: str, field_name: 
 
 def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
     return types if isinstance(types, tuple) else (types,)
+
+
+def cover_from_root(nodes: list[ImportedNode], summary: ImportedNode, last_id: str | None) -> None:
+    """Give an imported compaction summary the span it stands for (``compaction``): from
+    the root of its path to ``last_id`` (the last node the tool summarised away). Nothing
+    is added when ``last_id`` is not on the summary's path."""
+    by_id = {n.id: n for n in nodes}
+    path: list[str] = []
+    node = by_id.get(summary.parent_id or "")
+    while node is not None:
+        path.append(node.id)
+        node = by_id.get(node.parent_id or "")
+    path.reverse()
+    if last_id in path:
+        last = path.index(last_id)
+        summary.payload["covers"] = {"first": path[0], "last": last_id, "nodes": last + 1}

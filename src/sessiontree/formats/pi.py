@@ -11,8 +11,10 @@ child of the one before, as pi's own migration does). Entries become:
   output (a ``note`` when excluded from context); custom/hookMessage ->
   ``user``; branchSummary/compactionSummary -> ``summary``; other roles ->
   ``note``.
-- ``compaction`` and ``branch_summary`` -> ``summary`` marker nodes (with
-  ``first_kept_entry_id`` / ``from_id`` mapped to node ids).
+- ``compaction`` -> a ``summary`` node covering its path from the root to the
+  entry before ``first_kept_entry_id`` (mapped to a node id), so the projection
+  sends it as pi builds a model's context; ``branch_summary`` -> a ``summary``
+  marker (``from_id`` mapped).
 - ``custom_message`` -> ``user``; ``model_change`` and
   ``thinking_level_change`` -> ``note`` markers.
 - ``label`` -> a checkpoint named by the label at its target (the last label
@@ -35,6 +37,7 @@ from ..ids import now
 from .common import (
     block_text,
     chat_message,
+    cover_from_root,
     iso,
     jsonl_records,
     keep_or_derive,
@@ -139,11 +142,24 @@ def parse_pi(lines: Iterable[str]) -> ImportedSession:
                 source=f"line {number}",
             )
         )
+    _cover_compactions(session.nodes, ids)
     head = resolve(aliases, previous)
     originals = {v: k for k, v in ids.items()}
     session.branches = leaf_branches(session.nodes, ids[head] if head else None, originals)
     session.checkpoints = _checkpoints(labels, aliases, ids, {b.name for b in session.branches})
     return session
+
+
+def _cover_compactions(nodes: list[ImportedNode], ids: dict[str, str]) -> None:
+    """A compaction stands for its path from the root to the entry before its first kept
+    one, as pi builds a model's context."""
+    by_id = {n.id: n for n in nodes}
+    for node in nodes:
+        if node.kind != "summary" or node.payload.get("type") != "compaction":
+            continue
+        kept = by_id.get(node.payload.get("first_kept_entry_id") or "")
+        if kept is not None and kept.parent_id is not None:
+            cover_from_root(nodes, node, kept.parent_id)
 
 
 def _checkpoints(

@@ -26,6 +26,7 @@ from typing import Any
 import sqlite_utils
 
 from .. import db as _db
+from ..compaction import project
 from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly
 from ..model import Branch, Checkpoint, ModelUsage, Node, Run, SessionInfo, Usage
 from ..names import MIN_PREFIX
@@ -352,14 +353,14 @@ class SQLiteStorage(SQLiteUpkeep, SQLiteSearch):
         return path
 
     def messages(self, key: int, node_id: str, session_id: str) -> list[dict[str, Any]]:
-        """The ``message`` payloads on the path to a node, root first (shared with the
-        cache: read-only). Re-reading a grown path costs O(new nodes)."""
+        """The projection of the path to a node (``compaction.project``), root first (shared
+        with the cache: read-only). Re-reading a grown path costs O(new nodes)."""
         cached = self.cache.messages(node_id)
         if cached is None:
             path = self.path_to(key, node_id, session_id)
             cached = self.cache.messages(node_id)
             if cached is None:  # not cacheable (too big, or the cache is off)
-                return [n.payload for n in path if n.kind == "message"]
+                return project(path)
         return list(cached)
 
     def remember(self, parent_id: str | None, nodes: Sequence[Node]) -> None:
