@@ -291,8 +291,15 @@ def test_sessions_listing_archive_and_delete(store):
     a.archive()
     assert [s.id for s in store.sessions()] == [b.id]
     assert {s.id for s in store.sessions(include_archived=True)} == {a.id, b.id}
+    # delete moves to the trash: hidden, nothing removed, restorable
     assert store.delete_session(a.id) == 2
     assert [s.id for s in store.sessions(include_archived=True)] == [b.id]
+    assert [t.session_id for t in store.trash()] == [a.id]
+    assert store.conn.execute("SELECT count(*) FROM nodes").fetchone()[0] == 2
+    store.restore_session(a.id)
+    assert {s.id for s in store.sessions(include_archived=True)} == {a.id, b.id}
+    assert store.delete_session(a.id, permanently=True) == 2
+    assert [s.id for s in store.sessions(include_archived=True)] == [b.id] and store.trash() == []
     for table in ("nodes", "branches", "checkpoints", "runs"):
         assert store.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
 

@@ -307,6 +307,46 @@ class PruneReport:
 
 
 @dataclass(frozen=True)
+class TrashEntry:
+    """A session in the trash: restorable until the trash is emptied."""
+
+    session_id: str
+    title: str | None
+    trashed_at: str
+    nodes: int
+
+
+@dataclass(frozen=True)
+class Stripped:
+    """A tool result a retention policy stripped (or would strip, on a dry run)."""
+
+    node_id: str
+    session_id: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class RetentionReport:
+    """What a retention run moved to the trash and stripped, or would on a dry run."""
+
+    trashed: list[str]
+    stripped: list[Stripped]
+    dry_run: bool
+
+    @property
+    def bytes_stripped(self) -> int:
+        return sum(s.bytes for s in self.stripped)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "trashed": self.trashed,
+            "stripped": [s.__dict__ for s in self.stripped],
+            "bytes_stripped": self.bytes_stripped,
+        }
+
+
+@dataclass(frozen=True)
 class SearchHit:
     """A node a search found: its session, a snippet with the matched words between
     ``«`` and ``»``, and the branches and checkpoints whose path contains it."""

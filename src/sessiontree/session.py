@@ -58,6 +58,7 @@ class Session:
         metadata: dict[str, Any],
         created_at: str,
         archived_at: str | None = None,
+        trashed_at: str | None = None,
     ) -> None:
         self.storage = storage
         self._key = key  # the session's row key; never reused (AUTOINCREMENT)
@@ -66,6 +67,7 @@ class Session:
         self.metadata = metadata
         self.created_at = created_at
         self.archived_at = archived_at
+        self.trashed_at = trashed_at
 
     def __repr__(self) -> str:
         return f"Session(id={self.id!r}, title={self.title!r})"
@@ -489,10 +491,16 @@ class Session:
         with self.storage.transaction():
             self.storage.set_archived(self._key, now() if archived else None)
 
-    def delete(self) -> int:
-        """Delete the session with all its nodes, refs and runs; return the nodes removed."""
+    def delete(self, *, permanently: bool = False) -> int:
+        """Move the session to the trash (hidden from listings and search, restorable with
+        ``Store.restore_session`` until the trash is emptied); with ``permanently=True``,
+        remove it with all its nodes, refs and runs at once. Returns its node count."""
         with self.storage.transaction():
-            return self.storage.delete_session(self._key)
+            if permanently:
+                return self.storage.delete_session(self._key)
+            self.trashed_at = now()
+            self.storage.set_trashed(self._key, self.trashed_at)
+            return self.storage.counts(self._key)[1]
 
     def prune(
         self, *, dry_run: bool = True, vacuum: bool = False, grace: float = maintenance.GRACE_SECONDS

@@ -16,10 +16,20 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import maintenance, search
+from . import maintenance, retention, search
 from .errors import NotFound
 from .ids import new_id, now
-from .model import Node, PruneReport, Run, SearchHit, SessionInfo, VerifyReport, encode_json
+from .model import (
+    Node,
+    PruneReport,
+    RetentionReport,
+    Run,
+    SearchHit,
+    SessionInfo,
+    TrashEntry,
+    VerifyReport,
+    encode_json,
+)
 from .names import MIN_PREFIX, check_text, split_ancestry
 from .session import Session
 from .storage import SQLiteStorage
@@ -101,9 +111,49 @@ class Store:
         """Hide a session from ``sessions()`` (its tree is kept); ``archived=False`` undoes it."""
         self.session(session_id).archive(archived)
 
-    def delete_session(self, session_id: str) -> int:
-        """Delete a session with all its nodes, refs and runs; return the nodes removed."""
-        return self.session(session_id).delete()
+    def delete_session(self, session_id: str, *, permanently: bool = False) -> int:
+        """Move a session to the trash (``permanently=True``: remove it with all its nodes,
+        refs and runs at once); return its node count. See ``Session.delete``."""
+        return self.session(session_id).delete(permanently=permanently)
+
+    # -- retention -------------------------------------------------------
+
+    def trash(self) -> list[TrashEntry]:
+        """The sessions in the trash, longest there first."""
+        return retention.trash(self.storage)
+
+    def restore_session(self, session_id: str) -> None:
+        """Take a session (id or prefix) out of the trash; ``Conflict`` if it is not there."""
+        retention.restore(self.storage, self.resolve_session_id(session_id))
+
+    def empty_trash(self, *, older_than: float = 0, dry_run: bool = False) -> list[TrashEntry]:
+        """Remove for good the sessions trashed more than ``older_than`` seconds ago."""
+        return retention.empty_trash(self.storage, older_than=older_than, dry_run=dry_run)
+
+    def retention(
+        self,
+        *,
+        drop_older_than: float | None = None,
+        strip_older_than: float | None = None,
+        strip_min_bytes: int = retention.DEFAULT_MIN_BYTES,
+        dry_run: bool = True,
+    ) -> RetentionReport:
+        """Apply retention policies (ages in seconds; a dry run by default): trash sessions
+        idle for ``drop_older_than`` unless a checkpoint marks them or a pause waits in
+        them; strip tool results of ``strip_min_bytes``+ bytes older than
+        ``strip_older_than``, recording each strip. See ``retention``."""
+        return retention.apply(
+            self.storage,
+            drop_older_than=drop_older_than,
+            strip_older_than=strip_older_than,
+            strip_min_bytes=strip_min_bytes,
+            dry_run=dry_run,
+        )
+
+    def redactions(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """Every recorded strip (node, session, field, bytes, marker, reason, created_at)."""
+        key = None if session_id is None else self.session(session_id)._key
+        return self.storage.redactions(key)
 
     # -- lookups across sessions ---------------------------------------
 

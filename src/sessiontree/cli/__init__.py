@@ -27,9 +27,9 @@ def cli(db: str | None) -> None:
 
 
 def _register() -> None:
-    from . import admin, demo, experiment, find, inspect, pointers, refs, running
+    from . import admin, demo, experiment, find, inspect, pointers, refs, retention, running
 
-    for module in (inspect, find, refs, pointers, running, experiment, admin, demo):
+    for module in (inspect, find, refs, pointers, running, experiment, admin, retention, demo):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -31,6 +31,7 @@ from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly
 from ..model import Branch, Checkpoint, ModelUsage, Node, Run, SessionInfo, Usage
 from ..names import MIN_PREFIX
 from .cache import DEFAULT_MAX_BYTES, PathCache
+from .sqlite_retention import SQLiteRetention
 from .sqlite_search import SQLiteSearch
 from .sqlite_upkeep import TREE, SQLiteUpkeep
 
@@ -77,8 +78,10 @@ def _branch(row: Sequence[Any], session_id: str) -> Branch:
     return Branch(session_id, row[0], row[1], row[2], row[3], json.loads(row[4]))
 
 
-class SQLiteStorage(SQLiteUpkeep, SQLiteSearch):
+class SQLiteStorage(SQLiteUpkeep, SQLiteSearch, SQLiteRetention):
     """One SQLite database file (or ``:memory:``)."""
+
+    search_visible = "AND s.trashed_at IS NULL"  # search never shows the trash
 
     def __init__(
         self, path: str | Path, *, readonly: bool = False, cache_bytes: int = DEFAULT_MAX_BYTES
@@ -209,20 +212,23 @@ class SQLiteStorage(SQLiteUpkeep, SQLiteSearch):
         assert cursor.lastrowid is not None
         return cursor.lastrowid
 
-    def session_row(self, id: str) -> tuple[int, str, str | None, dict[str, Any], str, str | None]:
-        """(key, id, title, metadata, created_at, archived_at) of a session."""
+    def session_row(
+        self, id: str
+    ) -> tuple[int, str, str | None, dict[str, Any], str, str | None, str | None]:
+        """(key, id, title, metadata, created_at, archived_at, trashed_at) of a session."""
         row = self.conn.execute(
-            "SELECT key, id, title, metadata, created_at, archived_at FROM sessions WHERE id = ?", (id,)
+            "SELECT key, id, title, metadata, created_at, archived_at, trashed_at FROM sessions WHERE id = ?",
+            (id,),
         ).fetchone()
         if row is None:
             raise NotFound(f"no session {id!r}")
-        return row[0], row[1], row[2], json.loads(row[3]), row[4], row[5]
+        return row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], row[6]
 
     def session_key(self, id: str) -> int | None:
         return self._one("SELECT key FROM sessions WHERE id = ?", (id,))
 
     def sessions(self, *, include_archived: bool) -> list[SessionInfo]:
-        where = "" if include_archived else "WHERE s.archived_at IS NULL"
+        where = "WHERE s.trashed_at IS NULL" + ("" if include_archived else " AND s.archived_at IS NULL")
         rows = self.conn.execute(
             f"""
             SELECT s.id, s.title, s.metadata, s.created_at, s.archived_at, coalesce(c.n, 0), c.last
