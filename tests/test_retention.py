@@ -38,7 +38,10 @@ def test_a_trashed_session_is_hidden_kept_and_restorable(store, session):
     session.delete()
     assert store.sessions(include_archived=True) == [] and store.search("narwhal") == []
     assert [(t.session_id, t.nodes) for t in store.trash()] == [(session.id, 1)]
-    assert store.session(session.id).trashed_at is not None
+    trashed_at = store.session(session.id).trashed_at
+    assert trashed_at is not None
+    session.delete()  # deleting again keeps its time in the trash
+    assert store.trash()[0].trashed_at == trashed_at == session.trashed_at
     store.prune(dry_run=False, grace=0)  # its refs still hold its nodes
     store.restore_session(session.id[:13])
     assert [h.node.payload["content"] for h in store.search("narwhal")] == ["the narwhal plan"]

@@ -498,8 +498,8 @@ class Session:
         with self.storage.transaction():
             if permanently:
                 return self.storage.delete_session(self._key)
-            self.trashed_at = now()
-            self.storage.set_trashed(self._key, self.trashed_at)
+            self.storage.set_trashed(self._key, now())
+            self.trashed_at = self.storage.session_row(self.id)[6]
             return self.storage.counts(self._key)[1]
 
     def prune(

@@ -51,7 +51,13 @@ class SQLiteRetention:
     cache: PathCache
 
     def set_trashed(self, session_key: int, when: str | None) -> None:
-        self.conn.execute("UPDATE sessions SET trashed_at = ? WHERE key = ?", (when, session_key))
+        """Put a session in the trash at ``when`` (a session already there keeps its
+        time), or take it out (``None``)."""
+        self.conn.execute(
+            "UPDATE sessions SET trashed_at = CASE WHEN ? IS NULL THEN NULL ELSE coalesce(trashed_at, ?) END"
+            " WHERE key = ?",
+            (when, when, session_key),
+        )
 
     def trashed(self, before: str | None = None) -> list[tuple[str, str | None, str, int]]:
         """(session id, title, trashed_at, nodes) of the sessions in the trash (trashed
