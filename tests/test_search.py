@@ -81,6 +81,12 @@ def test_newest_returns_the_most_recently_written_matches_first(store, garage):
     assert len(store.search("flux", newest=True, limit=2)) == 2
 
 
+def test_a_lone_surrogate_does_not_break_a_snippet(store, session):
+    session.append(user("broken \ud800 surrogate"))
+    (hit,) = store.search("surrogate")
+    assert hit.snippet.startswith("broken ") and hit.snippet.endswith("«surrogate»")
+
+
 def test_markers_are_searchable(store, session):
     session.append(user("go"))
     session.append({"summary": "We agreed on the plutonium budget."}, kind="summary")

@@ -32,7 +32,7 @@ WITH RECURSIVE on_branch(key) AS (
     SELECT n.parent FROM on_branch JOIN nodes n ON n.key = on_branch.key WHERE n.parent IS NOT NULL
 )
 SELECT n.key, n.id, s.id, p.id, n.depth, n.kind, n.payload, n.created_at, r.id,
-       snippet(nodes_fts, -1, :start, :end, :ellipsis, :tokens)
+       CAST(snippet(nodes_fts, -1, :start, :end, :ellipsis, :tokens) AS BLOB)
 FROM nodes_fts
 JOIN nodes n ON n.key = nodes_fts.rowid
 JOIN sessions s ON s.key = n.session
@@ -119,7 +119,9 @@ class SQLiteSearch:
                 f"search query {query!r} is not valid full-text syntax ({text}); "
                 "put words in double quotes to search for them as written, e.g. '\"a-b\"'"
             ) from None
-        return [(Node(*r[1:9]), r[9]) for r in rows]
+        # A lone surrogate is stored as a JSON escape; json_extract turns it into bytes
+        # that are not UTF-8, so the snippet is decoded leniently.
+        return [(Node(*r[1:9]), bytes(r[9] or b"").decode("utf-8", "replace")) for r in rows]
 
     def refs_containing(self, node_ids: Sequence[str]) -> dict[str, tuple[list[str], list[str]]]:
         """node id -> (branches, checkpoints) of its session whose path contains it."""
