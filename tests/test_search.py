@@ -108,6 +108,12 @@ def test_a_bad_query_is_one_clear_error(store, garage, query, error):
         store.search(query)
 
 
+def test_a_query_cannot_escape_the_text_column(store, garage):
+    with pytest.raises(InvalidQuery, match="closes a parenthesis it never opened"):
+        store.search("shelf) OR (gigawatts", tools=False)
+    assert store.search('"shelf) OR (gigawatts"', tools=False) == []  # quoted: a phrase
+
+
 def test_bad_filters_are_refused(store, garage):
     with pytest.raises(InvalidQuery, match="no role 'robot'"):
         store.search("flux", role="robot")

@@ -12,6 +12,7 @@ FTS5 cannot parse raises ``InvalidQuery`` naming it.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,8 @@ from ..model import Node
 SNIPPET_TOKENS = 16
 """Words around the match in a snippet."""
 MARK_START, MARK_END, ELLIPSIS = "«", "»", "…"
+# What FTS5 says about a query it cannot parse (anything else is about the file).
+_QUERY_ERROR = re.compile(r"fts5: |no such column: |unterminated string|unknown special query|.*syntax error")
 
 _SEARCH = """
 WITH RECURSIVE on_branch(key) AS (
@@ -93,6 +96,8 @@ class SQLiteSearch:
         ``newest``, the newest matches instead: read in index order, so a common word
         stops after ``limit`` rows instead of ranking every match); with ``tools=False``
         tool names, arguments and results are not searched."""
+        if not tools and _closes_early(query):  # ')' would end the column filter early
+            raise InvalidQuery(f"search query {query!r} closes a parenthesis it never opened")
         match = query if tools else f"{{text}} : ({query})"
         params: dict[str, Any] = {
             "query": match,
@@ -113,7 +118,7 @@ class SQLiteSearch:
             rows = self.conn.execute(sql, params).fetchall()
         except sqlite3.OperationalError as e:
             text = str(e)
-            if "locked" in text or "busy" in text:
+            if not _QUERY_ERROR.match(text):  # the file, not the query: busy, I/O, ...
                 raise
             raise InvalidQuery(
                 f"search query {query!r} is not valid full-text syntax ({text}); "
@@ -133,3 +138,16 @@ class SQLiteSearch:
             if name not in names:
                 names.append(name)
         return found
+
+
+def _closes_early(query: str) -> bool:
+    """Whether a ``)`` outside double quotes closes more parentheses than were opened."""
+    depth, quoted = 0, False
+    for char in query:
+        if char == '"':
+            quoted = not quoted  # a doubled "" inside quotes flips twice: still quoted
+        elif not quoted and char in "()":
+            depth += 1 if char == "(" else -1
+            if depth < 0:
+                return True
+    return False
