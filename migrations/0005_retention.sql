@@ -12,7 +12,16 @@
 -- field must now hold the recorded marker and every other field must be as it
 -- was. Deleting a node deletes its redaction.
 
+-- retention_policy: the policy a user saved (`sessiontree retention --save`), one
+-- row per setting (drop_older_than, strip_older_than in seconds; strip_min_bytes),
+-- applied by a later `sessiontree retention` given no policy of its own.
+
 ALTER TABLE sessions ADD COLUMN trashed_at TEXT;
+
+CREATE TABLE retention_policy (
+    name  TEXT PRIMARY KEY,
+    value REAL NOT NULL
+) WITHOUT ROWID;
 CREATE INDEX sessions_trashed ON sessions(trashed_at) WHERE trashed_at IS NOT NULL;
 
 CREATE TABLE redactions (

@@ -177,3 +177,45 @@ def test_cli_retention_trash_and_empty_trash(tmp_path):
     )
     bad = runner.invoke(cli, ["--db", str(db), "empty-trash", "--older-than", "soon"])
     assert bad.exit_code == 2 and "'soon' is not a duration" in bad.output
+
+
+def test_a_saved_policy_is_previewed_and_run_later(store):
+    with pytest.raises(Conflict, match="no retention policy is saved"):
+        store.apply_retention_policy()
+    with pytest.raises(Conflict, match="needs drop_older_than, strip_older_than or both"):
+        store.save_retention_policy()
+    assert store.save_retention_policy(strip_older_than=0, strip_min_bytes=1000) == {
+        "strip_older_than": 0.0,
+        "strip_min_bytes": 1000.0,
+    }
+    s = big_tool_session(store)
+    settle()
+    preview = store.apply_retention_policy()
+    assert preview.dry_run and [x.bytes for x in preview.stripped] == [4998]
+    assert store.redactions() == []
+    assert store.apply_retention_policy(dry_run=False).bytes_stripped == 4998
+    assert [r["node"] for r in store.redactions()] == [s.path("main")[2].id]
+    store.save_retention_policy(drop_older_than=86400)  # replaces the saved policy
+    assert store.retention_policy() == {"drop_older_than": 86400.0}
+
+
+def test_cli_saves_a_policy_and_runs_it(tmp_path):
+    db = tmp_path / "p.db"
+    with Store(db) as store:
+        big_tool_session(store, size=14000)
+    settle()
+    runner = CliRunner()
+
+    def invoke(*args: str, code: int = 0) -> str:
+        result = runner.invoke(cli, ["--db", str(db), *args])
+        assert result.exit_code == code, result.output
+        return result.output
+
+    assert invoke("retention", code=1) == "Error: no retention policy is saved: give one, or save one first\n"
+    assert invoke("retention", "--save", "--strip-older-than", "0s", "--drop-older-than", "90d") == (
+        "saved retention policy: trash sessions idle 90 days; strip tool results of 10,000+ bytes older than 0 days\n"
+    )
+    assert invoke("retention", "--dry-run").endswith("would strip 1 tool result(s), 14,000 bytes\n")
+    assert invoke("retention").endswith(
+        "moved 0 session(s) to the trash; strip 1 tool result(s), 14,000 bytes\n"
+    )

@@ -16,6 +16,8 @@ Contract:
   ``redactions`` table, the only change the schema lets a node undergo, so it is
   never a silent rewrite: the projection, ``log`` and every export show the
   marker. A dry run reports the same and writes nothing.
+- A policy can be saved (``save_policy``, one per store) and run later by
+  ``apply_saved``, dry run or not.
 - ``prune`` is unchanged: it removes nodes no branch, checkpoint, unresolved
   pause, pending decision or recent write keeps; a trashed session keeps its
   refs, so prune keeps what they reach until the trash is emptied.
@@ -83,11 +85,7 @@ def apply(
     dry_run: bool = True,
 ) -> RetentionReport:
     """Run the chosen policies (see the module docstring)."""
-    for name, value in (("drop_older_than", drop_older_than), ("strip_older_than", strip_older_than)):
-        if value is not None and value < 0:
-            raise Conflict(f"{name} must be >= 0 seconds, not {value}")
-    if strip_min_bytes < 1:
-        raise Conflict(f"strip_min_bytes must be >= 1, not {strip_min_bytes}")
+    _check(drop_older_than, strip_older_than, strip_min_bytes)
     trashed: list[str] = []
     stripped: list[Stripped] = []
     with storage.snapshot() if dry_run else storage.transaction():
@@ -110,6 +108,56 @@ def apply(
                 assert key is not None  # read in this transaction
                 storage.set_trashed(key, when)
     return RetentionReport(trashed, stripped, dry_run)
+
+
+POLICY_SETTINGS = ("drop_older_than", "strip_older_than", "strip_min_bytes")
+
+
+def save_policy(
+    storage: SQLiteStorage,
+    *,
+    drop_older_than: float | None = None,
+    strip_older_than: float | None = None,
+    strip_min_bytes: int = DEFAULT_MIN_BYTES,
+) -> dict[str, float]:
+    """Replace the saved policy (checked as ``apply`` checks it); the policy saved."""
+    _check(drop_older_than, strip_older_than, strip_min_bytes)
+    if drop_older_than is None and strip_older_than is None:
+        raise Conflict("a retention policy needs drop_older_than, strip_older_than or both")
+    values = {"drop_older_than": drop_older_than, "strip_older_than": strip_older_than}
+    policy = {k: float(v) for k, v in values.items() if v is not None}
+    if strip_older_than is not None:
+        policy["strip_min_bytes"] = float(strip_min_bytes)
+    with storage.transaction():
+        storage.set_retention_policy(policy)
+    return policy
+
+
+def saved_policy(storage: SQLiteStorage) -> dict[str, float]:
+    """The saved policy (empty when none was saved)."""
+    return storage.retention_policy()
+
+
+def apply_saved(storage: SQLiteStorage, *, dry_run: bool = True) -> RetentionReport:
+    """Run the saved policy; ``Conflict`` when none was saved."""
+    policy = saved_policy(storage)
+    if not policy:
+        raise Conflict("no retention policy is saved: give one, or save one first")
+    return apply(
+        storage,
+        drop_older_than=policy.get("drop_older_than"),
+        strip_older_than=policy.get("strip_older_than"),
+        strip_min_bytes=int(policy.get("strip_min_bytes", DEFAULT_MIN_BYTES)),
+        dry_run=dry_run,
+    )
+
+
+def _check(drop_older_than: float | None, strip_older_than: float | None, strip_min_bytes: int) -> None:
+    for name, value in (("drop_older_than", drop_older_than), ("strip_older_than", strip_older_than)):
+        if value is not None and value < 0:
+            raise Conflict(f"{name} must be >= 0 seconds, not {value}")
+    if strip_min_bytes < 1:
+        raise Conflict(f"strip_min_bytes must be >= 1, not {strip_min_bytes}")
 
 
 def _days(seconds: float) -> str:

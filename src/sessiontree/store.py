@@ -31,6 +31,7 @@ from .model import (
     encode_json,
 )
 from .names import MIN_PREFIX, check_text, split_ancestry
+from .retention import DEFAULT_MIN_BYTES
 from .session import Session
 from .storage import SQLiteStorage
 from .storage.cache import DEFAULT_MAX_BYTES
@@ -135,7 +136,7 @@ class Store:
         *,
         drop_older_than: float | None = None,
         strip_older_than: float | None = None,
-        strip_min_bytes: int = retention.DEFAULT_MIN_BYTES,
+        strip_min_bytes: int = DEFAULT_MIN_BYTES,
         dry_run: bool = True,
     ) -> RetentionReport:
         """Apply retention policies (ages in seconds; a dry run by default): trash sessions
@@ -149,6 +150,30 @@ class Store:
             strip_min_bytes=strip_min_bytes,
             dry_run=dry_run,
         )
+
+    def save_retention_policy(
+        self,
+        *,
+        drop_older_than: float | None = None,
+        strip_older_than: float | None = None,
+        strip_min_bytes: int = DEFAULT_MIN_BYTES,
+    ) -> dict[str, float]:
+        """Save a retention policy in the store (replacing any saved before), for
+        ``apply_retention_policy`` and ``sessiontree retention`` to run later."""
+        return retention.save_policy(
+            self.storage,
+            drop_older_than=drop_older_than,
+            strip_older_than=strip_older_than,
+            strip_min_bytes=strip_min_bytes,
+        )
+
+    def retention_policy(self) -> dict[str, float]:
+        """The saved retention policy (setting -> value; empty when none is saved)."""
+        return retention.saved_policy(self.storage)
+
+    def apply_retention_policy(self, *, dry_run: bool = True) -> RetentionReport:
+        """Run the saved retention policy (a dry run by default); ``Conflict`` if none is saved."""
+        return retention.apply_saved(self.storage, dry_run=dry_run)
 
     def redactions(self, session_id: str | None = None) -> list[dict[str, Any]]:
         """Every recorded strip (node, session, field, bytes, marker, reason, created_at)."""

@@ -100,6 +100,7 @@ def empty_trash(ctx: click.Context, older_than: float, dry_run: bool, as_json: b
     help="Only tool results at least this large are stripped.",
 )
 @click.option("--dry-run", is_flag=True, help="Show what would be trashed and stripped; write nothing.")
+@click.option("--save", is_flag=True, help="Save the policy given in the store instead of running it.")
 @json_option
 @click.pass_context
 def retention(
@@ -108,6 +109,7 @@ def retention(
     strip_older_than: float | None,
     strip_min_bytes: int,
     dry_run: bool,
+    save: bool,
     as_json: bool,
 ) -> None:
     """Apply retention policies: trash idle sessions, strip large old tool results.
@@ -115,16 +117,31 @@ def retention(
     Sessions a checkpoint marks, or with a pause waiting for a human, are never
     trashed; user, assistant and system messages are never stripped. A stripped
     tool result keeps a marker saying what was removed, its size, when and why.
+    With --save the policy is stored instead; without a policy of its own the
+    command runs the saved one.
     """
-    if drop_older_than is None and strip_older_than is None:
-        raise click.UsageError("give --drop-older-than, --strip-older-than or both")
+    given = drop_older_than is not None or strip_older_than is not None
+    if save:
+        if not given:
+            raise click.UsageError("--save needs --drop-older-than, --strip-older-than or both")
+        store = open_store(ctx, write=True)
+        policy = store.save_retention_policy(
+            drop_older_than=drop_older_than,
+            strip_older_than=strip_older_than,
+            strip_min_bytes=strip_min_bytes,
+        )
+        echo_result(as_json, policy, "saved retention policy: " + describe(policy))
+        return
     store = open_store(ctx, write=not dry_run)
-    report = store.retention(
-        drop_older_than=drop_older_than,
-        strip_older_than=strip_older_than,
-        strip_min_bytes=strip_min_bytes,
-        dry_run=dry_run,
-    )
+    if given:
+        report = store.retention(
+            drop_older_than=drop_older_than,
+            strip_older_than=strip_older_than,
+            strip_min_bytes=strip_min_bytes,
+            dry_run=dry_run,
+        )
+    else:
+        report = store.apply_retention_policy(dry_run=dry_run)
     if as_json:
         echo_json(report.to_dict())
         return
@@ -137,6 +154,23 @@ def retention(
         f"{'would move' if dry_run else 'moved'} {len(report.trashed)} session(s) to the trash;"
         f" {would}strip {len(report.stripped)} tool result(s), {report.bytes_stripped:,} bytes"
     )
+
+
+def describe(policy: dict[str, float]) -> str:
+    """A saved policy in words."""
+    parts = []
+    if "drop_older_than" in policy:
+        parts.append(f"trash sessions idle {_age(policy['drop_older_than'])}")
+    if "strip_older_than" in policy:
+        parts.append(
+            f"strip tool results of {int(policy.get('strip_min_bytes', 0)):,}+ bytes"
+            f" older than {_age(policy['strip_older_than'])}"
+        )
+    return "; ".join(parts)
+
+
+def _age(seconds: float) -> str:
+    return f"{seconds / 86_400:g} days" if seconds % 86_400 == 0 else f"{seconds:g} s"
 
 
 COMMANDS = [trash, restore, empty_trash, retention]

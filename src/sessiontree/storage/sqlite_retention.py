@@ -100,6 +100,15 @@ class SQLiteRetention:
         self.cache.clear()  # cached paths hold the old payload
         return int(size)
 
+    def retention_policy(self) -> dict[str, float]:
+        """The saved retention policy: setting name -> value."""
+        return {name: value for name, value in self.conn.execute("SELECT name, value FROM retention_policy")}
+
+    def set_retention_policy(self, policy: dict[str, float]) -> None:
+        """Replace the saved retention policy (inside a transaction)."""
+        self.conn.execute("DELETE FROM retention_policy")
+        self.conn.executemany("INSERT INTO retention_policy (name, value) VALUES (?, ?)", policy.items())
+
     def redactions(self, session_key: int | None = None) -> list[dict[str, Any]]:
         """Every recorded redaction (of one session, if given), oldest first."""
         rows = self.conn.execute(
