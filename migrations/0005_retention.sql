@@ -33,6 +33,15 @@ CREATE TABLE redactions (
     created_at  TEXT NOT NULL
 );
 
+-- A session in the trash takes no new nodes: an agent still running on it gets an
+-- error instead of writing into something about to be removed.
+CREATE TRIGGER nodes_not_in_trash
+BEFORE INSERT ON nodes
+WHEN (SELECT trashed_at FROM sessions WHERE key = NEW.session) IS NOT NULL
+BEGIN
+    SELECT RAISE(ABORT, 'the session is in the trash');
+END;
+
 DROP TRIGGER nodes_immutable;
 
 CREATE TRIGGER nodes_immutable

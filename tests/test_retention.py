@@ -219,3 +219,18 @@ def test_cli_saves_a_policy_and_runs_it(tmp_path):
     assert invoke("retention").endswith(
         "moved 0 session(s) to the trash; strip 1 tool result(s), 14,000 bytes\n"
     )
+
+
+def test_a_session_in_the_trash_takes_no_new_nodes(store, session):
+    session.append(user("a"))
+    session.delete()
+    for write in (
+        lambda: session.append(user("b")),
+        lambda: session.append_many([user("b"), user("c")]),
+        lambda: session.edit("main", user("c"), branch="edited"),
+    ):
+        with pytest.raises(Conflict, match=f"session {session.id} is in the trash: restore it"):
+            write()
+    assert store.trash()[0].nodes == 1
+    store.restore_session(session.id)
+    assert session.append(user("b")).depth == 1

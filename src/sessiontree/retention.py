@@ -2,7 +2,8 @@
 
 Contract:
 - Deleting a session moves it to the trash (``Session.delete``); it keeps every
-  node, ref and run, is hidden from ``sessions()`` and search, and comes back
+  node, ref and run, is hidden from ``sessions()`` and search, takes no new nodes
+  (a schema trigger; ``Conflict``), and comes back
   with ``restore``. ``empty_trash(older_than=...)`` removes for good the
   sessions trashed longer ago than that; nothing else ever removes a trashed
   session but ``delete(permanently=True)``.

@@ -319,6 +319,9 @@ class SQLiteStorage(SQLiteUpkeep, SQLiteSearch, SQLiteRetention):
             return keys_from + len(rows) - 1
         except sqlite3.IntegrityError as e:
             parent = rows[0][2]
+            if "in the trash" in str(e):
+                session_id = self._one("SELECT id FROM sessions WHERE key = ?", (rows[0][1],))
+                raise Conflict(f"session {session_id} is in the trash: restore it to write to it") from None
             if "nodes.parent" in str(e):  # the unique index: one decision per pause
                 raise Conflict(f"pause {self._id_of(parent)} already has a decision") from None
             if "same session" in str(e) or "FOREIGN KEY" in str(e):
