@@ -184,3 +184,22 @@ def test_view_benchmark_quick_json_reports_every_figure():
     assert set(result["open_ms"]) == {"view", "parse_only", "ratio", "view_200"}
     assert set(result["interact_ms"]) == {"search", "filter", "scroll"}
     assert all(x > 0 for x in numbers({k: result[k] for k in ("export_ms", "open_ms", "interact_ms")}))
+
+
+def test_search_benchmark_quick_json_reports_every_figure():
+    script = SCRIPT.with_name("search.py")
+    out = subprocess.run(
+        [sys.executable, str(script), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=240,
+    ).stdout
+    result = json.loads(out)
+    assert result["quick"] is True and result["messages"] == 10_000
+    assert set(result["search"]) == {"rare", "1%", "20%", "phrase"}
+    for figure in result["search"].values():
+        assert figure["hits"] == figure["like_rows"] > 0
+        assert all(figure[k] > 0 for k in ("search_ms", "newest_ms", "like_ms", "ratio", "newest_ratio"))
+    assert set(result["append_us"]) == {"single", "batched"}
+    assert all(x > 0 for x in numbers({"a": result["append_us"], "s": result["storage"]}))

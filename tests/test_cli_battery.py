@@ -67,6 +67,13 @@ BAD = [
     ["html", "nosuchsession"],
     ["html", "-o", "{tmp}/missing-dir/x.html"],
     ["serve", "--port", "-5"],
+    ["search", 'unbalanced "quote'],
+    ["search", "x", "--no-tools", "-s", "nosuchsession"],
+    ["retention", "--drop-older-than", "soon"],
+    ["retention", "--strip-min-bytes", "0", "--strip-older-than", "1d"],
+    ["empty-trash", "--older-than", "-3d"],
+    ["restore", "nosuchsession"],
+    ["trash", "extra"],
 ]
 
 

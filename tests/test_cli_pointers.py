@@ -95,19 +95,25 @@ def test_append(invoke, small, db):  # noqa: F811
     )
 
 
-def test_delete_refuses_without_yes(invoke, small, db):  # noqa: F811
+def test_delete_trashes_and_deleting_permanently_needs_yes(invoke, small, db):  # noqa: F811
     s = small["session"]
     before = db.read_bytes()
-    assert invoke("delete", s[:13], code=1).output == (
+    assert invoke("delete", s[:13], "--permanently", code=1).output == (
         f"Error: session {s} has 4 node(s); add --yes to delete it for good "
-        "(or `sessiontree archive` to hide it)\n"
+        "(or leave out --permanently to move it to the trash)\n"
     )
     assert db.read_bytes() == before
-    assert json.loads(invoke("delete", s[:13], "--yes", "--json").output) == {
+    assert invoke("delete", s[:13]).output == (
+        f"moved session {s} (4 node(s)) to the trash; `sessiontree restore {s}` brings it back\n"
+    )
+    assert invoke("sessions").output == "No sessions.\n"
+    assert invoke("restore", s[:13]).output == f"restored session {s}\n"
+    assert json.loads(invoke("delete", s[:13], "--permanently", "--yes", "--json").output) == {
         "session": s,
         "nodes_removed": 4,
     }
     assert invoke("sessions").output == "No sessions.\n"
+    assert invoke("trash").output == "The trash is empty.\n"
     assert invoke("delete", s, "--yes", code=1).output == f"Error: no session '{s}'\n"
     assert invoke("verify").output == "ok: 0 session(s), 0 node(s), 0 problem(s)\n"
 

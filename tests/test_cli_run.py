@@ -279,3 +279,28 @@ def test_run_continues_the_latest_session_unless_new(endpoint, tmp_path):
         (["-b", "typo", "hi"], f"Error: no branch 'typo' in session {session}\n"),
     ]:
         assert cli_run(db, "run", *args, code=1).output == message
+
+
+def test_run_with_a_context_budget_compacts_and_keeps_every_original(agent_fakellm, tmp_path, monkeypatch):
+    monkeypatch.setenv("SESSIONTREE_BASE_URL", agent_fakellm.url + "/v1")
+    monkeypatch.setenv("SESSIONTREE_MODEL", "gpt-4o-mini")
+    db = str(tmp_path / "budget.db")
+    runner = CliRunner()
+    with Store(db) as store:
+        s = store.create_session("long")
+        for i in range(6):
+            s.append({"role": "user", "content": f"note {i}: " + "words " * 40})
+            s.append({"role": "assistant", "content": f"noted {i}"})
+        s.append({"role": "user", "content": f"Say hello. ({uuid.uuid4().hex})"})
+    args = ["--db", db, "run", "-s", s.id, "--context-budget", "100", "--keep-last", "1", "--no-stream"]
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    with Store(db) as store:
+        s = store.session(s.id)
+        path = s.path("main")
+        assert [n.kind for n in path].count("summary") == 1 and len(path) == 15
+        summary = next(n for n in path if n.kind == "summary")
+        assert summary.payload["covers"] == {"first": path[0].id, "last": path[11].id, "nodes": 12}
+        assert store.run(summary.run_id).model  # the model wrote it: its run is recorded
+        assert s.messages()[0]["content"] == summary.payload["summary"]
+        assert store.verify().ok

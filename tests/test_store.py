@@ -299,8 +299,15 @@ def test_sessions_listing_archive_and_delete(store):
     a.archive()
     assert [s.id for s in store.sessions()] == [b.id]
     assert {s.id for s in store.sessions(include_archived=True)} == {a.id, b.id}
+    # delete moves to the trash: hidden, nothing removed, restorable
     assert store.delete_session(a.id) == 2
     assert [s.id for s in store.sessions(include_archived=True)] == [b.id]
+    assert [t.session_id for t in store.trash()] == [a.id]
+    assert raw(store, "SELECT count(*) FROM nodes")[0][0] == 2
+    store.restore_session(a.id)
+    assert {s.id for s in store.sessions(include_archived=True)} == {a.id, b.id}
+    assert store.delete_session(a.id, permanently=True) == 2
+    assert [s.id for s in store.sessions(include_archived=True)] == [b.id] and store.trash() == []
     for table in ("nodes", "branches", "checkpoints", "runs"):
         assert raw(store, f"SELECT count(*) FROM {table}")[0][0] == 0
 
@@ -370,12 +377,13 @@ def test_verify_reports_broken_invariants(db_target):
     session.append(user("moving on"), branch="bad")
     # Break the database the way only another tool could: schema checks off.
     key = raw(store, "SELECT key FROM sessions WHERE id = ?", (session.id,))[0][0]
+    postgres = store.path.startswith("postgresql://")
     breakage = [
         "INSERT INTO nodes (key, id, session, parent, depth, kind, payload, created_at)"
-        " VALUES (999997, 'orphan', ?, 999999, 3, 'message', 'not json', 'now')",
+        " VALUES (999997, 'orphan', ?, 999999, 3, 'note', 'not json', 'now')",
         "INSERT INTO branches VALUES (?, 'dangling', 999998, '{}', 'now', 'now')",
     ]
-    if store.path.startswith("postgresql://"):  # one transaction with triggers and foreign keys off
+    if postgres:  # one transaction with triggers and foreign keys off
         with store.storage.pool.connection() as conn, conn.transaction():  # type: ignore[attr-defined]
             conn.execute("SET LOCAL session_replication_role = replica")
             for statement in breakage:

@@ -409,7 +409,7 @@ def read_session(store: Store, session_id: str) -> ImportedSession:
     """One session, whole, as a consistent snapshot (see the module docstring)."""
     storage = store.storage
     with storage.snapshot():
-        key, id, title, metadata, created_at, archived_at = storage.session_row(session_id)
+        key, id, title, metadata, created_at, archived_at, _ = storage.session_row(session_id)
         s = ImportedSession(id, title, metadata, created_at, archived_at=archived_at)
         s.runs = [
             ImportedRun(

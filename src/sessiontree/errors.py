@@ -74,6 +74,11 @@ class InvalidPayload(SessionTreeError, ValueError):
     """A payload that is not a JSON object, or a message without a valid role."""
 
 
+class InvalidQuery(SessionTreeError, ValueError):
+    """A search query SQLite's full-text syntax cannot read, or a filter that names no
+    known role or kind."""
+
+
 class ProviderError(SessionTreeError):
     """A model endpoint failed: an HTTP error, a malformed or truncated reply.
 

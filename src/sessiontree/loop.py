@@ -16,6 +16,14 @@ Contract:
 - ``call(messages, tools)`` may be sync or async and may return an assistant
   message dict, a ``Completion``, or an (async) iterator of text deltas ending
   with one of those (the streaming form).
+- With ``context_budget`` (tokens), before a model call whose messages would
+  exceed it the branch is compacted (``Session.compact``: a ``summary`` node
+  that stands for all but the last ``keep_last`` messages in the projection;
+  the originals stay). Tokens are counted by ``count_tokens(messages)`` when
+  given, else estimated from the usage recorded for the last model call on the
+  path plus a quarter of the characters added since. The summary comes from
+  ``summarize(messages)`` (sync or async), else from ``call`` itself asked to
+  summarise; a failed summary ends the run like a failed model call.
 - Model failures end the run with an ``error`` node and ``Final("error")``;
   ``asyncio`` cancellation records an ``error`` node and re-raises
   ``CancelledError`` (a cancel is never swallowed).
@@ -33,13 +41,13 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
-from . import bridge
+from . import bridge, compaction
 from .errors import BranchMoved, Conflict, InvalidPayload, ModelOutputError, SessionTreeError
 from .ids import new_id, now
 from .model import Completion, Node, completion_problem
 from .plan import Action, next_action
 from .redact import Redactor
-from .session import Ref, Session
+from .session import Ref, Session, summary_text
 from .steps import (
     Approve,
     Assistant,
@@ -64,6 +72,14 @@ _REDACT = Redactor({})  # no key known here: "Bearer ..." and "Authorization: ..
 
 ModelCall = Callable[[list[dict[str, Any]], list[dict[str, Any]]], Any]
 Approver = Callable[[ToolCall], Any]
+Summarizer = Callable[[list[dict[str, Any]]], Any]
+TokenCounter = Callable[[list[dict[str, Any]]], int]
+
+SUMMARY_PROMPT = (
+    "Summarise the conversation above for your own later use: the user's goals, what was "
+    "decided and done, tool results that still matter, and open questions. Be concise; "
+    "reply with the summary only."
+)
 
 
 async def arun(
@@ -76,6 +92,10 @@ async def arun(
     approve: Approver | None = None,
     max_steps: int = 20,
     expect_head: Ref | None = None,
+    context_budget: int | None = None,
+    summarize: Summarizer | None = None,
+    keep_last: int = 4,
+    count_tokens: TokenCounter | None = None,
 ) -> AsyncIterator[Step]:
     """Advance ``branch`` until the model is done, a human is needed, or a limit is hit.
 
@@ -83,7 +103,9 @@ async def arun(
     default, the ``idempotent=False`` ones) pause for a human and every other
     call runs; an ``approve`` function replaces that rule and is asked about
     every call. With ``expect_head`` (a ``Node`` or an id) the run refuses
-    (``BranchMoved``) to start unless the branch is still at that node.
+    (``BranchMoved``) to start unless the branch is still at that node. With
+    ``context_budget`` the branch is compacted before a model call that would exceed
+    it (see the module docstring).
     """
     session = session if isinstance(session, Session) else store.session(session)
     registry = as_tools(tools)
@@ -112,6 +134,14 @@ async def arun(
                     yield Final("max_steps", path[-1])
                     return
                 model_calls += 1
+                if context_budget is not None and _tokens(cursor, count_tokens) > context_budget:
+                    try:
+                        await _compact(cursor, call, summarize, keep_last)
+                    except SessionTreeError:
+                        raise  # a lost compare-and-set: another run owns the branch now
+                    except Exception as e:
+                        yield cursor.fail(e, "compaction")
+                        return
                 async for step in _model_step(cursor, call, specs):
                     yield step
                     if isinstance(step, Final):
@@ -143,7 +173,7 @@ class _BranchCursor:
     def __init__(self, store: Store, session: Session, branch: str, path: list[Node]) -> None:
         self.store, self.session, self.branch, self.path = store, session, branch, path
         # The projection a model is sent, kept in step with the path.
-        self.messages = [n.payload for n in path if n.kind == "message"]
+        self.messages = compaction.project(path)
 
     @property
     def head(self) -> str | None:
@@ -154,6 +184,8 @@ class _BranchCursor:
         self.path.append(node)
         if kind == "message":
             self.messages.append(node.payload)
+        elif kind == "summary":
+            self.messages = compaction.project(self.path)
         return node
 
     def fail(self, error: Exception, during: str) -> Final:
@@ -187,6 +219,47 @@ async def _model_step(
         yield cursor.fail(e, "model reply")
         return
     yield Assistant(node)
+
+
+def _tokens(cursor: _BranchCursor, count_tokens: TokenCounter | None) -> int:
+    """The tokens the next model call would send (see the module docstring)."""
+    if count_tokens is not None:
+        return count_tokens(cursor.messages)
+    # The last model call after the last summary measured its own input and output.
+    for i in range(len(cursor.path) - 1, -1, -1):
+        node = cursor.path[i]
+        if node.kind == "summary":
+            break
+        if node.run_id is None:
+            continue
+        usage = cursor.store.run(node.run_id).usage
+        used_in = usage.get("prompt_tokens", usage.get("input_tokens"))
+        used_out = usage.get("completion_tokens", usage.get("output_tokens"))
+        if isinstance(used_in, int) and isinstance(used_out, int):
+            since = [n.payload for n in cursor.path[i + 1 :] if n.kind == "message"]
+            return used_in + used_out + compaction.estimate_tokens(since)
+        break
+    return compaction.estimate_tokens(cursor.messages)
+
+
+async def _compact(
+    cursor: _BranchCursor, call: ModelCall, summarize: Summarizer | None, keep_last: int
+) -> Node | None:
+    """Append a summary standing for all but the last ``keep_last`` messages."""
+    planned = compaction.plan(cursor.path, keep_last)
+    if planned is None:
+        return None
+    if summarize is not None:
+        result = await _maybe_await(summarize(planned.messages))
+    else:  # ask the model itself
+        asked = [*planned.messages, {"role": "user", "content": SUMMARY_PROMPT}]
+        reply = None
+        async for item in _stream(call, asked, []):
+            if not isinstance(item, str):
+                reply = item
+        result = _as_completion(reply)
+    text, completion = summary_text(result)
+    return cursor.append(planned.payload(text), kind="summary", run=completion)
 
 
 async def _resolve_calls(
@@ -379,6 +452,10 @@ def run(
     approve: Approver | None = None,
     max_steps: int = 20,
     expect_head: Ref | None = None,
+    context_budget: int | None = None,
+    summarize: Summarizer | None = None,
+    keep_last: int = 4,
+    count_tokens: TokenCounter | None = None,
 ) -> Iterator[Step]:
     """``arun`` for callers without asyncio: the same steps, as a plain iterator."""
     return bridge.iterate(
@@ -391,6 +468,10 @@ def run(
             approve=approve,
             max_steps=max_steps,
             expect_head=expect_head,
+            context_budget=context_budget,
+            summarize=summarize,
+            keep_last=keep_last,
+            count_tokens=count_tokens,
         )
     )
 

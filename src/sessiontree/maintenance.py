@@ -10,13 +10,15 @@ Contract:
 - ``verify`` reads and never writes. It reports each problem with the session,
   the node when there is one, and which check found it: the schema-level
   checks come from the backend, the conversation-level ones (every tool call
-  answered exactly once on each branch) are made here.
+  answered exactly once on each branch; every summary covers a contiguous span of
+  its own path before it) are made here.
 """
 
 from __future__ import annotations
 
 import time
 
+from .compaction import span_problems
 from .model import Node, Problem, PruneReport, VerifyReport
 from .storage import Storage
 
@@ -44,7 +46,9 @@ def verify(storage: Storage, *, session_key: int | None = None) -> VerifyReport:
     with storage.snapshot():
         problems = [Problem(*row) for row in storage.integrity_problems(session_key)]
         for sid, name, head in storage.branch_heads(session_key):
-            problems.extend(tool_call_problems(sid, name, list(storage.path_to(*head, sid))))
+            path = list(storage.path_to(*head, sid))
+            problems.extend(tool_call_problems(sid, name, path))
+            problems.extend(span_problems(sid, name, path))
         sessions, nodes = storage.counts(session_key)
     return VerifyReport(problems=problems, sessions=sessions, nodes=nodes)
 

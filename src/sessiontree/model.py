@@ -310,6 +310,70 @@ class PruneReport:
 
 
 @dataclass(frozen=True)
+class TrashEntry:
+    """A session in the trash: restorable until the trash is emptied."""
+
+    session_id: str
+    title: str | None
+    trashed_at: str
+    nodes: int
+
+
+@dataclass(frozen=True)
+class Stripped:
+    """A tool result a retention policy stripped (or would strip, on a dry run)."""
+
+    node_id: str
+    session_id: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class RetentionReport:
+    """What a retention run moved to the trash and stripped, or would on a dry run."""
+
+    trashed: list[str]
+    stripped: list[Stripped]
+    dry_run: bool
+
+    @property
+    def bytes_stripped(self) -> int:
+        return sum(s.bytes for s in self.stripped)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "trashed": self.trashed,
+            "stripped": [s.__dict__ for s in self.stripped],
+            "bytes_stripped": self.bytes_stripped,
+        }
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """A node a search found: its session, a snippet with the matched words between
+    ``«`` and ``»``, and the branches and checkpoints whose path contains it."""
+
+    node: Node
+    session_id: str
+    snippet: str
+    branches: list[str] = field(default_factory=list)
+    checkpoints: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node.id,
+            "session": self.session_id,
+            "kind": self.node.kind,
+            "role": self.node.role,
+            "created_at": self.node.created_at,
+            "snippet": self.snippet,
+            "branches": self.branches,
+            "checkpoints": self.checkpoints,
+        }
+
+
+@dataclass(frozen=True)
 class Problem:
     """One integrity problem found by ``verify``."""
 

@@ -19,11 +19,12 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import inspect
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from . import maintenance
-from .errors import BranchMoved, CheckpointImmutable, Conflict, NotFound
+from . import compaction, maintenance
+from .errors import BranchMoved, CheckpointImmutable, Conflict, InvalidPayload, NotFound
 from .ids import new_id, now
 from .model import (
     Branch,
@@ -57,6 +58,7 @@ class Session:
         metadata: dict[str, Any],
         created_at: str,
         archived_at: str | None = None,
+        trashed_at: str | None = None,
     ) -> None:
         self.storage = storage
         self._key = key  # the session's row key; never reused (AUTOINCREMENT)
@@ -65,6 +67,7 @@ class Session:
         self.metadata = metadata
         self.created_at = created_at
         self.archived_at = archived_at
+        self.trashed_at = trashed_at
 
     def __repr__(self) -> str:
         return f"Session(id={self.id!r}, title={self.title!r})"
@@ -312,11 +315,51 @@ class Session:
     def messages(self, ref: Ref = "main") -> list[dict[str, Any]]:
         """The chat messages on the path to ``ref``: what a chat-completions API takes.
 
-        A new list; the dicts in it are the nodes' payloads, shared with the store's
-        cache, so treat them as read-only (``copy.deepcopy`` one to change it).
+        A summary on the path stands in for the span it covers (see ``compact``). A new
+        list; the dicts in it are the nodes' payloads, shared with the store's cache, so
+        treat them as read-only (``copy.deepcopy`` one to change it).
         """
         with self.storage.snapshot():
             return self.storage.messages(*self._locate(ref), self.id)
+
+    def compact(
+        self,
+        branch: str = "main",
+        *,
+        summarize: Callable[[list[dict[str, Any]]], Any],
+        keep_last: int = 4,
+        run: RunLike = None,
+    ) -> Node | None:
+        """Append a ``summary`` node to ``branch`` that stands for its path but the last
+        ``keep_last`` messages (and any leading system messages); None when there is
+        nothing to cover.
+
+        ``summarize(messages)`` gets the messages to cover and returns the summary's
+        text (or a message dict, or a ``Completion``, whose content is taken; a
+        ``Completion`` is recorded as the summary's run). ``messages()`` then sends the
+        summary instead of the covered messages; every original node stays on the path.
+        The append is a compare-and-set on the head that was summarised.
+        """
+        path = self.path(branch)
+        planned = compaction.plan(path, keep_last)
+        if planned is None:
+            return None
+        result = summarize(planned.messages)
+        if inspect.isawaitable(result):
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+            raise TypeError(
+                "summarize must return its result, not an awaitable; the agent loop takes async ones"
+            )
+        text, completion = summary_text(result)
+        return self.append(
+            planned.payload(text),
+            branch=branch,
+            kind="summary",
+            run=completion if completion is not None else run,
+            expect_head=path[-1].id,
+        )
 
     def tree(self) -> list[Node]:
         """Every node of the session, parents before children."""
@@ -448,10 +491,16 @@ class Session:
         with self.storage.transaction():
             self.storage.set_archived(self._key, now() if archived else None)
 
-    def delete(self) -> int:
-        """Delete the session with all its nodes, refs and runs; return the nodes removed."""
+    def delete(self, *, permanently: bool = False) -> int:
+        """Move the session to the trash (hidden from listings and search, restorable with
+        ``Store.restore_session`` until the trash is emptied); with ``permanently=True``,
+        remove it with all its nodes, refs and runs at once. Returns its node count."""
         with self.storage.transaction():
-            return self.storage.delete_session(self._key)
+            if permanently:
+                return self.storage.delete_session(self._key)
+            self.storage.set_trashed(self._key, now())
+            self.trashed_at = self.storage.session_row(self.id)[6]
+            return self.storage.counts(self._key)[1]
 
     def prune(
         self, *, dry_run: bool = True, vacuum: bool = False, grace: float = maintenance.GRACE_SECONDS
@@ -464,6 +513,17 @@ class Session:
     def verify(self) -> VerifyReport:
         """``Store.verify`` for this session only."""
         return maintenance.verify(self.storage, session_key=self._key)
+
+
+def summary_text(result: Any) -> tuple[str, Completion | None]:
+    """(the text, the Completion if any) of what a summarize function returned."""
+    completion = result if isinstance(result, Completion) else None
+    message = completion.message if completion is not None else result
+    if isinstance(message, dict):
+        message = message.get("content")
+    if not isinstance(message, str) or not message.strip():
+        raise InvalidPayload(f"summarize returned {str(result)[:80]!r}, not a summary text")
+    return message, completion
 
 
 class _Place(NamedTuple):

@@ -23,11 +23,22 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import maintenance
+from . import maintenance, retention, search
 from .errors import NotFound, SessionTreeError
 from .ids import new_id, now
-from .model import Node, PruneReport, Run, SessionInfo, VerifyReport, encode_json
+from .model import (
+    Node,
+    PruneReport,
+    RetentionReport,
+    Run,
+    SearchHit,
+    SessionInfo,
+    TrashEntry,
+    VerifyReport,
+    encode_json,
+)
 from .names import MIN_PREFIX, check_text, split_ancestry
+from .retention import DEFAULT_MIN_BYTES
 from .session import Session
 from .storage import SQLiteStorage, Storage, open_storage
 from .storage.cache import DEFAULT_MAX_BYTES
@@ -111,9 +122,73 @@ class Store:
         """Hide a session from ``sessions()`` (its tree is kept); ``archived=False`` undoes it."""
         self.session(session_id).archive(archived)
 
-    def delete_session(self, session_id: str) -> int:
-        """Delete a session with all its nodes, refs and runs; return the nodes removed."""
-        return self.session(session_id).delete()
+    def delete_session(self, session_id: str, *, permanently: bool = False) -> int:
+        """Move a session to the trash (``permanently=True``: remove it with all its nodes,
+        refs and runs at once); return its node count. See ``Session.delete``."""
+        return self.session(session_id).delete(permanently=permanently)
+
+    # -- retention -------------------------------------------------------
+
+    def trash(self) -> list[TrashEntry]:
+        """The sessions in the trash, longest there first."""
+        return retention.trash(self.storage)
+
+    def restore_session(self, session_id: str) -> None:
+        """Take a session (id or prefix) out of the trash; ``Conflict`` if it is not there."""
+        retention.restore(self.storage, self.resolve_session_id(session_id))
+
+    def empty_trash(self, *, older_than: float = 0, dry_run: bool = False) -> list[TrashEntry]:
+        """Remove for good the sessions trashed more than ``older_than`` seconds ago."""
+        return retention.empty_trash(self.storage, older_than=older_than, dry_run=dry_run)
+
+    def retention(
+        self,
+        *,
+        drop_older_than: float | None = None,
+        strip_older_than: float | None = None,
+        strip_min_bytes: int = DEFAULT_MIN_BYTES,
+        dry_run: bool = True,
+    ) -> RetentionReport:
+        """Apply retention policies (ages in seconds; a dry run by default): trash sessions
+        idle for ``drop_older_than`` unless a checkpoint marks them or a pause waits in
+        them; strip tool results of ``strip_min_bytes``+ bytes older than
+        ``strip_older_than``, recording each strip. See ``retention``."""
+        return retention.apply(
+            self.storage,
+            drop_older_than=drop_older_than,
+            strip_older_than=strip_older_than,
+            strip_min_bytes=strip_min_bytes,
+            dry_run=dry_run,
+        )
+
+    def save_retention_policy(
+        self,
+        *,
+        drop_older_than: float | None = None,
+        strip_older_than: float | None = None,
+        strip_min_bytes: int = DEFAULT_MIN_BYTES,
+    ) -> dict[str, float]:
+        """Save a retention policy in the store (replacing any saved before), for
+        ``apply_retention_policy`` and ``sessiontree retention`` to run later."""
+        return retention.save_policy(
+            self.storage,
+            drop_older_than=drop_older_than,
+            strip_older_than=strip_older_than,
+            strip_min_bytes=strip_min_bytes,
+        )
+
+    def retention_policy(self) -> dict[str, float]:
+        """The saved retention policy (setting -> value; empty when none is saved)."""
+        return retention.saved_policy(self.storage)
+
+    def apply_retention_policy(self, *, dry_run: bool = True) -> RetentionReport:
+        """Run the saved retention policy (a dry run by default); ``Conflict`` if none is saved."""
+        return retention.apply_saved(self.storage, dry_run=dry_run)
+
+    def redactions(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """Every recorded strip (node, session, field, bytes, marker, reason, created_at)."""
+        key = None if session_id is None else self.session(session_id)._key
+        return self.storage.redactions(key)
 
     # -- lookups across sessions ---------------------------------------
 
@@ -138,6 +213,37 @@ class Store:
         if session_id is not None:
             return self.session(session_id).pending()
         return self.storage.pending()
+
+    def search(
+        self,
+        query: str,
+        *,
+        session: str | None = None,
+        branch: str | None = None,
+        role: str | None = None,
+        kind: str | None = None,
+        limit: int = 20,
+        tools: bool = True,
+        newest: bool = False,
+    ) -> list[SearchHit]:
+        """Nodes matching a full-text ``query`` (FTS5 syntax: words, "a phrase", AND, OR,
+        NOT, prefix*), best first, each with a snippet and the branches and checkpoints
+        whose path contains it. Filters: a session (id or prefix), a branch name (in that
+        session, or any session), a message role, a node kind. ``tools=False`` leaves
+        tool names, arguments and results out; ``newest=True`` returns the newest matches
+        instead of the best (much faster for a word in thousands of nodes). See ``search``."""
+        session_id = None if session is None else self.resolve_session_id(session)
+        return search.search(
+            self.storage,
+            query,
+            session_id=session_id,
+            branch=branch,
+            role=role,
+            kind=kind,
+            limit=limit,
+            tools=tools,
+            newest=newest,
+        )
 
     def abbreviations(self, ids: Iterable[str], *, minimum: int = SHORT_ID) -> dict[str, str]:
         """Each id shortened to one width at which every one of them is unique in the

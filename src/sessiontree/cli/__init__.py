@@ -28,9 +28,33 @@ def cli(db: str | None) -> None:
 
 
 def _register() -> None:
-    from . import admin, demo, experiment, inspect, pointers, refs, running, transfer, view
+    from . import (
+        admin,
+        demo,
+        experiment,
+        find,
+        inspect,
+        pointers,
+        refs,
+        retention,
+        running,
+        transfer,
+        view,
+    )
 
-    for module in (inspect, refs, pointers, running, experiment, view, admin, transfer, demo):
+    for module in (
+        inspect,
+        find,
+        refs,
+        pointers,
+        running,
+        experiment,
+        view,
+        admin,
+        retention,
+        transfer,
+        demo,
+    ):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -258,23 +258,41 @@ def archive(ctx: click.Context, session: str, undo: bool, as_json: bool) -> None
 @click.command()
 @click.argument("session", shell_complete=complete.sessions)
 @click.option(
+    "--permanently",
+    is_flag=True,
+    help="Remove it for good at once instead of moving it to the trash (needs --yes).",
+)
+@click.option(
     "--yes",
     is_flag=True,
-    help="Really delete (without it the command refuses and says what it would remove).",
+    help="Really delete permanently (without it the command refuses and says what it would remove).",
 )
 @json_option
 @click.pass_context
-def delete(ctx: click.Context, session: str, yes: bool, as_json: bool) -> None:
-    """Delete SESSION with all its nodes, branches, checkpoints and runs, for good."""
-    store = open_store(ctx, write=yes)
+def delete(ctx: click.Context, session: str, permanently: bool, yes: bool, as_json: bool) -> None:
+    """Move SESSION to the trash (`restore` brings it back; `empty-trash` removes it for good).
+
+    With --permanently --yes, remove it with all its nodes, branches, checkpoints and
+    runs at once.
+    """
+    store = open_store(ctx, write=yes or not permanently)
     session_id = store.resolve_session_id(session)
+    if not permanently:
+        nodes = store.delete_session(session_id)
+        echo_result(
+            as_json,
+            {"session": session_id, "trashed": True, "nodes": nodes},
+            f"moved session {session_id} ({nodes} node(s)) to the trash;"
+            f" `sessiontree restore {session_id}` brings it back",
+        )
+        return
     if not yes:
-        nodes = next(s.node_count for s in store.sessions(include_archived=True) if s.id == session_id)
+        nodes = store.session(session_id).verify().nodes
         raise click.ClickException(
             f"session {session_id} has {nodes} node(s); add --yes to delete it for good "
-            "(or `sessiontree archive` to hide it)"
+            "(or leave out --permanently to move it to the trash)"
         )
-    removed = store.delete_session(session_id)
+    removed = store.delete_session(session_id, permanently=True)
     echo_result(
         as_json,
         {"session": session_id, "nodes_removed": removed},

@@ -72,6 +72,10 @@ def summary(node: Node) -> str:
         return "tool_start: " + ", ".join(c.get("name", "?") for c in p.get("calls", []))
     if node.kind == "error":
         return f"error: {one_line(p.get('message') or p.get('error', ''))}"
+    if node.kind == "summary" and isinstance(p.get("summary"), str):
+        span = p.get("covers")
+        count = f" (stands for {span.get('nodes')} nodes)" if isinstance(span, dict) else ""
+        return f"summary{count}: {one_line(p['summary'])}"
     return f"{node.kind}: {one_line(json.dumps(p, ensure_ascii=False))}"
 
 

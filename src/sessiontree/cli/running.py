@@ -193,6 +193,19 @@ def make_call(
     shell_complete=complete.refs,
 )
 @click.option("--system", help="System prompt (only for a new session).")
+@click.option(
+    "--context-budget",
+    type=click.IntRange(min=1),
+    help="Compact the branch (a summary written by the model stands for its older turns)"
+    " before a model call whose messages would pass this many tokens.",
+)
+@click.option(
+    "--keep-last",
+    type=click.IntRange(min=0),
+    default=4,
+    show_default=True,
+    help="Messages a compaction leaves as they are.",
+)
 @model_options
 @json_steps_option
 @click.pass_context
@@ -203,6 +216,8 @@ def run(
     new: bool,
     branch: str,
     system: str | None,
+    context_budget: int | None,
+    keep_last: int,
     base_url: str | None,
     model: str | None,
     api_key_env: str,
@@ -239,7 +254,17 @@ def run(
         s.append({"role": "user", "content": prompt}, branch=branch)
     click.echo(f"session {s.id} branch {branch}", err=True)
     final = print_steps(
-        arun(store, s, branch, call=call, tools=tools, approve=approver(policy), max_steps=max_steps),
+        arun(
+            store,
+            s,
+            branch,
+            call=call,
+            tools=tools,
+            approve=approver(policy),
+            max_steps=max_steps,
+            context_budget=context_budget,
+            keep_last=keep_last,
+        ),
         as_json,
         lambda final: {"session": s.id, "branch": branch},
     )

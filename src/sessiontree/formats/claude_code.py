@@ -5,7 +5,9 @@ are linked by ``uuid``/``parentUuid``; what becomes of each record:
 - ``user`` with text: a ``user`` message (text blocks joined, images as
   ``[image]``). ``user`` with ``tool_result`` blocks: one ``tool`` message per
   block, with ``tool_call_id``. A compaction summary (``isCompactSummary``)
-  becomes a ``summary`` marker.
+  becomes a ``summary`` node covering its path up to its parent (Claude Code
+  starts a new root, the ``compact_boundary`` note, at a compaction), so the
+  projection sends it as the model saw it.
 - ``assistant``: Claude Code writes one record per content block, all with
   the same ``message.id``; a later block may hang under an earlier block's
   tool result. All records of one message are merged into ONE assistant
@@ -41,6 +43,7 @@ from ..ids import now
 from .common import (
     block_text,
     chat_message,
+    cover_from_root,
     iso,
     jsonl_records,
     keep_or_derive,
@@ -136,6 +139,9 @@ class _Builder:
         self._place_results()
         for node in self.session.nodes:
             node.parent_id = self._resolve(self.parent[node.id])
+        for node in self.session.nodes:  # a summary stands for everything before it
+            if node.kind == "summary":
+                cover_from_root(self.session.nodes, node, node.parent_id)
         for node_id, parts in self.texts.items():
             payload = self.by_id[node_id].payload
             text = "\n\n".join(p for p in parts if p.strip())

@@ -327,3 +327,25 @@ def require(value: Any, types: type | tuple[type, ...], where: str, field_name: 
 
 def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
     return types if isinstance(types, tuple) else (types,)
+
+
+def cover_from_root(nodes: list[ImportedNode], summary: ImportedNode, last_id: str | None) -> None:
+    """Give an imported compaction summary the span it stands for (``compaction``): from
+    the root of its path to ``last_id`` (the last node the tool summarised away). Nothing
+    is added when ``last_id`` is not on the summary's path."""
+    parents = {n.id: n.parent_id for n in nodes}
+    cover_by_parents(parents, summary, last_id)
+
+
+def cover_by_parents(parents: dict[str, str | None], summary: ImportedNode, last_id: str | None) -> None:
+    """``cover_from_root`` for an importer that streams: ``parents`` maps each node id seen
+    so far to its parent's id (no payloads kept)."""
+    path: list[str] = []
+    current = summary.parent_id
+    while current is not None and current in parents:
+        path.append(current)
+        current = parents[current]
+    path.reverse()
+    if last_id in path:
+        last = path.index(last_id)
+        summary.payload["covers"] = {"first": path[0], "last": last_id, "nodes": last + 1}

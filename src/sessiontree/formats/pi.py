@@ -14,8 +14,10 @@ child of the one before, as pi's own migration does). Entries become:
   output (a ``note`` when excluded from context); custom/hookMessage ->
   ``user``; branchSummary/compactionSummary -> ``summary``; other roles ->
   ``note``.
-- ``compaction`` and ``branch_summary`` -> ``summary`` marker nodes (with
-  ``first_kept_entry_id`` / ``from_id`` mapped to node ids).
+- ``compaction`` -> a ``summary`` node covering its path from the root to the
+  entry before ``first_kept_entry_id`` (mapped to a node id), so the projection
+  sends it as pi builds a model's context; ``branch_summary`` -> a ``summary``
+  marker (``from_id`` mapped).
 - ``custom_message`` -> ``user``; ``model_change`` and
   ``thinking_level_change`` -> ``note`` markers.
 - ``label`` -> a checkpoint named by the label at its target (the last label
@@ -40,6 +42,7 @@ from .common import (
     OpenCalls,
     block_text,
     chat_message,
+    cover_by_parents,
     iso,
     jsonl_records,
     keep_or_derive,
@@ -102,8 +105,9 @@ class _Reader:
     """The entries of one pi file, turned into nodes as their parents come.
 
     It keeps every entry id (to refuse a duplicate and to tell a missing parent),
-    the parents of skipped entries, labels, the leaves, and the entries that
-    came before their parent; never a converted payload after handing it on."""
+    every node's parent id (a compaction covers a path), the parents of skipped
+    entries, labels, the leaves, and the entries that came before their parent;
+    never a converted payload after handing it on."""
 
     def __init__(self, session: ImportedSession, node_id: Callable[[str], str], sink: Sink) -> None:
         self.session, self.node_id, self.sink = session, node_id, sink
@@ -113,6 +117,7 @@ class _Reader:
         self.aliases: dict[str, str | None] = {}  # skipped entry -> its nearest kept ancestor
         self.labels: dict[str, str | None] = {}  # target entry -> label
         self.leaves: dict[str, str] = {}  # node id -> entry id
+        self.parents: dict[str, str | None] = {}  # node id -> parent node id (for compactions)
         self.calls = OpenCalls()
         self.last: str | None = None
         self.title: str | None = None
@@ -165,6 +170,10 @@ class _Reader:
             run.id if run else None,
             source=f"line {number}",
         )
+        self.parents[own] = node.parent_id
+        if kind == "compaction":  # it stands for the path up to the entry before its first kept one
+            kept = payload.get("first_kept_entry_id")
+            cover_by_parents(self.parents, node, self.parents.get(kept) if isinstance(kept, str) else None)
         self.leaves.pop(node.parent_id or "", None)
         self.leaves[own] = eid
         for out in self.calls.add(node):

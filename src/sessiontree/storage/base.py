@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
+from ..compaction import project
 from ..model import Branch, Checkpoint, Node, Run, SessionInfo, Usage
 from .cache import PathCache
 
@@ -85,14 +86,17 @@ class Storage(ABC):
     ) -> int: ...
 
     @abstractmethod
-    def session_row(self, id: str) -> tuple[int, str, str | None, dict[str, Any], str, str | None]:
-        """(key, id, title, metadata, created_at, archived_at) of a session."""
+    def session_row(
+        self, id: str
+    ) -> tuple[int, str, str | None, dict[str, Any], str, str | None, str | None]:
+        """(key, id, title, metadata, created_at, archived_at, trashed_at) of a session."""
 
     @abstractmethod
     def session_key(self, id: str) -> int | None: ...
 
     @abstractmethod
-    def sessions(self, *, include_archived: bool) -> list[SessionInfo]: ...
+    def sessions(self, *, include_archived: bool) -> list[SessionInfo]:
+        """The sessions not in the trash (archived ones too, if asked), newest first."""
 
     @abstractmethod
     def session_ids(self) -> list[str]:
@@ -235,6 +239,63 @@ class Storage(ABC):
     @abstractmethod
     def runs(self, session_key: int) -> list[Run]: ...
 
+    # -- search ------------------------------------------------------------------
+
+    @abstractmethod
+    def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        branch: str | None = None,
+        role: str | None = None,
+        kind: str | None = None,
+        limit: int = 20,
+        tools: bool = True,
+        newest: bool = False,
+    ) -> list[tuple[Node, str]]:
+        """(node, snippet) of the best ``limit`` full-text matches (``newest``: the newest
+        instead) outside the trash; ``tools=False`` leaves tool calls and results out;
+        ``InvalidQuery`` for a query the backend cannot parse."""
+
+    @abstractmethod
+    def refs_containing(self, node_ids: Sequence[str]) -> dict[str, tuple[list[str], list[str]]]:
+        """node id -> (branches, checkpoints) of its session whose path contains it."""
+
+    # -- trash and redactions ------------------------------------------------------
+
+    @abstractmethod
+    def set_trashed(self, session_key: int, when: str | None) -> None:
+        """Put a session in the trash at ``when`` (keeping an earlier time), or take it out."""
+
+    @abstractmethod
+    def trashed(self, before: str | None = None) -> list[tuple[str, str | None, str, int]]:
+        """(session id, title, trashed_at, nodes) in the trash (before ``before``), oldest first."""
+
+    @abstractmethod
+    def droppable_sessions(self, cutoff: str) -> list[tuple[str, str]]:
+        """(session id, last activity) of sessions a drop policy may trash: not trashed, no
+        checkpoint, no unresolved pause, nothing written since ``cutoff``."""
+
+    @abstractmethod
+    def strippable_results(self, cutoff: str, min_bytes: int) -> list[tuple[str, str, int]]:
+        """(node id, session id, bytes) of unredacted tool results of at least ``min_bytes``
+        written before ``cutoff``, outside the trash."""
+
+    @abstractmethod
+    def redact(self, node_id: str, field: str, marker: str, reason: str, when: str) -> int:
+        """Replace a payload field by ``marker``, recorded in ``redactions``; bytes removed."""
+
+    @abstractmethod
+    def retention_policy(self) -> dict[str, float]: ...
+
+    @abstractmethod
+    def set_retention_policy(self, policy: dict[str, float]) -> None: ...
+
+    @abstractmethod
+    def redactions(self, session_key: int | None = None) -> list[dict[str, Any]]:
+        """Every recorded redaction (of one session), oldest first."""
+
     # -- upkeep ----------------------------------------------------------------
 
     @abstractmethod
@@ -299,14 +360,14 @@ class Storage(ABC):
         return path
 
     def messages(self, key: int, node_id: str, session_id: str) -> list[dict[str, Any]]:
-        """The ``message`` payloads on the path to a node, root first (shared with the
-        cache: read-only). Re-reading a grown path costs O(new nodes)."""
+        """The projection of the path to a node (``compaction.project``), root first (shared
+        with the cache: read-only). Re-reading a grown path costs O(new nodes)."""
         cached = self.cache.messages(node_id)
         if cached is None:
             path = self.path_to(key, node_id, session_id)
             cached = self.cache.messages(node_id)
             if cached is None:  # not cacheable (too big, or the cache is off)
-                return [n.payload for n in path if n.kind == "message"]
+                return project(path)
         return list(cached)
 
     def remember(self, parent_id: str | None, nodes: Sequence[Node]) -> None:

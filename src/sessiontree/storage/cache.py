@@ -28,6 +28,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from ..compaction import project
 from ..model import Node
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
@@ -58,13 +59,14 @@ class PathCache:
             return None if entry is None else entry.path
 
     def messages(self, node_id: str) -> tuple[dict[str, Any], ...] | None:
-        """The payloads of the ``message`` nodes on a cached path (shared: read-only)."""
+        """The projection of a cached path (``compaction.project``: its message payloads,
+        summaries standing in for the spans they cover), shared: read-only."""
         with self._lock:
             entry = self._get(node_id)
             if entry is None:
                 return None
             if entry.messages is None:
-                entry.messages = tuple(n.payload for n in entry.path or () if n.kind == "message")
+                entry.messages = tuple(project(entry.path or ()))
             return entry.messages
 
     def _get(self, node_id: str) -> _Entry | None:
@@ -83,7 +85,8 @@ class PathCache:
                 return None
             added = tuple(n for more in reversed(mores) for n in more)
             entry.path = (below.path or ()) + added
-            if below.messages is not None:  # extend the projection too: O(new nodes)
+            # Extend the projection too, O(new nodes), unless a new summary re-shapes it.
+            if below.messages is not None and not any(n.kind == "summary" for n in added):
                 entry.messages = below.messages + tuple(n.payload for n in added if n.kind == "message")
             entry.base, entry.more = None, ()
         return entry

@@ -3,7 +3,8 @@
 Contract: ``PostgresStorage(url)`` connects (a pool, psycopg 3), migrates (see
 ``postgres_db``) and implements ``Storage`` with the same keys, rows and
 invariants as the SQLite backend, so every test of the store runs against both.
-The upkeep queries are in ``postgres_upkeep``.
+The upkeep queries are in ``postgres_upkeep``, search and retention in
+``postgres_find``.
 
 Concurrency. SQLite has one writer at a time; here many transactions write at
 once, so the promise of ``Storage`` (a head read inside a write transaction
@@ -41,6 +42,7 @@ from ..names import MIN_PREFIX
 from . import postgres_db as pgdb
 from .base import RUN_FIELDS, PathRow, decode_run
 from .cache import DEFAULT_MAX_BYTES, PathCache
+from .postgres_find import PostgresFind
 from .postgres_upkeep import TREE, PostgresUpkeep
 
 SESSION_LOCK = 1936029286
@@ -81,7 +83,7 @@ class _Held(threading.local):
     claimed: set[int]
 
 
-class PostgresStorage(PostgresUpkeep):
+class PostgresStorage(PostgresFind, PostgresUpkeep):
     """One PostgreSQL schema (``?schema=`` in the URL, default ``sessiontree``)."""
 
     def __init__(self, url: str, *, readonly: bool = False, cache_bytes: int = DEFAULT_MAX_BYTES) -> None:
@@ -255,19 +257,23 @@ class PostgresStorage(PostgresUpkeep):
         self._claim(row[0])
         return int(row[0])
 
-    def session_row(self, id: str) -> tuple[int, str, str | None, dict[str, Any], str, str | None]:
+    def session_row(
+        self, id: str
+    ) -> tuple[int, str, str | None, dict[str, Any], str, str | None, str | None]:
         row = self._row(
-            "SELECT key, id, title, metadata, created_at, archived_at FROM sessions WHERE id = %s", (id,)
+            "SELECT key, id, title, metadata, created_at, archived_at, trashed_at FROM sessions"
+            " WHERE id = %s",
+            (id,),
         )
         if row is None:
             raise NotFound(f"no session {id!r}")
-        return row[0], row[1], row[2], json.loads(row[3]), row[4], row[5]
+        return row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], row[6]
 
     def session_key(self, id: str) -> int | None:
         return self._one("SELECT key FROM sessions WHERE id = %s", (id,))
 
     def sessions(self, *, include_archived: bool) -> list[SessionInfo]:
-        where = "" if include_archived else "WHERE s.archived_at IS NULL"
+        where = "WHERE s.trashed_at IS NULL" + ("" if include_archived else " AND s.archived_at IS NULL")
         rows = self._all(
             f"""
             SELECT s.id, s.title, s.metadata, s.created_at, s.archived_at, coalesce(c.n, 0), c.last
@@ -359,11 +365,19 @@ class PostgresStorage(PostgresUpkeep):
                 raise Conflict(f"pause {self._committed_id(rows[0][2])} already has a decision") from None
             raise
         except (pg_errors.IntegrityConstraintViolation, pg_errors.ForeignKeyViolation) as e:
+            if "in the trash" in str(e):
+                session_id = self._committed_session_id(rows[0][1])
+                raise Conflict(f"session {session_id} is in the trash: restore it to write to it") from None
             if "same session" in str(e) or isinstance(e, pg_errors.ForeignKeyViolation):
                 raise NotFound(
                     f"parent node {self._committed_id(rows[0][2])} is not in this session"
                 ) from None
             raise
+
+    def _committed_session_id(self, key: int) -> str | None:
+        with pgdb.clear_errors(self.url), self.pool.connection() as other:
+            row = other.execute("SELECT id FROM sessions WHERE key = %s", (key,)).fetchone()
+        return None if row is None else str(row[0])
 
     def _committed_id(self, key: int | None) -> str | None:
         """A node's id read on another connection: the refused insert aborted ours (the

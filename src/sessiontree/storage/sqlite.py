@@ -32,6 +32,8 @@ from ..model import Branch, Checkpoint, ModelUsage, Node, Run, SessionInfo, Usag
 from ..names import MIN_PREFIX
 from .base import RUN_FIELDS, PathRow, decode_run
 from .cache import DEFAULT_MAX_BYTES, PathCache
+from .sqlite_retention import SQLiteRetention
+from .sqlite_search import SQLiteSearch
 from .sqlite_upkeep import TREE, SQLiteUpkeep
 
 WAL_LIMIT = 32 * 1024 * 1024
@@ -76,8 +78,10 @@ def _branch(row: Sequence[Any], session_id: str) -> Branch:
     return Branch(session_id, row[0], row[1], row[2], row[3], json.loads(row[4]))
 
 
-class SQLiteStorage(SQLiteUpkeep):
+class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep):
     """One SQLite database file (or ``:memory:``)."""
+
+    search_visible = "AND s.trashed_at IS NULL"  # search never shows the trash
 
     def __init__(
         self, path: str | Path, *, readonly: bool = False, cache_bytes: int = DEFAULT_MAX_BYTES
@@ -217,14 +221,17 @@ class SQLiteStorage(SQLiteUpkeep):
         assert cursor.lastrowid is not None
         return cursor.lastrowid
 
-    def session_row(self, id: str) -> tuple[int, str, str | None, dict[str, Any], str, str | None]:
-        """(key, id, title, metadata, created_at, archived_at) of a session."""
+    def session_row(
+        self, id: str
+    ) -> tuple[int, str, str | None, dict[str, Any], str, str | None, str | None]:
+        """(key, id, title, metadata, created_at, archived_at, trashed_at) of a session."""
         row = self.conn.execute(
-            "SELECT key, id, title, metadata, created_at, archived_at FROM sessions WHERE id = ?", (id,)
+            "SELECT key, id, title, metadata, created_at, archived_at, trashed_at FROM sessions WHERE id = ?",
+            (id,),
         ).fetchone()
         if row is None:
             raise NotFound(f"no session {id!r}")
-        return row[0], row[1], row[2], json.loads(row[3]), row[4], row[5]
+        return row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], row[6]
 
     def set_title(self, session_key: int, title: str | None) -> None:
         """Set a session's title (inside a transaction)."""
@@ -234,7 +241,7 @@ class SQLiteStorage(SQLiteUpkeep):
         return self._one("SELECT key FROM sessions WHERE id = ?", (id,))
 
     def sessions(self, *, include_archived: bool) -> list[SessionInfo]:
-        where = "" if include_archived else "WHERE s.archived_at IS NULL"
+        where = "WHERE s.trashed_at IS NULL" + ("" if include_archived else " AND s.archived_at IS NULL")
         rows = self.conn.execute(
             f"""
             SELECT s.id, s.title, s.metadata, s.created_at, s.archived_at, coalesce(c.n, 0), c.last
@@ -325,6 +332,9 @@ class SQLiteStorage(SQLiteUpkeep):
             return keys_from + len(rows) - 1
         except sqlite3.IntegrityError as e:
             parent = rows[0][2]
+            if "in the trash" in str(e):
+                session_id = self._one("SELECT id FROM sessions WHERE key = ?", (rows[0][1],))
+                raise Conflict(f"session {session_id} is in the trash: restore it to write to it") from None
             if "nodes.parent" in str(e):  # the unique index: one decision per pause
                 raise Conflict(f"pause {self._id_of(parent)} already has a decision") from None
             if "same session" in str(e) or "FOREIGN KEY" in str(e):

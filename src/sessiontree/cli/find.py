@@ -1,0 +1,68 @@
+"""Full-text search: ``sessiontree search QUERY``."""
+
+from __future__ import annotations
+
+import click
+
+from ..model import KINDS, ROLES
+from . import complete
+from .common import abbreviations, echo_json, open_store
+from .render import one_line, safe
+
+
+@click.command()
+@click.argument("query")
+@click.option("-s", "--session", help="Only this session (id or prefix).", shell_complete=complete.sessions)
+@click.option("-b", "--branch", help="Only nodes on the path of branches with this name.")
+@click.option("--role", type=click.Choice(sorted(ROLES)), help="Only messages with this role.")
+@click.option("--kind", type=click.Choice(sorted(KINDS)), help="Only nodes of this kind.")
+@click.option("--no-tools", is_flag=True, help="Leave tool names, arguments and results out.")
+@click.option(
+    "--newest", is_flag=True, help="The newest matches first, not the best (faster for common words)."
+)
+@click.option("-n", "--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+@click.pass_context
+def search(
+    ctx: click.Context,
+    query: str,
+    session: str | None,
+    branch: str | None,
+    role: str | None,
+    kind: str | None,
+    no_tools: bool,
+    newest: bool,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Find nodes in every session by their words (FTS5 syntax: "a phrase", OR, NOT, pre*).
+
+    Each hit shows its node id (for `show` and `log`), its session, the branches
+    and [checkpoints] whose path holds it, and the matched words between « and ».
+    """
+    store = open_store(ctx)
+    hits = store.search(
+        query,
+        session=session,
+        branch=branch,
+        role=role,
+        kind=kind,
+        limit=limit,
+        tools=not no_tools,
+        newest=newest,
+    )
+    if as_json:
+        echo_json([h.to_dict() for h in hits])
+        return
+    if not hits:
+        click.echo("No matches.")
+        return
+    short = abbreviations(store, [h.node.id for h in hits] + [h.session_id for h in hits])
+    for h in hits:
+        refs = ", ".join([safe(b) for b in h.branches] + [f"[{safe(c)}]" for c in h.checkpoints])
+        what = h.node.role or h.node.kind
+        click.echo(f"{short[h.node.id]}  session {short[h.session_id]}  {what}  {refs or '(no ref)'}")
+        click.echo(f"    {one_line(h.snippet, 100)}")
+
+
+COMMANDS = [search]

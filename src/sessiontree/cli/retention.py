@@ -1,0 +1,176 @@
+"""Retention commands: trash, restore, empty-trash, retention."""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+from .. import retention as _retention
+from . import complete
+from .common import echo_json, echo_result, open_store
+from .render import safe, table
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+
+
+class Age(click.ParamType):
+    """A duration such as 30d, 12h, 90m, 2w or 3600s (a bare number is days)."""
+
+    name = "age"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", str(value))
+        if not match:
+            self.fail(f"{value!r} is not a duration like 30d, 12h, 90m, 2w or 3600s", param, ctx)
+        return float(match[1]) * _UNITS[match[2] or "d"]
+
+
+AGE = Age()
+
+
+@click.command(name="trash")
+@json_option
+@click.pass_context
+def trash(ctx: click.Context, as_json: bool) -> None:
+    """List the sessions in the trash, longest there first."""
+    store = open_store(ctx)
+    entries = store.trash()
+    if as_json:
+        echo_json([e.__dict__ for e in entries])
+        return
+    if not entries:
+        click.echo("The trash is empty.")
+        return
+    for line in table(
+        [[e.session_id, e.nodes, e.trashed_at, e.title or ""] for e in entries],
+        ["ID", "NODES", "TRASHED", "TITLE"],
+    ):
+        click.echo(line)
+
+
+@click.command()
+@click.argument("session", shell_complete=complete.sessions)
+@json_option
+@click.pass_context
+def restore(ctx: click.Context, session: str, as_json: bool) -> None:
+    """Take SESSION out of the trash."""
+    store = open_store(ctx, write=True)
+    session_id = store.resolve_session_id(session)
+    store.restore_session(session_id)
+    echo_result(as_json, {"session": session_id, "restored": True}, f"restored session {session_id}")
+
+
+@click.command(name="empty-trash")
+@click.option(
+    "--older-than", type=AGE, default="0s", show_default=True, help="Only sessions trashed this long ago."
+)
+@click.option("--dry-run", is_flag=True, help="Show what would be removed; write nothing.")
+@json_option
+@click.pass_context
+def empty_trash(ctx: click.Context, older_than: float, dry_run: bool, as_json: bool) -> None:
+    """Remove for good the sessions in the trash (those trashed --older-than ago)."""
+    store = open_store(ctx, write=not dry_run)
+    gone = store.empty_trash(older_than=older_than, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    echo_result(
+        as_json,
+        {"dry_run": dry_run, "sessions": [e.__dict__ for e in gone]},
+        "\n".join(
+            [
+                f"{verb} session {e.session_id} ({e.nodes} node(s)) {safe(e.title or '')}".rstrip()
+                for e in gone
+            ]
+            + [f"{verb} {len(gone)} session(s) from the trash"]
+        ),
+    )
+
+
+@click.command()
+@click.option(
+    "--drop-older-than", type=AGE, help="Trash sessions idle this long, unless checkpointed or paused."
+)
+@click.option("--strip-older-than", type=AGE, help="Strip large tool results older than this.")
+@click.option(
+    "--strip-min-bytes",
+    type=click.IntRange(min=1),
+    default=_retention.DEFAULT_MIN_BYTES,
+    show_default=True,
+    help="Only tool results at least this large are stripped.",
+)
+@click.option("--dry-run", is_flag=True, help="Show what would be trashed and stripped; write nothing.")
+@click.option("--save", is_flag=True, help="Save the policy given in the store instead of running it.")
+@json_option
+@click.pass_context
+def retention(
+    ctx: click.Context,
+    drop_older_than: float | None,
+    strip_older_than: float | None,
+    strip_min_bytes: int,
+    dry_run: bool,
+    save: bool,
+    as_json: bool,
+) -> None:
+    """Apply retention policies: trash idle sessions, strip large old tool results.
+
+    Sessions a checkpoint marks, or with a pause waiting for a human, are never
+    trashed; user, assistant and system messages are never stripped. A stripped
+    tool result keeps a marker saying what was removed, its size, when and why.
+    With --save the policy is stored instead; without a policy of its own the
+    command runs the saved one.
+    """
+    given = drop_older_than is not None or strip_older_than is not None
+    if save:
+        if not given:
+            raise click.UsageError("--save needs --drop-older-than, --strip-older-than or both")
+        store = open_store(ctx, write=True)
+        policy = store.save_retention_policy(
+            drop_older_than=drop_older_than,
+            strip_older_than=strip_older_than,
+            strip_min_bytes=strip_min_bytes,
+        )
+        echo_result(as_json, policy, "saved retention policy: " + describe(policy))
+        return
+    store = open_store(ctx, write=not dry_run)
+    if given:
+        report = store.retention(
+            drop_older_than=drop_older_than,
+            strip_older_than=strip_older_than,
+            strip_min_bytes=strip_min_bytes,
+            dry_run=dry_run,
+        )
+    else:
+        report = store.apply_retention_policy(dry_run=dry_run)
+    if as_json:
+        echo_json(report.to_dict())
+        return
+    would = "would " if dry_run else ""
+    for session_id in report.trashed:
+        click.echo(f"{would}trash session {session_id}")
+    for s in report.stripped:
+        click.echo(f"{would}strip {s.bytes:,} bytes from tool result {s.node_id}")
+    click.echo(
+        f"{'would move' if dry_run else 'moved'} {len(report.trashed)} session(s) to the trash;"
+        f" {would}strip {len(report.stripped)} tool result(s), {report.bytes_stripped:,} bytes"
+    )
+
+
+def describe(policy: dict[str, float]) -> str:
+    """A saved policy in words."""
+    parts = []
+    if "drop_older_than" in policy:
+        parts.append(f"trash sessions idle {_age(policy['drop_older_than'])}")
+    if "strip_older_than" in policy:
+        parts.append(
+            f"strip tool results of {int(policy.get('strip_min_bytes', 0)):,}+ bytes"
+            f" older than {_age(policy['strip_older_than'])}"
+        )
+    return "; ".join(parts)
+
+
+def _age(seconds: float) -> str:
+    return f"{seconds / 86_400:g} days" if seconds % 86_400 == 0 else f"{seconds:g} s"
+
+
+COMMANDS = [trash, restore, empty_trash, retention]

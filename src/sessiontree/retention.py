@@ -1,0 +1,165 @@
+"""Retention that never surprises: the trash, policies with a preview, recorded stripping.
+
+Contract:
+- Deleting a session moves it to the trash (``Session.delete``); it keeps every
+  node, ref and run, is hidden from ``sessions()`` and search, takes no new nodes
+  (a schema trigger; ``Conflict``), and comes back
+  with ``restore``. ``empty_trash(older_than=...)`` removes for good the
+  sessions trashed longer ago than that; nothing else ever removes a trashed
+  session but ``delete(permanently=True)``.
+- ``apply`` runs the policies a user chose, each optional, in one transaction:
+  *drop* moves to the trash the sessions with no activity for ``drop_older_than``
+  seconds, unless a checkpoint marks them or a pause in them waits for a
+  human; *strip* replaces the text of tool results of at least
+  ``strip_min_bytes`` bytes, older than ``strip_older_than`` seconds, by a
+  marker that says what was removed, its size, when and why; user, assistant
+  and system messages are never touched. Each strip is recorded in the
+  ``redactions`` table, the only change the schema lets a node undergo, so it is
+  never a silent rewrite: the projection, ``log`` and every export show the
+  marker. A dry run reports the same and writes nothing.
+- A policy can be saved (``save_policy``, one per store) and run later by
+  ``apply_saved``, dry run or not.
+- ``prune`` is unchanged: it removes nodes no branch, checkpoint, unresolved
+  pause, pending decision or recent write keeps; a trashed session keeps its
+  refs, so prune keeps what they reach until the trash is emptied.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .errors import Conflict
+from .ids import now
+from .model import RetentionReport, Stripped, TrashEntry
+from .storage import Storage
+
+DAY = 86_400
+DEFAULT_MIN_BYTES = 10_000
+"""A tool result smaller than this is never stripped by default."""
+
+
+def iso_ago(seconds: float) -> str:
+    """The UTC time ``seconds`` ago, as the store writes times (to the millisecond; what
+    was written in this very millisecond is not older than 0 s)."""
+    whole, ms = divmod(time.time_ns() // 1_000_000 - round(seconds * 1000), 1000)
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(whole))}.{ms:03d}Z"
+
+
+def trash(storage: Storage) -> list[TrashEntry]:
+    """The sessions in the trash, longest there first."""
+    return [TrashEntry(*row) for row in storage.trashed()]
+
+
+def restore(storage: Storage, session_id: str) -> None:
+    """Take a session out of the trash."""
+    with storage.transaction():
+        key, _, _, _, _, _, trashed_at = storage.session_row(session_id)
+        if trashed_at is None:
+            raise Conflict(f"session {session_id} is not in the trash")
+        storage.set_trashed(key, None)
+
+
+def empty_trash(storage: Storage, *, older_than: float = 0, dry_run: bool = False) -> list[TrashEntry]:
+    """Remove for good the sessions trashed more than ``older_than`` seconds ago (in one
+    transaction); the ones removed (or that would be, on a dry run)."""
+    with storage.snapshot() if dry_run else storage.transaction():
+        doomed = [TrashEntry(*row) for row in storage.trashed(before=iso_ago(older_than))]
+        if not dry_run:
+            for entry in doomed:
+                key = storage.session_key(entry.session_id)
+                if key is not None:
+                    storage.delete_session(key)
+    return doomed
+
+
+def marker(size: int, when: str, reason: str) -> str:
+    """The text a stripped tool result holds instead: what went, how big, when, why."""
+    return f"[tool result stripped on {when[:10]}: {size:,} bytes removed by retention policy '{reason}']"
+
+
+def apply(
+    storage: Storage,
+    *,
+    drop_older_than: float | None = None,
+    strip_older_than: float | None = None,
+    strip_min_bytes: int = DEFAULT_MIN_BYTES,
+    dry_run: bool = True,
+) -> RetentionReport:
+    """Run the chosen policies (see the module docstring)."""
+    _check(drop_older_than, strip_older_than, strip_min_bytes)
+    trashed: list[str] = []
+    stripped: list[Stripped] = []
+    with storage.snapshot() if dry_run else storage.transaction():
+        when = now()
+        if drop_older_than is not None:
+            trashed = [sid for sid, _ in storage.droppable_sessions(iso_ago(drop_older_than))]
+        if strip_older_than is not None:
+            reason = f"strip tool results of {strip_min_bytes:,}+ bytes older than {_days(strip_older_than)}"
+            for node_id, session_id, size in storage.strippable_results(
+                iso_ago(strip_older_than), strip_min_bytes
+            ):
+                if session_id in trashed:
+                    continue  # going to the trash whole: left as it is
+                stripped.append(Stripped(node_id, session_id, size))
+                if not dry_run:
+                    storage.redact(node_id, "content", marker(size, when, reason), reason, when)
+        if not dry_run:
+            for session_id in trashed:
+                key = storage.session_key(session_id)
+                assert key is not None  # read in this transaction
+                storage.set_trashed(key, when)
+    return RetentionReport(trashed, stripped, dry_run)
+
+
+POLICY_SETTINGS = ("drop_older_than", "strip_older_than", "strip_min_bytes")
+
+
+def save_policy(
+    storage: Storage,
+    *,
+    drop_older_than: float | None = None,
+    strip_older_than: float | None = None,
+    strip_min_bytes: int = DEFAULT_MIN_BYTES,
+) -> dict[str, float]:
+    """Replace the saved policy (checked as ``apply`` checks it); the policy saved."""
+    _check(drop_older_than, strip_older_than, strip_min_bytes)
+    if drop_older_than is None and strip_older_than is None:
+        raise Conflict("a retention policy needs drop_older_than, strip_older_than or both")
+    values = {"drop_older_than": drop_older_than, "strip_older_than": strip_older_than}
+    policy = {k: float(v) for k, v in values.items() if v is not None}
+    if strip_older_than is not None:
+        policy["strip_min_bytes"] = float(strip_min_bytes)
+    with storage.transaction():
+        storage.set_retention_policy(policy)
+    return policy
+
+
+def saved_policy(storage: Storage) -> dict[str, float]:
+    """The saved policy (empty when none was saved)."""
+    return storage.retention_policy()
+
+
+def apply_saved(storage: Storage, *, dry_run: bool = True) -> RetentionReport:
+    """Run the saved policy; ``Conflict`` when none was saved."""
+    policy = saved_policy(storage)
+    if not policy:
+        raise Conflict("no retention policy is saved: give one, or save one first")
+    return apply(
+        storage,
+        drop_older_than=policy.get("drop_older_than"),
+        strip_older_than=policy.get("strip_older_than"),
+        strip_min_bytes=int(policy.get("strip_min_bytes", DEFAULT_MIN_BYTES)),
+        dry_run=dry_run,
+    )
+
+
+def _check(drop_older_than: float | None, strip_older_than: float | None, strip_min_bytes: int) -> None:
+    for name, value in (("drop_older_than", drop_older_than), ("strip_older_than", strip_older_than)):
+        if value is not None and value < 0:
+            raise Conflict(f"{name} must be >= 0 seconds, not {value}")
+    if strip_min_bytes < 1:
+        raise Conflict(f"strip_min_bytes must be >= 1, not {strip_min_bytes}")
+
+
+def _days(seconds: float) -> str:
+    return f"{seconds / DAY:g} days" if seconds % DAY == 0 else f"{seconds:g} s"

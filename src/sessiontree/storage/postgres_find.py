@@ -1,0 +1,208 @@
+"""The PostgreSQL backend's search, trash and redactions (schema steps 4 and 5).
+
+Contract: ``PostgresFind`` is mixed into ``PostgresStorage``, the twin of
+``sqlite_search`` and ``sqlite_retention``. Search matches the generated
+``tsvector`` columns (``migrations/postgres/0004_search.sql``) with
+``websearch_to_tsquery('simple', query)``: words, "quoted phrases", ``OR`` and
+``-word`` mean what they mean in FTS5 (AND by default); FTS5's column filters,
+``NEAR`` and ``prefix*`` are not read as such. It never fails on syntax: a query
+with no words finds nothing. Snippets come from ``ts_headline``, marked as on
+SQLite. A redaction rewrites the field in Python, so the payload stays in
+sessiontree's own JSON encoding (jsonb would reorder and re-space it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..model import Node, encode_payload
+from .base import Storage
+from .sqlite_search import ELLIPSIS, MARK_END, MARK_START, SNIPPET_TOKENS
+
+_TEXT = "coalesce(sessiontree_node_text(n.kind, n.payload), '')"
+_ALL = f"{_TEXT} || ' ' || coalesce(sessiontree_node_tools(n.kind, n.payload), '')"
+_HEADLINE = (
+    f'StartSel="{MARK_START}", StopSel="{MARK_END}", MaxWords={SNIPPET_TOKENS}, MinWords=4,'
+    f' MaxFragments=1, FragmentDelimiter="{ELLIPSIS}"'
+)
+
+_SEARCH = """
+WITH RECURSIVE on_branch(key) AS (
+    SELECT b.head FROM branches b
+    WHERE %(branch)s::text IS NOT NULL AND b.name = %(branch)s AND b.head IS NOT NULL
+      AND (%(session)s::text IS NULL OR b.session = (SELECT key FROM sessions WHERE id = %(session)s))
+    UNION
+    SELECT n.parent FROM on_branch JOIN nodes n ON n.key = on_branch.key WHERE n.parent IS NOT NULL
+), q AS (SELECT websearch_to_tsquery('simple', %(query)s) AS q)
+SELECT n.key, n.id, s.id, p.id, n.depth, n.kind, n.payload, n.created_at, r.id,
+       ts_headline('simple', {document}, q.q, %(headline)s)
+FROM q, nodes n
+JOIN sessions s ON s.key = n.session
+LEFT JOIN nodes p ON p.key = n.parent
+LEFT JOIN runs r ON r.key = n.run
+WHERE n.{column} @@ q.q AND s.trashed_at IS NULL
+  AND (%(session)s::text IS NULL OR s.id = %(session)s)
+  AND (%(kind)s::text IS NULL OR n.kind = %(kind)s)
+  AND (%(role)s::text IS NULL OR (n.kind = 'message' AND sessiontree_json(n.payload) ->> 'role' = %(role)s))
+  AND (%(branch)s::text IS NULL OR n.key IN (SELECT key FROM on_branch))
+ORDER BY {order}
+LIMIT %(limit)s
+"""
+
+_REFS_CONTAINING = """
+WITH RECURSIVE
+  wanted(key, session) AS (SELECT key, session FROM nodes WHERE id = ANY(%(ids)s)),
+  up(kind, name, key) AS (
+    SELECT 'branch', name, head FROM branches
+    WHERE head IS NOT NULL AND session IN (SELECT session FROM wanted)
+    UNION ALL
+    SELECT 'checkpoint', name, node FROM checkpoints WHERE session IN (SELECT session FROM wanted)
+    UNION ALL
+    SELECT up.kind, up.name, n.parent FROM up JOIN nodes n ON n.key = up.key
+    WHERE n.parent IS NOT NULL
+      AND n.depth > (SELECT min(depth) FROM nodes WHERE key IN (SELECT key FROM wanted))
+  )
+SELECT n.id, up.kind, up.name FROM up JOIN nodes n ON n.key = up.key
+WHERE up.key IN (SELECT key FROM wanted)
+ORDER BY up.kind, up.name
+"""
+
+_DROPPABLE = """
+SELECT s.id, coalesce(max(n.created_at), s.created_at) AS last
+FROM sessions s LEFT JOIN nodes n ON n.session = s.key
+WHERE s.trashed_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.session = s.key)
+  AND NOT EXISTS (
+    SELECT 1 FROM nodes p WHERE p.session = s.key AND p.kind = 'pause'
+      AND NOT EXISTS (SELECT 1 FROM nodes d WHERE d.parent = p.key AND d.kind = 'decision'))
+GROUP BY s.key
+HAVING coalesce(max(n.created_at), s.created_at) < %(cutoff)s
+ORDER BY s.id
+"""
+
+_CONTENT_BYTES = "octet_length(sessiontree_json(n.payload) ->> 'content')"
+
+_STRIPPABLE = f"""
+SELECT n.id, s.id, {_CONTENT_BYTES}
+FROM nodes n JOIN sessions s ON s.key = n.session
+WHERE n.kind = 'message' AND n.created_at < %(cutoff)s AND s.trashed_at IS NULL
+  AND sessiontree_json(n.payload) ->> 'role' = 'tool'
+  AND json_typeof(sessiontree_json(n.payload) -> 'content') = 'string'
+  AND {_CONTENT_BYTES} >= %(min_bytes)s
+  AND NOT EXISTS (SELECT 1 FROM redactions r WHERE r.node = n.key)
+ORDER BY n.id
+"""
+
+
+class PostgresFind(Storage):
+    """Search, trash and redactions; mixed into ``PostgresStorage``, whose helpers these use."""
+
+    def _all(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _one(self, query: Any, params: Any = None) -> Any:
+        raise NotImplementedError
+
+    def _write(self, query: Any, params: Any = None) -> int:
+        raise NotImplementedError
+
+    def _claim(self, session_key: int) -> None:
+        raise NotImplementedError
+
+    def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        branch: str | None = None,
+        role: str | None = None,
+        kind: str | None = None,
+        limit: int = 20,
+        tools: bool = True,
+        newest: bool = False,
+    ) -> list[tuple[Node, str]]:
+        column = "search_all" if tools else "search_text"
+        order = "n.key DESC" if newest else f"ts_rank(n.{column}, q.q) DESC, n.id"
+        sql = _SEARCH.format(document=_ALL if tools else _TEXT, column=column, order=order)
+        params = {
+            "query": query,
+            "session": session_id,
+            "branch": branch,
+            "role": role,
+            "kind": kind,
+            "limit": limit,
+            "headline": _HEADLINE,
+        }
+        return [(Node(*r[1:9]), r[9] or "") for r in self._all(sql, params)]
+
+    def refs_containing(self, node_ids: Sequence[str]) -> dict[str, tuple[list[str], list[str]]]:
+        found: dict[str, tuple[list[str], list[str]]] = {id: ([], []) for id in node_ids}
+        if not node_ids:
+            return found
+        for node_id, kind, name in self._all(_REFS_CONTAINING, {"ids": list(node_ids)}):
+            names = found[node_id][0 if kind == "branch" else 1]
+            if name not in names:
+                names.append(name)
+        return found
+
+    # -- trash and redactions ---------------------------------------------------------
+
+    def set_trashed(self, session_key: int, when: str | None) -> None:
+        self._claim(session_key)
+        self._write(
+            "UPDATE sessions SET trashed_at = CASE WHEN %(when)s::text IS NULL THEN NULL"
+            " ELSE coalesce(trashed_at, %(when)s) END WHERE key = %(key)s",
+            {"when": when, "key": session_key},
+        )
+
+    def trashed(self, before: str | None = None) -> list[tuple[str, str | None, str, int]]:
+        rows = self._all(
+            "SELECT s.id, s.title, s.trashed_at, (SELECT count(*) FROM nodes n WHERE n.session = s.key)"
+            " FROM sessions s WHERE s.trashed_at IS NOT NULL"
+            " AND (%(before)s::text IS NULL OR s.trashed_at < %(before)s) ORDER BY s.trashed_at, s.id",
+            {"before": before},
+        )
+        return [(r[0], r[1], r[2], int(r[3])) for r in rows]
+
+    def droppable_sessions(self, cutoff: str) -> list[tuple[str, str]]:
+        return [(r[0], r[1]) for r in self._all(_DROPPABLE, {"cutoff": cutoff})]
+
+    def strippable_results(self, cutoff: str, min_bytes: int) -> list[tuple[str, str, int]]:
+        rows = self._all(_STRIPPABLE, {"cutoff": cutoff, "min_bytes": min_bytes})
+        return [(r[0], r[1], int(r[2])) for r in rows]
+
+    def redact(self, node_id: str, field: str, marker: str, reason: str, when: str) -> int:
+        row = self._all("SELECT key, session, kind, payload FROM nodes WHERE id = %s", (node_id,))[0]
+        key, session_key, kind, payload = row[0], row[1], row[2], json.loads(row[3])
+        self._claim(session_key)
+        removed = payload.get(field)
+        size = len(removed.encode("utf-8", "surrogatepass")) if isinstance(removed, str) else 0
+        payload[field] = marker
+        self._write(
+            "INSERT INTO redactions (node, field, bytes, marker, reason, created_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            (key, field, size, marker, reason, when),
+        )
+        self._write("UPDATE nodes SET payload = %s WHERE key = %s", (encode_payload(payload, kind), key))
+        self.cache.clear()  # cached paths hold the old payload
+        return size
+
+    def retention_policy(self) -> dict[str, float]:
+        return {name: float(value) for name, value in self._all("SELECT name, value FROM retention_policy")}
+
+    def set_retention_policy(self, policy: dict[str, float]) -> None:
+        self._write("DELETE FROM retention_policy")
+        for name, value in policy.items():
+            self._write("INSERT INTO retention_policy (name, value) VALUES (%s, %s)", (name, value))
+
+    def redactions(self, session_key: int | None = None) -> list[dict[str, Any]]:
+        rows = self._all(
+            "SELECT n.id, s.id, r.field, r.bytes, r.marker, r.reason, r.created_at FROM redactions r"
+            " JOIN nodes n ON n.key = r.node JOIN sessions s ON s.key = n.session"
+            " WHERE %(s)s::bigint IS NULL OR n.session = %(s)s ORDER BY r.created_at, n.id",
+            {"s": session_key},
+        )
+        keys = ("node", "session", "field", "bytes", "marker", "reason", "created_at")
+        return [dict(zip(keys, r, strict=True)) for r in rows]

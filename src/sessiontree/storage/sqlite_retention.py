@@ -1,0 +1,121 @@
+"""The SQLite backend's trash and redactions (schema step 5).
+
+Contract: ``SQLiteRetention`` is mixed into ``SQLiteStorage``. It marks sessions
+trashed or restores them, lists the trash, finds what a retention policy would
+touch (old unmarked sessions, large old tool results) and strips tool results
+through the ``redactions`` table, the only change the schema lets a node
+undergo. Public ids in and out; which sessions and nodes qualify, and the
+wording of markers, are decided in ``retention``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from .cache import PathCache
+
+# The sessions a drop policy may trash: not trashed yet, no checkpoint, no
+# unresolved pause, and nothing written since the cutoff.
+_DROPPABLE = """
+SELECT s.id, coalesce(max(n.created_at), s.created_at) AS last
+FROM sessions s LEFT JOIN nodes n ON n.session = s.key
+WHERE s.trashed_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.session = s.key)
+  AND NOT EXISTS (
+    SELECT 1 FROM nodes p WHERE p.session = s.key AND p.kind = 'pause'
+      AND NOT EXISTS (SELECT 1 FROM nodes d WHERE d.parent = p.key AND d.kind = 'decision'))
+GROUP BY s.key
+HAVING last < :cutoff
+ORDER BY s.id
+"""
+
+# Tool messages with a large text result, written before the cutoff, not stripped yet,
+# in sessions that are not in the trash.
+_STRIPPABLE = """
+SELECT n.id, s.id, length(CAST(json_extract(n.payload, '$.content') AS BLOB))
+FROM nodes n JOIN sessions s ON s.key = n.session
+WHERE n.kind = 'message' AND n.created_at < :cutoff AND s.trashed_at IS NULL
+  AND json_valid(n.payload) AND json_extract(n.payload, '$.role') = 'tool'
+  AND json_type(n.payload, '$.content') = 'text'
+  AND length(CAST(json_extract(n.payload, '$.content') AS BLOB)) >= :min_bytes
+  AND NOT EXISTS (SELECT 1 FROM redactions r WHERE r.node = n.key)
+ORDER BY n.id
+"""
+
+
+class SQLiteRetention:
+    """Trash and redactions; mixed into ``SQLiteStorage``, whose attributes these are."""
+
+    conn: sqlite3.Connection
+    cache: PathCache
+
+    def set_trashed(self, session_key: int, when: str | None) -> None:
+        """Put a session in the trash at ``when`` (a session already there keeps its
+        time), or take it out (``None``)."""
+        self.conn.execute(
+            "UPDATE sessions SET trashed_at = CASE WHEN ? IS NULL THEN NULL ELSE coalesce(trashed_at, ?) END"
+            " WHERE key = ?",
+            (when, when, session_key),
+        )
+
+    def trashed(self, before: str | None = None) -> list[tuple[str, str | None, str, int]]:
+        """(session id, title, trashed_at, nodes) of the sessions in the trash (trashed
+        before ``before``, an ISO time, if given), oldest first."""
+        rows = self.conn.execute(
+            "SELECT s.id, s.title, s.trashed_at,"
+            " (SELECT count(*) FROM nodes n WHERE n.session = s.key)"
+            " FROM sessions s WHERE s.trashed_at IS NOT NULL AND (:before IS NULL OR s.trashed_at < :before)"
+            " ORDER BY s.trashed_at, s.id",
+            {"before": before},
+        )
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+    def droppable_sessions(self, cutoff: str) -> list[tuple[str, str]]:
+        """(session id, last activity) of sessions a drop policy may trash (see ``_DROPPABLE``)."""
+        return [(r[0], r[1]) for r in self.conn.execute(_DROPPABLE, {"cutoff": cutoff})]
+
+    def strippable_results(self, cutoff: str, min_bytes: int) -> list[tuple[str, str, int]]:
+        """(node id, session id, bytes) of tool results a strip policy may redact."""
+        rows = self.conn.execute(_STRIPPABLE, {"cutoff": cutoff, "min_bytes": min_bytes})
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def redact(self, node_id: str, field: str, marker: str, reason: str, when: str) -> int:
+        """Replace a payload field by ``marker``, recorded in ``redactions`` (inside a
+        transaction); the bytes removed."""
+        path = "$." + field
+        row = self.conn.execute(
+            "SELECT key, length(CAST(json_extract(payload, ?) AS BLOB)) FROM nodes WHERE id = ?",
+            (path, node_id),
+        ).fetchone()
+        key, size = row[0], row[1] or 0
+        self.conn.execute(
+            "INSERT INTO redactions (node, field, bytes, marker, reason, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (key, field, size, marker, reason, when),
+        )
+        self.conn.execute(
+            "UPDATE nodes SET payload = json_set(payload, ?, ?) WHERE key = ?", (path, marker, key)
+        )
+        self.cache.clear()  # cached paths hold the old payload
+        return int(size)
+
+    def retention_policy(self) -> dict[str, float]:
+        """The saved retention policy: setting name -> value."""
+        return {name: value for name, value in self.conn.execute("SELECT name, value FROM retention_policy")}
+
+    def set_retention_policy(self, policy: dict[str, float]) -> None:
+        """Replace the saved retention policy (inside a transaction)."""
+        self.conn.execute("DELETE FROM retention_policy")
+        self.conn.executemany("INSERT INTO retention_policy (name, value) VALUES (?, ?)", policy.items())
+
+    def redactions(self, session_key: int | None = None) -> list[dict[str, Any]]:
+        """Every recorded redaction (of one session, if given), oldest first."""
+        rows = self.conn.execute(
+            "SELECT n.id, s.id, r.field, r.bytes, r.marker, r.reason, r.created_at FROM redactions r"
+            " JOIN nodes n ON n.key = r.node JOIN sessions s ON s.key = n.session"
+            " WHERE :s IS NULL OR n.session = :s ORDER BY r.created_at, n.id",
+            {"s": session_key},
+        )
+        keys = ("node", "session", "field", "bytes", "marker", "reason", "created_at")
+        return [dict(zip(keys, r, strict=True)) for r in rows]

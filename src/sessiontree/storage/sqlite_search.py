@@ -1,0 +1,153 @@
+"""The SQLite backend's full-text search (FTS5, schema step 4).
+
+Contract: ``SQLiteSearch`` is mixed into ``SQLiteStorage``. ``search`` runs one
+FTS5 query over ``nodes_fts`` (kept in step with ``nodes`` by triggers; see
+``migrations/0004_search.sql``) and returns (node, snippet) pairs, best match
+first; ``refs_containing`` says which branches and checkpoints have each of
+some nodes on their path. Public ids in, public ids and ``Node``s out; the
+rules (which filters are valid, what a hit holds) live in ``search``. A query
+FTS5 cannot parse raises ``InvalidQuery`` naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import InvalidQuery
+from ..model import Node
+
+SNIPPET_TOKENS = 16
+"""Words around the match in a snippet."""
+MARK_START, MARK_END, ELLIPSIS = "«", "»", "…"
+# What FTS5 says about a query it cannot parse (anything else is about the file).
+_QUERY_ERROR = re.compile(r"fts5: |no such column: |unterminated string|unknown special query|.*syntax error")
+
+_SEARCH = """
+WITH RECURSIVE on_branch(key) AS (
+    SELECT b.head FROM branches b
+    WHERE :branch IS NOT NULL AND b.name = :branch AND b.head IS NOT NULL
+      AND (:session IS NULL OR b.session = (SELECT key FROM sessions WHERE id = :session))
+    UNION
+    SELECT n.parent FROM on_branch JOIN nodes n ON n.key = on_branch.key WHERE n.parent IS NOT NULL
+)
+SELECT n.key, n.id, s.id, p.id, n.depth, n.kind, n.payload, n.created_at, r.id,
+       CAST(snippet(nodes_fts, -1, :start, :end, :ellipsis, :tokens) AS BLOB)
+FROM nodes_fts
+JOIN nodes n ON n.key = nodes_fts.rowid
+JOIN sessions s ON s.key = n.session
+LEFT JOIN nodes p ON p.key = n.parent
+LEFT JOIN runs r ON r.key = n.run
+WHERE nodes_fts MATCH :query
+  AND (:session IS NULL OR s.id = :session)
+  AND (:kind IS NULL OR n.kind = :kind)
+  AND (:role IS NULL OR (n.kind = 'message' AND json_extract(n.payload, '$.role') = :role))
+  AND (:branch IS NULL OR n.key IN (SELECT key FROM on_branch))
+  {visible}
+ORDER BY {order}
+LIMIT :limit
+"""
+
+# Each ref of the sessions the nodes are in, walked up to its root; a node a walk
+# passes is on that ref's path.
+_REFS_CONTAINING = """
+WITH RECURSIVE
+  wanted(key, session) AS (
+    SELECT key, session FROM nodes WHERE id IN (SELECT value FROM json_each(:ids))),
+  up(kind, name, key) AS (
+    SELECT 'branch', name, head FROM branches
+    WHERE head IS NOT NULL AND session IN (SELECT session FROM wanted)
+    UNION ALL
+    SELECT 'checkpoint', name, node FROM checkpoints WHERE session IN (SELECT session FROM wanted)
+    UNION ALL
+    SELECT up.kind, up.name, n.parent FROM up JOIN nodes n ON n.key = up.key
+    WHERE n.parent IS NOT NULL
+      AND n.depth > (SELECT min(depth) FROM nodes WHERE key IN (SELECT key FROM wanted))
+  )
+SELECT n.id, up.kind, up.name FROM up JOIN nodes n ON n.key = up.key
+WHERE up.key IN (SELECT key FROM wanted)
+ORDER BY up.kind, up.name
+"""
+
+
+class SQLiteSearch:
+    """Full-text queries; mixed into ``SQLiteStorage``, whose attributes these are."""
+
+    conn: sqlite3.Connection
+    search_visible: str = ""
+    """Extra SQL condition on ``s`` (the session) that a hit must meet (retention sets it)."""
+
+    def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        branch: str | None = None,
+        role: str | None = None,
+        kind: str | None = None,
+        limit: int = 20,
+        tools: bool = True,
+        newest: bool = False,
+    ) -> list[tuple[Node, str]]:
+        """(node, snippet) of the best ``limit`` matches of an FTS5 ``query`` (with
+        ``newest``, the newest matches instead: read in index order, so a common word
+        stops after ``limit`` rows instead of ranking every match); with ``tools=False``
+        tool names, arguments and results are not searched."""
+        if not tools and _closes_early(query):  # ')' would end the column filter early
+            raise InvalidQuery(f"search query {query!r} closes a parenthesis it never opened")
+        match = query if tools else f"{{text}} : ({query})"
+        params: dict[str, Any] = {
+            "query": match,
+            "session": session_id,
+            "branch": branch,
+            "role": role,
+            "kind": kind,
+            "limit": limit,
+            "start": MARK_START,
+            "end": MARK_END,
+            "ellipsis": ELLIPSIS,
+            "tokens": SNIPPET_TOKENS,
+        }
+        # Node keys grow with time (a key is never reused while its row lives).
+        order = "nodes_fts.rowid DESC" if newest else "nodes_fts.rank, n.id"
+        sql = _SEARCH.format(visible=self.search_visible, order=order)
+        try:
+            rows = self.conn.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as e:
+            text = str(e)
+            if not _QUERY_ERROR.match(text):  # the file, not the query: busy, I/O, ...
+                raise
+            raise InvalidQuery(
+                f"search query {query!r} is not valid full-text syntax ({text}); "
+                "put words in double quotes to search for them as written, e.g. '\"a-b\"'"
+            ) from None
+        # A lone surrogate is stored as a JSON escape; json_extract turns it into bytes
+        # that are not UTF-8, so the snippet is decoded leniently.
+        return [(Node(*r[1:9]), bytes(r[9] or b"").decode("utf-8", "replace")) for r in rows]
+
+    def refs_containing(self, node_ids: Sequence[str]) -> dict[str, tuple[list[str], list[str]]]:
+        """node id -> (branches, checkpoints) of its session whose path contains it."""
+        found: dict[str, tuple[list[str], list[str]]] = {id: ([], []) for id in node_ids}
+        if not node_ids:
+            return found
+        for node_id, kind, name in self.conn.execute(_REFS_CONTAINING, {"ids": json.dumps(list(node_ids))}):
+            names = found[node_id][0 if kind == "branch" else 1]
+            if name not in names:
+                names.append(name)
+        return found
+
+
+def _closes_early(query: str) -> bool:
+    """Whether a ``)`` outside double quotes closes more parentheses than were opened."""
+    depth, quoted = 0, False
+    for char in query:
+        if char == '"':
+            quoted = not quoted  # a doubled "" inside quotes flips twice: still quoted
+        elif not quoted and char in "()":
+            depth += 1 if char == "(" else -1
+            if depth < 0:
+                return True
+    return False

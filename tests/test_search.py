@@ -1,0 +1,219 @@
+"""Full-text search: what is found, filters, where a hit lives, the index kept in step."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sessiontree import InvalidQuery, Store, db
+from sessiontree.cli import cli
+
+from conftest import assistant, user
+
+
+def call(call_id: str, name: str, arguments: dict) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def fts_ok(store: Store) -> None:
+    """FTS5's own check that the index holds exactly what the view gives (raises if not)."""
+    store.conn.execute("INSERT INTO nodes_fts (nodes_fts, rank) VALUES ('integrity-check', 1)")
+
+
+@pytest.fixture
+def garage(store):
+    s = store.create_session("garage")
+    s.append(user("Find the flux capacitor in the garage"))
+    s.append(assistant(None, [call("c1", "grep_files", {"pattern": "capacitor"})]))
+    s.append({"role": "tool", "tool_call_id": "c1", "content": "shelf.txt: flux capacitor, 1.21 gigawatts"})
+    s.append(assistant("It is on the shelf."))
+    s.checkpoint("found", at="main~1")
+    s.fork("kitchen", at="main~3")
+    s.append(user("Look in the kitchen instead"), branch="kitchen")
+    return s
+
+
+def test_a_hit_names_its_node_session_snippet_and_the_refs_that_reach_it(store, garage):
+    first = garage.path("main")[0]
+    hits = store.search("flux", role="user")
+    assert [h.node.id for h in hits] == [first.id]
+    (hit,) = hits
+    assert hit.session_id == garage.id and hit.node == first
+    assert hit.snippet == "Find the «flux» capacitor in the garage"
+    assert (hit.branches, hit.checkpoints) == (["kitchen", "main"], ["found"])
+    assert hit.to_dict()["branches"] == ["kitchen", "main"]
+
+
+def test_tool_arguments_and_results_are_searched_unless_left_out(store, garage):
+    assert {h.node.role for h in store.search("gigawatts")} == {"tool"}
+    assert {h.node.role for h in store.search("grep_files")} == {"assistant"}
+    assert {h.node.role for h in store.search("capacitor")} == {"user", "assistant", "tool"}
+    assert store.search("gigawatts", tools=False) == []
+    assert [h.node.role for h in store.search("capacitor", tools=False)] == ["user"]
+
+
+def test_filters_session_branch_role_kind_and_limit(store, garage):
+    other = store.create_session("other")
+    other.append(user("a flux of visitors"))
+    assert len(store.search("flux")) == 3
+    assert {h.session_id for h in store.search("flux", session=other.id[:13])} == {other.id}
+    # on the kitchen branch: the first question and the kitchen turn, not main's later nodes
+    assert store.search("gigawatts", branch="kitchen") == []
+    assert [h.node.role for h in store.search("flux", branch="kitchen")] == ["user"]
+    assert [h.node.payload["content"] for h in store.search("kitchen", branch="kitchen")] == [
+        "Look in the kitchen instead"
+    ]
+    assert {h.node.kind for h in store.search("capacitor", kind="message")} == {"message"}
+    assert store.search("capacitor", kind="note") == []
+    assert len(store.search("flux", limit=1)) == 1
+
+
+def test_newest_returns_the_most_recently_written_matches_first(store, garage):
+    later = store.create_session("later")
+    later.append(user("flux again, later"))
+    newest = store.search("flux", newest=True)
+    assert [h.node.id for h in newest] == sorted((h.node.id for h in newest), reverse=True)
+    assert newest[0].session_id == later.id
+    assert len(store.search("flux", newest=True, limit=2)) == 2
+
+
+def test_a_lone_surrogate_does_not_break_a_snippet(store, session):
+    session.append(user("broken \ud800 surrogate"))
+    (hit,) = store.search("surrogate")
+    assert hit.snippet.startswith("broken ") and hit.snippet.endswith("«surrogate»")
+
+
+def test_markers_are_searchable(store, session):
+    session.append(user("go"))
+    session.append({"summary": "We agreed on the plutonium budget."}, kind="summary")
+    session.append({"error": "ProviderError", "message": "upstream timeout"}, kind="error")
+    assert [h.node.kind for h in store.search("plutonium")] == ["summary"]
+    assert [h.node.kind for h in store.search("timeout")] == ["error"]
+
+
+@pytest.mark.parametrize(
+    ("query", "error"),
+    [
+        ("foo-bar", "search query 'foo-bar' is not valid full-text syntax"),
+        ('"open', "search query '\"open' is not valid full-text syntax"),
+        ("   ", "the search query is empty"),
+    ],
+)
+def test_a_bad_query_is_one_clear_error(store, garage, query, error):
+    with pytest.raises(InvalidQuery, match=error.replace("(", r"\(")):
+        store.search(query)
+
+
+def test_a_query_cannot_escape_the_text_column(store, garage):
+    with pytest.raises(InvalidQuery, match="closes a parenthesis it never opened"):
+        store.search("shelf) OR (gigawatts", tools=False)
+    assert store.search('"shelf) OR (gigawatts"', tools=False) == []  # quoted: a phrase
+
+
+def test_bad_filters_are_refused(store, garage):
+    with pytest.raises(InvalidQuery, match="no role 'robot'"):
+        store.search("flux", role="robot")
+    with pytest.raises(InvalidQuery, match="no node kind 'blob'"):
+        store.search("flux", kind="blob")
+    with pytest.raises(InvalidQuery, match="limit"):
+        store.search("flux", limit=0)
+
+
+def test_deleted_and_pruned_nodes_leave_the_index(store, garage):
+    garage.delete_branch("kitchen")
+    store.prune(dry_run=False, grace=0)
+    assert store.search("kitchen") == []
+    fts_ok(store)
+    garage.delete()
+    assert store.search("flux") == []
+    fts_ok(store)
+
+
+def test_a_payload_that_is_not_json_is_not_indexed_and_can_still_be_deleted(store, session):
+    session.append(user("hello"))
+    key = store.conn.execute("SELECT key FROM sessions WHERE id = ?", (session.id,)).fetchone()[0]
+    store.conn.execute("DROP TRIGGER nodes_parent_in_session")
+    store.conn.execute(
+        "INSERT INTO nodes (id, session, parent, depth, kind, payload, created_at)"
+        " VALUES ('broken', ?, NULL, 0, 'message', 'not json', 'now')",
+        (key,),
+    )
+    assert [h.node.payload for h in store.search("hello")] == [user("hello")]
+    store.conn.execute("DELETE FROM nodes WHERE id = 'broken'")
+    fts_ok(store)
+
+
+def test_the_migration_indexes_what_a_schema_3_store_already_holds(tmp_path, monkeypatch):
+    path = tmp_path / "old.db"
+    steps = db.migrations()
+    monkeypatch.setattr(db, "migrations", lambda: steps[:3])
+    with Store(path) as old:
+        s = old.create_session("old")
+        s.append_many([user("the zeppelin leaves at noon"), assistant("noted")])
+        assert old.schema_version == 3
+    monkeypatch.undo()
+    with Store(path) as store:
+        assert store.schema_version == len(steps)
+        assert [h.node.payload["content"] for h in store.search("zeppelin")] == [
+            "the zeppelin leaves at noon"
+        ]
+        fts_ok(store)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["append", "fork", "drop", "prune"]), st.text(max_size=30)),
+        max_size=12,
+    )
+)
+def test_the_index_stays_in_step_with_the_nodes(store, actions):
+    s = store.create_session()
+    s.append(user("start"))
+    branches = ["main"]
+    for i, (action, text) in enumerate(actions):
+        if action == "append":
+            s.append(user(text or "x"), branch=branches[-1])
+        elif action == "fork":
+            branches.append(f"b{i}")
+            s.fork(branches[-1], at="main")
+        elif action == "drop" and len(branches) > 1:
+            s.delete_branch(branches.pop())
+        elif action == "prune":
+            store.prune(dry_run=False, grace=0)
+    fts_ok(store)
+    # one index entry per node, no more, no fewer
+    (count,) = store.conn.execute("SELECT count(*) FROM nodes").fetchone()
+    (indexed,) = store.conn.execute("SELECT count(*) FROM nodes_fts_docsize").fetchone()
+    assert count == indexed
+    assert len(store.search("start", session=s.id)) == 1
+
+
+def test_cli_search_prints_ids_that_show_and_log_accept(tmp_path, garage, store):
+    dbfile = str(store.path)
+    runner = CliRunner()
+    result = runner.invoke(cli, ["--db", dbfile, "search", "flux", "--role", "user"], catch_exceptions=False)
+    first = garage.path("main")[0]
+    short = store.abbreviations([first.id, garage.id])
+    assert result.output == (
+        f"{short[first.id]}  session {short[garage.id]}  user  kitchen, main, [found]\n"
+        "    Find the «flux» capacitor in the garage\n"
+    )
+    shown = runner.invoke(cli, ["--db", dbfile, "show", short[first.id], "--json"])
+    assert json.loads(shown.output)["id"] == first.id
+    logged = runner.invoke(cli, ["--db", dbfile, "log", short[first.id], "--json"])
+    assert [n["id"] for n in json.loads(logged.output)] == [first.id]
+    data = json.loads(runner.invoke(cli, ["--db", dbfile, "search", "gigawatts", "--json"]).output)
+    assert [(d["role"], d["branches"], d["checkpoints"]) for d in data] == [("tool", ["main"], ["found"])]
+    assert runner.invoke(cli, ["--db", dbfile, "search", "gigawatts", "--no-tools"]).output == "No matches.\n"
+
+
+def test_cli_bad_query_is_one_line(store, garage):
+    result = CliRunner().invoke(cli, ["--db", str(store.path), "search", "a-b"])
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1
+    assert result.output.startswith("Error: search query 'a-b' is not valid full-text syntax")
