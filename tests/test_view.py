@@ -205,6 +205,21 @@ def test_serve_pages_and_api(demo):
     assert c.get("/", headers={"host": "evil.example"}).status_code == 400  # DNS rebinding
 
 
+def test_serve_searches_every_session_and_links_each_hit_to_its_branch(demo):
+    db, session_id, _ = demo
+    c = client(db)
+    assert embedded(c.get("/").text, "st-config")["api"]["search"] == "/api/search"
+    hits = c.get("/api/search", params={"q": "weather"}).json()
+    assert hits and all(h["session"] == session_id for h in hits)
+    first = hits[0]
+    assert first["href"] == f"/s/{session_id}#node={first['node']}"
+    assert "«" in first["snippet"] and first["node"].startswith(first["short"])
+    assert "main" in first["branches"] or first["checkpoints"]
+    assert c.get("/api/search", params={"q": ""}).json() == []
+    bad = c.get("/api/search", params={"q": '"unbalanced'})
+    assert bad.status_code == 400 and "not valid full-text syntax" in bad.json()["error"]
+
+
 def test_serve_decisions_need_the_flag_and_the_token(demo):
     db, _, pause_id = demo
     body = {"decisions": {"call_send_email": {"action": "approve"}}, "by": "ana"}

@@ -405,3 +405,18 @@ def test_serve_view_is_live_and_edits_arguments(page, served):
             "action": "edit",
             "arguments": {"to": "bob@example.com"},
         }
+
+
+def test_serve_search_opens_a_hit_on_its_branch(page, served):
+    page.open(served["url"])
+    page.page.fill("#search-all", "weather")
+    page.page.press("#search-all", "Enter")
+    page.page.wait_for_selector("#hits .hit", timeout=10_000)
+    hit = page.page.locator("#hits .hit").first
+    node_id = hit.get_attribute("data-node")
+    assert page.texts("#hits .hit mark")  # the matched words are marked
+    hit.locator("a").click()
+    page.page.wait_for_selector("body[data-ready='1']", timeout=20_000)
+    page.wait_until(f"document.querySelector('#tree-inner .row.selected').dataset.id === '{node_id}'")
+    assert node_id in page.path_ids()  # the path shown is the hit's own branch
+    assert page.errors == []

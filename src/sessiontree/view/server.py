@@ -45,6 +45,7 @@ from .page import page, render_html
 
 TOKEN_HEADER = "X-Sessiontree-Token"
 POLL_MS = 1500
+SEARCH_LIMIT = 50
 
 
 def sessions_listing(store: Store) -> list[dict[str, Any]]:
@@ -91,7 +92,10 @@ def create_app(
 
     def index(store: Store, request: Request) -> Response:
         data = {"sessions": sessions_listing(store), "inbox": inbox(store)}
-        config = {"api": {"sessions": "/api/sessions", "inbox": "/api/inbox"}, "interval": POLL_MS}
+        config = {
+            "api": {"sessions": "/api/sessions", "inbox": "/api/inbox", "search": "/api/search"},
+            "interval": POLL_MS,
+        }
         return HTMLResponse(page("index", "sessiontree", data, {**config, "decide": decide_config}))
 
     def view(store: Store, request: Request) -> Response:
@@ -109,6 +113,31 @@ def create_app(
 
     def api_inbox(store: Store, request: Request) -> Response:
         return JSONResponse(inbox(store))
+
+    def api_search(store: Store, request: Request) -> Response:
+        query = request.query_params.get("q", "").strip()
+        if not query:
+            return JSONResponse([])
+        hits = store.search(query, limit=SEARCH_LIMIT)
+        short = store.abbreviations([h.node.id for h in hits])
+        titles = {s.id: s.title or "" for s in store.sessions(include_archived=True)}
+        return JSONResponse(
+            [
+                {
+                    "node": h.node.id,
+                    "short": short[h.node.id],
+                    "session": h.session_id,
+                    "title": titles.get(h.session_id, ""),
+                    "kind": h.node.kind,
+                    "snippet": h.snippet,
+                    "branches": h.branches,
+                    "checkpoints": h.checkpoints,
+                    # the view opens the node on its branch: /s/<session>#node=<id>
+                    "href": f"/s/{h.session_id}#node={h.node.id}",
+                }
+                for h in hits
+            ]
+        )
 
     def api_version(store: Store, request: Request) -> Response:
         return JSONResponse({"version": version(store, request.path_params["session"])})
@@ -147,6 +176,7 @@ def create_app(
         Route("/s/{session}", reading(view)),
         Route("/api/sessions", reading(api_sessions)),
         Route("/api/inbox", reading(api_inbox)),
+        Route("/api/search", reading(api_search)),
         Route("/api/sessions/{session}/version", reading(api_version)),
         Route("/api/sessions/{session}/data", reading(api_data)),
         Route("/api/pauses/{pause}/decision", api_decide, methods=["POST"]),

@@ -9,9 +9,36 @@
   var byInput = h("input", { id: "by", type: "text", value: window.STDecide ? STDecide.by() : "", placeholder: "your name",
     onchange: function () { sessionStorage.setItem("st-by", byInput.value || "web"); } });
   var inboxEl = h("section", { id: "inbox" }), sessionsEl = h("section", { id: "sessions" });
-  app.appendChild(h("header", {}, h("h1", { text: "sessiontree" }), h("span", { class: "spacer" }),
+  var hitsEl = h("section", { id: "hits" });
+  var searchInput = h("input", { id: "search-all", type: "search", placeholder: "search every session",
+    onkeydown: function (e) { if (e.key === "Enter") search(searchInput.value); } });
+  app.appendChild(h("header", {}, h("h1", { text: "sessiontree" }), searchInput, h("span", { class: "spacer" }),
     window.STDecide ? h("label", {}, "deciding as ", byInput) : h("span", { class: "muted", text: "read-only (start with --allow-decide to decide here)" })));
+  app.appendChild(hitsEl);
   app.appendChild(h("div", { class: "index" }, inboxEl, sessionsEl));
+
+  // Search across sessions: each hit links to its node, opened on its branch by the view.
+  function marked(snippet) {
+    var parts = String(snippet).split(/[«»]/), out = h("span", { class: "snippet" });
+    parts.forEach(function (part, i) { out.appendChild(i % 2 ? h("mark", { text: part }) : document.createTextNode(part)); });
+    return out;
+  }
+  function search(query) {
+    hitsEl.textContent = "";
+    if (!query.trim()) return;
+    fetch(CONFIG.api.search + "?q=" + encodeURIComponent(query), { cache: "no-store" })
+      .then(function (r) { return r.json().then(function (body) { return { ok: r.ok, body: body }; }); })
+      .then(function (res) {
+        if (!res.ok) { hitsEl.appendChild(h("p", { class: "error", text: res.body.error || "search failed" })); return; }
+        hitsEl.appendChild(h("h2", { text: "Search: " + res.body.length + " hit" + (res.body.length === 1 ? "" : "s") }));
+        res.body.forEach(function (hit) {
+          var refs = hit.branches.concat(hit.checkpoints.map(function (c) { return "[" + c + "]"; })).join(", ");
+          hitsEl.appendChild(h("div", { class: "hit", "data-node": hit.node },
+            h("a", { href: hit.href, text: (hit.title || hit.session) + " · " + hit.short }), "  ",
+            h("span", { class: "muted", text: hit.kind + (refs ? " · " + refs : "") }), h("div", {}, marked(hit.snippet))));
+        });
+      }).catch(function () { hitsEl.appendChild(h("p", { class: "error", text: "the server is away" })); });
+  }
 
   function drawInbox(items) {
     inboxEl.textContent = "";
