@@ -18,7 +18,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..model import Node, encode_payload
+from . import shared_sql
 from .base import Storage
+from .shared_sql import for_postgres
 from .sqlite_search import ELLIPSIS, MARK_END, MARK_START, SNIPPET_TOKENS
 
 _TEXT = "coalesce(sessiontree_node_text(n.kind, n.payload), '')"
@@ -51,36 +53,8 @@ ORDER BY {order}
 LIMIT %(limit)s
 """
 
-_REFS_CONTAINING = """
-WITH RECURSIVE
-  wanted(key, session) AS (SELECT key, session FROM nodes WHERE id = ANY(%(ids)s)),
-  up(kind, name, key) AS (
-    SELECT 'branch', name, head FROM branches
-    WHERE head IS NOT NULL AND session IN (SELECT session FROM wanted)
-    UNION ALL
-    SELECT 'checkpoint', name, node FROM checkpoints WHERE session IN (SELECT session FROM wanted)
-    UNION ALL
-    SELECT up.kind, up.name, n.parent FROM up JOIN nodes n ON n.key = up.key
-    WHERE n.parent IS NOT NULL
-      AND n.depth > (SELECT min(depth) FROM nodes WHERE key IN (SELECT key FROM wanted))
-  )
-SELECT n.id, up.kind, up.name FROM up JOIN nodes n ON n.key = up.key
-WHERE up.key IN (SELECT key FROM wanted)
-ORDER BY up.kind, up.name
-"""
-
-_DROPPABLE = """
-SELECT s.id, coalesce(max(n.created_at), s.created_at) AS last
-FROM sessions s LEFT JOIN nodes n ON n.session = s.key
-WHERE s.trashed_at IS NULL
-  AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.session = s.key)
-  AND NOT EXISTS (
-    SELECT 1 FROM nodes p WHERE p.session = s.key AND p.kind = 'pause'
-      AND NOT EXISTS (SELECT 1 FROM nodes d WHERE d.parent = p.key AND d.kind = 'decision'))
-GROUP BY s.key
-HAVING coalesce(max(n.created_at), s.created_at) < %(cutoff)s
-ORDER BY s.id
-"""
+_REFS_CONTAINING = for_postgres(shared_sql.REFS_CONTAINING.format(wanted="id = ANY(:ids)"))
+_DROPPABLE = for_postgres(shared_sql.DROPPABLE)
 
 _CONTENT_BYTES = "octet_length(sessiontree_json(n.payload) ->> 'content')"
 

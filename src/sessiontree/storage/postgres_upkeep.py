@@ -15,76 +15,11 @@ from psycopg import sql
 
 from ..errors import SessionTreeError
 from . import postgres_db as pgdb
+from . import shared_sql
 from .base import Storage
+from .shared_sql import for_postgres
 
-TREE = """
-WITH RECURSIVE t(key) AS (
-    SELECT key FROM nodes WHERE session = %(s)s AND parent IS NULL
-    UNION ALL
-    SELECT n.key FROM t JOIN nodes n ON n.parent = t.key
-)
-"""
-
-_IN_SCOPE = "(%(s)s::bigint IS NULL OR {column} = %(s)s)"
-
-_REACHED = f"""
-WITH RECURSIVE
-  refs(key) AS (
-    SELECT head FROM branches WHERE head IS NOT NULL AND {_IN_SCOPE.format(column="session")}
-    UNION SELECT node FROM checkpoints WHERE {_IN_SCOPE.format(column="session")}
-    UNION SELECT p.key FROM nodes p WHERE p.kind = 'pause' AND {_IN_SCOPE.format(column="p.session")}
-      AND NOT EXISTS (SELECT 1 FROM nodes d WHERE d.parent = p.key AND d.kind = 'decision')
-    UNION SELECT d.key FROM nodes d WHERE d.kind = 'decision' AND {_IN_SCOPE.format(column="d.session")}
-      AND NOT EXISTS (SELECT 1 FROM nodes c WHERE c.parent = d.key)
-    UNION SELECT y.key FROM nodes y WHERE y.created_at > %(cutoff)s AND {_IN_SCOPE.format(column="y.session")}
-  ),
-  reached(key) AS (
-    SELECT key FROM refs
-    UNION
-    SELECT n.parent FROM reached JOIN nodes n ON n.key = reached.key WHERE n.parent IS NOT NULL
-  )
-"""
-
-_INTEGRITY_CHECKS = [
-    (
-        "parent",
-        "node {1} has a missing parent (row {2})",
-        """SELECT s.id, c.id, c.parent FROM nodes c JOIN sessions s ON s.key = c.session
-        LEFT JOIN nodes p ON p.key = c.parent WHERE c.parent IS NOT NULL AND p.key IS NULL {scope}""",
-    ),
-    (
-        "parent",
-        "node {1} has its parent in another session {2}",
-        """SELECT s.id, c.id, ps.id FROM nodes c JOIN nodes p ON p.key = c.parent
-        JOIN sessions s ON s.key = c.session JOIN sessions ps ON ps.key = p.session
-        WHERE p.session != c.session {scope}""",
-    ),
-    (
-        "depth",
-        "node {1} has depth {2} under a parent of depth {3}",
-        """SELECT s.id, c.id, c.depth, p.depth FROM nodes c JOIN nodes p ON p.key = c.parent
-        JOIN sessions s ON s.key = c.session WHERE c.depth != p.depth + 1 {scope}""",
-    ),
-    (
-        "payload",
-        "node {1} has a payload that is not valid JSON",
-        """SELECT s.id, c.id FROM nodes c JOIN sessions s ON s.key = c.session
-        WHERE NOT sessiontree_json_valid(c.payload) {scope}""",
-    ),
-    (
-        "ref",
-        "branch {2!r} points at row {1}, which is not a node of its session",
-        """SELECT s.id, c.head, c.name FROM branches c JOIN sessions s ON s.key = c.session
-        LEFT JOIN nodes n ON n.key = c.head AND n.session = c.session
-        WHERE c.head IS NOT NULL AND n.key IS NULL {scope}""",
-    ),
-    (
-        "ref",
-        "checkpoint {2!r} points at row {1}, which is not a node of its session",
-        """SELECT s.id, c.node, c.name FROM checkpoints c JOIN sessions s ON s.key = c.session
-        LEFT JOIN nodes n ON n.key = c.node AND n.session = c.session WHERE n.key IS NULL {scope}""",
-    ),
-]
+TREE = for_postgres(shared_sql.TREE)
 
 TABLES = ("sessions", "runs", "nodes", "branches", "checkpoints")
 
@@ -106,22 +41,12 @@ class PostgresUpkeep(Storage):
     def unreachable(
         self, session_key: int | None, *, delete: bool, cutoff: str = ""
     ) -> tuple[list[str], list[str]]:
-        scope = (
-            "scope(key) AS (SELECT key FROM nodes)"
-            if session_key is None
-            else "scope(key) AS (SELECT key FROM nodes WHERE session = %(s)s AND parent IS NULL"
-            " UNION ALL SELECT n.key FROM scope JOIN nodes n ON n.parent = scope.key)"
-        )
         with self.transaction() if delete else self.snapshot():
             if delete:  # writers finish first, and none starts until the prune commits
                 self._one("SELECT pg_advisory_xact_lock(%s, %s)", (pgdb.LOCK_CLASS, pgdb.STORE_LOCK))
+            query = shared_sql.REACHED + ", " + shared_sql.PRUNE_SCOPE[session_key is None]
             gone = self._all(
-                _REACHED
-                + f", {scope} SELECT n.key, n.id, r.key, r.id FROM scope JOIN nodes n ON n.key = scope.key"
-                " LEFT JOIN runs r ON r.key = n.run AND NOT EXISTS (SELECT 1 FROM nodes k WHERE k.run = n.run"
-                " AND (k.key IN (SELECT key FROM reached) OR k.key NOT IN (SELECT key FROM scope)))"
-                " WHERE n.key NOT IN (SELECT key FROM reached) ORDER BY n.id",
-                {"s": session_key, "cutoff": cutoff or "9999"},
+                for_postgres(query + shared_sql.UNREACHABLE), {"s": session_key, "cutoff": cutoff or "9999"}
             )
             dying_runs = {run: run_id for _, _, run, run_id in gone if run is not None}
             if delete and gone:
@@ -143,21 +68,17 @@ class PostgresUpkeep(Storage):
             conn.execute(query)
 
     def integrity_problems(self, session_key: int | None) -> list[tuple[str, str, str, str | None]]:
-        scope = "" if session_key is None else "AND c.session = %(s)s"
+        scope = "" if session_key is None else shared_sql.INTEGRITY_SCOPE
         problems: list[tuple[str, str, str, str | None]] = []
-        for check, detail, query in _INTEGRITY_CHECKS:
-            for row in self._all(query.format(scope=scope), {"s": session_key}):
+        for check, detail, sql_text in shared_sql.INTEGRITY_CHECKS:
+            query = sql_text.format(scope=scope, bad_json="NOT sessiontree_json_valid(c.payload)")
+            for row in self._all(for_postgres(query), {"s": session_key}):
                 node_id = row[1] if check in ("parent", "depth", "payload") else None
                 problems.append((row[0], check, detail.format(*row), node_id))
         return problems
 
     def branch_heads(self, session_key: int | None) -> list[tuple[str, str, tuple[int, str]]]:
-        rows = self._all(
-            "SELECT s.id, b.name, b.head, n.id FROM branches b JOIN sessions s ON s.key = b.session"
-            " JOIN nodes n ON n.key = b.head AND n.session = b.session"
-            f" WHERE {_IN_SCOPE.format(column='b.session')} ORDER BY s.id, b.name",
-            {"s": session_key},
-        )
+        rows = self._all(for_postgres(shared_sql.BRANCH_HEADS), {"s": session_key})
         return [(r[0], r[1], (r[2], r[3])) for r in rows]
 
     def counts(self, session_key: int | None) -> tuple[int, int]:

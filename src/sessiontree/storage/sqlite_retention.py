@@ -14,21 +14,7 @@ import sqlite3
 from typing import Any
 
 from .cache import PathCache
-
-# The sessions a drop policy may trash: not trashed yet, no checkpoint, no
-# unresolved pause, and nothing written since the cutoff.
-_DROPPABLE = """
-SELECT s.id, coalesce(max(n.created_at), s.created_at) AS last
-FROM sessions s LEFT JOIN nodes n ON n.session = s.key
-WHERE s.trashed_at IS NULL
-  AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.session = s.key)
-  AND NOT EXISTS (
-    SELECT 1 FROM nodes p WHERE p.session = s.key AND p.kind = 'pause'
-      AND NOT EXISTS (SELECT 1 FROM nodes d WHERE d.parent = p.key AND d.kind = 'decision'))
-GROUP BY s.key
-HAVING last < :cutoff
-ORDER BY s.id
-"""
+from .shared_sql import DROPPABLE
 
 # Tool messages with a large text result, written before the cutoff, not stripped yet,
 # in sessions that are not in the trash.
@@ -72,8 +58,8 @@ class SQLiteRetention:
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     def droppable_sessions(self, cutoff: str) -> list[tuple[str, str]]:
-        """(session id, last activity) of sessions a drop policy may trash (see ``_DROPPABLE``)."""
-        return [(r[0], r[1]) for r in self.conn.execute(_DROPPABLE, {"cutoff": cutoff})]
+        """(session id, last activity) of sessions a drop policy may trash (see ``shared_sql.DROPPABLE``)."""
+        return [(r[0], r[1]) for r in self.conn.execute(DROPPABLE, {"cutoff": cutoff})]
 
     def strippable_results(self, cutoff: str, min_bytes: int) -> list[tuple[str, str, int]]:
         """(node id, session id, bytes) of tool results a strip policy may redact."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import InvalidQuery
 from ..model import Node
+from .shared_sql import REFS_CONTAINING
 
 SNIPPET_TOKENS = 16
 """Words around the match in a snippet."""
@@ -51,26 +52,7 @@ ORDER BY {order}
 LIMIT :limit
 """
 
-# Each ref of the sessions the nodes are in, walked up to its root; a node a walk
-# passes is on that ref's path.
-_REFS_CONTAINING = """
-WITH RECURSIVE
-  wanted(key, session) AS (
-    SELECT key, session FROM nodes WHERE id IN (SELECT value FROM json_each(:ids))),
-  up(kind, name, key) AS (
-    SELECT 'branch', name, head FROM branches
-    WHERE head IS NOT NULL AND session IN (SELECT session FROM wanted)
-    UNION ALL
-    SELECT 'checkpoint', name, node FROM checkpoints WHERE session IN (SELECT session FROM wanted)
-    UNION ALL
-    SELECT up.kind, up.name, n.parent FROM up JOIN nodes n ON n.key = up.key
-    WHERE n.parent IS NOT NULL
-      AND n.depth > (SELECT min(depth) FROM nodes WHERE key IN (SELECT key FROM wanted))
-  )
-SELECT n.id, up.kind, up.name FROM up JOIN nodes n ON n.key = up.key
-WHERE up.key IN (SELECT key FROM wanted)
-ORDER BY up.kind, up.name
-"""
+_REFS_CONTAINING = REFS_CONTAINING.format(wanted="id IN (SELECT value FROM json_each(:ids))")
 
 
 class SQLiteSearch:

@@ -19,79 +19,15 @@ from .. import db as _db
 from ..errors import Conflict, NotFound, SessionTreeError
 from .base import Storage
 from .cache import PathCache
-
-# A session's nodes, walked down from its roots.
-TREE = """
-WITH RECURSIVE t(key) AS (
-    SELECT key FROM nodes WHERE session = :s AND parent IS NULL
-    UNION ALL
-    SELECT n.key FROM t JOIN nodes n ON n.parent = t.key
+from .shared_sql import (
+    BRANCH_HEADS,
+    INTEGRITY_CHECKS,
+    INTEGRITY_SCOPE,
+    PRUNE_SCOPE,
+    REACHED,
+    TREE,
+    UNREACHABLE,
 )
-"""
-
-# Every node some ref (branch head, checkpoint, unresolved pause) reaches.
-# UNION, not UNION ALL: shared ancestors are walked once, not once per ref.
-_REACHED = """
-WITH RECURSIVE
-  refs(key) AS (
-    SELECT head FROM branches WHERE head IS NOT NULL AND (:s IS NULL OR session = :s)
-    UNION SELECT node FROM checkpoints WHERE :s IS NULL OR session = :s
-    UNION SELECT p.key FROM nodes p WHERE p.kind = 'pause' AND (:s IS NULL OR p.session = :s)
-      AND NOT EXISTS (SELECT 1 FROM nodes d WHERE d.parent = p.key AND d.kind = 'decision')
-    -- a human's decision that no run has carried on from yet
-    UNION SELECT d.key FROM nodes d WHERE d.kind = 'decision' AND (:s IS NULL OR d.session = :s)
-      AND NOT EXISTS (SELECT 1 FROM nodes c WHERE c.parent = d.key)
-    -- anything written inside the grace period: a writer may be about to point at it
-    UNION SELECT y.key FROM nodes y WHERE y.created_at > :cutoff AND (:s IS NULL OR y.session = :s)
-  ),
-  reached(key) AS (
-    SELECT key FROM refs
-    UNION
-    SELECT n.parent FROM reached JOIN nodes n ON n.key = reached.key WHERE n.parent IS NOT NULL
-  )
-"""
-
-# (check, detail, query): each query returns (session id, node id, details...).
-_INTEGRITY_CHECKS = [
-    (
-        "parent",
-        "node {1} has a missing parent (row {2})",
-        """SELECT s.id, c.id, c.parent FROM nodes c JOIN sessions s ON s.key = c.session
-        LEFT JOIN nodes p ON p.key = c.parent WHERE c.parent IS NOT NULL AND p.key IS NULL {scope}""",
-    ),
-    (
-        "parent",
-        "node {1} has its parent in another session {2}",
-        """SELECT s.id, c.id, ps.id FROM nodes c JOIN nodes p ON p.key = c.parent
-        JOIN sessions s ON s.key = c.session JOIN sessions ps ON ps.key = p.session
-        WHERE p.session != c.session {scope}""",
-    ),
-    (
-        "depth",
-        "node {1} has depth {2} under a parent of depth {3}",
-        """SELECT s.id, c.id, c.depth, p.depth FROM nodes c JOIN nodes p ON p.key = c.parent
-        JOIN sessions s ON s.key = c.session WHERE c.depth != p.depth + 1 {scope}""",
-    ),
-    (
-        "payload",
-        "node {1} has a payload that is not valid JSON",
-        """SELECT s.id, c.id FROM nodes c JOIN sessions s ON s.key = c.session
-        WHERE json_valid(c.payload) = 0 {scope}""",
-    ),
-    (
-        "ref",
-        "branch {2!r} points at row {1}, which is not a node of its session",
-        """SELECT s.id, c.head, c.name FROM branches c JOIN sessions s ON s.key = c.session
-        LEFT JOIN nodes n ON n.key = c.head AND n.session = c.session
-        WHERE c.head IS NOT NULL AND n.key IS NULL {scope}""",
-    ),
-    (
-        "ref",
-        "checkpoint {2!r} points at row {1}, which is not a node of its session",
-        """SELECT s.id, c.node, c.name FROM checkpoints c JOIN sessions s ON s.key = c.session
-        LEFT JOIN nodes n ON n.key = c.node AND n.session = c.session WHERE n.key IS NULL {scope}""",
-    ),
-]
 
 
 class SQLiteUpkeep(Storage):
@@ -114,22 +50,11 @@ class SQLiteUpkeep(Storage):
         """(node ids, run ids) that nothing keeps (see ``maintenance.prune``), in one session
         or in all; nodes created after ``cutoff`` (an ISO time) are kept. With ``delete``,
         remove them (in one transaction)."""
-        scope = (
-            "scope(key) AS (SELECT key FROM nodes)"
-            if session_key is None
-            else "scope(key) AS (SELECT key FROM nodes WHERE session = :s AND parent IS NULL"
-            " UNION ALL SELECT n.key FROM scope JOIN nodes n ON n.parent = scope.key)"
-        )
         # A dry run only reads, so it also works on a read-only store.
         with self.transaction() if delete else self.snapshot():
             conn = self.conn
-            # Each unkept node, with its run when no kept node names that run too.
             gone = conn.execute(
-                _REACHED
-                + f", {scope} SELECT n.key, n.id, r.key, r.id FROM scope JOIN nodes n ON n.key = scope.key"
-                " LEFT JOIN runs r ON r.key = n.run AND NOT EXISTS (SELECT 1 FROM nodes k WHERE k.run = n.run"
-                " AND (k.key IN (SELECT key FROM reached) OR k.key NOT IN (SELECT key FROM scope)))"
-                " WHERE n.key NOT IN (SELECT key FROM reached) ORDER BY n.id",
+                REACHED + ", " + PRUNE_SCOPE[session_key is None] + UNREACHABLE,
                 {"s": session_key, "cutoff": cutoff or "9999"},
             ).fetchall()
             gone_keys = {key for key, _, _, _ in gone}
@@ -162,26 +87,22 @@ class SQLiteUpkeep(Storage):
 
     def integrity_problems(self, session_key: int | None) -> list[tuple[str, str, str, str | None]]:
         """(session id, check, detail, node id) for every row that breaks a tree invariant."""
-        scope = "" if session_key is None else "AND c.session = :s"
+        scope = "" if session_key is None else INTEGRITY_SCOPE
         problems: list[tuple[str, str, str, str | None]] = []
         if session_key is None:
             problems += [
                 ("", "sqlite", m, None) for (m,) in self.conn.execute("PRAGMA quick_check") if m != "ok"
             ]
-        for check, detail, sql in _INTEGRITY_CHECKS:
-            for row in self.conn.execute(sql.format(scope=scope), {"s": session_key}):
+        for check, detail, sql in INTEGRITY_CHECKS:
+            query = sql.format(scope=scope, bad_json="json_valid(c.payload) = 0")
+            for row in self.conn.execute(query, {"s": session_key}):
                 node_id = row[1] if check in ("parent", "depth", "payload") else None
                 problems.append((row[0], check, detail.format(*row), node_id))
         return problems
 
     def branch_heads(self, session_key: int | None) -> list[tuple[str, str, tuple[int, str]]]:
         """(session id, branch name, (head key, head id)) of every non-empty branch whose head exists."""
-        rows = self.conn.execute(
-            "SELECT s.id, b.name, b.head, n.id FROM branches b JOIN sessions s ON s.key = b.session"
-            " JOIN nodes n ON n.key = b.head AND n.session = b.session"
-            " WHERE :s IS NULL OR b.session = :s ORDER BY s.id, b.name",
-            {"s": session_key},
-        )
+        rows = self.conn.execute(BRANCH_HEADS, {"s": session_key})
         return [(r[0], r[1], (r[2], r[3])) for r in rows]
 
     def counts(self, session_key: int | None) -> tuple[int, int]:
