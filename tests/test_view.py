@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -298,7 +299,14 @@ def test_serve_command_prints_the_token_and_listens_on_loopback(demo):
             rf"decisions allowed with the token (\S+): open {re.escape(url)}#token=\1\n", second
         )
         assert token, second
-        assert httpx.get(url, timeout=10).status_code == 200
+        deadline = time.monotonic() + 20  # the line may come a moment before the socket listens
+        while True:
+            try:
+                assert httpx.get(url, timeout=10).status_code == 200
+                break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline, "serve printed its address but never listened"
+                time.sleep(0.1)
         decision = {"decisions": {"call_send_email": {"action": "reject", "reason": "not now"}}}
         endpoint = f"{url}api/pauses/{pause_id}/decision"
         assert httpx.post(endpoint, json=decision, timeout=10).status_code == 403

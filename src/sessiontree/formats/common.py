@@ -334,12 +334,6 @@ def cover_from_root(nodes: list[ImportedNode], summary: ImportedNode, last_id: s
     the root of its path to ``last_id`` (the last node the tool summarised away). Nothing
     is added when ``last_id`` is not on the summary's path."""
     parents = {n.id: n.parent_id for n in nodes}
-    cover_by_parents(parents, summary, last_id)
-
-
-def cover_by_parents(parents: dict[str, str | None], summary: ImportedNode, last_id: str | None) -> None:
-    """``cover_from_root`` for an importer that streams: ``parents`` maps each node id seen
-    so far to its parent's id (no payloads kept)."""
     path: list[str] = []
     current = summary.parent_id
     while current is not None and current in parents:

@@ -42,7 +42,6 @@ from .common import (
     OpenCalls,
     block_text,
     chat_message,
-    cover_by_parents,
     iso,
     jsonl_records,
     keep_or_derive,
@@ -105,19 +104,19 @@ class _Reader:
     """The entries of one pi file, turned into nodes as their parents come.
 
     It keeps every entry id (to refuse a duplicate and to tell a missing parent),
-    every node's parent id (a compaction covers a path), the parents of skipped
-    entries, labels, the leaves, and the entries that came before their parent;
+    with the entry id of its parent node (a compaction covers a path), the parents
+    of skipped entries, labels, the leaves, and the entries that came before their parent;
     never a converted payload after handing it on."""
 
     def __init__(self, session: ImportedSession, node_id: Callable[[str], str], sink: Sink) -> None:
         self.session, self.node_id, self.sink = session, node_id, sink
-        self.seen: set[str] = set()
+        # entry id -> the entry id of its parent node once placed (None before, and for a root)
+        self.seen: dict[str, str | None] = {}
         self.waiting: dict[str, list[tuple[int, dict[str, Any]]]] = {}  # parent -> entries
         self.waiting_ids: set[str] = set()
         self.aliases: dict[str, str | None] = {}  # skipped entry -> its nearest kept ancestor
         self.labels: dict[str, str | None] = {}  # target entry -> label
         self.leaves: dict[str, str] = {}  # node id -> entry id
-        self.parents: dict[str, str | None] = {}  # node id -> parent node id (for compactions)
         self.calls = OpenCalls()
         self.last: str | None = None
         self.title: str | None = None
@@ -130,7 +129,7 @@ class _Reader:
             raise FormatError(f"line {number}: 'parentId' should be a string or null")
         if eid in self.seen:
             raise FormatError(f"line {number}: entry id {eid!r} appears twice")
-        self.seen.add(eid)
+        self.seen[eid] = None
         self.last = eid
         if parent is not None and (parent not in self.seen or parent in self.waiting_ids):
             self.waiting.setdefault(parent, []).append((number, entry))
@@ -170,14 +169,30 @@ class _Reader:
             run.id if run else None,
             source=f"line {number}",
         )
-        self.parents[own] = node.parent_id
-        if kind == "compaction":  # it stands for the path up to the entry before its first kept one
-            kept = payload.get("first_kept_entry_id")
-            cover_by_parents(self.parents, node, self.parents.get(kept) if isinstance(kept, str) else None)
+        self.seen[eid] = parent
+        if kind == "compaction":
+            self._cover(node, parent, entry.get("firstKeptEntryId"))
         self.leaves.pop(node.parent_id or "", None)
         self.leaves[own] = eid
         for out in self.calls.add(node):
             self.sink.node(self.session.id, out)
+
+    def _cover(self, summary: ImportedNode, parent: str | None, first_kept: Any) -> None:
+        """A compaction stands for its path from the root to the entry before its first
+        kept one, as pi builds a model's context (walked through ``seen``: no payloads)."""
+        kept = resolve(self.aliases, first_kept) if isinstance(first_kept, str) else None
+        last = self.seen.get(kept) if kept is not None else None
+        path: list[str] = []
+        while parent is not None:
+            path.append(parent)
+            parent = self.seen.get(parent)
+        path.reverse()
+        if last is not None and last in path:
+            summary.payload["covers"] = {
+                "first": self.node_id(path[0]),
+                "last": self.node_id(last),
+                "nodes": path.index(last) + 1,
+            }
 
     def _mapped(self, value: Any) -> Any:
         """The node id an entry id became; anything else (None, a stray number) unchanged."""
