@@ -22,9 +22,9 @@ Systems, each used through its public API the way its own docs show:
 - ``llm``: simonw/llm's log store (``llm.logs.LogStore``): ``thread_messages`` (what
   ``llm -c`` reads) and ``append`` of ``llm.Message`` objects.
 
-Reported per system: ms per turn (read + append, and dropping the list read) at turns 10,
-100, 250 and 500, each the
-median over the turns within +-5 of that point across all reps; ms to read the whole branch
+Reported per system: ms per turn (read + append + dropping the list read, so each system
+pays for its own objects) at turns 10, 100, 250 and 500, each the median over the turns
+within +-5 of that point across all reps; ms to read the whole branch
 cold (a new connection and library object, as a new process would; the OS page cache is
 warm); bytes per message (pages in use after a WAL checkpoint minus those of the empty
 file, over the message count); ms per fork at the middle turn where the system has a fork ("n/a" where
