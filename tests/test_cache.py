@@ -135,3 +135,48 @@ def test_the_cache_is_safe_across_threads():
     for thread in threads:
         thread.join()
     assert errors == [] and 0 < cache.bytes <= 20_000
+
+
+def test_one_branch_is_counted_once_however_many_paths_end_on_it(store, session):
+    """Paths that are prefixes of one another share their nodes, and their bytes are counted
+    once: 200 appends of 1 KB hold about 200 KB, not the 20 MB of 200 separate paths."""
+    from sessiontree.storage.cache import ENTRY_BYTES
+
+    session.append(user("start"))
+    session.messages()
+    for i in range(200):
+        session.append(assistant(f"{i:04d}" + "x" * 996))
+        assert len(session.messages()) == i + 2
+    payload = sum(len(n.payload_json) for n in session.path("main"))
+    cache = store.storage.cache
+    assert payload <= cache.bytes <= payload + 201 * ENTRY_BYTES
+
+
+def test_older_ends_and_forks_off_a_cached_branch_read_right(store, session):
+    nodes = session.append_many([user("a"), assistant("b"), user("c")])
+    assert [m["content"] for m in session.messages()] == ["a", "b", "c"]
+    grown = session.append_many([assistant("d"), user("e")])
+    first = session.messages()
+    again = session.messages()
+    assert [m["content"] for m in again] == ["a", "b", "c", "d", "e"]
+    assert first is not again and all(x is y for x, y in zip(first, again, strict=True))
+    # The older end (a prefix of the grown chain) still reads as it was.
+    assert [m["content"] for m in session.messages(nodes[-1].id)] == ["a", "b", "c"]
+    assert [n.id for n in session.path(nodes[1].id)] == [n.id for n in nodes[:2]]
+    # A fork under the middle of the chain gets its own chain; neither disturbs the other.
+    session.fork("alt", at=nodes[1])
+    other = session.append_many([user("x"), assistant("y")], branch="alt")
+    assert [m["content"] for m in session.messages("alt")] == ["a", "b", "x", "y"]
+    assert [m["content"] for m in session.messages()] == ["a", "b", "c", "d", "e"]
+    assert [n.id for n in session.path("alt")] == [n.id for n in nodes[:2] + other]
+    assert session.path("main")[-1].id == grown[-1].id
+
+
+def test_a_branch_past_the_bound_leaves_the_cache_and_still_reads(tmp_path):
+    with Store(tmp_path / "s.db", cache_bytes=20_000) as store:
+        s = store.create_session()
+        for i in range(60):  # 60 KB on one branch, read after every append
+            s.append(user(f"{i:03d}" + "x" * 997))
+            assert len(s.messages()) == i + 1
+            assert store.storage.cache.bytes <= 20_000
+        assert [m["content"][:3] for m in s.messages()] == [f"{i:03d}" for i in range(60)]

@@ -45,6 +45,23 @@ def test_connection_pragmas(store):
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
 
 
+def test_a_new_file_gets_8_kb_pages_and_an_existing_file_keeps_its_own(tmp_path):
+    with Store(tmp_path / "new.db") as store:
+        store.create_session().append({"role": "user", "content": "x" * 1000})
+        assert store.conn.execute("PRAGMA page_size").fetchone()[0] == 8192
+    old = tmp_path / "old.db"
+    conn = sqlite3.connect(old)
+    conn.execute("PRAGMA page_size = 4096")
+    conn.execute("PRAGMA journal_mode = WAL")  # writes the header: the page size is fixed
+    conn.close()
+    with Store(old) as store:
+        store.create_session().append({"role": "user", "content": "x"})
+        assert store.conn.execute("PRAGMA page_size").fetchone()[0] == 4096
+        assert store.verify().ok
+    with Store(old) as store:  # reopening a file with tables changes nothing either
+        assert store.conn.execute("PRAGMA page_size").fetchone()[0] == 4096
+
+
 def test_a_newer_schema_is_refused_and_not_written(tmp_path):
     path = tmp_path / "future.db"
     with Store(path) as store:

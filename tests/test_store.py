@@ -471,6 +471,22 @@ def test_ids_made_in_forked_children_differ():
     assert len({i[24:] for i in everything}) == len(everything)  # the random tails differ too
 
 
+def test_a_batch_of_ids_is_what_one_at_a_time_would_give():
+    """new_ids(n) reads the clock once: 6,000 ids in one millisecond overflow its 12-bit
+    counter and borrow the next milliseconds, still increasing and valid UUIDv7s."""
+    import uuid
+
+    from sessiontree.ids import new_id, new_ids
+
+    made = [new_id(), *new_ids(6000), new_id(), *new_ids(1), *new_ids(0), new_id()]
+    assert len(made) == 6004 == len(set(made)) and made == sorted(made)
+    for text in made:
+        parsed = uuid.UUID(text)
+        assert (parsed.version, parsed.variant, str(parsed)) == (7, uuid.RFC_4122, text)
+    milliseconds = {int(text[:8] + text[9:13], 16) for text in made[1:6001]}
+    assert len(milliseconds) >= 2  # the counter overflowed into the next millisecond
+
+
 def _ids_in_child(_: int) -> list[str]:
     from sessiontree import new_id
 

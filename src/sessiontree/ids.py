@@ -30,23 +30,45 @@ def new_id() -> str:
     Ids of one millisecond therefore differ early (in the counter), which keeps
     the unique prefixes the CLI shows short.
     """
-    global _last_ms, _counter
+    with _lock:
+        return _next(time.time_ns() // 1_000_000)
+
+
+def new_ids(count: int) -> list[str]:
+    """``count`` new UUIDv7s, increasing, as ``count`` calls of ``new_id`` would make them,
+    with one lock and one clock read for all (a batch append names many nodes at once)."""
     with _lock:
         ms = time.time_ns() // 1_000_000
-        if ms > _last_ms:
-            _last_ms, _counter = ms, _random.getrandbits(11)
-        else:  # same millisecond, or the clock stepped back: count on
-            _counter += 1
-            if _counter > 0xFFF:  # 4096 ids in one millisecond: borrow the next one
-                _last_ms, _counter = _last_ms + 1, 0
-        ms, counter = _last_ms, _counter
-    rand_b = _random.getrandbits(62)
-    value = ms << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand_b
-    h = f"{value:032x}"
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+        return [_next(ms) for _ in range(count)]
+
+
+_prefix_ms, _prefix = -1, ""  # the last millisecond seen, formatted as the id's first 14 characters
+
+
+def _next(ms: int) -> str:
+    """The next id at ``ms`` milliseconds (or just after the last one); hold ``_lock``."""
+    global _last_ms, _counter, _prefix_ms, _prefix
+    if ms > _last_ms:
+        _last_ms, _counter = ms, _random.getrandbits(11)
+    else:  # same millisecond, or the clock stepped back: count on
+        _counter += 1
+        if _counter > 0xFFF:  # 4096 ids in one millisecond: borrow the next one
+            _last_ms, _counter = _last_ms + 1, 0
+    if _last_ms != _prefix_ms:
+        _prefix_ms, _prefix = _last_ms, f"{_last_ms >> 16:08x}-{_last_ms & 0xFFFF:04x}-"
+    # version 7 and the counter, then variant 0b10 and 62 random bits
+    h = f"{(0x7000 | _counter) << 64 | 0b10 << 62 | _random.getrandbits(62):020x}"
+    return f"{_prefix}{h[:4]}-{h[4:8]}-{h[8:]}"
+
+
+_second = -1
+_second_text = ""
 
 
 def now() -> str:
     """The current UTC time as ISO 8601 with milliseconds, e.g. ``2026-11-30T09:14:15.123Z``."""
+    global _second, _second_text
     seconds, ms = divmod(time.time_ns() // 1_000_000, 1000)
-    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{ms:03d}Z"
+    if seconds != _second:  # formatting the date is most of the cost: once a second
+        _second_text, _second = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)), seconds
+    return f"{_second_text}.{ms:03d}Z"

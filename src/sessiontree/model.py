@@ -417,10 +417,11 @@ def encode_json(value: Any, what: str, **options: Any) -> str:
             if options == _PAYLOAD_OPTIONS
             else json.dumps(value, ensure_ascii=False, allow_nan=False, **options)
         )
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            text = json.dumps(value, ensure_ascii=True, allow_nan=False, **options)
+        if not text.isascii():  # O(1) in CPython: most texts skip the check below
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                text = json.dumps(value, ensure_ascii=True, allow_nan=False, **options)
     except RecursionError:
         text = "[" * (MAX_NESTING + 1)  # certainly too deep: refused below
     except (ValueError, TypeError) as e:

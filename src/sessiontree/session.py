@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from . import compaction, maintenance
 from .errors import BranchMoved, CheckpointImmutable, Conflict, InvalidPayload, NotFound
-from .ids import new_id, now
+from .ids import new_id, new_ids, now
 from .model import (
     Branch,
     Checkpoint,
@@ -183,15 +183,14 @@ class Session:
             first = self.storage.reserve_node_keys(len(texts)) if len(texts) > 1 else None
             parent_key, parent_id, depth = place.key, place.id, place.depth + 1
             rows, nodes = [], []
-            for i, text in enumerate(texts):
-                node_id = new_id()
-                rows.append((node_id, self._key, parent_key, depth, kind, text, created, run_key))
-                nodes.append(Node(node_id, self.id, parent_id, depth, kind, text, created, run_id))
-                parent_key, parent_id, depth = (first or 0) + i, node_id, depth + 1
+            session_key, session_id, key = self._key, self.id, first or 0
+            for node_id, text in zip(new_ids(len(texts)), texts, strict=True):
+                rows.append((node_id, session_key, parent_key, depth, kind, text, created, run_key))
+                nodes.append(Node(node_id, session_id, parent_id, depth, kind, text, created, run_id))
+                parent_key, parent_id, depth, key = key, node_id, depth + 1, key + 1
             last_key = self.storage.insert_nodes(rows, keys_from=first)
-            parent_key = last_key
             if branch is not None:
-                self._set_head(branch, parent_key, created, exists=place.branch_exists)
+                self._set_head(branch, last_key, created, exists=place.branch_exists)
             self.storage.remember(place.id, nodes)
         return nodes
 

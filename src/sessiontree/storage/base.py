@@ -360,15 +360,16 @@ class Storage(ABC):
         return path
 
     def messages(self, key: int, node_id: str, session_id: str) -> list[dict[str, Any]]:
-        """The projection of the path to a node (``compaction.project``), root first (shared
-        with the cache: read-only). Re-reading a grown path costs O(new nodes)."""
-        cached = self.cache.messages(node_id)
-        if cached is None:
+        """The projection of the path to a node (``compaction.project``), root first (the
+        dicts are shared with the cache: read-only). Re-reading a grown path costs O(new
+        nodes)."""
+        found = self.cache.messages(node_id)  # a new list
+        if found is None:
             path = self.path_to(key, node_id, session_id)
-            cached = self.cache.messages(node_id)
-            if cached is None:  # not cacheable (too big, or the cache is off)
+            found = self.cache.messages(node_id)
+            if found is None:  # not cacheable (too big, or the cache is off)
                 return project(path)
-        return list(cached)
+        return found
 
     def remember(self, parent_id: str | None, nodes: Sequence[Node]) -> None:
         """Nodes just written under ``parent_id``: extend its cached path, if any."""

@@ -1,14 +1,21 @@
 """An in-process cache of root-to-node paths, safe because nodes never change.
 
 Contract:
-- ``PathCache(max_bytes)`` maps a node id to its path (a tuple of ``Node``s,
-  root first), least recently used first out once the payload bytes it holds
-  pass ``max_bytes``. Paths that share a prefix share its ``Node`` objects (and
-  their decoded payloads); bytes are counted per path, so the real memory held
+- ``PathCache(max_bytes)`` maps a node id to its path (``Node``s, root first),
+  least recently used first out once the bytes it holds pass ``max_bytes``:
+  the payload bytes of the nodes it keeps, plus ``ENTRY_BYTES`` per cached path
+  end. ``0`` turns it off; a path larger than the bound is not cached.
+- Paths live in *chains*: one list of nodes shared by every cached path that is
+  a prefix of it. ``extend(parent_id, nodes)`` records nodes just appended under
+  a cached path in O(len(nodes)): at the end of its chain they are appended in
+  place; under a node in the middle (a fork) a new chain starts with the same
+  ``Node`` objects. Payload bytes are counted once per chain, so the memory held
   is at most the bound.
-- ``extend(parent_id, nodes)`` records nodes just appended under a cached path
-  in O(len(nodes)): the longer path is only built when it is read, so an
-  append costs the same at any depth.
+- ``messages(node_id)`` hands out a new list of the path's projection (the
+  dicts are shared: read-only). The projection lives with the chain and grows
+  as it does, so re-reading a branch that grew by k nodes decodes k nodes and
+  copies one list of pointers, whatever the depth. A path holding a ``summary``
+  (a compaction) is projected whole by ``compaction.project`` on each read.
 - Only nodes and paths are cached, never pointers: a branch head is always
   read fresh from the database, so another process's append or move is seen
   at once. A node id is never given to another node, so a cached path can go
@@ -24,8 +31,9 @@ Contract:
 from __future__ import annotations
 
 import threading
+from array import array
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from ..compaction import project
@@ -34,16 +42,54 @@ from ..model import Node
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 MAX_HEADS = 32
 """How many cached path ends of one session a read looks for as its stopping point."""
+ENTRY_BYTES = 128
+"""What one cached path end is counted as (its key, its entry, its dict slot)."""
 
 
-@dataclass
+class _Chain:
+    """Nodes root first; every entry on it is a prefix of them. Only ever appended to."""
+
+    __slots__ = ("session_id", "nodes", "size", "users", "projected", "payloads", "counts", "summary")
+
+    def __init__(self, session_id: str, nodes: list[Node], size: int) -> None:
+        self.session_id = session_id
+        self.nodes = nodes
+        self.size = size  # payload bytes of ``nodes``
+        self.users = 0  # entries on this chain; at 0 it is dropped and its bytes given back
+        self.projected = 0  # how many of ``nodes`` the message projection covers
+        self.payloads: list[dict[str, Any]] = []  # payloads of the message nodes among them
+        self.counts = array("q", [0])  # counts[i]: message nodes among nodes[:i]
+        self.summary = -1  # where the first summary node is among the projected nodes
+
+    def messages(self, length: int) -> list[dict[str, Any]]:
+        """A new list: the projection of ``nodes[:length]``."""
+        if length > self.projected:  # decode only what no earlier read covered
+            payloads, counts, count = self.payloads, self.counts, self.counts[-1]
+            for index in range(self.projected, length):
+                node = self.nodes[index]
+                if node.kind == "message":
+                    payloads.append(node.payload)
+                    count += 1
+                elif node.kind == "summary" and self.summary < 0:
+                    self.summary = index
+                counts.append(count)
+            self.projected = length
+        if 0 <= self.summary < length:  # a compaction re-shapes what is sent
+            return project(self.nodes[:length])
+        return self.payloads[: self.counts[length]]
+
+
 class _Entry:
-    session_id: str
-    size: int  # payload bytes of the whole path
-    path: tuple[Node, ...] | None  # None until an extension is first read
-    base: str | None = None  # an extension: the cached path it continues...
-    more: tuple[Node, ...] = ()  # ...and the nodes after it
-    messages: tuple[dict[str, Any], ...] | None = None  # the path's message payloads, once asked for
+    """One cached path: the first ``length`` nodes of ``chain``, ``size`` payload bytes."""
+
+    __slots__ = ("chain", "length", "size")
+
+    def __init__(self, chain: _Chain, length: int, size: int) -> None:
+        self.chain, self.length, self.size = chain, length, size
+
+
+def _size(nodes: Sequence[Node]) -> int:
+    return sum(len(n.payload_json) for n in nodes)
 
 
 class PathCache:
@@ -56,85 +102,79 @@ class PathCache:
     def get(self, node_id: str) -> tuple[Node, ...] | None:
         with self._lock:
             entry = self._get(node_id)
-            return None if entry is None else entry.path
+            return None if entry is None else tuple(entry.chain.nodes[: entry.length])
 
-    def messages(self, node_id: str) -> tuple[dict[str, Any], ...] | None:
-        """The projection of a cached path (``compaction.project``: its message payloads,
-        summaries standing in for the spans they cover), shared: read-only."""
+    def messages(self, node_id: str) -> list[dict[str, Any]] | None:
+        """A new list: the projection of a cached path (the dicts are shared: read-only)."""
         with self._lock:
             entry = self._get(node_id)
-            if entry is None:
-                return None
-            if entry.messages is None:
-                entry.messages = tuple(project(entry.path or ()))
-            return entry.messages
+            return None if entry is None else entry.chain.messages(entry.length)
 
     def _get(self, node_id: str) -> _Entry | None:
         entry = self._entries.get(node_id)
-        if entry is None:
-            return None
-        self._entries.move_to_end(node_id)
-        if entry.path is None:  # build it from the chain of extensions down to a built path
-            mores = [entry.more]
-            below = self._entries.get(entry.base or "")
-            while below is not None and below.path is None:
-                mores.append(below.more)
-                below = self._entries.get(below.base or "")
-            if below is None:  # where it starts was evicted: this path cannot be built
-                self._drop(node_id)
-                return None
-            added = tuple(n for more in reversed(mores) for n in more)
-            entry.path = (below.path or ()) + added
-            # Extend the projection too, O(new nodes), unless a new summary re-shapes it.
-            if below.messages is not None and not any(n.kind == "summary" for n in added):
-                entry.messages = below.messages + tuple(n.payload for n in added if n.kind == "message")
-            entry.base, entry.more = None, ()
+        if entry is not None:
+            self._entries.move_to_end(node_id)
         return entry
 
     def put(self, path: tuple[Node, ...], known: int = 0) -> None:
         """Remember ``path`` (its end is the key). When its first ``known`` nodes are a cached
-        path, only the nodes after them are measured."""
-        if not path:
+        path, the rest extends that one."""
+        if not path or (known and self.extend(path[known - 1].id, path[known:])):
+            return
+        size = _size(path)
+        if size + ENTRY_BYTES > self.max_bytes:
             return
         with self._lock:
-            below = self._entries.get(path[known - 1].id) if known else None
-        known_bytes = below.size if below is not None else sum(len(n.payload_json) for n in path[:known])
-        size = known_bytes + sum(len(n.payload_json) for n in path[known:])
-        self._add(path[-1].id, _Entry(path[-1].session_id, size, path))
+            self._add(path[-1].id, _Entry(_Chain(path[-1].session_id, list(path), size), len(path), size))
 
-    def extend(self, parent_id: str, nodes: tuple[Node, ...]) -> None:
-        """``nodes`` (a chain) were appended under ``parent_id``; cache the longer path if the
-        parent's is cached."""
+    def extend(self, parent_id: str, nodes: Sequence[Node]) -> bool:
+        """``nodes`` (a chain) were appended under ``parent_id``: cache the longer path if the
+        parent's is cached (whether it was)."""
+        if not nodes:
+            return False
+        added = _size(nodes)
         with self._lock:
-            parent = self._entries.get(parent_id)
-            if parent is None or not nodes:
-                return
-            self._entries.move_to_end(parent_id)  # the new path needs it
-            size = parent.size + sum(len(n.payload_json) for n in nodes)
-        self._add(nodes[-1].id, _Entry(parent.session_id, size, None, parent_id, nodes))
+            parent = self._get(parent_id)  # the new path needs it: now the most recent
+            if parent is None:
+                return False
+            chain, size = parent.chain, parent.size + added
+            if size + ENTRY_BYTES > self.max_bytes:
+                return True  # too big to cache, like any path past the bound
+            if parent.length == len(chain.nodes):  # the end of its chain: grow it in place
+                chain.nodes.extend(nodes)
+                chain.size += added
+                self.bytes += added
+            else:  # a fork off the middle: a new chain, sharing the nodes above it
+                chain = _Chain(chain.session_id, chain.nodes[: parent.length] + list(nodes), size)
+            self._add(nodes[-1].id, _Entry(chain, parent.length + len(nodes), size))
+            return True
 
     def _add(self, node_id: str, entry: _Entry) -> None:
-        if entry.size > self.max_bytes:
-            return
-        with self._lock:
-            self._drop(node_id)
-            self._entries[node_id] = entry
-            self.bytes += entry.size
-            while self.bytes > self.max_bytes:
-                _, evicted = self._entries.popitem(last=False)
-                self.bytes -= evicted.size
+        """Add an entry (hold the lock), then evict the least recently used past the bound."""
+        self._drop(node_id)
+        chain = entry.chain
+        if chain.users == 0:
+            self.bytes += chain.size
+        chain.users += 1
+        self._entries[node_id] = entry
+        self.bytes += ENTRY_BYTES
+        while self.bytes > self.max_bytes and self._entries:
+            self._drop(next(iter(self._entries)))
 
     def _drop(self, node_id: str) -> None:
         old = self._entries.pop(node_id, None)
         if old is not None:
-            self.bytes -= old.size
+            self.bytes -= ENTRY_BYTES
+            old.chain.users -= 1
+            if old.chain.users == 0:
+                self.bytes -= old.chain.size
 
     def heads(self, session_id: str) -> list[str]:
         """Ids of the cached path ends in a session, most recently used first."""
         with self._lock:
             found = []
             for node_id, entry in reversed(self._entries.items()):
-                if entry.session_id == session_id:
+                if entry.chain.session_id == session_id:
                     found.append(node_id)
                     if len(found) == MAX_HEADS:
                         break
