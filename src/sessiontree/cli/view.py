@@ -16,7 +16,7 @@ import click
 
 from ..view import session_data, write_html
 from . import complete
-from .common import abbreviations, db_path, echo_result, open_store, pick_session
+from .common import abbreviations, db_path, db_url, echo_result, open_store, pick_session
 from .experiment import parse_price
 
 
@@ -88,7 +88,7 @@ def serve(ctx: click.Context, host: str, port: int, allow_decide: bool, prices: 
         ) from None
     store = open_store(ctx)  # creates the default file on first use, checks the schema
     store.close()
-    path, _ = db_path(ctx)
+    path = db_url(ctx) or str(db_path(ctx)[0])
     token = secrets.token_urlsafe(24) if allow_decide else None
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -107,7 +107,7 @@ def serve(ctx: click.Context, host: str, port: int, allow_decide: bool, prices: 
         hosts=hosts,
     )
     url = f"http://{shown}:{port}/"
-    click.echo(f"serving {path} on {url}" + ("" if allow_decide else " (read-only)"))
+    click.echo(f"serving {store.path} on {url}" + ("" if allow_decide else " (read-only)"))
     if token:
         click.echo(f"decisions allowed with the token {token}: open {url}#token={token}")
     click.echo("Ctrl-C stops the server", err=True)

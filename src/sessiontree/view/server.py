@@ -39,6 +39,7 @@ from starlette.routing import Route
 from ..errors import Conflict, NotFound, SessionTreeError
 from ..loop import decide
 from ..steps import decision_from_dict
+from ..storage import is_postgres_url
 from ..store import Store
 from .data import inbox, session_data, version
 from .page import page, render_html
@@ -78,9 +79,15 @@ def create_app(
     path = str(db)
     decide_config = {"url": "/api/pauses/{pause}/decision", "header": TOKEN_HEADER} if allow_decide else None
 
+    # A SQLite file is opened per request (cheap, and always the file's latest state); a
+    # server store once, for its connection pool, which is shared by the request threads.
+    shared = Store(path, readonly=True) if is_postgres_url(path) else None
+
     def reading(handler: Callable[[Store, Request], Response]) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:
             try:
+                if shared is not None:
+                    return handler(shared, request)
                 with Store(path, readonly=True) as store:
                     return handler(store, request)
             except NotFound as e:
