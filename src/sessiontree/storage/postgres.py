@@ -36,7 +36,7 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly
+from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeError
 from ..model import Branch, Checkpoint, ModelUsage, Node, Run, SessionInfo, Usage
 from ..names import MIN_PREFIX
 from . import postgres_db as pgdb
@@ -134,6 +134,8 @@ class PostgresStorage(PostgresFind, PostgresUpkeep):
             raise ReadOnly(f"{self.url} is open read-only; nothing was written")
         held = self._held
         if held.conn is not None:
+            if not held.writing:  # its snapshot would hide the heads other writers just moved
+                raise SessionTreeError("a write cannot start inside snapshot(): end the snapshot first")
             with pgdb.clear_errors(self.url), held.conn.transaction():
                 yield held.conn
             return
