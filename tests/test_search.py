@@ -185,12 +185,16 @@ def test_the_index_stays_in_step_with_the_nodes(store, actions):
             s.delete_branch(branches.pop())
         elif action == "prune":
             store.prune(dry_run=False, grace=0)
-    fts_ok(store)
-    # one index entry per node, no more, no fewer
+    fts_ok(store)  # holds with nodes still queued: the content view leaves them out
+    # every node is either indexed or queued, never both, never neither
     (count,) = store.conn.execute("SELECT count(*) FROM nodes").fetchone()
     (indexed,) = store.conn.execute("SELECT count(*) FROM nodes_fts_docsize").fetchone()
-    assert count == indexed
-    assert len(store.search("start", session=s.id)) == 1
+    (queued,) = store.conn.execute("SELECT count(*) FROM search_queue").fetchone()
+    assert count == indexed + queued
+    assert len(store.search("start", session=s.id)) == 1  # a search indexes the queue first
+    assert store.conn.execute("SELECT count(*) FROM search_queue").fetchone() == (0,)
+    assert store.conn.execute("SELECT count(*) FROM nodes_fts_docsize").fetchone() == (count,)
+    fts_ok(store)
 
 
 def test_cli_search_prints_ids_that_show_and_log_accept(tmp_path, garage, store):
@@ -217,3 +221,26 @@ def test_cli_bad_query_is_one_line(store, garage):
     assert result.exit_code == 1
     assert result.output.count("\n") == 1
     assert result.output.startswith("Error: search query 'a-b' is not valid full-text syntax")
+
+
+def test_writers_index_in_batches_and_as_they_close(tmp_path):
+    """An insert only queues its node; a writer indexes the queue once it has queued a
+    batch, and when it closes, so other stores find what it wrote."""
+    from sessiontree.storage.sqlite_search import SEARCH_BATCH
+
+    path = tmp_path / "batches.db"
+    with Store(path) as writer:
+        s = writer.create_session()
+        for i in range(SEARCH_BATCH - 1):
+            s.append(user(f"zebra {i}"))
+        queued = writer.conn.execute("SELECT count(*) FROM search_queue").fetchone()[0]
+        assert queued == SEARCH_BATCH - 1  # nothing indexed yet
+        with Store(path, readonly=True) as reader:  # indexes a copy in its own temp table
+            assert len(reader.search("zebra", limit=100)) == SEARCH_BATCH - 1
+        fts_ok(writer)  # the index agrees with its content view while nodes are queued
+        s.append(user("zebra last"))
+        assert writer.conn.execute("SELECT count(*) FROM search_queue").fetchone()[0] == 0
+        s.append(user("zebra after"))
+    with Store(path, readonly=True) as reader:
+        assert reader.conn.execute("SELECT count(*) FROM search_queue").fetchone()[0] == 0  # indexed on close
+        assert len(reader.search("zebra", limit=100)) == SEARCH_BATCH + 1

@@ -27,13 +27,13 @@ from typing import Any
 import sqlite_utils
 
 from .. import db as _db
-from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly
+from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeError
 from ..model import Branch, Checkpoint, ModelUsage, Node, Run, SessionInfo, Usage
 from ..names import MIN_PREFIX
 from .base import RUN_FIELDS, PathRow, decode_run
 from .cache import DEFAULT_MAX_BYTES, PathCache
 from .sqlite_retention import SQLiteRetention
-from .sqlite_search import SQLiteSearch
+from .sqlite_search import SEARCH_BATCH, SQLiteSearch
 from .sqlite_upkeep import TREE, SQLiteUpkeep
 
 WAL_LIMIT = 32 * 1024 * 1024
@@ -97,8 +97,12 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep):
         self.cache = PathCache(cache_bytes)
         self.wal_limit = WAL_LIMIT
         self._commits = 0
+        self._queued = 0  # nodes this store inserted since it last indexed the search queue
 
     def close(self) -> None:
+        if self._queued and not self.readonly:  # what this store queued for search, indexed
+            with contextlib.suppress(SessionTreeError, sqlite3.Error), self.transaction():
+                self.index_queued()
         self.conn.close()
 
     @contextmanager
@@ -110,6 +114,10 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep):
             yield conn
         if outermost:
             self._bound_wal()
+            if self._queued >= SEARCH_BATCH:  # index a batch in one statement, not one per commit
+                self._queued = 0
+                with _db.transaction(self.conn):
+                    self.index_queued()
 
     def check_writable(self) -> None:
         """``ReadOnly`` when this store cannot write (opened so, or the file or its
@@ -314,6 +322,7 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep):
         """Insert nodes (``NodeRow``s) inside a transaction; return the last one's key. With
         ``keys_from``, row i gets key ``keys_from + i`` (so a chain can name its parents
         before they exist); without it, one row is inserted and gets the next free key."""
+        self._queued += len(rows)  # the insert trigger queues them for the search index
         try:
             if keys_from is None:
                 (row,) = rows

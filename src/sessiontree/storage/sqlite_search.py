@@ -15,12 +15,15 @@ import json
 import re
 import sqlite3
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from ..errors import InvalidQuery
 from ..model import Node
 from .shared_sql import REFS_CONTAINING
 
+SEARCH_BATCH = 64
+"""Nodes a writer queues for the index before it indexes the queue (see migration 0006)."""
 SNIPPET_TOKENS = 16
 """Words around the match in a snippet."""
 MARK_START, MARK_END, ELLIPSIS = "«", "»", "…"
@@ -36,13 +39,13 @@ WITH RECURSIVE on_branch(key) AS (
     SELECT n.parent FROM on_branch JOIN nodes n ON n.key = on_branch.key WHERE n.parent IS NOT NULL
 )
 SELECT n.key, n.id, s.id, p.id, n.depth, n.kind, n.payload, n.created_at, r.id,
-       CAST(snippet(nodes_fts, -1, :start, :end, :ellipsis, :tokens) AS BLOB)
-FROM nodes_fts
-JOIN nodes n ON n.key = nodes_fts.rowid
+       CAST(snippet({fts}, -1, :start, :end, :ellipsis, :tokens) AS BLOB), {fts}.rank
+FROM {fts}
+JOIN nodes n ON n.key = {fts}.rowid
 JOIN sessions s ON s.key = n.session
 LEFT JOIN nodes p ON p.key = n.parent
 LEFT JOIN runs r ON r.key = n.run
-WHERE nodes_fts MATCH :query
+WHERE {fts} MATCH :query
   AND (:session IS NULL OR s.id = :session)
   AND (:kind IS NULL OR n.kind = :kind)
   AND (:role IS NULL OR (n.kind = 'message' AND json_extract(n.payload, '$.role') = :role))
@@ -59,8 +62,48 @@ class SQLiteSearch:
     """Full-text queries; mixed into ``SQLiteStorage``, whose attributes these are."""
 
     conn: sqlite3.Connection
+    readonly: bool
     search_visible: str = ""
     """Extra SQL condition on ``s`` (the session) that a hit must meet (retention sets it)."""
+
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError
+
+    def index_queued(self) -> int:
+        """Index every queued node in one statement (one FTS5 segment); how many (inside a
+        write transaction). The queue drives the lookup: the view is read by key."""
+        self.conn.execute(
+            "INSERT INTO nodes_fts (rowid, text, tools)"
+            " SELECT key, text, tools FROM node_text_all WHERE key IN (SELECT key FROM search_queue)"
+        )
+        return self.conn.execute("DELETE FROM search_queue").rowcount
+
+    def _queued_exist(self) -> bool:
+        return self.conn.execute("SELECT 1 FROM search_queue LIMIT 1").fetchone() is not None
+
+    def _catch_up(self) -> None:
+        """Before a search on a store that may write: index what is queued."""
+        if not self.readonly and self._queued_exist():
+            with self.transaction():
+                self.index_queued()
+
+    def _index_queue_in_temp(self) -> None:
+        """A read-only store cannot index the queue; it indexes a copy in a temporary
+        table of its own connection (never in the file), searched beside the index."""
+        self.conn.execute(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.queued_fts USING fts5("
+            "text, tools, tokenize = 'unicode61 remove_diacritics 2')"
+        )
+        self.conn.execute("DELETE FROM temp.queued_fts")
+        self.conn.execute(
+            "INSERT INTO temp.queued_fts (rowid, text, tools)"
+            " SELECT key, text, tools FROM node_text_all WHERE key IN (SELECT key FROM search_queue)"
+        )
+
+    def _matches(self, fts: str, params: dict[str, Any], newest: bool) -> list[Any]:
+        order = f"{fts}.rowid DESC" if newest else f"{fts}.rank, n.id"
+        sql = _SEARCH.format(fts=fts, visible=self.search_visible, order=order)
+        return self.conn.execute(sql, params).fetchall()
 
     def search(
         self,
@@ -78,6 +121,7 @@ class SQLiteSearch:
         ``newest``, the newest matches instead: read in index order, so a common word
         stops after ``limit`` rows instead of ranking every match); with ``tools=False``
         tool names, arguments and results are not searched."""
+        self._catch_up()
         if not tools and _closes_early(query):  # ')' would end the column filter early
             raise InvalidQuery(f"search query {query!r} closes a parenthesis it never opened")
         match = query if tools else f"{{text}} : ({query})"
@@ -93,11 +137,14 @@ class SQLiteSearch:
             "ellipsis": ELLIPSIS,
             "tokens": SNIPPET_TOKENS,
         }
-        # Node keys grow with time (a key is never reused while its row lives).
-        order = "nodes_fts.rowid DESC" if newest else "nodes_fts.rank, n.id"
-        sql = _SEARCH.format(visible=self.search_visible, order=order)
         try:
-            rows = self.conn.execute(sql, params).fetchall()
+            rows = self._matches("nodes_fts", params, newest)
+            if self.readonly and self._queued_exist():  # nodes no writer has indexed yet
+                self._index_queue_in_temp()
+                rows += self._matches("queued_fts", params, newest)  # temp: no table of the file has the name
+                # Node keys grow with time (a key is never reused while its row lives).
+                rows.sort(key=(lambda r: -r[0]) if newest else (lambda r: (r[10], r[1])))
+                del rows[limit:]
         except sqlite3.OperationalError as e:
             text = str(e)
             if not _QUERY_ERROR.match(text):  # the file, not the query: busy, I/O, ...
