@@ -37,24 +37,18 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeError
-from ..model import Branch, Checkpoint, ModelUsage, Node, Run, SessionInfo, Usage
 from ..names import MIN_PREFIX
 from . import postgres_db as pgdb
-from .base import RUN_FIELDS, PathRow, decode_run
+from .base import PathRow
 from .cache import DEFAULT_MAX_BYTES, PathCache
 from .postgres_find import PostgresFind
 from .postgres_upkeep import TREE, PostgresUpkeep
+from .reads import RUN_COLUMNS, SharedReads
+from .shared_sql import for_postgres
 
 SESSION_LOCK = 1936029286
 """Advisory lock class of the per-session write locks (the second half is the session key)."""
 
-_RUN_COLUMNS = ", ".join(RUN_FIELDS)
-_RUN_SELECT = ", ".join("r." + f for f in RUN_FIELDS)
-_NODE = "n.key, n.id, s.id, p.id, n.depth, n.kind, n.payload, n.created_at, r.id"
-_NODE_JOINS = (
-    "JOIN sessions s ON s.key = n.session LEFT JOIN nodes p ON p.key = n.parent"
-    " LEFT JOIN runs r ON r.key = n.run"
-)
 _PATH = """
 WITH RECURSIVE p(key, parent, id, depth, kind, payload, created_at, run, stop) AS (
     SELECT key, parent, id, depth, kind, payload, created_at, run, false FROM nodes WHERE key = %(key)s
@@ -67,14 +61,6 @@ FROM p LEFT JOIN runs r ON r.key = p.run ORDER BY p.depth DESC
 """
 
 
-def _node(row: Sequence[Any]) -> Node:
-    return Node(row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8])
-
-
-def _branch(row: Sequence[Any], session_id: str) -> Branch:
-    return Branch(session_id, row[0], row[1], row[2], row[3], json.loads(row[4]))
-
-
 class _Held(threading.local):
     """The connection this thread's transaction or snapshot holds, if any."""
 
@@ -83,7 +69,7 @@ class _Held(threading.local):
     claimed: set[int]
 
 
-class PostgresStorage(PostgresFind, PostgresUpkeep):
+class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
     """One PostgreSQL schema (``?schema=`` in the URL, default ``sessiontree``)."""
 
     def __init__(self, url: str, *, readonly: bool = False, cache_bytes: int = DEFAULT_MAX_BYTES) -> None:
@@ -186,6 +172,9 @@ class PostgresStorage(PostgresFind, PostgresUpkeep):
             with self.pool.connection() as borrowed:
                 return borrowed.execute(query, params).fetchall()
 
+    def _rows(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
+        return self._all(for_postgres(sql), params)
+
     def _row(self, query: Any, params: Any = None) -> tuple[Any, ...] | None:
         rows = self._all(query, params)
         return rows[0] if rows else None
@@ -271,34 +260,6 @@ class PostgresStorage(PostgresFind, PostgresUpkeep):
             raise NotFound(f"no session {id!r}")
         return row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], row[6]
 
-    def session_key(self, id: str) -> int | None:
-        return self._one("SELECT key FROM sessions WHERE id = %s", (id,))
-
-    def sessions(self, *, include_archived: bool) -> list[SessionInfo]:
-        where = "WHERE s.trashed_at IS NULL" + ("" if include_archived else " AND s.archived_at IS NULL")
-        rows = self._all(
-            f"""
-            SELECT s.id, s.title, s.metadata, s.created_at, s.archived_at, coalesce(c.n, 0), c.last
-            FROM sessions s
-            LEFT JOIN (SELECT session, count(*) AS n, max(created_at) AS last FROM nodes GROUP BY session) c
-              ON c.session = s.key
-            {where}
-            ORDER BY s.created_at DESC, s.id DESC
-            """
-        )
-        return [
-            SessionInfo(
-                id=r[0],
-                title=r[1],
-                metadata=json.loads(r[2]),
-                created_at=r[3],
-                archived_at=r[4],
-                node_count=r[5],
-                last_activity=r[6] or r[3],
-            )
-            for r in rows
-        ]
-
     def session_ids(self) -> list[str]:
         return [r[0] for r in self._all("SELECT id FROM sessions ORDER BY id")]
 
@@ -322,20 +283,6 @@ class PostgresStorage(PostgresFind, PostgresUpkeep):
         return len(doomed)
 
     # -- nodes -----------------------------------------------------------------------
-
-    def node(self, id: str) -> Node:
-        row = self._row(f"SELECT {_NODE} FROM nodes n {_NODE_JOINS} WHERE n.id = %s", (id,))
-        if row is None:
-            raise NotFound(f"no node {id!r}")
-        return _node(row)
-
-    def handle(self, id: str) -> tuple[int, str, int, str] | None:
-        row = self._row(
-            "SELECT n.key, s.id, n.depth, n.kind FROM nodes n JOIN sessions s ON s.key = n.session"
-            " WHERE n.id = %s",
-            (id,),
-        )
-        return None if row is None else (row[0], row[1], row[2], row[3])
 
     def reserve_node_keys(self, count: int) -> int:
         return int(self._one("SELECT sessiontree_reserve_node_keys(%s)", (count,)))
@@ -390,72 +337,10 @@ class PostgresStorage(PostgresFind, PostgresUpkeep):
             row = other.execute("SELECT id FROM nodes WHERE key = %s", (key,)).fetchone()
         return None if row is None else str(row[0])
 
-    def children(self, key: int) -> list[Node]:
-        rows = self._all(
-            f"SELECT {_NODE} FROM nodes n {_NODE_JOINS} WHERE n.parent = %s ORDER BY n.id", (key,)
-        )
-        return [_node(r) for r in rows]
-
     def _path_rows(self, key: int, stops: list[str]) -> list[PathRow]:
         return [
             (r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in self._all(_PATH, {"key": key, "stop": stops})
         ]
-
-    def ancestor(self, key: int, generations: int) -> tuple[int, str] | None:
-        row = self._row(
-            """WITH RECURSIVE up(key, id, parent, k) AS (
-                 SELECT key, id, parent, 0 FROM nodes WHERE key = %(key)s
-                 UNION ALL SELECT n.key, n.id, n.parent, up.k + 1 FROM up JOIN nodes n ON n.key = up.parent
-                 WHERE up.k < %(n)s)
-               SELECT key, id FROM up WHERE k = %(n)s""",
-            {"key": key, "n": generations},
-        )
-        return None if row is None else (row[0], row[1])
-
-    def is_ancestor(self, ancestor: int, key: int) -> bool:
-        found = self._one(
-            "WITH RECURSIVE up(key, parent) AS (SELECT key, parent FROM nodes WHERE key = %s"
-            " UNION ALL SELECT n.key, n.parent FROM up JOIN nodes n ON n.key = up.parent)"
-            " SELECT 1 FROM up WHERE key = %s",
-            (key, ancestor),
-        )
-        return found is not None
-
-    def tree(self, session_key: int) -> list[Node]:
-        rows = self._all(
-            TREE
-            + f"SELECT {_NODE} FROM t JOIN nodes n ON n.key = t.key {_NODE_JOINS} ORDER BY n.depth, n.id",
-            {"s": session_key},
-        )
-        return [_node(r) for r in rows]
-
-    def leaves(self, session_key: int) -> list[Node]:
-        rows = self._all(
-            TREE + f"SELECT {_NODE} FROM t JOIN nodes n ON n.key = t.key {_NODE_JOINS}"
-            " WHERE NOT EXISTS (SELECT 1 FROM nodes c WHERE c.parent = n.key) ORDER BY n.id",
-            {"s": session_key},
-        )
-        return [_node(r) for r in rows]
-
-    def pending(self, session_key: int | None = None) -> list[Node]:
-        rows = self._all(
-            f"""
-            SELECT {_NODE} FROM nodes n {_NODE_JOINS}
-            WHERE n.kind = 'pause' AND (%(s)s::bigint IS NULL OR n.session = %(s)s) AND NOT EXISTS (
-                SELECT 1 FROM nodes d WHERE d.parent = n.key AND d.kind = 'decision')
-            ORDER BY n.id
-            """,
-            {"s": session_key},
-        )
-        return [_node(r) for r in rows]
-
-    def resumable(self) -> list[tuple[str, str]]:
-        rows = self._all(
-            "SELECT DISTINCT p.id, s.id FROM branches b"
-            " JOIN nodes d ON d.key = b.head AND d.kind = 'decision'"
-            " JOIN nodes p ON p.key = d.parent JOIN sessions s ON s.key = p.session ORDER BY p.id"
-        )
-        return [(r[0], r[1]) for r in rows]
 
     def wait_for_decisions(self, timeout: float) -> None:
         """LISTEN for the trigger's NOTIFY; a missed signal costs one ``timeout``."""
@@ -469,22 +354,6 @@ class PostgresStorage(PostgresFind, PostgresUpkeep):
             for _ in self._listener.notifies(timeout=timeout, stop_after=1):
                 pass
 
-    def common_ancestor(self, a: int, b: int) -> Node | None:
-        row = self._row(
-            f"""
-            WITH RECURSIVE
-              pa(key, parent) AS (SELECT key, parent FROM nodes WHERE key = %(a)s
-                UNION ALL SELECT n.key, n.parent FROM pa JOIN nodes n ON n.key = pa.parent),
-              pb(key, parent) AS (SELECT key, parent FROM nodes WHERE key = %(b)s
-                UNION ALL SELECT n.key, n.parent FROM pb JOIN nodes n ON n.key = pb.parent)
-            SELECT {_NODE} FROM nodes n {_NODE_JOINS}
-            WHERE n.key IN (SELECT key FROM pa INTERSECT SELECT key FROM pb)
-            ORDER BY n.depth DESC LIMIT 1
-            """,
-            {"a": a, "b": b},
-        )
-        return None if row is None else _node(row)
-
     def nodes_by_ids(self, ids: Sequence[str]) -> dict[str, tuple[int, str, str | None, str, str, int]]:
         rows = self._all(
             "SELECT n.id, n.key, s.id, p.id, n.kind, n.payload, n.depth FROM nodes n"
@@ -495,41 +364,6 @@ class PostgresStorage(PostgresFind, PostgresUpkeep):
         return {r[0]: (r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows}
 
     # -- usage -------------------------------------------------------------------------
-
-    def path_usage(self, key: int, after_depth: int = -1) -> Usage:
-        return self._usage(
-            """WITH RECURSIVE picked(key, parent, depth, run) AS (
-                 SELECT key, parent, depth, run FROM nodes WHERE key = %(start)s AND depth > %(after)s
-                 UNION ALL SELECT n.key, n.parent, n.depth, n.run
-                 FROM picked JOIN nodes n ON n.key = picked.parent WHERE n.depth > %(after)s)""",
-            {"start": key, "after": after_depth},
-        )
-
-    def subtree_usage(self, key: int) -> Usage:
-        return self._usage(
-            """WITH RECURSIVE picked(key, run) AS (
-                 SELECT key, run FROM nodes WHERE key = %(start)s
-                 UNION ALL SELECT n.key, n.run FROM picked JOIN nodes n ON n.parent = picked.key)""",
-            {"start": key},
-        )
-
-    def _usage(self, picked_cte: str, params: dict[str, Any]) -> Usage:
-        rows = self._all(
-            picked_cte
-            + """
-            SELECT coalesce(r.model, '?'), count(*), coalesce(sum(r.input_tokens), 0),
-                   coalesce(sum(r.output_tokens), 0), coalesce(sum(r.latency_ms), 0.0)
-            FROM (SELECT DISTINCT run FROM picked WHERE run IS NOT NULL) p
-            JOIN runs r ON r.key = p.run
-            GROUP BY 1 ORDER BY 1""",
-            params,
-        )
-        return Usage(
-            {
-                m: ModelUsage(int(calls), int(tin), int(tout), float(latency))
-                for m, calls, tin, tout, latency in rows
-            }
-        )
 
     # -- branches and checkpoints ----------------------------------------------------
 
@@ -556,28 +390,6 @@ class PostgresStorage(PostgresFind, PostgresUpkeep):
         if row is None:
             return None
         return row[0], row[1], -1 if row[2] is None else row[2], row[3]
-
-    def branch(self, session_key: int, session_id: str, name: str) -> Branch | None:
-        row = self._row(
-            "SELECT b.name, n.id, b.created_at, b.updated_at, b.metadata FROM branches b"
-            " LEFT JOIN nodes n ON n.key = b.head WHERE b.session = %s AND b.name = %s",
-            (session_key, name),
-        )
-        return None if row is None else _branch(row, session_id)
-
-    def branches(self, session_key: int, session_id: str) -> list[Branch]:
-        rows = self._all(
-            "SELECT b.name, n.id, b.created_at, b.updated_at, b.metadata FROM branches b"
-            " LEFT JOIN nodes n ON n.key = b.head WHERE b.session = %s ORDER BY b.name",
-            (session_key,),
-        )
-        return [_branch(r, session_id) for r in rows]
-
-    def branches_at(self, session_key: int, key: int) -> list[str]:
-        rows = self._all(
-            "SELECT name FROM branches WHERE session = %s AND head = %s ORDER BY name", (session_key, key)
-        )
-        return [r[0] for r in rows]
 
     def insert_branch(
         self,
@@ -613,14 +425,6 @@ class PostgresStorage(PostgresFind, PostgresUpkeep):
         self._claim(session_key)
         self._write("DELETE FROM branches WHERE session = %s AND name = %s", (session_key, name))
 
-    def checkpoints(self, session_key: int, session_id: str) -> list[Checkpoint]:
-        rows = self._all(
-            "SELECT c.name, n.id, c.created_at FROM checkpoints c JOIN nodes n ON n.key = c.node"
-            " WHERE c.session = %s ORDER BY c.name",
-            (session_key,),
-        )
-        return [Checkpoint(session_id, *r) for r in rows]
-
     def insert_checkpoint(self, session_key: int, name: str, node: int, when: str) -> None:
         self._claim(session_key)
         self._write(
@@ -641,33 +445,9 @@ class PostgresStorage(PostgresFind, PostgresUpkeep):
         conn = self._held.conn
         assert conn is not None
         row = conn.execute(
-            f"INSERT INTO runs (id, session, {_RUN_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            f"INSERT INTO runs (id, session, {RUN_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
             " RETURNING key",
             (id, session_key, *fields),
         ).fetchone()
         assert row is not None
         return int(row[0])
-
-    def run_handle(self, id: str) -> tuple[int, str] | None:
-        row = self._row(
-            "SELECT r.key, s.id FROM runs r JOIN sessions s ON s.key = r.session WHERE r.id = %s", (id,)
-        )
-        return None if row is None else (row[0], row[1])
-
-    def run(self, id: str) -> Run:
-        row = self._row(
-            f"SELECT r.id, s.id, {_RUN_SELECT} FROM runs r JOIN sessions s ON s.key = r.session"
-            " WHERE r.id = %s",
-            (id,),
-        )
-        if row is None:
-            raise NotFound(f"no run {id!r}")
-        return decode_run(row)
-
-    def runs(self, session_key: int) -> list[Run]:
-        rows = self._all(
-            f"SELECT r.id, s.id, {_RUN_SELECT} FROM runs r JOIN sessions s ON s.key = r.session"
-            " WHERE r.session = %s ORDER BY r.id",
-            (session_key,),
-        )
-        return [decode_run(r) for r in rows]

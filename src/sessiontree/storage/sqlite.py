@@ -28,10 +28,10 @@ import sqlite_utils
 
 from .. import db as _db
 from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeError
-from ..model import Branch, Checkpoint, ModelUsage, Node, Run, SessionInfo, Usage
 from ..names import MIN_PREFIX
-from .base import RUN_FIELDS, PathRow, decode_run
+from .base import PathRow
 from .cache import DEFAULT_MAX_BYTES, PathCache
+from .reads import RUN_COLUMNS, SharedReads
 from .sqlite_retention import SQLiteRetention
 from .sqlite_search import SEARCH_BATCH, SQLiteSearch
 from .sqlite_upkeep import TREE, SQLiteUpkeep
@@ -42,16 +42,6 @@ CHECKPOINT_WAIT_MS = 1_000
 """How long that checkpoint waits for readers of old snapshots (other writers wait meanwhile)."""
 WAL_CHECK_EVERY = 16
 """Commits between two looks at the log's size (a stat call)."""
-
-_RUN_COLUMNS = ", ".join(RUN_FIELDS)
-_RUN_SELECT = ", ".join("r." + f for f in RUN_FIELDS)
-
-# A node as a Node: its own columns, then the ids of its session, parent and run.
-_NODE = "n.key, n.id, s.id, p.id, n.depth, n.kind, n.payload, n.created_at, r.id"
-_NODE_JOINS = (
-    "JOIN sessions s ON s.key = n.session LEFT JOIN nodes p ON p.key = n.parent"
-    " LEFT JOIN runs r ON r.key = n.run"
-)
 
 # Root-to-node is walked head first: one row-key lookup per step, no sort. The
 # walk stops at the first node whose path is cached (``:stop``, a JSON array of
@@ -68,17 +58,7 @@ SELECT p.id, p.depth, p.kind, p.payload, p.created_at, r.id, p.stop FROM p LEFT 
 """
 
 
-def _node(row: Sequence[Any]) -> Node:
-    """A Node from a ``_NODE`` row."""
-    return Node(row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8])
-
-
-def _branch(row: Sequence[Any], session_id: str) -> Branch:
-    """A Branch from (name, head id, created, updated, metadata)."""
-    return Branch(session_id, row[0], row[1], row[2], row[3], json.loads(row[4]))
-
-
-class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep):
+class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
     """One SQLite database file (or ``:memory:``)."""
 
     search_visible = "AND s.trashed_at IS NULL"  # search never shows the trash
@@ -174,6 +154,9 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep):
     def schema_version(self) -> int:
         return _db.schema_version(self.conn)
 
+    def _rows(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
+        return self.conn.execute(sql, params or {}).fetchall()
+
     def _one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         row = self.conn.execute(sql, params).fetchone()
         return None if row is None else row[0]
@@ -245,34 +228,6 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep):
         """Set a session's title (inside a transaction)."""
         self.conn.execute("UPDATE sessions SET title = ? WHERE key = ?", (title, session_key))
 
-    def session_key(self, id: str) -> int | None:
-        return self._one("SELECT key FROM sessions WHERE id = ?", (id,))
-
-    def sessions(self, *, include_archived: bool) -> list[SessionInfo]:
-        where = "WHERE s.trashed_at IS NULL" + ("" if include_archived else " AND s.archived_at IS NULL")
-        rows = self.conn.execute(
-            f"""
-            SELECT s.id, s.title, s.metadata, s.created_at, s.archived_at, coalesce(c.n, 0), c.last
-            FROM sessions s
-            LEFT JOIN (SELECT session, count(*) AS n, max(created_at) AS last FROM nodes GROUP BY session) c
-              ON c.session = s.key
-            {where}
-            ORDER BY s.created_at DESC, s.id DESC
-            """
-        ).fetchall()
-        return [
-            SessionInfo(
-                id=r[0],
-                title=r[1],
-                metadata=json.loads(r[2]),
-                created_at=r[3],
-                archived_at=r[4],
-                node_count=r[5],
-                last_activity=r[6] or r[3],
-            )
-            for r in rows
-        ]
-
     def session_ids(self) -> list[str]:
         """Every session id, archived ones too, oldest first."""
         return [r[0] for r in self.conn.execute("SELECT id FROM sessions ORDER BY id")]
@@ -298,21 +253,6 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep):
         return count
 
     # -- nodes -------------------------------------------------------------
-
-    def node(self, id: str) -> Node:
-        row = self.conn.execute(f"SELECT {_NODE} FROM nodes n {_NODE_JOINS} WHERE n.id = ?", (id,)).fetchone()
-        if row is None:
-            raise NotFound(f"no node {id!r}")
-        return _node(row)
-
-    def handle(self, id: str) -> tuple[int, str, int, str] | None:
-        """(key, session id, depth, kind) of a node id, or None."""
-        row = self.conn.execute(
-            "SELECT n.key, s.id, n.depth, n.kind FROM nodes n JOIN sessions s ON s.key = n.session"
-            " WHERE n.id = ?",
-            (id,),
-        ).fetchone()
-        return None if row is None else (row[0], row[1], row[2], row[3])
 
     def reserve_node_keys(self, count: int) -> int:
         # Inside a write transaction nobody else writes: the keys after the largest are free.
@@ -353,131 +293,15 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep):
     def _id_of(self, key: int | None) -> str | None:
         return None if key is None else self._one("SELECT id FROM nodes WHERE key = ?", (key,))
 
-    def children(self, key: int) -> list[Node]:
-        rows = self.conn.execute(
-            f"SELECT {_NODE} FROM nodes n {_NODE_JOINS} WHERE n.parent = ? ORDER BY n.id", (key,)
-        )
-        return [_node(r) for r in rows]
-
     def _path_rows(self, key: int, stops: list[str]) -> list[PathRow]:
         rows = self.conn.execute(_PATH, {"key": key, "stop": json.dumps(stops)}).fetchall()
         return [(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6])) for r in rows]
-
-    def ancestor(self, key: int, generations: int) -> tuple[int, str] | None:
-        """(key, id) of the node ``generations`` steps above ``key``, or None past the root."""
-        row = self.conn.execute(
-            """WITH RECURSIVE up(key, id, parent, k) AS (
-                 SELECT key, id, parent, 0 FROM nodes WHERE key = :key
-                 UNION ALL SELECT n.key, n.id, n.parent, up.k + 1 FROM up JOIN nodes n ON n.key = up.parent
-                 WHERE up.k < :n)
-               SELECT key, id FROM up WHERE k = :n""",
-            {"key": key, "n": generations},
-        ).fetchone()
-        return None if row is None else (row[0], row[1])
-
-    def is_ancestor(self, ancestor: int, key: int) -> bool:
-        """Whether ``ancestor`` is ``key`` or on its path."""
-        found = self._one(
-            "WITH RECURSIVE up(key, parent) AS (SELECT key, parent FROM nodes WHERE key = ?"
-            " UNION ALL SELECT n.key, n.parent FROM up JOIN nodes n ON n.key = up.parent)"
-            " SELECT 1 FROM up WHERE key = ?",
-            (key, ancestor),
-        )
-        return found is not None
-
-    def tree(self, session_key: int) -> list[Node]:
-        """Every node of a session, parents before children."""
-        rows = self.conn.execute(
-            TREE
-            + f"SELECT {_NODE} FROM t JOIN nodes n ON n.key = t.key {_NODE_JOINS} ORDER BY n.depth, n.id",
-            {"s": session_key},
-        )
-        return [_node(r) for r in rows]
-
-    def leaves(self, session_key: int) -> list[Node]:
-        rows = self.conn.execute(
-            TREE + f"SELECT {_NODE} FROM t JOIN nodes n ON n.key = t.key {_NODE_JOINS}"
-            " WHERE NOT EXISTS (SELECT 1 FROM nodes c WHERE c.parent = n.key) ORDER BY n.id",
-            {"s": session_key},
-        )
-        return [_node(r) for r in rows]
-
-    def pending(self, session_key: int | None = None) -> list[Node]:
-        """Pauses without a decision, oldest first."""
-        rows = self.conn.execute(
-            f"""
-            SELECT {_NODE} FROM nodes n {_NODE_JOINS}
-            WHERE n.kind = 'pause' AND (:s IS NULL OR n.session = :s) AND NOT EXISTS (
-                SELECT 1 FROM nodes d WHERE d.parent = n.key AND d.kind = 'decision')
-            ORDER BY n.id
-            """,
-            {"s": session_key},
-        )
-        return [_node(r) for r in rows]
-
-    def resumable(self) -> list[tuple[str, str]]:
-        rows = self.conn.execute(
-            "SELECT DISTINCT p.id, s.id FROM branches b"
-            " JOIN nodes d ON d.key = b.head AND d.kind = 'decision'"
-            " JOIN nodes p ON p.key = d.parent JOIN sessions s ON s.key = p.session ORDER BY p.id"
-        )
-        return [(r[0], r[1]) for r in rows]
 
     def wait_for_decisions(self, timeout: float) -> None:
         # SQLite has no way to signal another process: the caller polls ``resumable``.
         time.sleep(timeout)
 
-    def common_ancestor(self, a: int, b: int) -> Node | None:
-        row = self.conn.execute(
-            f"""
-            WITH RECURSIVE
-              pa(key, parent) AS (SELECT key, parent FROM nodes WHERE key = :a
-                UNION ALL SELECT n.key, n.parent FROM pa JOIN nodes n ON n.key = pa.parent),
-              pb(key, parent) AS (SELECT key, parent FROM nodes WHERE key = :b
-                UNION ALL SELECT n.key, n.parent FROM pb JOIN nodes n ON n.key = pb.parent)
-            SELECT {_NODE} FROM nodes n {_NODE_JOINS}
-            WHERE n.key IN (SELECT key FROM pa INTERSECT SELECT key FROM pb)
-            ORDER BY n.depth DESC LIMIT 1
-            """,
-            {"a": a, "b": b},
-        ).fetchone()
-        return None if row is None else _node(row)
-
     # -- usage ---------------------------------------------------------------
-
-    def path_usage(self, key: int, after_depth: int = -1) -> Usage:
-        """Model calls on the path to ``key``, counting only nodes deeper than ``after_depth``."""
-        return self._usage(
-            """WITH RECURSIVE picked(key, parent, depth, run) AS (
-                 SELECT key, parent, depth, run FROM nodes WHERE key = :start AND depth > :after
-                 UNION ALL SELECT n.key, n.parent, n.depth, n.run
-                 FROM picked JOIN nodes n ON n.key = picked.parent WHERE n.depth > :after)""",
-            {"start": key, "after": after_depth},
-        )
-
-    def subtree_usage(self, key: int) -> Usage:
-        """Model calls in ``key`` and everything below it."""
-        return self._usage(
-            """WITH RECURSIVE picked(key, run) AS (
-                 SELECT key, run FROM nodes WHERE key = :start
-                 UNION ALL SELECT n.key, n.run FROM picked JOIN nodes n ON n.parent = picked.key)""",
-            {"start": key},
-        )
-
-    def _usage(self, picked_cte: str, params: dict[str, Any]) -> Usage:
-        rows = self.conn.execute(
-            picked_cte
-            + """
-            SELECT coalesce(r.model, '?'), count(*), coalesce(sum(r.input_tokens), 0),
-                   coalesce(sum(r.output_tokens), 0), coalesce(sum(r.latency_ms), 0.0)
-            FROM (SELECT DISTINCT run FROM picked WHERE run IS NOT NULL) p
-            JOIN runs r ON r.key = p.run
-            GROUP BY 1 ORDER BY 1""",
-            params,
-        ).fetchall()
-        return Usage(
-            {model: ModelUsage(calls, tin, tout, latency) for model, calls, tin, tout, latency in rows}
-        )
 
     # -- branches and checkpoints -------------------------------------------
 
@@ -506,29 +330,6 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep):
         if row is None:
             return None
         return row[0], row[1], -1 if row[2] is None else row[2], row[3]
-
-    def branch(self, session_key: int, session_id: str, name: str) -> Branch | None:
-        row = self.conn.execute(
-            "SELECT b.name, n.id, b.created_at, b.updated_at, b.metadata FROM branches b"
-            " LEFT JOIN nodes n ON n.key = b.head WHERE b.session = ? AND b.name = ?",
-            (session_key, name),
-        ).fetchone()
-        return None if row is None else _branch(row, session_id)
-
-    def branches(self, session_key: int, session_id: str) -> list[Branch]:
-        rows = self.conn.execute(
-            "SELECT b.name, n.id, b.created_at, b.updated_at, b.metadata FROM branches b"
-            " LEFT JOIN nodes n ON n.key = b.head WHERE b.session = ? ORDER BY b.name",
-            (session_key,),
-        )
-        return [_branch(r, session_id) for r in rows]
-
-    def branches_at(self, session_key: int, key: int) -> list[str]:
-        """Names of the session's branches whose head is ``key``."""
-        rows = self.conn.execute(
-            "SELECT name FROM branches WHERE session = ? AND head = ? ORDER BY name", (session_key, key)
-        )
-        return [r[0] for r in rows]
 
     def insert_branch(
         self,
@@ -560,14 +361,6 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep):
     def delete_branch(self, session_key: int, name: str) -> None:
         self.conn.execute("DELETE FROM branches WHERE session = ? AND name = ?", (session_key, name))
 
-    def checkpoints(self, session_key: int, session_id: str) -> list[Checkpoint]:
-        rows = self.conn.execute(
-            "SELECT c.name, n.id, c.created_at FROM checkpoints c JOIN nodes n ON n.key = c.node"
-            " WHERE c.session = ? ORDER BY c.name",
-            (session_key,),
-        )
-        return [Checkpoint(session_id, *r) for r in rows]
-
     def insert_checkpoint(self, session_key: int, name: str, node: int, when: str) -> None:
         self.conn.execute(
             "INSERT INTO checkpoints (session, name, node, created_at) VALUES (?, ?, ?, ?)",
@@ -586,36 +379,11 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep):
     def insert_run(self, id: str, session_key: int, fields: Sequence[Any]) -> int:
         """Insert a run (``RUN_FIELDS`` values) inside a transaction; its key."""
         cursor = self.conn.execute(
-            f"INSERT INTO runs (id, session, {_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO runs (id, session, {RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (id, session_key, *fields),
         )
         assert cursor.lastrowid is not None
         return cursor.lastrowid
-
-    def run_handle(self, id: str) -> tuple[int, str] | None:
-        """(key, session id) of a run id, or None."""
-        row = self.conn.execute(
-            "SELECT r.key, s.id FROM runs r JOIN sessions s ON s.key = r.session WHERE r.id = ?", (id,)
-        ).fetchone()
-        return None if row is None else (row[0], row[1])
-
-    def run(self, id: str) -> Run:
-        row = self.conn.execute(
-            f"SELECT r.id, s.id, {_RUN_SELECT}"
-            " FROM runs r JOIN sessions s ON s.key = r.session WHERE r.id = ?",
-            (id,),
-        ).fetchone()
-        if row is None:
-            raise NotFound(f"no run {id!r}")
-        return decode_run(row)
-
-    def runs(self, session_key: int) -> list[Run]:
-        rows = self.conn.execute(
-            f"SELECT r.id, s.id, {_RUN_SELECT}"
-            " FROM runs r JOIN sessions s ON s.key = r.session WHERE r.session = ? ORDER BY r.id",
-            (session_key,),
-        )
-        return [decode_run(r) for r in rows]
 
     # -- bulk reads and writes (import, export) ---------------------------------
 

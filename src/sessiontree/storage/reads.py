@@ -1,0 +1,261 @@
+"""The reads both backends answer with the same SQL, written once.
+
+Contract: ``SharedReads`` implements the ``Storage`` reads whose statements are
+portable (nodes, children, trees, pending and resumable pauses, ancestry, usage,
+branches, checkpoints, sessions, runs) on top of one method a backend supplies,
+``_rows(sql, params)``: run a statement written for SQLite's ``:name``
+parameters and return its rows (PostgreSQL translates it with
+``shared_sql.for_postgres``). Reads that differ (the path walk, id prefixes) or
+that take locks on PostgreSQL (branch heads and refs inside a write) stay with
+each backend.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import NotFound
+from ..model import Branch, Checkpoint, ModelUsage, Node, Run, SessionInfo, Usage
+from .base import RUN_FIELDS, Storage, decode_run
+from .shared_sql import TREE
+
+# A node as a Node: its own columns, then the ids of its session, parent and run.
+NODE = "n.key, n.id, s.id, p.id, n.depth, n.kind, n.payload, n.created_at, r.id"
+NODE_JOINS = (
+    "JOIN sessions s ON s.key = n.session LEFT JOIN nodes p ON p.key = n.parent"
+    " LEFT JOIN runs r ON r.key = n.run"
+)
+RUN_COLUMNS = ", ".join(RUN_FIELDS)
+_RUN_SELECT = ", ".join("r." + f for f in RUN_FIELDS)
+_BRANCH = "SELECT b.name, n.id, b.created_at, b.updated_at, b.metadata FROM branches b"
+
+
+def node_from_row(row: Sequence[Any]) -> Node:
+    """A Node from a ``NODE`` row."""
+    return Node(row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8])
+
+
+def _branch(row: Sequence[Any], session_id: str) -> Branch:
+    return Branch(session_id, row[0], row[1], row[2], row[3], json.loads(row[4]))
+
+
+class SharedReads(Storage):
+    """Portable reads; mixed into each backend, which supplies ``_rows``."""
+
+    @abstractmethod
+    def _rows(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
+        """The rows of a statement written with ``:name`` parameters."""
+
+    def _first(self, sql: str, params: dict[str, Any]) -> Any:
+        rows = self._rows(sql, params)
+        return rows[0] if rows else None
+
+    def _nodes(self, sql: str, params: dict[str, Any]) -> list[Node]:
+        return [node_from_row(r) for r in self._rows(sql, params)]
+
+    # -- nodes -------------------------------------------------------------------
+
+    def node(self, id: str) -> Node:
+        row = self._first(f"SELECT {NODE} FROM nodes n {NODE_JOINS} WHERE n.id = :id", {"id": id})
+        if row is None:
+            raise NotFound(f"no node {id!r}")
+        return node_from_row(row)
+
+    def handle(self, id: str) -> tuple[int, str, int, str] | None:
+        row = self._first(
+            "SELECT n.key, s.id, n.depth, n.kind FROM nodes n JOIN sessions s ON s.key = n.session"
+            " WHERE n.id = :id",
+            {"id": id},
+        )
+        return None if row is None else (row[0], row[1], row[2], row[3])
+
+    def children(self, key: int) -> list[Node]:
+        return self._nodes(
+            f"SELECT {NODE} FROM nodes n {NODE_JOINS} WHERE n.parent = :k ORDER BY n.id", {"k": key}
+        )
+
+    def tree(self, session_key: int) -> list[Node]:
+        return self._nodes(
+            TREE + f"SELECT {NODE} FROM t JOIN nodes n ON n.key = t.key {NODE_JOINS} ORDER BY n.depth, n.id",
+            {"s": session_key},
+        )
+
+    def leaves(self, session_key: int) -> list[Node]:
+        return self._nodes(
+            TREE + f"SELECT {NODE} FROM t JOIN nodes n ON n.key = t.key {NODE_JOINS}"
+            " WHERE NOT EXISTS (SELECT 1 FROM nodes c WHERE c.parent = n.key) ORDER BY n.id",
+            {"s": session_key},
+        )
+
+    def pending(self, session_key: int | None = None) -> list[Node]:
+        return self._nodes(
+            f"SELECT {NODE} FROM nodes n {NODE_JOINS}"
+            " WHERE n.kind = 'pause' AND (CAST(:s AS BIGINT) IS NULL OR n.session = :s) AND NOT EXISTS ("
+            " SELECT 1 FROM nodes d WHERE d.parent = n.key AND d.kind = 'decision') ORDER BY n.id",
+            {"s": session_key},
+        )
+
+    def resumable(self) -> list[tuple[str, str]]:
+        rows = self._rows(
+            "SELECT DISTINCT p.id, s.id FROM branches b"
+            " JOIN nodes d ON d.key = b.head AND d.kind = 'decision'"
+            " JOIN nodes p ON p.key = d.parent JOIN sessions s ON s.key = p.session ORDER BY p.id"
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def common_ancestor(self, a: int, b: int) -> Node | None:
+        row = self._first(
+            f"""
+            WITH RECURSIVE
+              pa(key, parent) AS (SELECT key, parent FROM nodes WHERE key = :a
+                UNION ALL SELECT n.key, n.parent FROM pa JOIN nodes n ON n.key = pa.parent),
+              pb(key, parent) AS (SELECT key, parent FROM nodes WHERE key = :b
+                UNION ALL SELECT n.key, n.parent FROM pb JOIN nodes n ON n.key = pb.parent)
+            SELECT {NODE} FROM nodes n {NODE_JOINS}
+            WHERE n.key IN (SELECT key FROM pa INTERSECT SELECT key FROM pb)
+            ORDER BY n.depth DESC LIMIT 1
+            """,
+            {"a": a, "b": b},
+        )
+        return None if row is None else node_from_row(row)
+
+    def ancestor(self, key: int, generations: int) -> tuple[int, str] | None:
+        row = self._first(
+            """WITH RECURSIVE up(key, id, parent, k) AS (
+                 SELECT key, id, parent, 0 FROM nodes WHERE key = :key
+                 UNION ALL SELECT n.key, n.id, n.parent, up.k + 1 FROM up JOIN nodes n ON n.key = up.parent
+                 WHERE up.k < :n)
+               SELECT key, id FROM up WHERE k = :n""",
+            {"key": key, "n": generations},
+        )
+        return None if row is None else (row[0], row[1])
+
+    def is_ancestor(self, ancestor: int, key: int) -> bool:
+        found = self._first(
+            "WITH RECURSIVE up(key, parent) AS (SELECT key, parent FROM nodes WHERE key = :key"
+            " UNION ALL SELECT n.key, n.parent FROM up JOIN nodes n ON n.key = up.parent)"
+            " SELECT 1 FROM up WHERE key = :ancestor",
+            {"key": key, "ancestor": ancestor},
+        )
+        return found is not None
+
+    # -- usage ---------------------------------------------------------------------
+
+    def path_usage(self, key: int, after_depth: int = -1) -> Usage:
+        return self._usage(
+            """WITH RECURSIVE picked(key, parent, depth, run) AS (
+                 SELECT key, parent, depth, run FROM nodes WHERE key = :start AND depth > :after
+                 UNION ALL SELECT n.key, n.parent, n.depth, n.run
+                 FROM picked JOIN nodes n ON n.key = picked.parent WHERE n.depth > :after)""",
+            {"start": key, "after": after_depth},
+        )
+
+    def subtree_usage(self, key: int) -> Usage:
+        return self._usage(
+            """WITH RECURSIVE picked(key, run) AS (
+                 SELECT key, run FROM nodes WHERE key = :start
+                 UNION ALL SELECT n.key, n.run FROM picked JOIN nodes n ON n.parent = picked.key)""",
+            {"start": key},
+        )
+
+    def _usage(self, picked_cte: str, params: dict[str, Any]) -> Usage:
+        rows = self._rows(
+            picked_cte
+            + """
+            SELECT coalesce(r.model, '?'), count(*), coalesce(sum(r.input_tokens), 0),
+                   coalesce(sum(r.output_tokens), 0), coalesce(sum(r.latency_ms), 0.0)
+            FROM (SELECT DISTINCT run FROM picked WHERE run IS NOT NULL) p
+            JOIN runs r ON r.key = p.run
+            GROUP BY 1 ORDER BY 1""",
+            params,
+        )
+        return Usage(
+            {m: ModelUsage(int(calls), int(tin), int(tout), float(ms)) for m, calls, tin, tout, ms in rows}
+        )
+
+    # -- branches, checkpoints, sessions, runs ---------------------------------------
+
+    def branch(self, session_key: int, session_id: str, name: str) -> Branch | None:
+        row = self._first(
+            _BRANCH + " LEFT JOIN nodes n ON n.key = b.head WHERE b.session = :s AND b.name = :name",
+            {"s": session_key, "name": name},
+        )
+        return None if row is None else _branch(row, session_id)
+
+    def branches(self, session_key: int, session_id: str) -> list[Branch]:
+        rows = self._rows(
+            _BRANCH + " LEFT JOIN nodes n ON n.key = b.head WHERE b.session = :s ORDER BY b.name",
+            {"s": session_key},
+        )
+        return [_branch(r, session_id) for r in rows]
+
+    def branches_at(self, session_key: int, key: int) -> list[str]:
+        rows = self._rows(
+            "SELECT name FROM branches WHERE session = :s AND head = :k ORDER BY name",
+            {"s": session_key, "k": key},
+        )
+        return [r[0] for r in rows]
+
+    def checkpoints(self, session_key: int, session_id: str) -> list[Checkpoint]:
+        rows = self._rows(
+            "SELECT c.name, n.id, c.created_at FROM checkpoints c JOIN nodes n ON n.key = c.node"
+            " WHERE c.session = :s ORDER BY c.name",
+            {"s": session_key},
+        )
+        return [Checkpoint(session_id, *r) for r in rows]
+
+    def session_key(self, id: str) -> int | None:
+        row = self._first("SELECT key FROM sessions WHERE id = :id", {"id": id})
+        return None if row is None else int(row[0])
+
+    def sessions(self, *, include_archived: bool) -> list[SessionInfo]:
+        where = "WHERE s.trashed_at IS NULL" + ("" if include_archived else " AND s.archived_at IS NULL")
+        rows = self._rows(
+            f"""
+            SELECT s.id, s.title, s.metadata, s.created_at, s.archived_at, coalesce(c.n, 0), c.last
+            FROM sessions s
+            LEFT JOIN (SELECT session, count(*) AS n, max(created_at) AS last FROM nodes GROUP BY session) c
+              ON c.session = s.key
+            {where}
+            ORDER BY s.created_at DESC, s.id DESC
+            """
+        )
+        return [
+            SessionInfo(
+                id=r[0],
+                title=r[1],
+                metadata=json.loads(r[2]),
+                created_at=r[3],
+                archived_at=r[4],
+                node_count=int(r[5]),
+                last_activity=r[6] or r[3],
+            )
+            for r in rows
+        ]
+
+    def run(self, id: str) -> Run:
+        row = self._first(
+            f"SELECT r.id, s.id, {_RUN_SELECT} FROM runs r JOIN sessions s ON s.key = r.session"
+            " WHERE r.id = :id",
+            {"id": id},
+        )
+        if row is None:
+            raise NotFound(f"no run {id!r}")
+        return decode_run(row)
+
+    def runs(self, session_key: int) -> list[Run]:
+        rows = self._rows(
+            f"SELECT r.id, s.id, {_RUN_SELECT} FROM runs r JOIN sessions s ON s.key = r.session"
+            " WHERE r.session = :s ORDER BY r.id",
+            {"s": session_key},
+        )
+        return [decode_run(r) for r in rows]
+
+    def run_handle(self, id: str) -> tuple[int, str] | None:
+        row = self._first(
+            "SELECT r.key, s.id FROM runs r JOIN sessions s ON s.key = r.session WHERE r.id = :id", {"id": id}
+        )
+        return None if row is None else (row[0], row[1])
