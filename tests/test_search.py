@@ -24,6 +24,12 @@ def fts_ok(store: Store) -> None:
     store.conn.execute("INSERT INTO nodes_fts (nodes_fts, rank) VALUES ('integrity-check', 1)")
 
 
+def pending(store: Store) -> int:
+    """Nodes above the search watermark: inserted, not indexed yet."""
+    sql = "SELECT count(*) FROM nodes WHERE key > (SELECT indexed_through FROM search_state)"
+    return store.conn.execute(sql).fetchone()[0]
+
+
 @pytest.fixture
 def garage(store):
     s = store.create_session("garage")
@@ -167,7 +173,7 @@ def test_the_migration_indexes_what_a_schema_3_store_already_holds(tmp_path, mon
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     st.lists(
-        st.tuples(st.sampled_from(["append", "fork", "drop", "prune"]), st.text(max_size=30)),
+        st.tuples(st.sampled_from(["append", "fork", "drop", "prune", "search"]), st.text(max_size=30)),
         max_size=12,
     )
 )
@@ -185,14 +191,15 @@ def test_the_index_stays_in_step_with_the_nodes(store, actions):
             s.delete_branch(branches.pop())
         elif action == "prune":
             store.prune(dry_run=False, grace=0)
-    fts_ok(store)  # holds with nodes still queued: the content view leaves them out
-    # every node is either indexed or queued, never both, never neither
+        elif action == "search":  # indexes what is pending: later prunes delete indexed nodes
+            store.search("start")
+        fts_ok(store)  # holds with nodes pending: the content view leaves them out
+    # every node is either indexed or pending, never both, never neither
     (count,) = store.conn.execute("SELECT count(*) FROM nodes").fetchone()
     (indexed,) = store.conn.execute("SELECT count(*) FROM nodes_fts_docsize").fetchone()
-    (queued,) = store.conn.execute("SELECT count(*) FROM search_queue").fetchone()
-    assert count == indexed + queued
-    assert len(store.search("start", session=s.id)) == 1  # a search indexes the queue first
-    assert store.conn.execute("SELECT count(*) FROM search_queue").fetchone() == (0,)
+    assert count == indexed + pending(store)
+    assert len(store.search("start", session=s.id)) == 1  # a search indexes what is pending first
+    assert pending(store) == 0
     assert store.conn.execute("SELECT count(*) FROM nodes_fts_docsize").fetchone() == (count,)
     fts_ok(store)
 
@@ -224,8 +231,8 @@ def test_cli_bad_query_is_one_line(store, garage):
 
 
 def test_writers_index_in_batches_and_as_they_close(tmp_path):
-    """An insert only queues its node; a writer indexes the queue once it has queued a
-    batch, and when it closes, so other stores find what it wrote."""
+    """An insert leaves its node above the watermark; a writer indexes what it wrote once
+    it has written a batch, and when it closes, so other stores find what it wrote."""
     from sessiontree.storage.sqlite_search import SEARCH_BATCH
 
     path = tmp_path / "batches.db"
@@ -233,14 +240,57 @@ def test_writers_index_in_batches_and_as_they_close(tmp_path):
         s = writer.create_session()
         for i in range(SEARCH_BATCH - 1):
             s.append(user(f"zebra {i}"))
-        queued = writer.conn.execute("SELECT count(*) FROM search_queue").fetchone()[0]
-        assert queued == SEARCH_BATCH - 1  # nothing indexed yet
+        assert pending(writer) == SEARCH_BATCH - 1  # nothing indexed yet
         with Store(path, readonly=True) as reader:  # indexes a copy in its own temp table
             assert len(reader.search("zebra", limit=100)) == SEARCH_BATCH - 1
-        fts_ok(writer)  # the index agrees with its content view while nodes are queued
+        fts_ok(writer)  # the index agrees with its content view while nodes are pending
         s.append(user("zebra last"))
-        assert writer.conn.execute("SELECT count(*) FROM search_queue").fetchone()[0] == 0
+        assert pending(writer) == 0
         s.append(user("zebra after"))
     with Store(path, readonly=True) as reader:
-        assert reader.conn.execute("SELECT count(*) FROM search_queue").fetchone()[0] == 0  # indexed on close
+        assert pending(reader) == 0  # indexed on close
         assert len(reader.search("zebra", limit=100)) == SEARCH_BATCH + 1
+
+
+def test_nodes_a_schema_6_file_left_queued_are_found_after_the_upgrade(tmp_path, monkeypatch):
+    """Step 7 replaces the queue with a watermark: what step 6 had queued is indexed by
+    the upgrade, and a node deleted from the top of the key range frees its key for a new,
+    unindexed node without the index ever holding it twice."""
+    path = tmp_path / "six.db"
+    steps = db.migrations()
+    monkeypatch.setattr(db, "migrations", lambda: steps[:6])
+    conn = db.connect(path)
+    conn.execute("INSERT INTO sessions (id, created_at) VALUES ('s1', '2026-11-30T00:00:00.000Z')")
+    for depth, text in enumerate(["walrus one", "walrus two", "walrus three"]):
+        conn.execute(
+            "INSERT INTO nodes (id, session, parent, depth, kind, payload, created_at)"
+            " VALUES (?, 1, nullif(?, 0), ?, 'message', ?, '2026-11-30T00:00:00.000Z')",
+            (f"n{depth}", depth, depth, json.dumps(user(text))),
+        )
+    assert conn.execute("SELECT count(*) FROM search_queue").fetchone() == (3,)
+    conn.close()
+    monkeypatch.undo()
+    with Store(path) as store:
+        assert store.schema_version == 7 and pending(store) == 0
+        fts_ok(store)
+        assert sorted(h.node.payload["content"] for h in store.search("walrus")) == [
+            "walrus one",
+            "walrus three",
+            "walrus two",
+        ]
+        store.conn.execute("DELETE FROM nodes WHERE id = 'n2'")  # the top key, indexed
+        assert store.conn.execute("SELECT indexed_through FROM search_state").fetchone() == (2,)
+        fts_ok(store)
+        key = store.conn.execute(
+            "INSERT INTO nodes (id, session, parent, depth, kind, payload, created_at)"
+            " VALUES ('n3', 1, 2, 2, 'message', ?, '2026-11-30T00:00:00.000Z')",
+            (json.dumps(user("walrus four")),),
+        ).lastrowid
+        assert key == 3 and pending(store) == 1  # the freed key, given again, is not taken as indexed
+        fts_ok(store)
+        assert sorted(h.node.payload["content"] for h in store.search("walrus")) == [
+            "walrus four",
+            "walrus one",
+            "walrus two",
+        ]
+        fts_ok(store)

@@ -77,12 +77,12 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
         self.cache = PathCache(cache_bytes)
         self.wal_limit = WAL_LIMIT
         self._commits = 0
-        self._queued = 0  # nodes this store inserted since it last indexed the search queue
+        self._unindexed = 0  # nodes this store inserted since it last moved the search watermark
 
     def close(self) -> None:
-        if self._queued and not self.readonly:  # what this store queued for search, indexed
+        if self._unindexed and not self.readonly:  # what this store wrote, indexed for search
             with contextlib.suppress(SessionTreeError, sqlite3.Error), self.transaction():
-                self.index_queued()
+                self.index_pending()
         self.conn.close()
 
     @contextmanager
@@ -94,10 +94,10 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
             yield conn
         if outermost:
             self._bound_wal()
-            if self._queued >= SEARCH_BATCH:  # index a batch in one statement, not one per commit
-                self._queued = 0
+            if self._unindexed >= SEARCH_BATCH:  # index a batch in one statement, not one per commit
+                self._unindexed = 0
                 with _db.transaction(self.conn):
-                    self.index_queued()
+                    self.index_pending()
 
     def check_writable(self) -> None:
         """``ReadOnly`` when this store cannot write (opened so, or the file or its
@@ -262,7 +262,7 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
         """Insert nodes (``NodeRow``s) inside a transaction; return the last one's key. With
         ``keys_from``, row i gets key ``keys_from + i`` (so a chain can name its parents
         before they exist); without it, one row is inserted and gets the next free key."""
-        self._queued += len(rows)  # the insert trigger queues them for the search index
+        self._unindexed += len(rows)  # above the search watermark until a batch is indexed
         try:
             if keys_from is None:
                 (row,) = rows

@@ -23,7 +23,7 @@ from ..model import Node
 from .shared_sql import REFS_CONTAINING
 
 SEARCH_BATCH = 64
-"""Nodes a writer queues for the index before it indexes the queue (see migration 0006)."""
+"""Nodes a writer inserts before it indexes them (see migration 0007)."""
 SNIPPET_TOKENS = 16
 """Words around the match in a snippet."""
 MARK_START, MARK_END, ELLIPSIS = "«", "»", "…"
@@ -69,35 +69,43 @@ class SQLiteSearch:
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError
 
-    def index_queued(self) -> int:
-        """Index every queued node in one statement (one FTS5 segment); how many (inside a
-        write transaction). The queue drives the lookup: the view is read by key."""
-        self.conn.execute(
-            "INSERT INTO nodes_fts (rowid, text, tools)"
-            " SELECT key, text, tools FROM node_text_all WHERE key IN (SELECT key FROM search_queue)"
-        )
-        return self.conn.execute("DELETE FROM search_queue").rowcount
+    def index_pending(self) -> int:
+        """Index every node above the watermark in one statement (one FTS5 segment) and
+        move the watermark to the largest key; how many (inside a write transaction)."""
+        (through,) = self.conn.execute("SELECT indexed_through FROM search_state").fetchone()
+        count = self.conn.execute(
+            "INSERT INTO nodes_fts (rowid, text, tools) SELECT key, text, tools FROM node_text_all WHERE key > ?",
+            (through,),
+        ).rowcount
+        self.conn.execute("UPDATE search_state SET indexed_through = (SELECT coalesce(max(key), 0) FROM nodes)")
+        return count
 
-    def _queued_exist(self) -> bool:
-        return self.conn.execute("SELECT 1 FROM search_queue LIMIT 1").fetchone() is not None
+    def _pending_exist(self) -> bool:
+        return (
+            self.conn.execute(
+                "SELECT 1 FROM nodes WHERE key > (SELECT indexed_through FROM search_state) LIMIT 1"
+            ).fetchone()
+            is not None
+        )
 
     def _catch_up(self) -> None:
-        """Before a search on a store that may write: index what is queued."""
-        if not self.readonly and self._queued_exist():
+        """Before a search on a store that may write: index what is pending."""
+        if not self.readonly and self._pending_exist():
             with self.transaction():
-                self.index_queued()
+                self.index_pending()
 
-    def _index_queue_in_temp(self) -> None:
-        """A read-only store cannot index the queue; it indexes a copy in a temporary
-        table of its own connection (never in the file), searched beside the index."""
+    def _index_pending_in_temp(self) -> None:
+        """A read-only store cannot move the watermark; it indexes the nodes above it in
+        a temporary table of its own connection (never in the file), searched beside the
+        index."""
         self.conn.execute(
-            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.queued_fts USING fts5("
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.pending_fts USING fts5("
             "text, tools, tokenize = 'unicode61 remove_diacritics 2')"
         )
-        self.conn.execute("DELETE FROM temp.queued_fts")
+        self.conn.execute("DELETE FROM temp.pending_fts")
         self.conn.execute(
-            "INSERT INTO temp.queued_fts (rowid, text, tools)"
-            " SELECT key, text, tools FROM node_text_all WHERE key IN (SELECT key FROM search_queue)"
+            "INSERT INTO temp.pending_fts (rowid, text, tools) SELECT key, text, tools FROM node_text_all"
+            " WHERE key > (SELECT indexed_through FROM search_state)"
         )
 
     def _matches(self, fts: str, params: dict[str, Any], newest: bool) -> list[Any]:
@@ -139,9 +147,9 @@ class SQLiteSearch:
         }
         try:
             rows = self._matches("nodes_fts", params, newest)
-            if self.readonly and self._queued_exist():  # nodes no writer has indexed yet
-                self._index_queue_in_temp()
-                rows += self._matches("queued_fts", params, newest)  # temp: no table of the file has the name
+            if self.readonly and self._pending_exist():  # nodes no writer has indexed yet
+                self._index_pending_in_temp()
+                rows += self._matches("pending_fts", params, newest)  # temp: no table of the file has the name
                 # Node keys grow with time (a key is never reused while its row lives).
                 rows.sort(key=(lambda r: -r[0]) if newest else (lambda r: (r[10], r[1])))
                 del rows[limit:]
