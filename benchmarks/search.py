@@ -135,7 +135,12 @@ def search_figures(store: Store, path: Path, reps: int) -> dict[str, Any]:
     return figures
 
 
-INDEX_TRIGGERS = ("nodes_fts_delete", "nodes_watermark_follows", "nodes_fts_redact_old", "nodes_fts_redact_new")
+INDEX_TRIGGERS = (
+    "nodes_fts_delete",
+    "nodes_watermark_follows",
+    "nodes_fts_redact_old",
+    "nodes_fts_redact_new",
+)
 
 
 def drop_index_triggers(conn: sqlite3.Connection) -> None:

@@ -15,10 +15,15 @@
 -- new node is above the watermark (not indexed) and never mistaken for an
 -- indexed one. Deletes and redactions touch the index only for indexed nodes
 -- (an external-content index must never be told to delete what it never added).
+--
+-- A NULL watermark means the index is off (`sessiontree search-index off`): the index
+-- is empty, the view is empty, every comparison with NULL is false, so no trigger
+-- touches the index, and nothing is pending. Turning it on sets the watermark to 0,
+-- which makes every node pending, and indexes them.
 
 CREATE TABLE search_state (
     one             INTEGER PRIMARY KEY CHECK (one = 1),
-    indexed_through INTEGER NOT NULL
+    indexed_through INTEGER
 );
 
 -- What step 6 left queued is indexed now, so every node is at or below the watermark.

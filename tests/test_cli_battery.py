@@ -69,6 +69,7 @@ BAD = [
     ["serve", "--port", "-5"],
     ["search", 'unbalanced "quote'],
     ["search", "x", "--no-tools", "-s", "nosuchsession"],
+    ["search-index", "sideways"],
     ["retention", "--drop-older-than", "soon"],
     ["retention", "--strip-min-bytes", "0", "--strip-older-than", "1d"],
     ["empty-trash", "--older-than", "-3d"],

@@ -294,7 +294,13 @@ def test_every_step_from_3_has_a_postgres_file():
 def test_migrate_lists_then_applies_on_a_server(pg_url):
     runner = CliRunner()
     listed = runner.invoke(cli, ["--db", pg_url, "migrate", "--list"])
-    steps = ["0003_integer_keys", "0004_search", "0005_retention", "0006_search_queue", "0007_search_watermark"]
+    steps = [
+        "0003_integer_keys",
+        "0004_search",
+        "0005_retention",
+        "0006_search_queue",
+        "0007_search_watermark",
+    ]
     assert listed.output == "".join(f"{s}\n" for s in steps) + "5 pending step(s); schema version 0\n"
     applied = runner.invoke(cli, ["--db", pg_url, "migrate"])
     assert applied.output == "".join(f"applied {s}\n" for s in steps)

@@ -294,3 +294,88 @@ def test_nodes_a_schema_6_file_left_queued_are_found_after_the_upgrade(tmp_path,
             "walrus two",
         ]
         fts_ok(store)
+
+
+def test_an_index_turned_off_costs_appends_nothing_and_search_says_so(tmp_path):
+    from sessiontree import SearchIndexOff
+
+    path = tmp_path / "off.db"
+    with Store(path) as store:
+        s = store.create_session()
+        s.append(user("narwhal before"))
+        assert store.search_index().to_dict() == {"enabled": True, "indexed": 0, "pending": 1, "bytes": 32768}
+        assert store.set_search_index(False) == 0
+        for i in range(SEARCH_BATCH_PLUS):
+            s.append(user(f"narwhal {i}"))
+        assert store.search_index().enabled is False
+        assert store.conn.execute("SELECT count(*) FROM nodes_fts_docsize").fetchone() == (0,)
+        fts_ok(store)  # the empty index agrees with its (empty) content view
+        with pytest.raises(SearchIndexOff, match=r"the search index of .*off\.db is off; turn it on with"):
+            store.search("narwhal")
+        store.prune(dry_run=False, grace=0)  # deletes touch no index while it is off
+        s.delete_branch("main")
+        store.prune(dry_run=False, grace=0)
+        s.append(user("narwhal after"))
+        assert store.set_search_index(True) == 1  # every node there is, in one go
+        assert [h.node.payload["content"] for h in store.search("narwhal")] == ["narwhal after"]
+        assert store.search_index().pending == 0
+        fts_ok(store)
+    with Store(path) as store:  # the setting lives in the file
+        assert store.search_index().enabled
+
+
+SEARCH_BATCH_PLUS = 70  # more than a batch: a writer with the index off still never indexes
+
+
+def test_check_finds_a_damaged_index_and_rebuild_repairs_it(store, garage):
+    assert store.check_search_index() is None
+    store.search("flux")  # indexed
+    store.conn.execute(  # another program removes one node's words behind the index's back
+        "INSERT INTO nodes_fts (nodes_fts, rowid, text, tools)"
+        " SELECT 'delete', key, text, tools FROM node_text WHERE key = (SELECT min(key) FROM nodes)"
+    )
+    assert store.check_search_index().startswith("FTS5 integrity-check: ")
+    assert len(store.search("flux")) == 1  # the first message's words are gone from the index
+    assert store.set_search_index(True, rebuild=True) == 5
+    assert store.check_search_index() is None
+    assert len(store.search("flux")) == 2
+
+
+def test_checking_needs_write_access(tmp_path, garage, store):
+    from sessiontree import ReadOnly
+
+    with Store(store.path, readonly=True) as reader, pytest.raises(ReadOnly, match="needs write access"):
+        reader.check_search_index()
+
+
+def test_cli_search_index(store, garage):
+    runner, db_args = CliRunner(), ["--db", str(store.path)]
+    store.search("flux")  # everything indexed
+    assert runner.invoke(cli, [*db_args, "search-index"]).output == (
+        "search index on: 5 nodes indexed, 0 pending, 32768 bytes\n"
+    )
+    assert runner.invoke(cli, [*db_args, "search-index", "check"]).output == "search index ok\n"
+    off = runner.invoke(cli, [*db_args, "search-index", "off"])
+    assert off.output == "search index off (turn it on with `sessiontree search-index on`)\n"
+    refused = runner.invoke(cli, [*db_args, "search", "flux"])
+    assert refused.exit_code == 1
+    assert refused.output == (
+        f"Error: the search index of {store.path} is off; turn it on with `sessiontree search-index on`\n"
+    )
+    on = runner.invoke(cli, [*db_args, "search-index", "on", "--json"])
+    assert json.loads(on.output) == {"enabled": True, "indexed": 5, "pending": 0, "bytes": 32768}
+    store.conn.execute(
+        "INSERT INTO nodes_fts (nodes_fts, rowid, text, tools)"
+        " SELECT 'delete', key, text, tools FROM node_text WHERE key = (SELECT min(key) FROM nodes)"
+    )
+    damaged = runner.invoke(cli, [*db_args, "search-index", "check"])
+    assert damaged.exit_code == 1
+    assert damaged.output.startswith(
+        "Error: the search index disagrees with the nodes (FTS5 integrity-check: "
+    )
+    assert damaged.output.endswith("; repair it with `sessiontree search-index rebuild`\n")
+    as_json = runner.invoke(cli, [*db_args, "search-index", "check", "--json"])
+    assert as_json.exit_code == 1 and json.loads(as_json.output)["ok"] is False
+    rebuilt = runner.invoke(cli, [*db_args, "search-index", "rebuild"])
+    assert rebuilt.output == "search index on: 5 nodes indexed, 0 pending, 32768 bytes\n"
+    assert runner.invoke(cli, [*db_args, "search-index", "check"]).exit_code == 0

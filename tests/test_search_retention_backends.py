@@ -124,3 +124,34 @@ def test_the_same_data_gives_the_same_hits_on_both_backends(tmp_path, pg_url):
                 ]
             )
     assert results[0] == results[1]
+
+
+def test_the_search_index_reports_rebuilds_and_checks_on_both_backends(any_store):
+    fill(any_store)
+    any_store.search("paris")  # SQLite indexes what is pending first
+    state = any_store.search_index()
+    assert (state.enabled, state.indexed, state.pending) == (True, 6, 0)
+    assert state.bytes is not None and state.bytes > 0
+    assert any_store.set_search_index(True, rebuild=True) == 6
+    assert any_store.check_search_index() is None
+    assert found(any_store, "paris") == [
+        "A recipe with paris mushrooms, please",
+        "Sunny in Paris, 21C.",
+        "What is the weather in Paris?",
+    ]
+
+
+def test_only_sqlite_can_turn_the_index_off(any_store):
+    from sessiontree import SearchIndexOff, SessionTreeError
+
+    fill(any_store)
+    if str(any_store.path).startswith("postgresql://"):
+        with pytest.raises(
+            SessionTreeError, match="PostgreSQL store: its search index .* cannot be turned off"
+        ):
+            any_store.set_search_index(False)
+        assert any_store.search_index().enabled
+        return
+    assert any_store.set_search_index(False) == 0
+    with pytest.raises(SearchIndexOff):
+        any_store.search("paris")

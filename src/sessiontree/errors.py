@@ -79,6 +79,10 @@ class InvalidQuery(SessionTreeError, ValueError):
     known role or kind."""
 
 
+class SearchIndexOff(SessionTreeError):
+    """A search on a store whose full-text index was turned off (``search-index off``)."""
+
+
 class ProviderError(SessionTreeError):
     """A model endpoint failed: an HTTP error, a malformed or truncated reply.
 

@@ -350,6 +350,26 @@ class RetentionReport:
 
 
 @dataclass(frozen=True)
+class SearchIndex:
+    """The state of a store's full-text index: whether it is on, how many nodes it holds,
+    how many were written since it last caught up (they are indexed before the next
+    search), and its size on disk (``None`` where the backend cannot tell)."""
+
+    enabled: bool
+    indexed: int
+    pending: int
+    bytes: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "enabled": self.enabled,
+            "indexed": self.indexed,
+            "pending": self.pending,
+            "bytes": self.bytes,
+        }
+
+
+@dataclass(frozen=True)
 class SearchHit:
     """A node a search found: its session, a snippet with the matched words between
     ``«`` and ``»``, and the branches and checkpoints whose path contains it."""

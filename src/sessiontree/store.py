@@ -32,6 +32,7 @@ from .model import (
     RetentionReport,
     Run,
     SearchHit,
+    SearchIndex,
     SessionInfo,
     TrashEntry,
     VerifyReport,
@@ -244,6 +245,23 @@ class Store:
             tools=tools,
             newest=newest,
         )
+
+    def search_index(self) -> SearchIndex:
+        """The full-text index's state: on or off, nodes indexed, nodes written since it
+        last caught up (indexed before the next search), bytes on disk."""
+        return self.storage.search_index()
+
+    def set_search_index(self, enabled: bool, *, rebuild: bool = False) -> int:
+        """Turn the full-text index on (indexing every node, in one transaction) or off
+        (emptying it: appends and storage no longer pay for it, and ``search`` raises
+        ``SearchIndexOff``); ``rebuild=True`` empties it and indexes every node again.
+        How many nodes it holds after. On PostgreSQL the index cannot be turned off."""
+        return self.storage.set_search_index(enabled, rebuild=rebuild)
+
+    def check_search_index(self) -> str | None:
+        """None when the full-text index holds exactly the text of the nodes it covers,
+        else what is wrong; ``set_search_index(True, rebuild=True)`` repairs it."""
+        return self.storage.check_search_index()
 
     def abbreviations(self, ids: Iterable[str], *, minimum: int = SHORT_ID) -> dict[str, str]:
         """Each id shortened to one width at which every one of them is unique in the

@@ -1,4 +1,4 @@
-"""Full-text search: ``sessiontree search QUERY``."""
+"""Full-text search: ``sessiontree search QUERY`` and ``sessiontree search-index``."""
 
 from __future__ import annotations
 
@@ -65,4 +65,45 @@ def search(
         click.echo(f"    {one_line(h.snippet, 100)}")
 
 
-COMMANDS = [search]
+@click.command("search-index")
+@click.argument("action", type=click.Choice(["status", "on", "off", "rebuild", "check"]), default="status")
+@click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+@click.pass_context
+def search_index(ctx: click.Context, action: str, as_json: bool) -> None:
+    """Show, turn on or off, rebuild or check the full-text index.
+
+    \b
+    status   whether it is on, nodes indexed and pending, bytes on disk
+    on       index every node (one transaction); new nodes are indexed in batches
+    off      empty it: appends and the file no longer pay for it; search refuses
+    rebuild  empty it and index every node again (repairs a damaged index)
+    check    compare the index with the nodes' text; exit 1 if they disagree
+    """
+    store = open_store(ctx, write=action != "status")  # FTS5 runs its check as a write statement
+    if action == "check":
+        problem = store.check_search_index()
+        if as_json:
+            echo_json({"ok": problem is None, "problem": problem})
+        elif problem is None:
+            click.echo("search index ok")
+        if problem is not None:
+            if not as_json:
+                raise click.ClickException(
+                    f"the search index disagrees with the nodes ({problem});"
+                    " repair it with `sessiontree search-index rebuild`"
+                )
+            ctx.exit(1)
+        return
+    if action != "status":
+        store.set_search_index(action != "off", rebuild=action == "rebuild")
+    state = store.search_index()
+    if as_json:
+        echo_json(state.to_dict())
+    elif not state.enabled:
+        click.echo("search index off (turn it on with `sessiontree search-index on`)")
+    else:
+        size = "" if state.bytes is None else f", {state.bytes} bytes"
+        click.echo(f"search index on: {state.indexed} nodes indexed, {state.pending} pending{size}")
+
+
+COMMANDS = [search, search_index]

@@ -29,7 +29,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from ..compaction import project
-from ..model import Branch, Checkpoint, Node, Run, SessionInfo, Usage
+from ..model import Branch, Checkpoint, Node, Run, SearchIndex, SessionInfo, Usage
 from .cache import PathCache
 
 NodeRow = tuple[str, int, "int | None", int, str, str, str, "int | None"]
@@ -261,6 +261,21 @@ class Storage(ABC):
     @abstractmethod
     def refs_containing(self, node_ids: Sequence[str]) -> dict[str, tuple[list[str], list[str]]]:
         """node id -> (branches, checkpoints) of its session whose path contains it."""
+
+    @abstractmethod
+    def search_index(self) -> SearchIndex:
+        """Whether the full-text index is on, what it holds, what is pending, its size."""
+
+    @abstractmethod
+    def set_search_index(self, enabled: bool, *, rebuild: bool = False) -> int:
+        """Turn the index on (indexing every node) or off (emptying it); ``rebuild``
+        empties it and indexes every node again. How many nodes it holds after (one
+        transaction). A backend whose index cannot be off raises ``SessionTreeError``."""
+
+    @abstractmethod
+    def check_search_index(self) -> str | None:
+        """None when the index holds exactly the text of the nodes it covers, else what
+        is wrong (``rebuild`` repairs it)."""
 
     # -- trash and redactions ------------------------------------------------------
 

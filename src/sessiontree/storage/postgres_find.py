@@ -17,7 +17,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..model import Node, encode_payload
+from ..errors import SessionTreeError
+from ..model import Node, SearchIndex, encode_payload
 from . import shared_sql
 from .base import Storage
 from .shared_sql import for_postgres
@@ -110,6 +111,31 @@ class PostgresFind(Storage):
             "headline": _HEADLINE,
         }
         return [(Node(*r[1:9]), r[9] or "") for r in self._all(sql, params)]
+
+    # The index is two generated tsvector columns with GIN indexes: always on, always
+    # in step with the rows (a GIN index's pending list is visible to every query).
+
+    def search_index(self) -> SearchIndex:
+        ((nodes, size),) = self._all(
+            "SELECT (SELECT count(*) FROM nodes),"
+            " pg_relation_size('nodes_search_text') + pg_relation_size('nodes_search_all')"
+        )
+        return SearchIndex(True, int(nodes), 0, int(size))
+
+    def set_search_index(self, enabled: bool, *, rebuild: bool = False) -> int:
+        if not enabled:
+            raise SessionTreeError(
+                f"{self.url} is a PostgreSQL store: its search index is part of the nodes table"
+                " (generated columns) and cannot be turned off"
+            )
+        if rebuild:
+            with self.transaction():
+                self._write("REINDEX INDEX nodes_search_text")
+                self._write("REINDEX INDEX nodes_search_all")
+        return int(self._one("SELECT count(*) FROM nodes"))
+
+    def check_search_index(self) -> str | None:
+        return None  # generated columns cannot disagree with their rows
 
     def refs_containing(self, node_ids: Sequence[str]) -> dict[str, tuple[list[str], list[str]]]:
         found: dict[str, tuple[list[str], list[str]]] = {id: ([], []) for id in node_ids}

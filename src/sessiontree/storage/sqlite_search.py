@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from ..errors import InvalidQuery
-from ..model import Node
+from ..errors import InvalidQuery, ReadOnly, SearchIndexOff
+from ..model import Node, SearchIndex
 from .shared_sql import REFS_CONTAINING
 
 SEARCH_BATCH = 64
@@ -62,6 +62,7 @@ class SQLiteSearch:
     """Full-text queries; mixed into ``SQLiteStorage``, whose attributes these are."""
 
     conn: sqlite3.Connection
+    path: str
     readonly: bool
     search_visible: str = ""
     """Extra SQL condition on ``s`` (the session) that a hit must meet (retention sets it)."""
@@ -69,16 +70,70 @@ class SQLiteSearch:
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError
 
+    def _watermark(self) -> int | None:
+        """The largest key the index holds every node up to; None when the index is off."""
+        through: int | None = self.conn.execute("SELECT indexed_through FROM search_state").fetchone()[0]
+        return through
+
     def index_pending(self) -> int:
         """Index every node above the watermark in one statement (one FTS5 segment) and
-        move the watermark to the largest key; how many (inside a write transaction)."""
-        (through,) = self.conn.execute("SELECT indexed_through FROM search_state").fetchone()
+        move the watermark to the largest key; how many (inside a write transaction).
+        Nothing when the index is off."""
+        through = self._watermark()
+        if through is None:
+            return 0
         count = self.conn.execute(
-            "INSERT INTO nodes_fts (rowid, text, tools) SELECT key, text, tools FROM node_text_all WHERE key > ?",
+            "INSERT INTO nodes_fts (rowid, text, tools)"
+            " SELECT key, text, tools FROM node_text_all WHERE key > ?",
             (through,),
         ).rowcount
-        self.conn.execute("UPDATE search_state SET indexed_through = (SELECT coalesce(max(key), 0) FROM nodes)")
+        self.conn.execute(
+            "UPDATE search_state SET indexed_through = (SELECT coalesce(max(key), 0) FROM nodes)"
+        )
         return count
+
+    def search_index(self) -> SearchIndex:
+        through = self._watermark()
+        if through is None:
+            return SearchIndex(False, 0, 0, self._index_bytes())
+        (indexed,) = self.conn.execute("SELECT count(*) FROM nodes_fts_docsize").fetchone()
+        (pending,) = self.conn.execute("SELECT count(*) FROM nodes WHERE key > ?", (through,)).fetchone()
+        return SearchIndex(True, indexed, pending, self._index_bytes())
+
+    def _index_bytes(self) -> int | None:
+        try:  # dbstat is a compile-time option of SQLite; without it the size is unknown
+            (size,) = self.conn.execute(
+                "SELECT sum(pgsize) FROM dbstat WHERE name LIKE 'nodes\\_fts\\_%' ESCAPE '\\'"
+            ).fetchone()
+        except sqlite3.OperationalError:
+            return None
+        return int(size or 0)
+
+    def set_search_index(self, enabled: bool, *, rebuild: bool = False) -> int:
+        """Turn the index on (indexing every node), off (emptying it), or with ``rebuild``
+        empty it and index every node again; how many nodes it holds now."""
+        with self.transaction():
+            if self._watermark() is not None and (rebuild or not enabled):
+                self.conn.execute("INSERT INTO nodes_fts (nodes_fts) VALUES ('delete-all')")
+                self.conn.execute("UPDATE search_state SET indexed_through = NULL")
+            if not enabled:
+                return 0
+            self.conn.execute("UPDATE search_state SET indexed_through = 0 WHERE indexed_through IS NULL")
+            self.index_pending()
+            return int(self.conn.execute("SELECT count(*) FROM nodes_fts_docsize").fetchone()[0])
+
+    def check_search_index(self) -> str | None:
+        """FTS5's own check that the index holds exactly the text of the nodes it covers:
+        None when it does, else what it found."""
+        if self._watermark() is None:
+            return None
+        if self.readonly:  # FTS5 takes its check as an INSERT, which a read-only connection refuses
+            raise ReadOnly(f"{self.path} is open read-only, and checking the search index needs write access")
+        try:
+            self.conn.execute("INSERT INTO nodes_fts (nodes_fts, rank) VALUES ('integrity-check', 1)")
+        except sqlite3.DatabaseError as e:  # SQLITE_CORRUPT_VTAB: the index disagrees with the nodes
+            return f"FTS5 integrity-check: {e}"
+        return None
 
     def _pending_exist(self) -> bool:
         return (
@@ -89,7 +144,12 @@ class SQLiteSearch:
         )
 
     def _catch_up(self) -> None:
-        """Before a search on a store that may write: index what is pending."""
+        """Before a search: refuse when the index is off; on a store that may write,
+        index what is pending."""
+        if self._watermark() is None:
+            raise SearchIndexOff(
+                f"the search index of {self.path} is off; turn it on with `sessiontree search-index on`"
+            )
         if not self.readonly and self._pending_exist():
             with self.transaction():
                 self.index_pending()
@@ -149,7 +209,9 @@ class SQLiteSearch:
             rows = self._matches("nodes_fts", params, newest)
             if self.readonly and self._pending_exist():  # nodes no writer has indexed yet
                 self._index_pending_in_temp()
-                rows += self._matches("pending_fts", params, newest)  # temp: no table of the file has the name
+                rows += self._matches(
+                    "pending_fts", params, newest
+                )  # temp: no table of the file has the name
                 # Node keys grow with time (a key is never reused while its row lives).
                 rows.sort(key=(lambda r: -r[0]) if newest else (lambda r: (r[10], r[1])))
                 del rows[limit:]
