@@ -40,8 +40,10 @@ INSERT INTO heads (name, node_id) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET
 class Floor:
     """One conversation tree in the minimal schema, on its own file."""
 
-    def __init__(self, path: str | Path, branch: str = "main") -> None:
+    def __init__(self, path: str | Path, branch: str = "main", page_size: int | None = None) -> None:
         self.conn = sqlite3.connect(path, isolation_level=None)
+        if page_size is not None:  # SQLite's default is 4 KB; a new file can choose
+            self.conn.execute(f"PRAGMA page_size = {page_size:d}")
         self.conn.execute("PRAGMA journal_mode = WAL")
         self.conn.execute("PRAGMA synchronous = NORMAL")
         self.conn.executescript(SCHEMA)

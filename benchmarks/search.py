@@ -14,9 +14,9 @@ What it measures (medians; the rep count is printed):
    stops early, and it also finds words inside JSON keys and ids.
 2. append: µs per ``Session.append`` (one transaction per message) and per message of
    ``Session.append_many`` of 100, on a store with the search index against the same
-   store with the index's triggers dropped (what an append cost before schema 4).
+   store with the index turned off (``set_search_index(False)``).
 3. storage: bytes of the 100,000-message file with the index against a copy with the
-   index dropped and vacuumed.
+   index turned off and vacuumed.
 
 Usage: ``python benchmarks/search.py [--quick] [--json]``. ``--quick`` uses 10,000
 messages and fewer reps, so a smoke run takes seconds.
@@ -135,28 +135,14 @@ def search_figures(store: Store, path: Path, reps: int) -> dict[str, Any]:
     return figures
 
 
-INDEX_TRIGGERS = (
-    "nodes_fts_delete",
-    "nodes_watermark_follows",
-    "nodes_fts_redact_old",
-    "nodes_fts_redact_new",
-)
-
-
-def drop_index_triggers(conn: sqlite3.Connection) -> None:
-    """What keeps the search index in step (schema step 6: the queue and its upkeep)."""
-    for trigger in INDEX_TRIGGERS:
-        conn.execute(f"DROP TRIGGER {trigger}")
-
-
 def append_figures(directory: Path, reps: int, singles: int) -> dict[str, Any]:
-    """µs per append with and without the index's triggers, alternating."""
+    """µs per append with the search index on and off, alternating."""
     rng = random.Random(3)
     stores = {}
     for name in ("indexed", "plain"):
         store = Store(directory / f"append-{name}.db", cache_bytes=0)
         if name == "plain":
-            drop_index_triggers(store.conn)
+            store.set_search_index(False)
         stores[name] = (store, store.create_session(name))
     single: dict[str, list[float]] = {"indexed": [], "plain": []}
     batched: dict[str, list[float]] = {"indexed": [], "plain": []}
@@ -186,11 +172,9 @@ def storage_figures(store: Store, directory: Path) -> dict[str, Any]:
     plain = directory / "without-index.db"
     store.backup(str(indexed))
     store.backup(str(plain))
-    conn = sqlite3.connect(plain)
-    drop_index_triggers(conn)
-    conn.execute("DROP TABLE nodes_fts")
-    conn.execute("VACUUM")
-    conn.close()
+    with Store(plain) as copy:
+        copy.set_search_index(False)
+        copy.prune(dry_run=False, vacuum=True)  # nothing to prune: only the vacuum
     with_index, without = os.path.getsize(indexed), os.path.getsize(plain)
     return {
         "with_index_bytes": with_index,

@@ -7,14 +7,17 @@ What it measures (each figure is the median of several repetitions; the rep coun
    ``Session.append_many`` of 1,000 nodes against a raw ``executemany`` of the same rows
    plus one head update in one transaction. The same two figures also against the minimal
    floor schema of ``benchmarks/floor.py`` (integer-keyed ``nodes`` plus a ``heads`` row:
-   what a competent engineer would write for the job, not sessiontree's schema).
+   what a competent engineer would write for the job, not sessiontree's schema), with the
+   steps in between: the floor on the store's 8 KB pages, raw SQL on the store's schema,
+   and the store with its search index off and on.
 2. path: ms for ``Session.path`` at depth 100 / 1,000 / 10,000 / 100,000 against a raw
    recursive CTE (same columns, root-to-node order) with ``fetchall`` on the same file. The
    store is opened with ``cache_bytes=0``, so every read is a query, as on the raw side.
 3. fork: µs per ``Session.fork`` at depth 10 and at the deepest depth (should be flat).
 4. storage: marginal bytes per node (pages in use after a WAL checkpoint, minus those of
-   the empty store, over the node count) for several content lengths; bytes per node minus
-   the text length is the per-node overhead, which should stay roughly constant.
+   the empty store, over the node count) for several content lengths, with the search
+   index on and off; bytes per node minus the text length, and minus the stored payload
+   (the message as JSON), is the per-node overhead, which should stay roughly constant.
 
 How: the raw baseline reuses the store's schema (each raw file is created by opening a
 ``Store`` on a fresh file), then talks to it through a plain ``sqlite3`` connection with the
@@ -117,30 +120,50 @@ def compare(store: list[float], raw: list[float], scale: float, against: str = "
 
 
 def bench_append(tmp: Path, reps: int, n: int, batch: int) -> tuple[dict, dict]:
+    """One append and a batch, for the store (search index on, the default, and off), raw
+    SQL on the store's schema, and the floor schema at SQLite's default 4 KB pages and at
+    the store's 8 KB: the steps between the floor and the store, measured alike."""
     st = Store(tmp / "append.db")
-    s = st.create_session()
-    s.append(message(0))
+    off = Store(tmp / "append-off.db")
+    off.set_search_index(False)
     raw = Raw(tmp / "append-raw.db")
     floor = Floor(tmp / "append-floor.db")
-    floor.append(message(0))
+    floor8k = Floor(tmp / "append-floor-8k.db", page_size=8192)
+    single_fns, many_fns = {}, {}
+    for name, store in (("store", st), ("store_index_off", off)):
+        s = store.create_session()
+        s.append(message(0))
+        single_fns[name], many_fns[name] = s.append, s.append_many
+    floor.append(message(0))  # Raw's first node is the store's, which made its file
+    floor8k.append(message(0))
+    for name, other in (("raw", raw), ("floor", floor), ("floor_8k", floor8k)):
+        single_fns[name], many_fns[name] = other.append, other.append_many
     payloads = [message(i) for i in range(max(n, batch))]
-    single, single_raw, single_floor, many, many_raw, many_floor = [], [], [], [], [], []
+    single: dict[str, list[float]] = {name: [] for name in single_fns}
+    many: dict[str, list[float]] = {name: [] for name in single_fns}
     for _ in range(reps):
-        single.append(timed(lambda: [s.append(p) for p in payloads[:n]]) / n)
-        single_raw.append(timed(lambda: [raw.append(p) for p in payloads[:n]]) / n)
-        single_floor.append(timed(lambda: [floor.append(p) for p in payloads[:n]]) / n)
-        many.append(timed(lambda: s.append_many(payloads[:batch])) / batch)
-        many_raw.append(timed(lambda: raw.append_many(payloads[:batch])) / batch)
-        many_floor.append(timed(lambda: floor.append_many(payloads[:batch])) / batch)
-    st.close()
+        for name, append in single_fns.items():
+            single[name].append(timed(lambda a=append: [a(p) for p in payloads[:n]]) / n)
+        for name, append_many in many_fns.items():
+            many[name].append(timed(lambda a=append_many: a(payloads[:batch])) / batch)
+    for store in (st, off):
+        store.close()
     raw.conn.close()
     floor.close()
-    own = {"single": compare(single, single_raw, 1e6), "batched": compare(many, many_raw, 1e6)}
-    minimal = {
-        "single": compare(single, single_floor, 1e6, "floor"),
-        "batched": compare(many, many_floor, 1e6, "floor"),
+    floor8k.close()
+    own = {
+        "single": compare(single["store"], single["raw"], 1e6),
+        "batched": compare(many["store"], many["raw"], 1e6),
     }
-    return own, minimal
+
+    def steps(times: dict[str, list[float]]) -> dict:
+        medians = {name: statistics.median(t) * 1e6 for name, t in times.items()}
+        figure = {name: round(m, 2) for name, m in medians.items()}
+        for name in ("store", "store_index_off", "raw", "floor_8k"):
+            figure[f"{name}_ratio"] = round(medians[name] / medians["floor"], 2)
+        return figure
+
+    return own, {"single": steps(single), "batched": steps(many)}
 
 
 def bench_path_and_fork(tmp: Path, reps: int, depths: list[int], forks: int) -> tuple[dict, dict]:
@@ -190,24 +213,39 @@ def used_bytes(conn: sqlite3.Connection) -> int:
 
 
 def bench_storage(tmp: Path, reps: int, sizes: list[int], n: int) -> dict:
-    result = {}
-    for size in sizes:
-        per_node = []
-        for rep in range(reps):
-            path = tmp / f"size-{size}-{rep}.db"
-            with Store(path) as st:
-                s = st.create_session()
-                st.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                empty = used_bytes(st.conn)
-                for start in range(0, n, 1000):
-                    s.append_many([message(i, size) for i in range(start, min(n, start + 1000))])
-                st.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                per_node.append((used_bytes(st.conn) - empty) / n)
-        bpn = statistics.median(per_node)
-        result[str(size)] = {"bytes_per_node": round(bpn, 1), "overhead": round(bpn - size, 1)}
-    low, high = result[str(sizes[0])], result[str(sizes[-1])]
-    slope = (high["bytes_per_node"] - low["bytes_per_node"]) / (sizes[-1] - sizes[0])
-    return {"sizes": result, "slope": round(slope, 3)}
+    """Marginal bytes per node, with the search index on (the default) and off; the
+    overhead over the message's text and over the stored payload (its JSON)."""
+    result: dict = {}
+    for index in (True, False):
+        figures = {}
+        for size in sizes:
+            per_node = []
+            for rep in range(reps):
+                path = tmp / f"size-{size}-{rep}-{index}.db"
+                with Store(path) as st:
+                    st.set_search_index(index)
+                    s = st.create_session()
+                    st.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    empty = used_bytes(st.conn)
+                    for start in range(0, n, 1000):
+                        s.append_many([message(i, size) for i in range(start, min(n, start + 1000))])
+                with Store(path) as st:  # closing indexed what was pending (index on)
+                    assert st.search_index().pending == 0
+                    st.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    per_node.append((used_bytes(st.conn) - empty) / n)
+                    payload = st.conn.execute(
+                        "SELECT avg(length(CAST(payload AS BLOB))) FROM nodes"
+                    ).fetchone()[0]
+            bpn = statistics.median(per_node)
+            figures[str(size)] = {
+                "bytes_per_node": round(bpn, 1),
+                "overhead": round(bpn - size, 1),
+                "over_payload": round(bpn - payload, 1),
+            }
+        low, high = figures[str(sizes[0])], figures[str(sizes[-1])]
+        slope = (high["bytes_per_node"] - low["bytes_per_node"]) / (sizes[-1] - sizes[0])
+        result["index_on" if index else "index_off"] = {"sizes": figures, "slope": round(slope, 3)}
+    return result
 
 
 def machine() -> dict:
@@ -254,23 +292,35 @@ def print_table(r: dict) -> None:
     rows += [(f"path at depth {int(d):,} (ms)", v) for d, v in r["path_ms"].items()]
     for label, v in rows:
         print(f"{label:<36}{v['store']:>12.2f}{v['raw']:>12.2f}{v['ratio']:>10.2f}x")
-    print("\nagainst the minimal floor schema (benchmarks/floor.py: integer ids, nodes + heads)")
-    print(f"{'measure':<36}{'store':>12}{'floor':>12}{'store/floor':>13}")
-    for label, v in (
-        ("append, 1 txn per node (µs/node)", r["floor_append_us"]["single"]),
-        ("append_many of 1,000 (µs/node)", r["floor_append_us"]["batched"]),
-    ):
-        print(f"{label:<36}{v['store']:>12.2f}{v['floor']:>12.2f}{v['ratio']:>12.2f}x")
+    print("\nfrom the minimal floor schema to the store (benchmarks/floor.py: integer ids, nodes + heads)")
+    print(f"{'µs per node, ratio to the floor':<36}{'one append':>18}{'append_many':>18}")
+    steps = [
+        ("floor, 4 KB pages (SQLite default)", "floor"),
+        ("floor, 8 KB pages (the store's)", "floor_8k"),
+        ("raw SQL on the store's schema", "raw"),
+        ("store, search index off", "store_index_off"),
+        ("store, search index on (default)", "store"),
+    ]
+    single, batched = r["floor_append_us"]["single"], r["floor_append_us"]["batched"]
+    for label, key in steps:
+        cells = [
+            f"{f[key]:>9.2f} {1.0 if key == 'floor' else f[key + '_ratio']:>6.2f}x" for f in (single, batched)
+        ]
+        print(f"{label:<36}{cells[0]:>18}{cells[1]:>18}")
     print()
     for depth, us in r["fork_us"].items():
         if depth != "ratio":
             print(f"{'fork at depth ' + format(int(depth), ','):<36}{us:>12.2f} µs")
-    print(f"{'fork deep / fork shallow':<36}{r['fork_us']['ratio']:>12.2f}x\n")
-    print(f"storage (median of {r['storage_reps']} fresh files)")
-    print(f"{'content chars':<36}{'bytes/node':>12}{'overhead':>12}")
-    for size, v in r["storage"]["sizes"].items():
-        print(f"{int(size):<36,}{v['bytes_per_node']:>12.1f}{v['overhead']:>12.1f}")
-    print(f"{'extra bytes per extra char (slope)':<36}{r['storage']['slope']:>12.3f}")
+    print(f"{'fork deep / fork shallow':<36}{r['fork_us']['ratio']:>12.2f}x")
+    for index, label in (("index_on", "search index on (default)"), ("index_off", "search index off")):
+        figures = r["storage"][index]
+        print(f"\nstorage, {label} (median of {r['storage_reps']} fresh files)")
+        print(f"{'content chars':<24}{'bytes/node':>12}{'over text':>12}{'over payload':>14}")
+        for size, v in figures["sizes"].items():
+            print(
+                f"{int(size):<24,}{v['bytes_per_node']:>12.1f}{v['overhead']:>12.1f}{v['over_payload']:>14.1f}"
+            )
+        print(f"{'extra bytes per extra char (slope)':<36}{figures['slope']:>12.3f}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,16 +38,19 @@ def test_quick_json_run_reports_every_figure():
     for figure in [*result["append_us"].values(), *result["path_ms"].values()]:
         assert set(figure) == {"store", "raw", "ratio"}
     assert set(result["fork_us"]) == {"10", "10000", "ratio"}
-    assert set(result["storage"]["sizes"]) == {"100", "1000", "10000"}
-    for size in result["storage"]["sizes"].values():
-        assert set(size) == {"bytes_per_node", "overhead"}
-    assert "slope" in result["storage"]
+    for index in ("index_on", "index_off"):
+        storage = result["storage"][index]
+        assert set(storage["sizes"]) == {"100", "1000", "10000"}
+        for size in storage["sizes"].values():
+            assert set(size) == {"bytes_per_node", "overhead", "over_payload"}
+        assert "slope" in storage
+    steps = {"store", "store_index_off", "raw", "floor", "floor_8k"}
     assert set(result["floor_append_us"]) == {"single", "batched"}
     for figure in result["floor_append_us"].values():
-        assert set(figure) == {"store", "floor", "ratio"}
+        assert set(figure) == steps | {f"{s}_ratio" for s in steps - {"floor"}}
     measured = ("append_us", "floor_append_us", "path_ms", "fork_us", "storage")
     figures = list(numbers({k: result[k] for k in measured}))
-    assert len(figures) == 2 * 3 + 2 * 3 + 3 * 3 + 3 + 3 * 2 + 1
+    assert len(figures) == 2 * 3 + 2 * 9 + 3 * 3 + 3 + 2 * (3 * 3 + 1)
     assert all(x > 0 for x in figures)
 
 
