@@ -35,8 +35,9 @@ from .cache import PathCache
 NodeRow = tuple[str, int, "int | None", int, str, str, str, "int | None"]
 """A node to insert: (id, session key, parent key, depth, kind, payload, created_at, run key)."""
 
-PathRow = tuple[str, int, str, str, str, "str | None", bool]
-"""One step of a walk up a path: (id, depth, kind, payload, created_at, run id, is a cached stop)."""
+PathRow = tuple[str, int, str, str, str, "str | None", int]
+"""One step of a walk up a path: (id, depth, kind, payload, created_at, run id, is a cached
+stop); the flag is any true value (SQLite gives 1, PostgreSQL True)."""
 
 RUN_FIELDS = ("model", "provider", "params", "usage", "latency_ms", "finish_reason", "created_at")
 

@@ -338,9 +338,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         return None if row is None else str(row[0])
 
     def _path_rows(self, key: int, stops: list[str]) -> list[PathRow]:
-        return [
-            (r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in self._all(_PATH, {"key": key, "stop": stops})
-        ]
+        return self._all(_PATH, {"key": key, "stop": stops})
 
     def wait_for_decisions(self, timeout: float) -> None:
         """LISTEN for the trigger's NOTIFY; a missed signal costs one ``timeout``."""

@@ -46,6 +46,7 @@ WAL_CHECK_EVERY = 16
 # Root-to-node is walked head first: one row-key lookup per step, no sort. The
 # walk stops at the first node whose path is cached (``:stop``, a JSON array of
 # ids); the caller reverses the rows and knows each parent id (the next row's).
+# With nothing cached for the session (a cold read) the walk has no stop test.
 _PATH = """
 WITH RECURSIVE p(key, parent, id, depth, kind, payload, created_at, run, stop) AS (
     SELECT key, parent, id, depth, kind, payload, created_at, run, 0 FROM nodes WHERE key = :key
@@ -55,6 +56,15 @@ WITH RECURSIVE p(key, parent, id, depth, kind, payload, created_at, run, stop) A
     FROM p JOIN nodes n ON n.key = p.parent WHERE NOT p.stop
 )
 SELECT p.id, p.depth, p.kind, p.payload, p.created_at, r.id, p.stop FROM p LEFT JOIN runs r ON r.key = p.run
+"""
+_WHOLE_PATH = """
+WITH RECURSIVE p(key, parent, id, depth, kind, payload, created_at, run) AS (
+    SELECT key, parent, id, depth, kind, payload, created_at, run FROM nodes WHERE key = :key
+    UNION ALL
+    SELECT n.key, n.parent, n.id, n.depth, n.kind, n.payload, n.created_at, n.run
+    FROM p JOIN nodes n ON n.key = p.parent
+)
+SELECT p.id, p.depth, p.kind, p.payload, p.created_at, r.id, 0 FROM p LEFT JOIN runs r ON r.key = p.run
 """
 
 
@@ -294,8 +304,9 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
         return None if key is None else self._one("SELECT id FROM nodes WHERE key = ?", (key,))
 
     def _path_rows(self, key: int, stops: list[str]) -> list[PathRow]:
-        rows = self.conn.execute(_PATH, {"key": key, "stop": json.dumps(stops)}).fetchall()
-        return [(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6])) for r in rows]
+        if not stops:
+            return self.conn.execute(_WHOLE_PATH, {"key": key}).fetchall()
+        return self.conn.execute(_PATH, {"key": key, "stop": json.dumps(stops)}).fetchall()
 
     def wait_for_decisions(self, timeout: float) -> None:
         # SQLite has no way to signal another process: the caller polls ``resumable``.
