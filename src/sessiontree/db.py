@@ -29,6 +29,7 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import re
@@ -71,8 +72,15 @@ def migrations_dir() -> Path:
 
 def migrations() -> list[Migration]:
     """All migration steps, in order. Numbering must be 1, 2, 3, ... without gaps."""
+    return list(_read_steps(migrations_dir()))
+
+
+@functools.cache
+def _read_steps(folder: Path) -> tuple[Migration, ...]:
+    """The steps in a folder, read once per process: every store opened checks its
+    version against them, and reading seven files cost most of opening one."""
     steps = []
-    for path in sorted(migrations_dir().glob("*.sql")):
+    for path in sorted(folder.glob("*.sql")):
         match = re.fullmatch(r"(\d{4})_(\w+)\.sql", path.name)
         if not match:
             raise SessionTreeError(f"badly named migration file {path.name!r}")
@@ -80,7 +88,7 @@ def migrations() -> list[Migration]:
     for expected, step in enumerate(steps, 1):
         if step.version != expected:
             raise SessionTreeError(f"migration {expected:04d} is missing (found {step.version:04d})")
-    return steps
+    return tuple(steps)
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
