@@ -26,9 +26,11 @@ Reported per system: ms per turn (read + append + dropping the list read, so eac
 pays for its own objects) at turns 10, 100, 250 and 500, each the median over the turns
 within +-5 of that point across all reps; ms to read the whole branch
 cold (a new connection and library object, as a new process would; the OS page cache is
-warm); bytes per message (pages in use after a WAL checkpoint minus those of the empty
-file, over the message count); ms per fork at the middle turn where the system has a fork ("n/a" where
-not). Ratios are printed as sessiontree / peer and as system / floor.
+warm; the objects already in the heap are frozen out of the garbage collector's reach, as
+a new process would not have them); bytes per message (pages in use after a WAL
+checkpoint minus those of the empty file, over the message count); ms per fork at the
+middle turn where the system has a fork ("n/a" where not). Ratios are printed as
+sessiontree / peer and as system / floor.
 
 How: all systems run in one process, interleaved turn by turn in a rotating order, so
 machine noise hits them alike; every rep starts from fresh files in a temporary directory
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import platform
@@ -501,7 +504,15 @@ def one_rep(classes: list[type[System]], tmp: Path, turns: int, forks: int, cold
                 nonlocal count
                 count = s.cold_read()
 
-            samples[system.name]["cold_read"].append(timed(read))
+            # A new process's heap holds none of the other systems' objects: without this,
+            # a read that allocates sets off collections that walk every system's state
+            # (LangGraph's and llm's thousands of message objects) and is charged for them.
+            gc.collect()
+            gc.freeze()
+            try:
+                samples[system.name]["cold_read"].append(timed(read))
+            finally:
+                gc.unfreeze()
             assert count == 4 * turns, (system.name, count)
     forking = [s for s in systems if s.can_fork]
     for i in range(forks):
