@@ -203,6 +203,34 @@ def test_work_until_idle_in_process_and_the_worker_command(tmp_path):
         assert len(store.pending()) == 1  # the undecided pause was left alone
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_ctrl_c_stops_a_waiting_worker_at_once_whatever_its_poll(tmp_path, backend, request):
+    """asyncio waits for a running thread before it exits: the worker waits in short
+    slices, so Ctrl-C is not held up by a 30-second poll (it was, for up to the poll)."""
+    import signal
+
+    db = str(tmp_path / "w.db") if backend == "sqlite" else request.getfixturevalue("pg_url")
+    Store(db).close()
+    command = ["--db", db, "worker", "--poll", "30", "--base-url", "http://127.0.0.1:9/v1", "-m", "m"]
+    worker = subprocess.Popen(
+        [sys.executable, "-c", "from sessiontree.cli import cli; cli()", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(2)  # started, looked, found nothing decided, and waits
+        assert worker.poll() is None
+        stopped = time.monotonic()
+        worker.send_signal(signal.SIGINT)
+        _, err = worker.communicate(timeout=25)
+        assert time.monotonic() - stopped < 5  # a slice is 0.25 s; the poll is 30 s
+        assert "Traceback" not in err
+    finally:
+        worker.kill()
+        worker.wait(10)
+
+
 # -- copy ----------------------------------------------------------------------------------
 
 

@@ -16,11 +16,14 @@ Contract:
   adapter raising, say) is reported as a ``Final("error")`` step and not
   retried by this worker; a decision that stays unresumed stays visible to
   ``resumable`` for another worker, or a human, to look at.
+- Stopping (Ctrl-C, or closing the iterator) takes at most ``WAIT_SLICE`` seconds
+  while it waits, whatever ``poll`` is.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -32,6 +35,9 @@ from .store import Store
 
 DEFAULT_POLL = 5.0
 """Seconds between two looks for decisions when no signal came (SQLite: the poll)."""
+WAIT_SLICE = 0.25
+"""Longest single wait in a thread: a stopped worker (Ctrl-C) is gone within this, not
+after a whole ``poll`` (asyncio waits for a running thread before it shuts down)."""
 
 
 async def awork(
@@ -69,7 +75,15 @@ async def awork(
         if until_idle and not found:
             return
         if not found:
-            await asyncio.to_thread(store.storage.wait_for_decisions, poll)
+            await _wait_for_decisions(store, poll)
+
+
+async def _wait_for_decisions(store: Store, poll: float) -> None:
+    """Wait ``poll`` seconds, or less when a signal comes, in short slices."""
+    deadline = time.monotonic() + poll
+    while (left := deadline - time.monotonic()) > 0:
+        if await asyncio.to_thread(store.storage.wait_for_decisions, min(left, WAIT_SLICE)):
+            return
 
 
 def work(store: Store, **options: Any) -> Iterator[Step | Resuming]:

@@ -342,8 +342,9 @@ class Storage(ABC):
     def backup(self, destination: str) -> int: ...
 
     @abstractmethod
-    def wait_for_decisions(self, timeout: float) -> None:
-        """Return when a decision may have been written, or after ``timeout`` seconds."""
+    def wait_for_decisions(self, timeout: float) -> bool:
+        """Return when a decision may have been written (True: a signal came), or after
+        ``timeout`` seconds (False)."""
 
     # -- paths, through the cache -------------------------------------------------
 

@@ -340,7 +340,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
     def _path_rows(self, key: int, stops: list[str]) -> list[PathRow]:
         return self._all(_PATH, {"key": key, "stop": stops})
 
-    def wait_for_decisions(self, timeout: float) -> None:
+    def wait_for_decisions(self, timeout: float) -> bool:
         """LISTEN for the trigger's NOTIFY; a missed signal costs one ``timeout``."""
         with pgdb.clear_errors(self.url):
             if self._listener is None:
@@ -349,8 +349,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
                     sql.SQL("LISTEN {}").format(sql.Identifier(f"sessiontree:{self.target.schema}"))
                 )
                 self._listener = listener
-            for _ in self._listener.notifies(timeout=timeout, stop_after=1):
-                pass
+            return any(True for _ in self._listener.notifies(timeout=timeout, stop_after=1))
 
     def nodes_by_ids(self, ids: Sequence[str]) -> dict[str, tuple[int, str, str | None, str, str, int]]:
         rows = self._all(
