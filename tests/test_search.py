@@ -341,6 +341,22 @@ def test_check_finds_a_damaged_index_and_rebuild_repairs_it(store, garage):
     assert len(store.search("flux")) == 2
 
 
+def test_indexing_a_whole_store_reports_progress_chunk_by_chunk(tmp_path, monkeypatch):
+    from sessiontree.storage import sqlite_search
+
+    monkeypatch.setattr(sqlite_search, "INDEX_CHUNK", 40)
+    with Store(tmp_path / "chunks.db") as store:
+        store.set_search_index(False)
+        s = store.create_session()
+        s.append_many([user(f"heron {i}") for i in range(100)])
+        reports: list[tuple[int, int]] = []
+        assert store.set_search_index(True, progress=lambda done, total: reports.append((done, total))) == 100
+        assert reports == [(40, 100), (80, 100), (100, 100)]
+        assert store.search_index().pending == 0
+        fts_ok(store)
+        assert len(store.search("heron", limit=200)) == 100
+
+
 def test_checking_needs_write_access(tmp_path, garage, store):
     from sessiontree import ReadOnly
 
@@ -363,7 +379,8 @@ def test_cli_search_index(store, garage):
         f"Error: the search index of {store.path} is off; turn it on with `sessiontree search-index on`\n"
     )
     on = runner.invoke(cli, [*db_args, "search-index", "on", "--json"])
-    assert json.loads(on.output) == {"enabled": True, "indexed": 5, "pending": 0, "bytes": 32768}
+    assert json.loads(on.stdout) == {"enabled": True, "indexed": 5, "pending": 0, "bytes": 32768}
+    assert on.stderr.startswith("indexing")  # the progress bar
     store.conn.execute(
         "INSERT INTO nodes_fts (nodes_fts, rowid, text, tools)"
         " SELECT 'delete', key, text, tools FROM node_text WHERE key = (SELECT min(key) FROM nodes)"
@@ -377,5 +394,5 @@ def test_cli_search_index(store, garage):
     as_json = runner.invoke(cli, [*db_args, "search-index", "check", "--json"])
     assert as_json.exit_code == 1 and json.loads(as_json.output)["ok"] is False
     rebuilt = runner.invoke(cli, [*db_args, "search-index", "rebuild"])
-    assert rebuilt.output == "search index on: 5 nodes indexed, 0 pending, 32768 bytes\n"
+    assert rebuilt.stdout == "search index on: 5 nodes indexed, 0 pending, 32768 bytes\n"
     assert runner.invoke(cli, [*db_args, "search-index", "check"]).exit_code == 0

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -251,12 +251,19 @@ class Store:
         last caught up (indexed before the next search), bytes on disk."""
         return self.storage.search_index()
 
-    def set_search_index(self, enabled: bool, *, rebuild: bool = False) -> int:
+    def set_search_index(
+        self,
+        enabled: bool,
+        *,
+        rebuild: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
         """Turn the full-text index on (indexing every node, in one transaction) or off
         (emptying it: appends and storage no longer pay for it, and ``search`` raises
         ``SearchIndexOff``); ``rebuild=True`` empties it and indexes every node again.
-        How many nodes it holds after. On PostgreSQL the index cannot be turned off."""
-        return self.storage.set_search_index(enabled, rebuild=rebuild)
+        ``progress(done, total)`` is called as the nodes are indexed. How many nodes it
+        holds after. On PostgreSQL the index cannot be turned off."""
+        return self.storage.set_search_index(enabled, rebuild=rebuild, progress=progress)
 
     def check_search_index(self) -> str | None:
         """None when the full-text index holds exactly the text of the nodes it covers,

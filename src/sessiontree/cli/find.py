@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from ..model import KINDS, ROLES
@@ -94,8 +96,16 @@ def search_index(ctx: click.Context, action: str, as_json: bool) -> None:
                 )
             ctx.exit(1)
         return
-    if action != "status":
-        store.set_search_index(action != "off", rebuild=action == "rebuild")
+    if action == "off":
+        store.set_search_index(False)
+    elif action != "status":
+        with click.progressbar(length=1, label="indexing", file=sys.stderr) as bar:
+
+            def progress(done: int, total: int) -> None:
+                bar.length = max(total, 1)
+                bar.update(done - bar.pos)
+
+            store.set_search_index(True, rebuild=action == "rebuild", progress=progress)
     state = store.search_index()
     if as_json:
         echo_json(state.to_dict())

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -268,10 +268,13 @@ class Storage(ABC):
         """Whether the full-text index is on, what it holds, what is pending, its size."""
 
     @abstractmethod
-    def set_search_index(self, enabled: bool, *, rebuild: bool = False) -> int:
+    def set_search_index(
+        self, enabled: bool, *, rebuild: bool = False, progress: Callable[[int, int], None] | None = None
+    ) -> int:
         """Turn the index on (indexing every node) or off (emptying it); ``rebuild``
-        empties it and indexes every node again. How many nodes it holds after (one
-        transaction). A backend whose index cannot be off raises ``SessionTreeError``."""
+        empties it and indexes every node again, reporting ``progress(done, total)``. How
+        many nodes it holds after (one transaction). A backend whose index cannot be off
+        raises ``SessionTreeError``."""
 
     @abstractmethod
     def check_search_index(self) -> str | None:

@@ -14,7 +14,7 @@ sessiontree's own JSON encoding (jsonb would reorder and re-space it).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import SessionTreeError
@@ -122,7 +122,9 @@ class PostgresFind(Storage):
         )
         return SearchIndex(True, int(nodes), 0, int(size))
 
-    def set_search_index(self, enabled: bool, *, rebuild: bool = False) -> int:
+    def set_search_index(
+        self, enabled: bool, *, rebuild: bool = False, progress: Callable[[int, int], None] | None = None
+    ) -> int:
         if not enabled:
             raise SessionTreeError(
                 f"{self.url} is a PostgreSQL store: its search index is part of the nodes table"
@@ -132,7 +134,10 @@ class PostgresFind(Storage):
             with self.transaction():
                 self._write("REINDEX INDEX nodes_search_text")
                 self._write("REINDEX INDEX nodes_search_all")
-        return int(self._one("SELECT count(*) FROM nodes"))
+        count = int(self._one("SELECT count(*) FROM nodes"))
+        if progress is not None:
+            progress(count, count)
+        return count
 
     def check_search_index(self) -> str | None:
         return None  # generated columns cannot disagree with their rows

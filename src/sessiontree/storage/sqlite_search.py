@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -24,10 +24,14 @@ from .shared_sql import REFS_CONTAINING
 
 SEARCH_BATCH = 64
 """Nodes a writer inserts before it indexes them (see migration 0007)."""
+INDEX_CHUNK = 10_000
+"""Nodes indexed per statement when the whole store is (re)indexed, between two progress reports."""
 SNIPPET_TOKENS = 16
 """Words around the match in a snippet."""
 MARK_START, MARK_END, ELLIPSIS = "«", "»", "…"
 # What FTS5 says about a query it cannot parse (anything else is about the file).
+Progress = Callable[[int, int], None]
+"""Called with (nodes done, nodes in all) as a long indexing goes."""
 _QUERY_ERROR = re.compile(r"fts5: |no such column: |unterminated string|unknown special query|.*syntax error")
 
 _SEARCH = """
@@ -109,9 +113,13 @@ class SQLiteSearch:
             return None
         return int(size or 0)
 
-    def set_search_index(self, enabled: bool, *, rebuild: bool = False) -> int:
+    def set_search_index(
+        self, enabled: bool, *, rebuild: bool = False, progress: Progress | None = None
+    ) -> int:
         """Turn the index on (indexing every node), off (emptying it), or with ``rebuild``
-        empty it and index every node again; how many nodes it holds now."""
+        empty it and index every node again; how many nodes it holds now. Indexing goes
+        in chunks of ``INDEX_CHUNK`` nodes, each reported to ``progress(done, total)``,
+        all in one transaction."""
         with self.transaction():
             if self._watermark() is not None and (rebuild or not enabled):
                 self.conn.execute("INSERT INTO nodes_fts (nodes_fts) VALUES ('delete-all')")
@@ -119,7 +127,23 @@ class SQLiteSearch:
             if not enabled:
                 return 0
             self.conn.execute("UPDATE search_state SET indexed_through = 0 WHERE indexed_through IS NULL")
-            self.index_pending()
+            through = self._watermark() or 0
+            (total,) = self.conn.execute("SELECT count(*) FROM nodes WHERE key > ?", (through,)).fetchone()
+            done = 0
+            while done < total:  # the watermark moves chunk by chunk, inside this transaction
+                (last,) = self.conn.execute(
+                    "SELECT max(key) FROM (SELECT key FROM nodes WHERE key > ? ORDER BY key LIMIT ?)",
+                    (through, INDEX_CHUNK),
+                ).fetchone()
+                self.conn.execute(
+                    "INSERT INTO nodes_fts (rowid, text, tools)"
+                    " SELECT key, text, tools FROM node_text_all WHERE key > ? AND key <= ?",
+                    (through, last),
+                )
+                self.conn.execute("UPDATE search_state SET indexed_through = ?", (last,))
+                done, through = min(done + INDEX_CHUNK, total), last
+                if progress is not None:
+                    progress(done, total)
             return int(self.conn.execute("SELECT count(*) FROM nodes_fts_docsize").fetchone()[0])
 
     def check_search_index(self) -> str | None:
