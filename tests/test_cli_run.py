@@ -293,13 +293,16 @@ def test_run_with_a_context_budget_compacts_and_keeps_every_original(agent_fakel
             s.append({"role": "assistant", "content": f"noted {i}"})
         s.append({"role": "user", "content": f"Say hello. ({uuid.uuid4().hex})"})
     args = ["--db", db, "run", "-s", s.id, "--context-budget", "100", "--keep-last", "1", "--no-stream"]
-    result = runner.invoke(cli, args)
+    result = runner.invoke(cli, [*args, "--json"])
     assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["step"] for line in lines] == ["compacted", "assistant", "final"]
     with Store(db) as store:
         s = store.session(s.id)
         path = s.path("main")
         assert [n.kind for n in path].count("summary") == 1 and len(path) == 15
         summary = next(n for n in path if n.kind == "summary")
+        assert lines[0]["node"] == summary.id and lines[0]["covers"]["nodes"] == 12
         assert summary.payload["covers"] == {"first": path[0].id, "last": path[11].id, "nodes": 12}
         assert store.run(summary.run_id).model  # the model wrote it: its run is recorded
         assert s.messages()[0]["content"] == summary.payload["summary"]

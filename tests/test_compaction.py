@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessiontree import Completion, InvalidPayload, Store, import_file, run, tool
+from sessiontree import Compacted, Completion, InvalidPayload, Store, import_file, run, tool
 from sessiontree.compaction import plan, project
 from sessiontree.testing import ScriptedModel, tool_call
 
@@ -175,6 +175,13 @@ def test_the_loop_compacts_before_a_call_that_would_pass_the_budget(store, sessi
     assert steps[-1].reason == "completed"
     kinds = [n.kind for n in session.path("main")]
     assert kinds == ["message", "message", "tool_start", "message", "summary", "message"]
+    # every node the run wrote is named by a step, the summary by Compacted
+    names = [type(s).__name__ for s in steps]
+    assert names == ["Assistant", "ToolStart", "ToolEnd", "Compacted", "Assistant", "Final"]
+    (compacted,) = [s for s in steps if isinstance(s, Compacted)]
+    assert compacted.node == session.path("main")[-2]
+    assert compacted.summary == "SUMMARY: asked for Paris weather; it is sunny."
+    assert compacted.node.payload["covers"]["nodes"] == 4
     summary_call, answer_call = model.calls[1], model.calls[2]
     assert summary_call["tools"] == [] and "Summarise" in summary_call["messages"][-1]["content"]
     assert contents(answer_call["messages"]) == ["SUMMARY: asked for Paris weather; it is sunny."]
@@ -223,6 +230,7 @@ def test_a_failing_summary_ends_the_run_with_an_error(store, session):
 
     steps = list(run(store, session, call=ScriptedModel([]), context_budget=0, keep_last=1, summarize=broken))
     assert steps[-1].reason == "error" and "summariser down" in steps[-1].error
+    assert not [s for s in steps if isinstance(s, Compacted)]  # nothing was compacted
     assert session.head().payload["during"] == "compaction"
 
 

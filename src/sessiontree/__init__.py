@@ -66,6 +66,7 @@ from .session import Session
 from .steps import (
     Approve,
     Assistant,
+    Compacted,
     Edit,
     Final,
     Pause,
@@ -98,6 +99,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointImmutable",
     "Comparison",
+    "Compacted",
     "Completion",
     "Conflict",
     "DiskFull",

@@ -51,6 +51,7 @@ from .session import Ref, Session, summary_text
 from .steps import (
     Approve,
     Assistant,
+    Compacted,
     Decision,
     Edit,
     Final,
@@ -136,12 +137,14 @@ async def arun(
                 model_calls += 1
                 if context_budget is not None and _tokens(cursor, count_tokens) > context_budget:
                     try:
-                        await _compact(cursor, call, summarize, keep_last)
+                        summary = await _compact(cursor, call, summarize, keep_last)
                     except SessionTreeError:
                         raise  # a lost compare-and-set: another run owns the branch now
                     except Exception as e:
                         yield cursor.fail(e, "compaction")
                         return
+                    if summary is not None:
+                        yield Compacted(summary)
                 async for step in _model_step(cursor, call, specs):
                     yield step
                     if isinstance(step, Final):

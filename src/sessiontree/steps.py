@@ -71,13 +71,24 @@ class Paused:
 
 
 @dataclass(frozen=True)
+class Compacted:
+    """The branch was compacted before a model call (``context_budget``)."""
+
+    node: Node  # the summary node, standing for the span its ``covers`` names
+
+    @property
+    def summary(self) -> str:
+        return str(self.node.payload.get("summary", ""))
+
+
+@dataclass(frozen=True)
 class Final:
     reason: FinalReason
     node: Node | None = None
     error: str | None = None
 
 
-Step = Token | Assistant | ToolStart | ToolEnd | Paused | Final
+Step = Token | Assistant | ToolStart | ToolEnd | Paused | Compacted | Final
 
 
 # -- answers to an approval question ---------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from ..steps import Assistant, Final, Paused, Resuming, Token, ToolCall, ToolEnd, ToolStart
+from ..steps import Assistant, Compacted, Final, Paused, Resuming, Token, ToolCall, ToolEnd, ToolStart
 from .render import calls_text, json_safe, one_line
 
 
@@ -75,6 +75,13 @@ def step_dict(step: Any) -> dict[str, Any]:
             "reason": step.node.payload.get("reason"),
             "calls": step.calls,
         }
+    if isinstance(step, Compacted):
+        return {
+            "step": "compacted",
+            "node": step.node.id,
+            "covers": step.node.payload.get("covers"),
+            "summary": step.summary,
+        }
     if isinstance(step, Final):
         return {
             "step": "final",
@@ -114,6 +121,9 @@ def echo_step(step: Any, streamed: bool = False) -> None:
             f"(or: sessiontree reject {step.node.id} --reason ...)"
         )
         click.echo(f"then resume: sessiontree resume {step.node.id}")
+    elif isinstance(step, Compacted):
+        covered = (step.node.payload.get("covers") or {}).get("nodes")
+        click.echo(f"compacted: a summary now stands for {covered} earlier nodes")
     elif isinstance(step, Final):
         if step.reason == "error":
             click.echo(f"error: {step.error}", err=True)
