@@ -79,8 +79,8 @@ def test_split_ancestry_adds_up_the_suffixes(base, steps):
     assert split_ancestry(ref) == (base, sum(steps))
 
 
-def test_abbreviations_are_unique_in_the_whole_store_and_resolve(tmp_path):
-    with Store(tmp_path / "many.db") as store:
+def test_abbreviations_are_unique_in_the_whole_store_and_resolve(db_target):
+    with Store(db_target) as store:
         # Many ids in the same few milliseconds share long prefixes across sessions.
         sessions = [store.create_session(f"s{i}") for i in range(5)]
         nodes = [n for s in sessions for n in s.append_many([user(str(j)) for j in range(40)])]

@@ -275,9 +275,8 @@ class Store:
         whole store (among all nodes and sessions), so any of them can be pasted back."""
         wanted = sorted(set(ids))
         width = max(minimum, MIN_PREFIX)
-        for id in wanted:
-            for other in self.storage.neighbours(id):
-                width = max(width, len(os.path.commonprefix([id, other])) + 1)
+        for id, other in self.storage.neighbours(wanted):
+            width = max(width, len(os.path.commonprefix([id, other])) + 1)
         return {id: id[:width] for id in wanted}
 
     # -- maintenance -----------------------------------------------------

@@ -76,8 +76,9 @@ class Storage(ABC):
         with it; ``NotFound`` / ``AmbiguousRef`` otherwise."""
 
     @abstractmethod
-    def neighbours(self, id: str) -> list[str]:
-        """The ids next to ``id`` in sorted order among all nodes and sessions."""
+    def neighbours(self, ids: Sequence[str]) -> list[tuple[str, str]]:
+        """(id, neighbour) for each of ``ids`` and each id next to it in sorted order among
+        all nodes and sessions, in one query for all of them."""
 
     # -- sessions --------------------------------------------------------------
 

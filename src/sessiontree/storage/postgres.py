@@ -218,15 +218,15 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
             raise AmbiguousRef(f"{what} prefix {ref!r} is ambiguous: {rows[0][0]}, {rows[1][0]}, ...")
         return str(rows[0][0])
 
-    def neighbours(self, id: str) -> list[str]:
-        row = self._row(
-            "SELECT (SELECT max(id) FROM nodes WHERE id < %(id)s),"
-            " (SELECT min(id) FROM nodes WHERE id > %(id)s),"
-            " (SELECT max(id) FROM sessions WHERE id < %(id)s),"
-            " (SELECT min(id) FROM sessions WHERE id > %(id)s)",
-            {"id": id},
+    def neighbours(self, ids: Sequence[str]) -> list[tuple[str, str]]:
+        rows = self._all(
+            "SELECT w.id,"
+            " (SELECT max(id) FROM nodes WHERE id < w.id), (SELECT min(id) FROM nodes WHERE id > w.id),"
+            " (SELECT max(id) FROM sessions WHERE id < w.id), (SELECT min(id) FROM sessions WHERE id > w.id)"
+            " FROM unnest(%(ids)s::text[]) AS w(id)",
+            {"ids": list(ids)},
         )
-        return [value for value in row or () if value is not None]
+        return [(row[0], other) for row in rows for other in row[1:] if other is not None]
 
     # -- sessions ------------------------------------------------------------------
 

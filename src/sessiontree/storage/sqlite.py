@@ -67,6 +67,14 @@ WITH RECURSIVE p(key, parent, id, depth, kind, payload, created_at, run) AS (
 SELECT p.id, p.depth, p.kind, p.payload, p.created_at, r.id, 0 FROM p LEFT JOIN runs r ON r.key = p.run
 """
 
+# Four index probes per id, all ids in one statement (an HTML export asks about thousands).
+_NEIGHBOURS = """
+SELECT w.value,
+       (SELECT max(id) FROM nodes WHERE id < w.value), (SELECT min(id) FROM nodes WHERE id > w.value),
+       (SELECT max(id) FROM sessions WHERE id < w.value), (SELECT min(id) FROM sessions WHERE id > w.value)
+FROM json_each(:ids) w
+"""
+
 
 class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
     """One SQLite database file (or ``:memory:``)."""
@@ -193,18 +201,9 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
             raise AmbiguousRef(f"{what} prefix {ref!r} is ambiguous: {rows[0][0]}, {rows[1][0]}, ...")
         return str(rows[0][0])
 
-    def neighbours(self, id: str) -> list[str]:
-        """The ids next to ``id`` in sorted order among all nodes and sessions."""
-        found = []
-        for table in ("nodes", "sessions"):
-            for sql in (
-                f"SELECT max(id) FROM {table} WHERE id < ?",
-                f"SELECT min(id) FROM {table} WHERE id > ?",
-            ):
-                value = self._one(sql, (id,))
-                if value is not None:
-                    found.append(value)
-        return found
+    def neighbours(self, ids: Sequence[str]) -> list[tuple[str, str]]:
+        rows = self.conn.execute(_NEIGHBOURS, {"ids": json.dumps(list(ids))}).fetchall()
+        return [(row[0], other) for row in rows for other in row[1:] if other is not None]
 
     # -- sessions ----------------------------------------------------------
 
