@@ -56,7 +56,7 @@ def test_workers_starting_together_migrate_exactly_once(pg_url):
         p.join(60)
     assert [p.exitcode for p in procs] == [0] * 6
     with Store(pg_url) as store:
-        assert store.schema_version == 7 and len(store.sessions()) == 6
+        assert store.schema_version == 8 and len(store.sessions()) == 6
         assert raw(store, "SELECT count(*) FROM schema_version") == [(1,)]
 
 
@@ -328,12 +328,13 @@ def test_migrate_lists_then_applies_on_a_server(pg_url):
         "0005_retention",
         "0006_search_queue",
         "0007_search_watermark",
+        "0008_redaction_count",
     ]
-    assert listed.output == "".join(f"{s}\n" for s in steps) + "5 pending step(s); schema version 0\n"
+    assert listed.output == "".join(f"{s}\n" for s in steps) + "6 pending step(s); schema version 0\n"
     applied = runner.invoke(cli, ["--db", pg_url, "migrate"])
     assert applied.output == "".join(f"applied {s}\n" for s in steps)
     again = runner.invoke(cli, ["--db", pg_url, "migrate"])
-    assert again.output == "0 pending step(s); schema version 7\n"
+    assert again.output == "0 pending step(s); schema version 8\n"
 
 
 def test_the_sqlite_path_imports_no_postgres_driver_and_a_missing_driver_is_explained(monkeypatch):

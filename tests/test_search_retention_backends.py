@@ -155,3 +155,26 @@ def test_only_sqlite_can_turn_the_index_off(any_store):
     assert any_store.set_search_index(False) == 0
     with pytest.raises(SearchIndexOff):
         any_store.search("paris")
+
+
+def test_a_redaction_by_another_store_reaches_this_stores_cached_reads(db_target):
+    """Nodes are cached because they never change; a redaction is the one change they
+    may undergo. Another store (another process) that strips a result counts it in the
+    file, and this store's next read of the path sees the marker, not the cached text."""
+    big = "x " * 8000
+    with Store(db_target) as agent, Store(db_target) as janitor:
+        s = agent.create_session("long-lived")
+        s.append(user("list the files"))
+        s.append(assistant(None, [CALL]))
+        s.append({"role": "tool", "tool_call_id": "c1", "content": big})
+        assert s.messages()[-1]["content"] == big  # read, and now cached
+        time.sleep(0.01)
+        report = janitor.retention(strip_older_than=0.001, strip_min_bytes=10_000, dry_run=False)
+        assert len(report.stripped) == 1
+        if db_target.startswith("postgresql://"):
+            time.sleep(agent.storage.redaction_check_every)  # a server store looks once a second
+        stripped = s.messages()[-1]["content"]
+        assert "stripped" in stripped and stripped != big
+        assert s.path("main")[-1].payload["content"] == stripped
+        s.append(assistant("done"))  # the cache goes on growing from the fresh read
+        assert [m["content"] for m in s.messages()][-2:] == [stripped, "done"]

@@ -23,6 +23,7 @@ the shared ``PathCache`` does the rest.
 from __future__ import annotations
 
 import json
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -357,9 +358,35 @@ class Storage(ABC):
         """The walk up from node ``key``, head first, ending at the root or at the first
         node whose id is in ``stops`` (that row flagged)."""
 
+    redaction_check_every: float = 0.0
+    """Seconds between two looks at the redaction count (0: before every read of a path)."""
+    _redactions_seen: int | None = None  # None until the first look, which clears the cache
+    _next_redaction_check = 0.0
+
+    @abstractmethod
+    def redaction_count(self) -> int:
+        """How many redactions were ever recorded here (it never counts down)."""
+
+    def _drop_stale_paths(self) -> None:
+        """Clear the cache if a redaction was recorded (by any process) since the last
+        look: it is the one change a node may undergo, and a cached path would go on
+        holding the old payload."""
+        now = time.monotonic()
+        if now < self._next_redaction_check:
+            return
+        self._next_redaction_check = now + self.redaction_check_every
+        count = self.redaction_count()
+        if count != self._redactions_seen:
+            self.cache.clear()
+            self._redactions_seen = count
+
     def path_to(self, key: int, node_id: str, session_id: str) -> tuple[Node, ...]:
         """Root-to-node: from the cache, or reading only the nodes after the nearest
         cached ancestor (see ``cache``)."""
+        self._drop_stale_paths()
+        return self._cached_path(key, node_id, session_id)
+
+    def _cached_path(self, key: int, node_id: str, session_id: str) -> tuple[Node, ...]:
         cached = self.cache.get(node_id)
         if cached is not None:
             return cached
@@ -384,9 +411,10 @@ class Storage(ABC):
         """The projection of the path to a node (``compaction.project``), root first (the
         dicts are shared with the cache: read-only). Re-reading a grown path costs O(new
         nodes)."""
+        self._drop_stale_paths()
         found = self.cache.messages(node_id)  # a new list
         if found is None:
-            path = self.path_to(key, node_id, session_id)
+            path = self._cached_path(key, node_id, session_id)
             found = self.cache.messages(node_id)
             if found is None:  # not cacheable (too big, or the cache is off)
                 return project(path)

@@ -19,9 +19,11 @@ Contract:
 - Only nodes and paths are cached, never pointers: a branch head is always
   read fresh from the database, so another process's append or move is seen
   at once. A node id is never given to another node, so a cached path can go
-  stale only if its nodes are deleted; ``clear`` runs after every prune and
-  session delete of this store, and a fresh head never leads to a deleted
-  node (prune keeps every ancestor of a ref).
+  stale only if its nodes are deleted or redacted; ``clear`` runs after every
+  prune, session delete and redaction of this store, and when the file's
+  redaction count moves (``Storage._drop_stale_paths``: another process
+  redacted); a fresh head never leads to a deleted node (prune keeps every
+  ancestor of a ref).
 - ``heads(session_id)`` lists the cached path ends of a session (newest
   first), so the backend can read only the nodes between a new head and the
   nearest cached ancestor.

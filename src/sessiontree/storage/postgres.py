@@ -72,6 +72,10 @@ class _Held(threading.local):
 class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
     """One PostgreSQL schema (``?schema=`` in the URL, default ``sessiontree``)."""
 
+    # A look at the redaction count is a round trip here: at most one a second, so
+    # another process's redaction reaches this store's cached reads within a second.
+    redaction_check_every = 1.0
+
     def __init__(self, url: str, *, readonly: bool = False, cache_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.target = pgdb.parse_url(url)
         self.url = self.target.shown
@@ -339,6 +343,9 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
 
     def _path_rows(self, key: int, stops: list[str]) -> list[PathRow]:
         return self._all(_PATH, {"key": key, "stop": stops})
+
+    def redaction_count(self) -> int:
+        return int(self._one("SELECT redactions FROM change_counts"))
 
     def wait_for_decisions(self, timeout: float) -> bool:
         """LISTEN for the trigger's NOTIFY; a missed signal costs one ``timeout``."""

@@ -307,6 +307,9 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
             return self.conn.execute(_WHOLE_PATH, {"key": key}).fetchall()
         return self.conn.execute(_PATH, {"key": key, "stop": json.dumps(stops)}).fetchall()
 
+    def redaction_count(self) -> int:
+        return int(self._one("SELECT redactions FROM change_counts"))
+
     def wait_for_decisions(self, timeout: float) -> bool:
         # SQLite has no way to signal another process: the caller polls ``resumable``.
         time.sleep(timeout)
