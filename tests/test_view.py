@@ -265,11 +265,54 @@ def test_serve_edit_decision_stores_the_new_arguments(demo):
     assert payload["by"] == "sessiontree serve"
 
 
+def test_with_login_every_request_needs_the_token_from_the_header_or_the_login_cookie(demo):
+    from sessiontree.view.server import LOGIN_COOKIE, NOT_LOGGED_IN
+
+    db, session_id, pause_id = demo
+    c = client(db, login=True, token="s3cret", allow_decide=True)
+    for path in ("/", f"/s/{session_id}", "/api/sessions", "/api/inbox", f"/api/sessions/{session_id}/data"):
+        refused = c.get(path)
+        assert refused.status_code == 401, path
+        assert NOT_LOGGED_IN in refused.text and session_id not in refused.text
+    assert c.get("/api/sessions").json() == {"error": NOT_LOGGED_IN}
+    assert c.get("/login", params={"token": "wrong"}).status_code == 401
+    assert c.cookies.get(LOGIN_COOKIE) is None
+    assert c.get("/api/sessions", headers={"X-Sessiontree-Token": "s3cret"}).status_code == 200  # scripts
+    went = c.get("/login", params={"token": "s3cret"}, follow_redirects=False)
+    assert went.status_code == 303 and went.headers["location"] == "/#token=s3cret"
+    cookie = went.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    assert c.get("/").status_code == 200  # the client keeps the cookie, as a browser does
+    assert [s["id"] for s in c.get("/api/sessions").json()] == [session_id]
+    # the cookie reads; a decision still needs the header (a cookie is sent by any page)
+    decision = {"decisions": {"call_send_email": {"action": "reject", "reason": "not now"}}}
+    assert c.post(f"/api/pauses/{pause_id}/decision", json=decision).status_code == 403
+
+
+def test_login_on_a_read_only_server_goes_to_the_index_without_a_token_in_the_url(demo):
+    db, _, _ = demo
+    c = client(db, login=True, token="t")
+    went = c.get("/login", params={"token": "t"}, follow_redirects=False)
+    assert went.headers["location"] == "/"
+    assert client(db).get("/login", params={"token": "t"}).status_code == 404  # no login: no such page
+
+
+def test_serve_needs_a_login_beyond_loopback():
+    from sessiontree.cli.view import is_loopback
+
+    assert is_loopback("127.0.0.1") and is_loopback("127.8.0.1") and is_loopback("::1")
+    assert is_loopback("[::1]") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5") and not is_loopback("::")
+    assert not is_loopback("myhost.example")  # a name may resolve to anything
+
+
 def test_create_app_refuses_decisions_without_a_token(demo):
     from sessiontree.view.server import create_app
 
     with pytest.raises(ValueError, match="token"):
         create_app(demo[0], allow_decide=True)
+    with pytest.raises(ValueError, match="token"):
+        create_app(demo[0], login=True)
 
 
 @pytest.mark.slow  # a real server process
@@ -320,6 +363,51 @@ def test_serve_command_prints_the_token_and_listens_on_loopback(demo):
         assert (
             store.node(ok.json()["decision"]).payload["decisions"]["call_send_email"]["reason"] == "not now"
         )
+
+
+@pytest.mark.slow  # a real server process
+def test_serve_command_with_login_prints_where_to_log_in(demo):
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+
+    db, session_id, _ = demo
+    command = [sys.executable, "-c", "from sessiontree.cli import cli; cli()", "--db", str(db)]
+    process = subprocess.Popen(
+        [*command, "serve", "--port", "0", "--login"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        first = process.stdout.readline()
+        url = re.fullmatch(
+            rf"serving {re.escape(str(db))} on (http://127\.0\.0\.1:\d+/) \(read-only\)\n", first
+        )
+        assert url, first
+        second = process.stdout.readline()
+        login = re.fullmatch(
+            rf"every page needs the token: log in at ({re.escape(url.group(1))}login\?token=\S+)\n", second
+        )
+        assert login, second
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                assert httpx.get(url.group(1), timeout=10).status_code == 401
+                break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline, "serve printed its address but never listened"
+                time.sleep(0.1)
+        with httpx.Client(follow_redirects=True, timeout=10) as browser:
+            page = browser.get(login.group(1))
+            assert page.status_code == 200 and str(page.url) == url.group(1)
+            assert [s["id"] for s in browser.get(f"{url.group(1)}api/sessions").json()] == [session_id]
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
 def test_serve_command_refuses_a_taken_port(demo):

@@ -8,6 +8,7 @@ a browser needs to post decisions.
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 import socket
 from pathlib import Path
@@ -70,13 +71,27 @@ def html(
     help="Let the inbox approve, reject and edit pauses (needs the token printed at start).",
 )
 @click.option(
+    "--login/--no-login",
+    default=None,
+    help="Need the token printed at start for every page, not only decisions "
+    "[default: on when HOST is not a loopback address].",
+)
+@click.option(
     "--price", "prices", multiple=True, help="MODEL=INPUT,OUTPUT in dollars per million tokens (repeatable)."
 )
 @click.pass_context
-def serve(ctx: click.Context, host: str, port: int, allow_decide: bool, prices: tuple[str, ...]) -> None:
+def serve(
+    ctx: click.Context,
+    host: str,
+    port: int,
+    allow_decide: bool,
+    login: bool | None,
+    prices: tuple[str, ...],
+) -> None:
     """Serve the sessions, their live trees and an inbox of pending pauses on HOST:PORT.
 
-    Read-only unless --allow-decide. Needs the web extra: pip install 'sessiontree[web]'.
+    Read-only unless --allow-decide. Beyond loopback every page needs the token printed
+    at start (--login). Needs the web extra: pip install 'sessiontree[web]'.
     """
     try:
         import uvicorn
@@ -89,7 +104,9 @@ def serve(ctx: click.Context, host: str, port: int, allow_decide: bool, prices: 
     store = open_store(ctx)  # creates the default file on first use, checks the schema
     store.close()
     path = db_url(ctx) or str(db_path(ctx)[0])
-    token = secrets.token_urlsafe(24) if allow_decide else None
+    if login is None:
+        login = not is_loopback(host)
+    token = secrets.token_urlsafe(24) if allow_decide or login else None
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -105,14 +122,27 @@ def serve(ctx: click.Context, host: str, port: int, allow_decide: bool, prices: 
         token=token,
         prices=dict(parse_price(p) for p in prices) or None,
         hosts=hosts,
+        login=login,
     )
     url = f"http://{shown}:{port}/"
     click.echo(f"serving {store.path} on {url}" + ("" if allow_decide else " (read-only)"))
-    if token:
+    if login:
+        click.echo(f"every page needs the token: log in at {url}login?token={token}")
+    elif token:
         click.echo(f"decisions allowed with the token {token}: open {url}#token={token}")
     click.echo("Ctrl-C stops the server", err=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
     server.run(sockets=[sock])
+
+
+def is_loopback(host: str) -> bool:
+    """Whether HOST is this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a name: it may resolve to anything
+        return False
 
 
 COMMANDS = [html, serve]

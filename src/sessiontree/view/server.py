@@ -17,6 +17,11 @@ Contract:
   token reaches the page in the URL fragment printed at start (``#token=...``),
   which is never sent to the server or shown to other sites. Requests whose
   ``Host`` is not this server's are refused (DNS rebinding).
+- With ``login`` every request needs the token too (reading included): in the
+  ``X-Sessiontree-Token`` header, or in the cookie ``/login?token=...`` sets
+  (HttpOnly, SameSite=Strict, so another site's page cannot send it). Anything
+  else gets 401 and a line saying how to log in. ``sessiontree serve`` turns it
+  on whenever it listens beyond loopback.
 - Every request opens its own ``Store`` (SQLite connections stay in one thread)
   and closes it; a sessiontree error becomes a JSON ``{"error": ...}`` reply.
 """
@@ -33,7 +38,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ..errors import Conflict, NotFound, SessionTreeError
@@ -45,6 +50,10 @@ from .data import inbox, session_data, version
 from .page import page, render_html
 
 TOKEN_HEADER = "X-Sessiontree-Token"
+LOGIN_COOKIE = "sessiontree_token"
+NOT_LOGGED_IN = (
+    "this sessiontree server needs its token: open the /login?token=... address it printed at start"
+)
 POLL_MS = 1500
 SEARCH_LIMIT = 50
 
@@ -72,10 +81,27 @@ def create_app(
     token: str | None = None,
     prices: dict[str, dict[str, float]] | None = None,
     hosts: list[str] | None = None,
+    login: bool = False,
 ) -> Starlette:
     """The app (see the module docstring); ``hosts`` are the Host names it answers to."""
-    if allow_decide and not token:
-        raise ValueError("allow_decide needs a token")
+    if (allow_decide or login) and not token:
+        raise ValueError("allow_decide and login need a token")
+
+    def is_token(given: str | None) -> bool:
+        return bool(token and given) and hmac.compare_digest(str(given).encode(), str(token).encode())
+
+    def logged_in(request: Request) -> bool:
+        return (
+            not login
+            or is_token(request.headers.get(TOKEN_HEADER))
+            or is_token(request.cookies.get(LOGIN_COOKIE))
+        )
+
+    def refused(request: Request) -> Response:
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": NOT_LOGGED_IN}, 401)
+        return Response(NOT_LOGGED_IN + "\n", 401, media_type="text/plain")
+
     path = str(db)
     decide_config = {"url": "/api/pauses/{pause}/decision", "header": TOKEN_HEADER} if allow_decide else None
 
@@ -85,6 +111,8 @@ def create_app(
 
     def reading(handler: Callable[[Store, Request], Response]) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:
+            if not logged_in(request):
+                return refused(request)
             try:
                 if shared is not None:
                     return handler(shared, request)
@@ -152,11 +180,22 @@ def create_app(
     def api_data(store: Store, request: Request) -> Response:
         return JSONResponse(session_data(store, request.path_params["session"], prices=prices))
 
+    def login_page(request: Request) -> Response:
+        """Check the token once, then keep it in a cookie and go to the index (with the
+        token in the fragment when decisions are allowed, for the page's POSTs)."""
+        if not login:
+            return Response("no login here: this server does not need one\n", 404, media_type="text/plain")
+        if not is_token(request.query_params.get("token")):
+            return refused(request)
+        assert token is not None
+        response = RedirectResponse("/" + (f"#token={token}" if allow_decide else ""), status_code=303)
+        response.set_cookie(LOGIN_COOKIE, token, httponly=True, samesite="strict", path="/")
+        return response
+
     async def api_decide(request: Request) -> Response:
         if not allow_decide:
             return JSONResponse({"error": "this server is read-only (start it with --allow-decide)"}, 403)
-        given = request.headers.get(TOKEN_HEADER, "")
-        if not token or not hmac.compare_digest(given.encode(), token.encode()):
+        if not is_token(request.headers.get(TOKEN_HEADER)):  # a cookie is not enough: see above
             return JSONResponse({"error": f"missing or wrong {TOKEN_HEADER} header"}, 403)
         try:
             body = json.loads(await request.body())
@@ -187,6 +226,7 @@ def create_app(
         Route("/api/sessions/{session}/version", reading(api_version)),
         Route("/api/sessions/{session}/data", reading(api_data)),
         Route("/api/pauses/{pause}/decision", api_decide, methods=["POST"]),
+        Route("/login", login_page),
     ]
     allowed = hosts or ["127.0.0.1", "localhost"]
     return Starlette(routes=routes, middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=allowed)])
