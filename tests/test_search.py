@@ -396,3 +396,24 @@ def test_cli_search_index(store, garage):
     rebuilt = runner.invoke(cli, [*db_args, "search-index", "rebuild"])
     assert rebuilt.stdout == "search index on: 5 nodes indexed, 0 pending, 32768 bytes\n"
     assert runner.invoke(cli, [*db_args, "search-index", "check"]).exit_code == 0
+
+
+def test_turning_the_index_off_and_on_while_another_store_writes(tmp_path):
+    """The switch lives in the file: a writer that has unindexed nodes when another store
+    turns the index off indexes nothing when it closes, and turning it on indexes
+    everything every store wrote."""
+    path = tmp_path / "shared.db"
+    with Store(path) as admin, Store(path) as writer:
+        s = writer.create_session()
+        for i in range(10):
+            s.append(user(f"osprey {i}"))  # pending: below a batch
+        assert admin.set_search_index(False) == 0
+        for i in range(SEARCH_BATCH_PLUS):  # past a batch: the writer's flush finds it off
+            s.append(user(f"osprey more {i}"))
+        assert writer.search_index().to_dict()["enabled"] is False
+        fts_ok(writer)
+    with Store(path) as admin:  # the writer closed with the index off: nothing indexed
+        assert admin.conn.execute("SELECT count(*) FROM nodes_fts_docsize").fetchone() == (0,)
+        assert admin.set_search_index(True) == 10 + SEARCH_BATCH_PLUS
+        assert len(admin.search("osprey", limit=200)) == 10 + SEARCH_BATCH_PLUS
+        fts_ok(admin)
