@@ -232,3 +232,50 @@ def test_a_new_store_in_a_read_only_directory_is_one_clear_error(place, tmp_path
 def test_a_new_store_in_a_missing_directory_is_one_clear_error(tmp_path):
     with pytest.raises(SessionTreeError, match=r"^cannot create .*x\.db: no such directory"):
         Store(tmp_path / "missing" / "x.db")
+
+
+@pytest.fixture
+def read_only_mount(tmp_path) -> Iterator[Path]:
+    """A tmpfs holding a store, remounted read-only (mounting needs root)."""
+    import subprocess
+
+    where = tmp_path / "mount"
+    where.mkdir()
+    if not ROOT:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)], capture_output=True, text=True
+    )
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        with Store(where / "s.db") as store:
+            s = store.create_session("mounted")
+            s.append({"role": "user", "content": "hello from a read-only mount"})
+        subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+        yield where / "s.db"
+    finally:
+        subprocess.run(["umount", "--lazy", str(where)], check=True)
+
+
+def test_a_read_only_mount_is_read_and_refuses_writes_in_one_line(read_only_mount):
+    """Root can write a read-only file, but not a read-only file system: the store sees
+    the mount, opens read-only by itself, reads everything and refuses every write."""
+    before = read_only_mount.read_bytes()
+    with Store(read_only_mount) as store:
+        (info,) = store.sessions()
+        assert store.session(info.id).messages() == [
+            {"role": "user", "content": "hello from a read-only mount"}
+        ]
+        assert [h.node.payload["content"] for h in store.search("mount")] == ["hello from a read-only mount"]
+        with pytest.raises(ReadOnly, match="its file system is mounted read-only"):
+            store.session(info.id).append({"role": "user", "content": "more"})
+    runner = CliRunner()
+    for args in READS:
+        result = runner.invoke(cli, ["--db", str(read_only_mount), *args])
+        assert result.exit_code == 0, (args, result.output)
+    for args in WRITES:
+        result = runner.invoke(cli, ["--db", str(read_only_mount), *args])
+        assert result.exit_code == 1, (args, result.output)
+        assert result.output.count("\n") == 1 and "mounted read-only" in result.output, (args, result.output)
+    assert read_only_mount.read_bytes() == before

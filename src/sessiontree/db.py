@@ -217,6 +217,11 @@ def read_only_reason(path: str | Path) -> str | None:
     file = Path(path)
     if str(path) == ":memory:" or not file.exists():
         return None
+    try:  # even root cannot write a file system mounted read-only
+        if os.statvfs(file).f_flag & os.ST_RDONLY:
+            return "its file system is mounted read-only"
+    except OSError:
+        pass
     if not os.access(file, os.W_OK):
         return "the file is read-only"
     beside = (Path(f"{file}-wal"), Path(f"{file}-shm"))
