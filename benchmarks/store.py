@@ -18,6 +18,9 @@ What it measures (each figure is the median of several repetitions; the rep coun
    the empty store, over the node count) for several content lengths, with the search
    index on and off; bytes per node minus the text length, and minus the stored payload
    (the message as JSON), is the per-node overhead, which should stay roughly constant.
+   Then the same for 2,000 messages of mixed lengths (log-uniform, 20 to 20,000
+   characters) on the store and on the floor at 4 and 8 KB pages: fixed sizes can flatter,
+   since a row that does not fit the gap left on the last page starts a new one.
 
 How: the raw baseline reuses the store's schema (each raw file is created by opening a
 ``Store`` on a fresh file), then talks to it through a plain ``sqlite3`` connection with the
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import random
@@ -248,6 +252,50 @@ def bench_storage(tmp: Path, reps: int, sizes: list[int], n: int) -> dict:
     return result
 
 
+def mixed_sizes(n: int) -> list[int]:
+    """Message lengths spread as real ones are: log-uniform from 20 to 20,000 characters
+    (seeded, so every run and every system stores the same messages)."""
+    rng = random.Random(7)
+    return [int(math.exp(rng.uniform(math.log(20), math.log(20_000)))) for _ in range(n)]
+
+
+def bench_mixed_storage(tmp: Path, n: int) -> dict:
+    """Bytes a node over its stored payload for messages of mixed lengths, for the store
+    (index on and off) and the floor on 4 and 8 KB pages. Rows appended at the end of a
+    B-tree leave the gap a row did not fit in, so the fixed sizes above can flatter."""
+    sizes = mixed_sizes(n)
+    messages = [message(i, size) for i, size in enumerate(sizes)]
+    chunks = [messages[i : i + 500] for i in range(0, n, 500)]
+    result = {}
+    for index in (True, False):
+        path = tmp / f"mixed-{index}.db"
+        with Store(path) as st:
+            st.set_search_index(index)
+            s = st.create_session()
+            st.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            empty = used_bytes(st.conn)
+            for chunk in chunks:
+                s.append_many(chunk)
+        with Store(path) as st:  # closing indexed what was pending (index on)
+            st.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            payload = st.conn.execute("SELECT sum(length(CAST(payload AS BLOB))) FROM nodes").fetchone()[0]
+            result["store" if index else "store_index_off"] = round(
+                (used_bytes(st.conn) - empty - payload) / n, 1
+            )
+    for name, page_size in (("floor", None), ("floor_8k", 8192)):
+        floor = Floor(tmp / f"mixed-{name}.db", page_size=page_size)
+        floor.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        empty = used_bytes(floor.conn)
+        for chunk in chunks:
+            floor.append_many(chunk)
+        floor.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        payload = floor.conn.execute("SELECT sum(length(CAST(payload AS BLOB))) FROM nodes").fetchone()[0]
+        result[name] = round((used_bytes(floor.conn) - empty - payload) / n, 1)
+        floor.close()
+    result["average_payload"] = round(payload / n, 1)
+    return result
+
+
 def machine() -> dict:
     return {
         "nproc": os.cpu_count(),
@@ -265,6 +313,7 @@ def run(quick: bool) -> dict:
         append, floor_append = bench_append(tmp, reps, n=200 if quick else 1_000, batch=1_000)
         paths, fork = bench_path_and_fork(tmp, reps, depths, forks=50 if quick else 200)
         storage = bench_storage(tmp, 3, [100, 1_000, 10_000], n=200 if quick else 2_000)
+        mixed = bench_mixed_storage(tmp, n=500 if quick else 2_000)
     return {
         "quick": quick,
         "reps": reps,
@@ -275,6 +324,7 @@ def run(quick: bool) -> dict:
         "path_ms": paths,
         "fork_us": fork,
         "storage": storage,
+        "mixed_storage": mixed,
     }
 
 
@@ -321,6 +371,16 @@ def print_table(r: dict) -> None:
                 f"{int(size):<24,}{v['bytes_per_node']:>12.1f}{v['overhead']:>12.1f}{v['over_payload']:>14.1f}"
             )
         print(f"{'extra bytes per extra char (slope)':<36}{figures['slope']:>12.3f}")
+    mixed = r["mixed_storage"]
+    average = f"average {mixed['average_payload']:,.0f} B"
+    print(f"\nbytes a node over the payload, mixed lengths (20 to 20,000 chars, {average})")
+    for label, key in (
+        ("store, search index on", "store"),
+        ("store, search index off", "store_index_off"),
+        ("floor, 4 KB pages", "floor"),
+        ("floor, 8 KB pages", "floor_8k"),
+    ):
+        print(f"{label:<36}{mixed[key]:>12.1f}")
 
 
 def main(argv: list[str] | None = None) -> int:

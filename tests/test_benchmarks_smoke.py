@@ -48,9 +48,16 @@ def test_quick_json_run_reports_every_figure():
     assert set(result["floor_append_us"]) == {"single", "batched"}
     for figure in result["floor_append_us"].values():
         assert set(figure) == steps | {f"{s}_ratio" for s in steps - {"floor"}}
-    measured = ("append_us", "floor_append_us", "path_ms", "fork_us", "storage")
+    assert set(result["mixed_storage"]) == {
+        "store",
+        "store_index_off",
+        "floor",
+        "floor_8k",
+        "average_payload",
+    }
+    measured = ("append_us", "floor_append_us", "path_ms", "fork_us", "storage", "mixed_storage")
     figures = list(numbers({k: result[k] for k in measured}))
-    assert len(figures) == 2 * 3 + 2 * 9 + 3 * 3 + 3 + 2 * (3 * 3 + 1)
+    assert len(figures) == 2 * 3 + 2 * 9 + 3 * 3 + 3 + 2 * (3 * 3 + 1) + 5
     assert all(x > 0 for x in figures)
 
 
