@@ -364,6 +364,14 @@ def test_checking_needs_write_access(tmp_path, garage, store):
         reader.check_search_index()
 
 
+def test_cli_search_index_never_creates_a_store(tmp_path):
+    missing = tmp_path / "missing.db"
+    for action in ("status", "on", "off", "rebuild", "check"):
+        result = CliRunner().invoke(cli, ["--db", str(missing), "search-index", action])
+        assert result.exit_code == 1 and result.output.startswith(f"Error: no database at {missing}"), action
+    assert not missing.exists()
+
+
 def test_cli_search_index(store, garage):
     runner, db_args = CliRunner(), ["--db", str(store.path)]
     store.search("flux")  # everything indexed

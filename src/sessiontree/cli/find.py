@@ -81,7 +81,10 @@ def search_index(ctx: click.Context, action: str, as_json: bool) -> None:
     rebuild  empty it and index every node again (repairs a damaged index)
     check    compare the index with the nodes' text; exit 1 if they disagree
     """
-    store = open_store(ctx, write=action != "status")  # FTS5 runs its check as a write statement
+    store = open_store(ctx)  # a store that does not exist yet is an error, not created here
+    if action != "status":  # FTS5 runs its check as a write statement
+        store.close()
+        store = open_store(ctx, write=True)
     if action == "check":
         problem = store.check_search_index()
         if as_json:
