@@ -517,3 +517,11 @@ def test_prune_keeps_what_was_written_inside_the_grace_period(store, session):
     assert store.prune(dry_run=False).node_ids == []  # the default grace: 10 minutes
     assert session.node(fresh.id) == fresh
     assert store.prune(dry_run=False, grace=0).node_ids == [fresh.id]
+
+
+def test_fork_returns_the_branch_as_it_reads_back(any_store):
+    s = any_store.create_session()
+    s.append(user("hi"))
+    made = s.fork("alt", at="main", metadata={"why": ("a", "tuple"), "n": 1})
+    assert made == s.branch("alt")
+    assert made.metadata == {"why": ["a", "tuple"], "n": 1}  # as JSON gives it back

@@ -20,6 +20,7 @@ Contract:
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
@@ -420,8 +421,13 @@ class Session:
     def fork(self, name: str, *, at: Ref, metadata: dict[str, Any] | None = None) -> Branch:
         """A new branch pointing at ``at``. One row; nothing is copied."""
         with self.storage.transaction():
-            self._set_head(name, self._locate(at)[0], now(), exists=False, metadata=metadata)
-            return self.branch(name)
+            key, node_id = self._locate(at)
+            when = now()
+            self._set_head(name, key, when, exists=False, metadata=metadata)
+        # What was just written, without reading it back (a round trip on a server); the
+        # metadata as it reads back from its JSON.
+        stored = json.loads(encode_json(metadata or {}, "branch metadata"))
+        return Branch(self.id, name, node_id, when, when, stored)
 
     def move(self, name: str, *, to: Ref, expect_head: Ref | None = None) -> Branch:
         """Point an existing branch somewhere else (compare-and-set with ``expect_head``)."""
