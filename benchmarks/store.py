@@ -216,6 +216,24 @@ def used_bytes(conn: sqlite3.Connection) -> int:
     return (pages - free) * size
 
 
+def stored(path: Path, index: bool, messages: list[dict], batch: int) -> tuple[int, int]:
+    """Write ``messages`` (``append_many`` of ``batch`` at a time) into a fresh store with
+    its search index on or off: the bytes its pages gained, and the payloads' bytes (after
+    a checkpoint, every node indexed)."""
+    with Store(path) as st:
+        st.set_search_index(index)
+        s = st.create_session()
+        st.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        empty = used_bytes(st.conn)
+        for start in range(0, len(messages), batch):
+            s.append_many(messages[start : start + batch])
+    with Store(path) as st:  # closing indexed what was pending (index on)
+        assert st.search_index().pending == 0
+        st.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        payload = st.conn.execute("SELECT sum(length(CAST(payload AS BLOB))) FROM nodes").fetchone()[0]
+        return used_bytes(st.conn) - empty, payload
+
+
 def bench_storage(tmp: Path, reps: int, sizes: list[int], n: int) -> dict:
     """Marginal bytes per node, with the search index on (the default) and off; the
     overhead over the message's text and over the stored payload (its JSON)."""
@@ -224,22 +242,11 @@ def bench_storage(tmp: Path, reps: int, sizes: list[int], n: int) -> dict:
         figures = {}
         for size in sizes:
             per_node = []
+            messages = [message(i, size) for i in range(n)]
             for rep in range(reps):
-                path = tmp / f"size-{size}-{rep}-{index}.db"
-                with Store(path) as st:
-                    st.set_search_index(index)
-                    s = st.create_session()
-                    st.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                    empty = used_bytes(st.conn)
-                    for start in range(0, n, 1000):
-                        s.append_many([message(i, size) for i in range(start, min(n, start + 1000))])
-                with Store(path) as st:  # closing indexed what was pending (index on)
-                    assert st.search_index().pending == 0
-                    st.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                    per_node.append((used_bytes(st.conn) - empty) / n)
-                    payload = st.conn.execute(
-                        "SELECT avg(length(CAST(payload AS BLOB))) FROM nodes"
-                    ).fetchone()[0]
+                added, payload = stored(tmp / f"size-{size}-{rep}-{index}.db", index, messages, 1000)
+                per_node.append(added / n)
+            payload /= n
             bpn = statistics.median(per_node)
             figures[str(size)] = {
                 "bytes_per_node": round(bpn, 1),
@@ -263,25 +270,12 @@ def bench_mixed_storage(tmp: Path, n: int) -> dict:
     """Bytes a node over its stored payload for messages of mixed lengths, for the store
     (index on and off) and the floor on 4 and 8 KB pages. Rows appended at the end of a
     B-tree leave the gap a row did not fit in, so the fixed sizes above can flatter."""
-    sizes = mixed_sizes(n)
-    messages = [message(i, size) for i, size in enumerate(sizes)]
+    messages = [message(i, size) for i, size in enumerate(mixed_sizes(n))]
     chunks = [messages[i : i + 500] for i in range(0, n, 500)]
     result = {}
     for index in (True, False):
-        path = tmp / f"mixed-{index}.db"
-        with Store(path) as st:
-            st.set_search_index(index)
-            s = st.create_session()
-            st.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            empty = used_bytes(st.conn)
-            for chunk in chunks:
-                s.append_many(chunk)
-        with Store(path) as st:  # closing indexed what was pending (index on)
-            st.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            payload = st.conn.execute("SELECT sum(length(CAST(payload AS BLOB))) FROM nodes").fetchone()[0]
-            result["store" if index else "store_index_off"] = round(
-                (used_bytes(st.conn) - empty - payload) / n, 1
-            )
+        added, payload = stored(tmp / f"mixed-{index}.db", index, messages, 500)
+        result["store" if index else "store_index_off"] = round((added - payload) / n, 1)
     for name, page_size in (("floor", None), ("floor_8k", 8192)):
         floor = Floor(tmp / f"mixed-{name}.db", page_size=page_size)
         floor.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

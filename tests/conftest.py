@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import textwrap
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +43,25 @@ def agent_fakellm(tmp_path_factory):
     server = servers.start_fakellm(root / "rules.yaml", root / "logs")
     yield server
     server.stop()
+
+
+@contextmanager
+def tmpfs(where: Path, size: str = "8m") -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted on ``where`` (made here) for the test, unmounted after
+    it; mounting needs root and the capability to mount, so elsewhere the test is skipped,
+    saying why."""
+    where.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True
+    )
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "--lazy", str(where)], check=True)  # even if a test left a file open
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ capability to mount): elsewhere these tests are skipped, saying why.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,22 +19,13 @@ from sessiontree import DiskFull, Store
 from sessiontree.cli import cli
 from sessiontree.formats import export_native
 
+from conftest import tmpfs
+
 
 @pytest.fixture
 def small_disk(tmp_path) -> Iterator[Path]:
-    where = tmp_path / "disk"
-    where.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)], capture_output=True, text=True
-    )
-    if mounted.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "disk") as where:
         yield where
-    finally:
-        subprocess.run(["umount", "--lazy", str(where)], check=True)  # even if a test left a file open
 
 
 def fill(disk: Path) -> Path:

@@ -15,6 +15,7 @@ import os
 import pwd
 import shutil
 import sqlite3
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +26,8 @@ from click.testing import CliRunner
 
 from sessiontree import ReadOnly, SessionTreeError, Store
 from sessiontree.cli import cli
+
+from conftest import tmpfs
 
 ROOT = os.geteuid() == 0
 READS = [["sessions"], ["log", "main"], ["verify"], ["stats"], ["export"], ["tree"]]
@@ -236,26 +239,13 @@ def test_a_new_store_in_a_missing_directory_is_one_clear_error(tmp_path):
 
 @pytest.fixture
 def read_only_mount(tmp_path) -> Iterator[Path]:
-    """A tmpfs holding a store, remounted read-only (mounting needs root)."""
-    import subprocess
-
-    where = tmp_path / "mount"
-    where.mkdir()
-    if not ROOT:
-        pytest.skip("mounting a tmpfs needs root")
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)], capture_output=True, text=True
-    )
-    if mounted.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    """A tmpfs holding a store, remounted read-only."""
+    with tmpfs(tmp_path / "mount") as where:
         with Store(where / "s.db") as store:
             s = store.create_session("mounted")
             s.append({"role": "user", "content": "hello from a read-only mount"})
         subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
         yield where / "s.db"
-    finally:
-        subprocess.run(["umount", "--lazy", str(where)], check=True)
 
 
 def test_a_read_only_mount_is_read_and_refuses_writes_in_one_line(read_only_mount):

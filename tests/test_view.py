@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from click.testing import CliRunner
@@ -315,26 +317,49 @@ def test_create_app_refuses_decisions_without_a_token(demo):
         create_app(demo[0], login=True)
 
 
-@pytest.mark.slow  # a real server process
-def test_serve_command_prints_the_token_and_listens_on_loopback(demo):
+@contextmanager
+def serve_process(db, *options: str) -> Iterator[tuple[str, str]]:
+    """``sessiontree serve --port 0 OPTIONS`` in a process of its own: the first two
+    lines it prints; stopped after."""
     import os
     import subprocess
     import sys
 
-    import httpx
-
-    db, _, pause_id = demo
     command = [sys.executable, "-c", "from sessiontree.cli import cli; cli()", "--db", str(db)]
     process = subprocess.Popen(
-        [*command, "serve", "--port", "0", "--allow-decide"],
+        [*command, "serve", "--port", "0", *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        first = process.stdout.readline()
-        second = process.stdout.readline()
+        assert process.stdout is not None
+        yield process.stdout.readline(), process.stdout.readline()
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def first_answer(url: str):
+    """GET ``url`` once the server listens (its address is printed a moment before)."""
+    import httpx
+
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            return httpx.get(url, timeout=10)
+        except httpx.ConnectError:
+            assert time.monotonic() < deadline, "serve printed its address but never listened"
+            time.sleep(0.1)
+
+
+@pytest.mark.slow  # a real server process
+def test_serve_command_prints_the_token_and_listens_on_loopback(demo):
+    import httpx
+
+    db, _, pause_id = demo
+    with serve_process(db, "--allow-decide") as (first, second):
         match = re.fullmatch(rf"serving {re.escape(str(db))} on (http://127\.0\.0\.1:\d+/)\n", first)
         assert match, first
         url = match.group(1)
@@ -342,22 +367,12 @@ def test_serve_command_prints_the_token_and_listens_on_loopback(demo):
             rf"decisions allowed with the token (\S+): open {re.escape(url)}#token=\1\n", second
         )
         assert token, second
-        deadline = time.monotonic() + 20  # the line may come a moment before the socket listens
-        while True:
-            try:
-                assert httpx.get(url, timeout=10).status_code == 200
-                break
-            except httpx.ConnectError:
-                assert time.monotonic() < deadline, "serve printed its address but never listened"
-                time.sleep(0.1)
+        assert first_answer(url).status_code == 200
         decision = {"decisions": {"call_send_email": {"action": "reject", "reason": "not now"}}}
         endpoint = f"{url}api/pauses/{pause_id}/decision"
         assert httpx.post(endpoint, json=decision, timeout=10).status_code == 403
         ok = httpx.post(endpoint, json=decision, headers={"X-Sessiontree-Token": token.group(1)}, timeout=10)
         assert ok.status_code == 200, ok.text
-    finally:
-        process.terminate()
-        process.wait(10)
     with Store(db) as store:
         assert store.pending() == []
         assert (
@@ -367,47 +382,23 @@ def test_serve_command_prints_the_token_and_listens_on_loopback(demo):
 
 @pytest.mark.slow  # a real server process
 def test_serve_command_with_login_prints_where_to_log_in(demo):
-    import os
-    import subprocess
-    import sys
-
     import httpx
 
     db, session_id, _ = demo
-    command = [sys.executable, "-c", "from sessiontree.cli import cli; cli()", "--db", str(db)]
-    process = subprocess.Popen(
-        [*command, "serve", "--port", "0", "--login"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        first = process.stdout.readline()
+    with serve_process(db, "--login") as (first, second):
         url = re.fullmatch(
             rf"serving {re.escape(str(db))} on (http://127\.0\.0\.1:\d+/) \(read-only\)\n", first
         )
         assert url, first
-        second = process.stdout.readline()
         login = re.fullmatch(
             rf"every page needs the token: log in at ({re.escape(url.group(1))}login\?token=\S+)\n", second
         )
         assert login, second
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                assert httpx.get(url.group(1), timeout=10).status_code == 401
-                break
-            except httpx.ConnectError:
-                assert time.monotonic() < deadline, "serve printed its address but never listened"
-                time.sleep(0.1)
+        assert first_answer(url.group(1)).status_code == 401
         with httpx.Client(follow_redirects=True, timeout=10) as browser:
             page = browser.get(login.group(1))
             assert page.status_code == 200 and str(page.url) == url.group(1)
             assert [s["id"] for s in browser.get(f"{url.group(1)}api/sessions").json()] == [session_id]
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 def test_serve_command_refuses_a_taken_port(demo):

@@ -79,22 +79,31 @@ class SQLiteSearch:
         through: int | None = self.conn.execute("SELECT indexed_through FROM search_state").fetchone()[0]
         return through
 
-    def index_pending(self) -> int:
-        """Index every node above the watermark in one statement (one FTS5 segment) and
-        move the watermark to the largest key; how many (inside a write transaction).
-        Nothing when the index is off."""
+    def index_pending(self, progress: Progress | None = None) -> int:
+        """Index every node above the watermark, ``INDEX_CHUNK`` nodes a statement (one
+        FTS5 segment each; a writer's batch is one chunk), moving the watermark after each
+        and reporting ``progress(done, total)``; how many nodes that was (inside a write
+        transaction). Nothing when the index is off."""
         through = self._watermark()
         if through is None:
             return 0
-        count = self.conn.execute(
-            "INSERT INTO nodes_fts (rowid, text, tools)"
-            " SELECT key, text, tools FROM node_text_all WHERE key > ?",
-            (through,),
-        ).rowcount
-        self.conn.execute(
-            "UPDATE search_state SET indexed_through = (SELECT coalesce(max(key), 0) FROM nodes)"
-        )
-        return count
+        (total,) = self.conn.execute("SELECT count(*) FROM nodes WHERE key > ?", (through,)).fetchone()
+        done = 0
+        while done < total:
+            (last,) = self.conn.execute(
+                "SELECT max(key) FROM (SELECT key FROM nodes WHERE key > ? ORDER BY key LIMIT ?)",
+                (through, INDEX_CHUNK),
+            ).fetchone()
+            self.conn.execute(
+                "INSERT INTO nodes_fts (rowid, text, tools)"
+                " SELECT key, text, tools FROM node_text_all WHERE key > ? AND key <= ?",
+                (through, last),
+            )
+            self.conn.execute("UPDATE search_state SET indexed_through = ?", (last,))
+            done, through = min(done + INDEX_CHUNK, total), last
+            if progress is not None:
+                progress(done, total)
+        return int(total)
 
     def search_index(self) -> SearchIndex:
         through = self._watermark()
@@ -117,9 +126,8 @@ class SQLiteSearch:
         self, enabled: bool, *, rebuild: bool = False, progress: Progress | None = None
     ) -> int:
         """Turn the index on (indexing every node), off (emptying it), or with ``rebuild``
-        empty it and index every node again; how many nodes it holds now. Indexing goes
-        in chunks of ``INDEX_CHUNK`` nodes, each reported to ``progress(done, total)``,
-        all in one transaction."""
+        empty it and index every node again, all in one transaction (``index_pending``
+        reports the progress); how many nodes it holds now."""
         with self.transaction():
             if self._watermark() is not None and (rebuild or not enabled):
                 self.conn.execute("INSERT INTO nodes_fts (nodes_fts) VALUES ('delete-all')")
@@ -127,23 +135,7 @@ class SQLiteSearch:
             if not enabled:
                 return 0
             self.conn.execute("UPDATE search_state SET indexed_through = 0 WHERE indexed_through IS NULL")
-            through = self._watermark() or 0
-            (total,) = self.conn.execute("SELECT count(*) FROM nodes WHERE key > ?", (through,)).fetchone()
-            done = 0
-            while done < total:  # the watermark moves chunk by chunk, inside this transaction
-                (last,) = self.conn.execute(
-                    "SELECT max(key) FROM (SELECT key FROM nodes WHERE key > ? ORDER BY key LIMIT ?)",
-                    (through, INDEX_CHUNK),
-                ).fetchone()
-                self.conn.execute(
-                    "INSERT INTO nodes_fts (rowid, text, tools)"
-                    " SELECT key, text, tools FROM node_text_all WHERE key > ? AND key <= ?",
-                    (through, last),
-                )
-                self.conn.execute("UPDATE search_state SET indexed_through = ?", (last,))
-                done, through = min(done + INDEX_CHUNK, total), last
-                if progress is not None:
-                    progress(done, total)
+            self.index_pending(progress)
             return int(self.conn.execute("SELECT count(*) FROM nodes_fts_docsize").fetchone()[0])
 
     def check_search_index(self) -> str | None:
