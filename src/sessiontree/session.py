@@ -99,12 +99,17 @@ class Session:
         return key, node_id
 
     def _locate_base(self, ref: str) -> tuple[int, str]:
-        found = self.storage.ref(self._key, ref)
-        if found is not None:
-            if found[1] is None or found[2] is None:
-                raise NotFound(f"branch {ref!r} has no nodes yet")
-            return found[1], found[2]
-        handle = self.storage.handle(ref)
+        # A whole id is never a name (new names cannot look like ids): the node is looked up first.
+        whole_id = FULL_ID.fullmatch(ref) is not None
+        handle = self.storage.handle(ref) if whole_id else None
+        if handle is None:
+            found = self.storage.ref(self._key, ref)
+            if found is not None:
+                if found[1] is None or found[2] is None:
+                    raise NotFound(f"branch {ref!r} has no nodes yet")
+                return found[1], found[2]
+            if not whole_id:  # an imported id of another shape
+                handle = self.storage.handle(ref)
         if handle is not None:
             if handle[1] != self.id:
                 raise Conflict(f"node {ref} belongs to session {handle[1]}, not {self.id}")
