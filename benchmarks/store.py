@@ -9,7 +9,8 @@ What it measures (each figure is the median of several repetitions; the rep coun
    floor schema of ``benchmarks/floor.py`` (integer-keyed ``nodes`` plus a ``heads`` row:
    what a competent engineer would write for the job, not sessiontree's schema), with the
    steps in between: the floor on the store's 8 KB pages, raw SQL on the store's schema,
-   and the store with its search index off and on.
+   and the store with its search index off and on. For each step also the pages one
+   append writes to the write-ahead log (a commit writes every page it changed).
 2. path: ms for ``Session.path`` at depth 100 / 1,000 / 10,000 / 100,000 against a raw
    recursive CTE (same columns, root-to-node order) with ``fetchall`` on the same file. The
    store is opened with ``cache_bytes=0``, so every read is a query, as on the raw side.
@@ -150,6 +151,10 @@ def bench_append(tmp: Path, reps: int, n: int, batch: int) -> tuple[dict, dict]:
             single[name].append(timed(lambda a=append: [a(p) for p in payloads[:n]]) / n)
         for name, append_many in many_fns.items():
             many[name].append(timed(lambda a=append_many: a(payloads[:batch])) / batch)
+    connections = {"store": st.storage.conn, "store_index_off": off.storage.conn, "raw": raw.conn}
+    connections |= {"floor": floor.conn, "floor_8k": floor8k.conn}
+    # 500 appends stay under the store's own log bound (``WAL_LIMIT``), which would empty it
+    frames = {name: wal_pages(connections[name], single_fns[name], payloads[:500]) for name in single_fns}
     for store in (st, off):
         store.close()
     raw.conn.close()
@@ -167,7 +172,20 @@ def bench_append(tmp: Path, reps: int, n: int, batch: int) -> tuple[dict, dict]:
             figure[f"{name}_ratio"] = round(medians[name] / medians["floor"], 2)
         return figure
 
-    return own, {"single": steps(single), "batched": steps(many)}
+    return own, {"single": steps(single), "batched": steps(many), "wal_pages": frames}
+
+
+def wal_pages(conn: sqlite3.Connection, append, payloads: list[dict]) -> float:
+    """Pages written to the write-ahead log per one-node append (one frame per page a commit
+    changes): what a commit costs in I/O. The log is emptied first and not checkpointed
+    meanwhile; the store's periodic search-index batches count, spread over the appends."""
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    path = conn.execute("PRAGMA database_list").fetchone()[2]
+    for p in payloads:
+        append(p)
+    return round(os.path.getsize(path + "-wal") / (page_size + 24) / len(payloads), 2)
 
 
 def bench_path_and_fork(tmp: Path, reps: int, depths: list[int], forks: int) -> tuple[dict, dict]:
@@ -337,7 +355,7 @@ def print_table(r: dict) -> None:
     for label, v in rows:
         print(f"{label:<36}{v['store']:>12.2f}{v['raw']:>12.2f}{v['ratio']:>10.2f}x")
     print("\nfrom the minimal floor schema to the store (benchmarks/floor.py: integer ids, nodes + heads)")
-    print(f"{'µs per node, ratio to the floor':<36}{'one append':>18}{'append_many':>18}")
+    print(f"{'µs per node, ratio to the floor':<36}{'one append':>18}{'append_many':>18}{'log pages':>11}")
     steps = [
         ("floor, 4 KB pages (SQLite default)", "floor"),
         ("floor, 8 KB pages (the store's)", "floor_8k"),
@@ -350,7 +368,7 @@ def print_table(r: dict) -> None:
         cells = [
             f"{f[key]:>9.2f} {1.0 if key == 'floor' else f[key + '_ratio']:>6.2f}x" for f in (single, batched)
         ]
-        print(f"{label:<36}{cells[0]:>18}{cells[1]:>18}")
+        print(f"{label:<36}{cells[0]:>18}{cells[1]:>18}{r['floor_append_us']['wal_pages'][key]:>11.2f}")
     print()
     for depth, us in r["fork_us"].items():
         if depth != "ratio":

@@ -45,9 +45,13 @@ def test_quick_json_run_reports_every_figure():
             assert set(size) == {"bytes_per_node", "overhead", "over_payload"}
         assert "slope" in storage
     steps = {"store", "store_index_off", "raw", "floor", "floor_8k"}
-    assert set(result["floor_append_us"]) == {"single", "batched"}
-    for figure in result["floor_append_us"].values():
+    assert set(result["floor_append_us"]) == {"single", "batched", "wal_pages"}
+    for figure in (result["floor_append_us"][k] for k in ("single", "batched")):
         assert set(figure) == steps | {f"{s}_ratio" for s in steps - {"floor"}}
+    pages = result["floor_append_us"]["wal_pages"]
+    assert set(pages) == steps
+    # a commit writes at least the node's page, its parent-index page and the head's page
+    assert all(p >= 3 for p in pages.values()) and pages["store"] >= pages["floor"]
     assert set(result["mixed_storage"]) == {
         "store",
         "store_index_off",
@@ -57,7 +61,7 @@ def test_quick_json_run_reports_every_figure():
     }
     measured = ("append_us", "floor_append_us", "path_ms", "fork_us", "storage", "mixed_storage")
     figures = list(numbers({k: result[k] for k in measured}))
-    assert len(figures) == 2 * 3 + 2 * 9 + 3 * 3 + 3 + 2 * (3 * 3 + 1) + 5
+    assert len(figures) == 2 * 3 + 2 * 9 + 5 + 3 * 3 + 3 + 2 * (3 * 3 + 1) + 5
     assert all(x > 0 for x in figures)
 
 

@@ -6,6 +6,7 @@ import importlib
 import importlib.util
 import json
 import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -339,23 +340,38 @@ def worker(
     until_idle: bool,
     as_json: bool,
 ) -> None:
-    """Resume every decided pause, then wait for more (Ctrl-C stops). Several workers, on
-    any machines sharing the store, carry on each pause exactly once."""
+    """Resume every decided pause, then wait for more (Ctrl-C or SIGTERM stops). Several
+    workers, on any machines sharing the store, carry on each pause exactly once."""
     call = make_call(base_url, model, api_key_env, not no_stream, params)
     tools = load_tools(tool_specs)
     store = open_store(ctx, write=True)
-    print_steps(
-        awork(
-            store,
-            poll=poll,
-            until_idle=until_idle,
-            call=call,
-            tools=tools,
-            approve=approver(policy),
-            max_steps=max_steps,
-        ),
-        as_json,
-    )
+    stopped_by = signal.SIGINT
+
+    def on_term(signum: int, frame: Any) -> None:  # a service manager's stop is a Ctrl-C
+        nonlocal stopped_by
+        stopped_by = signal.SIGTERM
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        print_steps(
+            awork(
+                store,
+                poll=poll,
+                until_idle=until_idle,
+                call=call,
+                tools=tools,
+                approve=approver(policy),
+                max_steps=max_steps,
+            ),
+            as_json,
+        )
+    except KeyboardInterrupt:
+        # A requested stop, not a failure: one line, and the shell's code for the signal.
+        click.echo(f"worker stopped ({stopped_by.name})", err=True)
+        ctx.exit(128 + stopped_by)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 COMMANDS = [run, resume, worker]
