@@ -33,6 +33,7 @@ from sessiontree import (
     decide,
 )
 from sessiontree.cli import cli
+from sessiontree.db import migrations
 from test_reliability_pauses import make_pauses
 
 from conftest import drop_schema, fresh_schema_url, public_rows_of, raw, user
@@ -56,7 +57,7 @@ def test_workers_starting_together_migrate_exactly_once(pg_url):
         p.join(60)
     assert [p.exitcode for p in procs] == [0] * 6
     with Store(pg_url) as store:
-        assert store.schema_version == 8 and len(store.sessions()) == 6
+        assert store.schema_version == len(migrations()) and len(store.sessions()) == 6
         assert raw(store, "SELECT count(*) FROM schema_version") == [(1,)]
 
 
@@ -334,12 +335,13 @@ def test_migrate_lists_then_applies_on_a_server(pg_url):
         "0006_search_queue",
         "0007_search_watermark",
         "0008_redaction_count",
+        "0009_search_tools",
     ]
-    assert listed.output == "".join(f"{s}\n" for s in steps) + "6 pending step(s); schema version 0\n"
+    assert listed.output == "".join(f"{s}\n" for s in steps) + "7 pending step(s); schema version 0\n"
     applied = runner.invoke(cli, ["--db", pg_url, "migrate"])
     assert applied.output == "".join(f"applied {s}\n" for s in steps)
     again = runner.invoke(cli, ["--db", pg_url, "migrate"])
-    assert again.output == "0 pending step(s); schema version 8\n"
+    assert again.output == "0 pending step(s); schema version 9\n"
 
 
 def test_the_sqlite_path_imports_no_postgres_driver_and_a_missing_driver_is_explained(monkeypatch):

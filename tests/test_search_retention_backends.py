@@ -178,3 +178,53 @@ def test_a_redaction_by_another_store_reaches_this_stores_cached_reads(db_target
         assert s.path("main")[-1].payload["content"] == stripped
         s.append(assistant("done"))  # the cache goes on growing from the fresh read
         assert [m["content"] for m in s.messages()][-2:] == [stripped, "done"]
+
+
+def test_a_step_8_server_store_is_searchable_after_step_9(pg_url, monkeypatch):
+    """Step 9 replaces search_all (text and tools in one vector) with search_tools and an
+    index on both vectors joined: rows written before the step are found as before, by
+    their text and by their tool texts, and rows written after it too."""
+    from sessiontree import db
+    from sessiontree.storage import postgres_db
+    from sessiontree.storage.postgres_find import ALL_VECTOR
+
+    every_step, every_pg_step = db.migrations(), postgres_db.steps()
+    monkeypatch.setattr(db, "migrations", lambda: every_step[:8])
+    monkeypatch.setattr(postgres_db, "steps", lambda: [s for s in every_pg_step if s.version <= 8])
+    with Store(pg_url) as old:
+        a, _ = fill(old)
+        assert old.schema_version == 8
+    monkeypatch.undo()
+    with Store(pg_url) as store:
+        assert store.schema_version == 9
+        columns = raw(
+            store,
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = 'nodes'",
+        )
+        assert ("search_tools",) in columns and ("search_all",) not in columns
+        assert found(store, "paris OR oslo") == [
+            "",  # found by its call's arguments
+            "A recipe with paris mushrooms, please",
+            "Rain in Oslo",
+            "Sunny in Paris, 21C.",
+            "What is the weather in Paris?",
+        ]
+        assert found(store, "oslo", tools=False) == []
+        assert found(store, '"sunny in paris"') == ["Sunny in Paris, 21C."]
+        assert found(store, "get_weather rain") == ["Rain in Oslo"]  # the tool's name and output
+        assert found(store, "paris -mushrooms", tools=False) == [
+            "Sunny in Paris, 21C.",
+            "What is the weather in Paris?",
+        ]
+        store.session(a.id).append(
+            {"role": "tool", "tool_call_id": "c9", "name": "lookup", "content": "hail in Bergen"},
+            branch="other",
+        )
+        assert found(store, "lookup bergen") == ["hail in Bergen"]
+        assert found(store, "lookup", tools=False) == []
+        # the query's expression is the index's: the planner can use it
+        with store.storage.pool.connection() as conn, conn.transaction():  # type: ignore[attr-defined]
+            conn.execute("SET LOCAL enable_seqscan = off")  # a table this small is scanned
+            plan = conn.execute(f"EXPLAIN SELECT 1 FROM nodes n WHERE {ALL_VECTOR} @@ 'oslo'::tsquery")
+            assert "nodes_search_all" in " ".join(line for (line,) in plan.fetchall())

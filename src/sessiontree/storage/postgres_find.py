@@ -2,7 +2,7 @@
 
 Contract: ``PostgresFind`` is mixed into ``PostgresStorage``, the twin of
 ``sqlite_search`` and ``sqlite_retention``. Search matches the generated
-``tsvector`` columns (``migrations/postgres/0004_search.sql``) with
+``tsvector`` columns (``migrations/postgres/0004_search.sql`` and ``0009``) with
 ``websearch_to_tsquery('simple', query)``: words, "quoted phrases", ``OR`` and
 ``-word`` mean what they mean in FTS5 (AND by default); FTS5's column filters,
 ``NEAR`` and ``prefix*`` are not read as such. It never fails on syntax: a query
@@ -26,6 +26,9 @@ from .sqlite_search import ELLIPSIS, MARK_END, MARK_START, SNIPPET_TOKENS
 
 _TEXT = "coalesce(sessiontree_node_text(n.kind, n.payload), '')"
 _ALL = f"{_TEXT} || ' ' || coalesce(sessiontree_node_tools(n.kind, n.payload), '')"
+ALL_VECTOR = "(n.search_text || n.search_tools)"
+"""What ``tools=True`` matches: the expression of the ``nodes_search_all`` index (step 9),
+written the same, so that the planner can use the index."""
 _HEADLINE = (
     f'StartSel="{MARK_START}", StopSel="{MARK_END}", MaxWords={SNIPPET_TOKENS}, MinWords=4,'
     f' MaxFragments=1, FragmentDelimiter="{ELLIPSIS}"'
@@ -45,7 +48,7 @@ FROM q, nodes n
 JOIN sessions s ON s.key = n.session
 LEFT JOIN nodes p ON p.key = n.parent
 LEFT JOIN runs r ON r.key = n.run
-WHERE n.{column} @@ q.q AND s.trashed_at IS NULL
+WHERE {vector} @@ q.q AND s.trashed_at IS NULL
   AND (%(session)s::text IS NULL OR s.id = %(session)s)
   AND (%(kind)s::text IS NULL OR n.kind = %(kind)s)
   AND (%(role)s::text IS NULL OR (n.kind = 'message' AND sessiontree_json(n.payload) ->> 'role' = %(role)s))
@@ -98,9 +101,9 @@ class PostgresFind(Storage):
         tools: bool = True,
         newest: bool = False,
     ) -> list[tuple[Node, str]]:
-        column = "search_all" if tools else "search_text"
-        order = "n.key DESC" if newest else f"ts_rank(n.{column}, q.q) DESC, n.id"
-        sql = _SEARCH.format(document=_ALL if tools else _TEXT, column=column, order=order)
+        vector = ALL_VECTOR if tools else "n.search_text"
+        order = "n.key DESC" if newest else f"ts_rank({vector}, q.q) DESC, n.id"
+        sql = _SEARCH.format(document=_ALL if tools else _TEXT, vector=vector, order=order)
         params = {
             "query": query,
             "session": session_id,
@@ -112,8 +115,9 @@ class PostgresFind(Storage):
         }
         return [(Node(*r[1:9]), r[9] or "") for r in self._all(sql, params)]
 
-    # The index is two generated tsvector columns with GIN indexes: always on, always
-    # in step with the rows (a GIN index's pending list is visible to every query).
+    # The index is two generated tsvector columns and two GIN indexes (on the text's, and
+    # on both joined): always on, always in step with the rows (a GIN index's pending list
+    # is visible to every query).
 
     def search_index(self) -> SearchIndex:
         ((nodes, size),) = self._all(
