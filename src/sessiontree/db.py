@@ -59,6 +59,7 @@ class Migration:
     sql: str
 
 
+@functools.cache  # every store opened looks: resolving it cost a tenth of an open
 def migrations_dir() -> Path:
     """Where the migration files are: inside the installed package, else the source tree."""
     packaged = resources.files("sessiontree") / "migrations"
