@@ -32,7 +32,7 @@ class Node:
         "kind",
         "created_at",
         "run_id",
-        "_payload_json",
+        "payload_json",
         "_payload",
     )
 
@@ -52,7 +52,7 @@ class Node:
         self.parent_id = parent_id
         self.depth = depth
         self.kind = kind
-        self._payload_json = payload_json
+        self.payload_json = payload_json  # the stored JSON text
         self.created_at = created_at
         self.run_id = run_id
         self._payload: dict[str, Any] | None = None
@@ -61,12 +61,8 @@ class Node:
     def payload(self) -> dict[str, Any]:
         """The node's JSON payload. A fresh copy is not made: treat it as read-only."""
         if self._payload is None:
-            self._payload = json.loads(self._payload_json)
+            self._payload = json.loads(self.payload_json)
         return self._payload
-
-    @property
-    def payload_json(self) -> str:
-        return self._payload_json
 
     @property
     def role(self) -> str | None:
@@ -110,7 +106,7 @@ class Node:
         return hash(self.id)
 
     def __repr__(self) -> str:
-        preview = self._payload_json[:60]
+        preview = self.payload_json[:60]
         return f"Node(id={self.id!r}, kind={self.kind!r}, depth={self.depth}, payload={preview!r})"
 
 

@@ -398,12 +398,12 @@ class Storage(ABC):
                 rows = self._path_rows(key, [])
             else:
                 rows.pop()
-        nodes = list(base)
-        parent_id = base[-1].id if base else None
-        for r in reversed(rows):
-            nodes.append(Node(r[0], session_id, parent_id, r[1], r[2], r[3], r[4], r[5]))
-            parent_id = r[0]
-        path = tuple(nodes)
+        rows.reverse()  # root first; each row's parent is the row before it
+        parents = [base[-1].id if base else None, *(r[0] for r in rows[:-1])]
+        path = (
+            *base,
+            *[Node(r[0], session_id, p, r[1], r[2], r[3], r[4], r[5]) for r, p in zip(rows, parents)],
+        )
         self.cache.put(path, len(base))
         return path
 

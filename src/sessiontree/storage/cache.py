@@ -36,6 +36,7 @@ import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import accumulate, islice
 from typing import Any
 
 from ..compaction import project
@@ -66,15 +67,13 @@ class _Chain:
     def messages(self, length: int) -> list[dict[str, Any]]:
         """A new list: the projection of ``nodes[:length]``."""
         if length > self.projected:  # decode only what no earlier read covered
-            payloads, counts, count = self.payloads, self.counts, self.counts[-1]
-            for index in range(self.projected, length):
-                node = self.nodes[index]
-                if node.kind == "message":
-                    payloads.append(node.payload)
-                    count += 1
-                elif node.kind == "summary" and self.summary < 0:
-                    self.summary = index
-                counts.append(count)
+            fresh = self.nodes[self.projected : length]
+            kinds = [n.kind for n in fresh]
+            if self.summary < 0 and "summary" in kinds:
+                self.summary = self.projected + kinds.index("summary")
+            is_message = [k == "message" for k in kinds]
+            self.payloads += [n.payload for n, wanted in zip(fresh, is_message) if wanted]
+            self.counts.extend(islice(accumulate(is_message, initial=self.counts[-1]), 1, None))
             self.projected = length
         if 0 <= self.summary < length:  # a compaction re-shapes what is sent
             return project(self.nodes[:length])
