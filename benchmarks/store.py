@@ -15,6 +15,10 @@ What it measures (each figure is the median of several repetitions; the rep coun
    recursive CTE (same columns, root-to-node order) with ``fetchall`` on the same file. The
    store is opened with ``cache_bytes=0``, so every read is a query, as on the raw side.
 3. fork: µs per ``Session.fork`` at depth 10 and at the deepest depth (should be flat).
+   Then a cold read: a new ``Store`` and ``Session.messages("main")`` of a 2,000-message
+   branch (the peers benchmark's turns: ``benchmarks/peers.py``) against a new ``Floor``
+   and its ``messages()`` on the same messages, reads interleaved, each started with the
+   heap frozen out of the garbage collector's reach (as in a new process).
 4. storage: marginal bytes per node (pages in use after a WAL checkpoint, minus those of
    the empty store, over the node count) for several content lengths, with the search
    index on and off; bytes per node minus the text length, and minus the stored payload
@@ -36,6 +40,7 @@ chains at 10,000 and uses fewer nodes and reps, so a smoke run takes seconds.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -49,6 +54,7 @@ import time
 from pathlib import Path
 
 from floor import Floor
+from peers import chat_turn
 
 from sessiontree import Store
 from sessiontree.ids import new_id, now
@@ -173,6 +179,39 @@ def bench_append(tmp: Path, reps: int, n: int, batch: int) -> tuple[dict, dict]:
         return figure
 
     return own, {"single": steps(single), "batched": steps(many), "wal_pages": frames}
+
+
+def bench_cold_read(tmp: Path, reps: int, turns: int) -> dict:
+    """ms for a cold read of a whole branch: a new store (or floor) and its message list."""
+    with Store(tmp / "cold.db") as st:
+        session = st.create_session()
+        for turn in range(turns):
+            session.append_many(chat_turn(turn))
+    floor = Floor(tmp / "cold-floor.db")
+    for turn in range(turns):
+        floor.append_many(chat_turn(turn))
+    floor.close()
+
+    def store_read() -> int:
+        with Store(tmp / "cold.db") as store:
+            return len(store.session(session.id).messages("main"))
+
+    def floor_read() -> int:
+        other = Floor(tmp / "cold-floor.db")
+        try:
+            return len(other.messages())
+        finally:
+            other.close()
+
+    times: dict[str, list[float]] = {"store": [], "floor": []}
+    for _ in range(reps):
+        for name, read in (("store", store_read), ("floor", floor_read)):
+            gc.collect()
+            gc.freeze()
+            times[name].append(timed(read))
+            gc.unfreeze()
+    figure = compare(times["store"], times["floor"], 1e3, against="floor")
+    return {"messages": 4 * turns, **figure}
 
 
 def wal_pages(conn: sqlite3.Connection, append, payloads: list[dict]) -> float:
@@ -324,6 +363,7 @@ def run(quick: bool) -> dict:
         tmp = Path(d)
         append, floor_append = bench_append(tmp, reps, n=200 if quick else 1_000, batch=1_000)
         paths, fork = bench_path_and_fork(tmp, reps, depths, forks=50 if quick else 200)
+        cold = bench_cold_read(tmp, 10 if quick else 40, turns=100 if quick else 500)
         storage = bench_storage(tmp, 3, [100, 1_000, 10_000], n=200 if quick else 2_000)
         mixed = bench_mixed_storage(tmp, n=500 if quick else 2_000)
     return {
@@ -335,6 +375,7 @@ def run(quick: bool) -> dict:
         "floor_append_us": floor_append,
         "path_ms": paths,
         "fork_us": fork,
+        "cold_read_ms": cold,
         "storage": storage,
         "mixed_storage": mixed,
     }
@@ -374,6 +415,10 @@ def print_table(r: dict) -> None:
         if depth != "ratio":
             print(f"{'fork at depth ' + format(int(depth), ','):<36}{us:>12.2f} µs")
     print(f"{'fork deep / fork shallow':<36}{r['fork_us']['ratio']:>12.2f}x")
+    cold = r["cold_read_ms"]
+    print(f"\n{'cold read (ms)':<36}{'store':>12}{'floor':>12}{'store/floor':>13}")
+    label = f"a branch of {cold['messages']:,} messages"
+    print(f"{label:<36}{cold['store']:>12.2f}{cold['floor']:>12.2f}{cold['ratio']:>12.2f}x")
     for index, label in (("index_on", "search index on (default)"), ("index_off", "search index off")):
         figures = r["storage"][index]
         print(f"\nstorage, {label} (median of {r['storage_reps']} fresh files)")

@@ -59,9 +59,19 @@ def test_quick_json_run_reports_every_figure():
         "floor_8k",
         "average_payload",
     }
-    measured = ("append_us", "floor_append_us", "path_ms", "fork_us", "storage", "mixed_storage")
+    assert set(result["cold_read_ms"]) == {"messages", "store", "floor", "ratio"}
+    assert result["cold_read_ms"]["messages"] == 400
+    measured = (
+        "append_us",
+        "floor_append_us",
+        "path_ms",
+        "fork_us",
+        "cold_read_ms",
+        "storage",
+        "mixed_storage",
+    )
     figures = list(numbers({k: result[k] for k in measured}))
-    assert len(figures) == 2 * 3 + 2 * 9 + 5 + 3 * 3 + 3 + 2 * (3 * 3 + 1) + 5
+    assert len(figures) == 2 * 3 + 2 * 9 + 5 + 3 * 3 + 3 + 4 + 2 * (3 * 3 + 1) + 5
     assert all(x > 0 for x in figures)
 
 
@@ -217,3 +227,20 @@ def test_search_benchmark_quick_json_reports_every_figure():
         assert all(figure[k] > 0 for k in ("search_ms", "newest_ms", "like_ms", "ratio", "newest_ratio"))
     assert set(result["append_us"]) == {"single", "batched"}
     assert all(x > 0 for x in numbers({"a": result["append_us"], "s": result["storage"]}))
+
+
+def test_fts_keys_benchmark_reports_both_spacings():
+    script = SCRIPT.with_name("fts_keys.py")
+    out = subprocess.run(
+        [sys.executable, str(script), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    result = json.loads(out)
+    assert result["documents"] == 1_000 and result["characters"] == 1_000
+    sizes = result["bytes_per_document"]
+    assert set(sizes) == {"dense", "uuid7"} and all(size > 0 for size in sizes.values())
+    # deterministic (seeded documents and keys): spaced keys cost the index more
+    assert result["ratio"] == round(sizes["uuid7"] / sizes["dense"], 2) > 1.5

@@ -398,11 +398,14 @@ class Storage(ABC):
                 rows = self._path_rows(key, [])
             else:
                 rows.pop()
-        rows.reverse()  # root first; each row's parent is the row before it
-        parents = [base[-1].id if base else None, *(r[0] for r in rows[:-1])]
+        rows.reverse()  # root first; each row's parent is the one before it
+        ids = [base[-1].id if base else None, *(r[0] for r in rows)]
         path = (
             *base,
-            *[Node(r[0], session_id, p, r[1], r[2], r[3], r[4], r[5]) for r, p in zip(rows, parents)],
+            *[
+                Node(r[0], session_id, parent, r[1], r[2], r[3], r[4], r[5])
+                for r, parent in zip(rows, ids[:-1], strict=True)
+            ],
         )
         self.cache.put(path, len(base))
         return path

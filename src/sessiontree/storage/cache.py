@@ -72,7 +72,7 @@ class _Chain:
             if self.summary < 0 and "summary" in kinds:
                 self.summary = self.projected + kinds.index("summary")
             is_message = [k == "message" for k in kinds]
-            self.payloads += [n.payload for n, wanted in zip(fresh, is_message) if wanted]
+            self.payloads += [n.payload for n, wanted in zip(fresh, is_message, strict=True) if wanted]
             self.counts.extend(islice(accumulate(is_message, initial=self.counts[-1]), 1, None))
             self.projected = length
         if 0 <= self.summary < length:  # a compaction re-shapes what is sent
