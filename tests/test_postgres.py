@@ -202,6 +202,18 @@ def test_work_until_idle_in_process_and_the_worker_command(tmp_path):
     assert result.output == ""  # nothing decided: nothing to do
     with Store(db) as store:
         assert len(store.pending()) == 1  # the undecided pause was left alone
+    # from a thread other than the main one (which alone may set signal handlers)
+    results = []
+    thread = threading.Thread(
+        target=lambda: results.append(
+            CliRunner().invoke(
+                cli, ["--db", db, "worker", "--base-url", "http://127.0.0.1:9/v1", "-m", "m", "--until-idle"]
+            )
+        )
+    )
+    thread.start()
+    thread.join(30)
+    assert results[0].exit_code == 0 and results[0].output == "", results[0].output
 
 
 @pytest.mark.parametrize(

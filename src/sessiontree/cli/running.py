@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -352,7 +353,10 @@ def worker(
         stopped_by = signal.SIGTERM
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, on_term)
+    # Only the main thread may set a handler (a worker started from another thread keeps
+    # the process's own SIGTERM handling).
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_term) if main else None
     try:
         print_steps(
             awork(
@@ -371,7 +375,8 @@ def worker(
         click.echo(f"worker stopped ({stopped_by.name})", err=True)
         ctx.exit(128 + stopped_by)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 COMMANDS = [run, resume, worker]

@@ -45,7 +45,7 @@ WAL_CHECK_EVERY = 16
 
 # Root-to-node is walked head first: one row-key lookup per step, no sort. The
 # walk carries only keys (its queue copies whatever it carries, and carrying the
-# payloads made a cold read of 2,000 nodes 15% slower); each node's columns are
+# payloads made the query over 2,000 nodes 15% slower); each node's columns are
 # read once at the end, in the walk's order (CROSS JOIN keeps the walk outside).
 # The walk stops at the first node whose path is cached (``:stop``, a JSON array
 # of ids); the caller reverses the rows and knows each parent id (the next row's).
