@@ -182,3 +182,53 @@ def schema_refusals() -> tuple[type[Exception], ...]:
 def public_rows_of(store: Store) -> dict[str, list[tuple]]:
     """``public_rows`` of any backend's store."""
     return {t: sorted((tuple(r) for r in raw(store, sql)), key=repr) for t, sql in PUBLIC_ROWS.items()}
+
+
+# -- the web app, in process ---------------------------------------------------------
+
+
+class AppClient:
+    """A synchronous HTTP client that calls an ASGI app in this process, through httpx's
+    own ASGI transport (Starlette's TestClient is moving off httpx): cookies persist,
+    redirects are followed unless a call says otherwise, as a browser would."""
+
+    def __init__(self, app, base_url: str = "http://127.0.0.1:8765") -> None:
+        import asyncio
+
+        import httpx
+
+        self._loop = asyncio.new_event_loop()
+        self._client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url=base_url, follow_redirects=True
+        )
+
+    @property
+    def cookies(self):
+        return self._client.cookies
+
+    def request(self, method: str, url: str, **options):
+        return self._loop.run_until_complete(self._client.request(method, url, **options))
+
+    def get(self, url: str, **options):
+        return self.request("GET", url, **options)
+
+    def post(self, url: str, **options):
+        return self.request("POST", url, **options)
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._client.aclose())
+        self._loop.close()
+
+
+@pytest.fixture
+def app_client():
+    """``app_client(app)``: an ``AppClient`` on ``app``, closed after the test."""
+    made: list[AppClient] = []
+
+    def make(app) -> AppClient:
+        made.append(AppClient(app))
+        return made[-1]
+
+    yield make
+    for c in made:
+        c.close()

@@ -454,16 +454,14 @@ def test_an_import_stores_the_same_rows_on_both_backends(tmp_path, pg_url, fixtu
         assert server.verify().ok
 
 
-def test_serve_reads_a_server_store_through_one_pool(pg_url):
+def test_serve_reads_a_server_store_through_one_pool(pg_url, app_client):
     pytest.importorskip("starlette", reason="the web extra is not installed")
-    from starlette.testclient import TestClient
-
     from sessiontree.view.server import create_app
 
     with Store(pg_url) as store:
         session = store.create_session("served")
         session.append(user("hello from the server store"))
-    client = TestClient(create_app(pg_url), base_url="http://127.0.0.1:8765")
+    client = app_client(create_app(pg_url))
     assert [s["id"] for s in client.get("/api/sessions").json()] == [session.id]
     assert client.get(f"/s/{session.id}").status_code == 200
     (hit,) = client.get("/api/search", params={"q": "hello"}).json()

@@ -182,16 +182,16 @@ def test_page_fills_each_slot_once():
 # -- sessiontree serve, without a browser ----------------------------------------------
 
 
-def client(db, **options):
+@pytest.fixture
+def client(app_client):
+    """``client(db, **options)``: the serve app on ``db``, called in process."""
     pytest.importorskip("starlette", reason="the web extra is not installed")
-    from starlette.testclient import TestClient
-
     from sessiontree.view.server import create_app
 
-    return TestClient(create_app(db, **options), base_url="http://127.0.0.1:8765")
+    return lambda db, **options: app_client(create_app(db, **options))
 
 
-def test_serve_pages_and_api(demo):
+def test_serve_pages_and_api(demo, client):
     db, session_id, pause_id = demo
     c = client(db)
     index = c.get("/")
@@ -208,7 +208,7 @@ def test_serve_pages_and_api(demo):
     assert c.get("/", headers={"host": "evil.example"}).status_code == 400  # DNS rebinding
 
 
-def test_serve_searches_every_session_and_links_each_hit_to_its_branch(demo):
+def test_serve_searches_every_session_and_links_each_hit_to_its_branch(demo, client):
     db, session_id, _ = demo
     c = client(db)
     assert embedded(c.get("/").text, "st-config")["api"]["search"] == "/api/search"
@@ -223,7 +223,7 @@ def test_serve_searches_every_session_and_links_each_hit_to_its_branch(demo):
     assert bad.status_code == 400 and "not valid full-text syntax" in bad.json()["error"]
 
 
-def test_serve_decisions_need_the_flag_and_the_token(demo):
+def test_serve_decisions_need_the_flag_and_the_token(demo, client):
     db, _, pause_id = demo
     body = {"decisions": {"call_send_email": {"action": "approve"}}, "by": "ana"}
     url = f"/api/pauses/{pause_id}/decision"
@@ -252,7 +252,7 @@ def test_serve_decisions_need_the_flag_and_the_token(demo):
     assert c.get("/api/inbox").json() == []
 
 
-def test_serve_edit_decision_stores_the_new_arguments(demo):
+def test_serve_edit_decision_stores_the_new_arguments(demo, client):
     db, _, pause_id = demo
     c = client(db, allow_decide=True, token="t0k")
     body = {"decisions": {"call_send_email": {"action": "edit", "arguments": {"to": "bob@example.com"}}}}
@@ -267,7 +267,7 @@ def test_serve_edit_decision_stores_the_new_arguments(demo):
     assert payload["by"] == "sessiontree serve"
 
 
-def test_with_login_every_request_needs_the_token_from_the_header_or_the_login_cookie(demo):
+def test_with_login_every_request_needs_the_token_from_the_header_or_the_login_cookie(demo, client):
     from sessiontree.view.server import LOGIN_COOKIE, NOT_LOGGED_IN
 
     db, session_id, pause_id = demo
@@ -291,7 +291,7 @@ def test_with_login_every_request_needs_the_token_from_the_header_or_the_login_c
     assert c.post(f"/api/pauses/{pause_id}/decision", json=decision).status_code == 403
 
 
-def test_login_on_a_read_only_server_goes_to_the_index_without_a_token_in_the_url(demo):
+def test_login_on_a_read_only_server_goes_to_the_index_without_a_token_in_the_url(demo, client):
     db, _, _ = demo
     c = client(db, login=True, token="t")
     went = c.get("/login", params={"token": "t"}, follow_redirects=False)
