@@ -23,15 +23,21 @@ def numbers(value):
         yield value
 
 
-def test_quick_json_run_reports_every_figure():
+def quick_json(script: str, *options: str, timeout: int = 240) -> dict:
+    """The figures a benchmark script prints with ``--json`` (``--quick`` unless options
+    are given)."""
     out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--json"],
+        [sys.executable, str(SCRIPT.with_name(script)), *(options or ("--quick",)), "--json"],
         capture_output=True,
         text=True,
         check=True,
-        timeout=240,
+        timeout=timeout,
     ).stdout
-    result = json.loads(out)
+    return json.loads(out)
+
+
+def test_quick_json_run_reports_every_figure():
+    result = quick_json("store.py")
     assert result["quick"] is True and result["reps"] >= 5
     assert set(result["append_us"]) == {"single", "batched"}
     assert set(result["path_ms"]) == {"100", "1000", "10000"}
@@ -76,15 +82,7 @@ def test_quick_json_run_reports_every_figure():
 
 
 def test_loop_benchmark_quick_json_reports_every_figure():
-    script = SCRIPT.with_name("loop.py")
-    out = subprocess.run(
-        [sys.executable, str(script), "--quick", "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=240,
-    ).stdout
-    result = json.loads(out)
+    result = quick_json("loop.py")
     expected = {
         f"{what}_depth_{d}"
         for what in ("loop_first_cycle_us", "loop_cycle_us", "store_cycle_us")
@@ -135,14 +133,7 @@ def check_peers(result):
 
 def test_peers_benchmark_quick_json_reports_every_figure():
     """Runs whichever peers are installed (the bench extra is optional) and skips the others."""
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT.with_name("peers.py")), "--quick", "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=240,
-    ).stdout
-    check_peers(json.loads(out))
+    check_peers(quick_json("peers.py"))
 
 
 def test_peers_benchmark_skips_peers_that_are_not_installed():
@@ -157,15 +148,7 @@ def test_peers_benchmark_skips_peers_that_are_not_installed():
 
 
 def test_import_memory_stays_under_three_times_the_file():
-    script = SCRIPT.parent / "import_memory.py"
-    out = subprocess.run(
-        [sys.executable, str(script), "--mb", "20", "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    ).stdout
-    result = json.loads(out)
+    result = quick_json("import_memory.py", "--mb", "20", timeout=600)
     assert set(result) == {"chatgpt", "librechat", "openwebui", "claude-code", "pi", "native"}
     for fmt, figures in result.items():
         assert figures["file_mb"] >= 20
@@ -194,14 +177,7 @@ def test_view_benchmark_quick_json_reports_every_figure():
         if os.environ.get("CI") == "true":
             pytest.fail("benchmarks/view.py needs /usr/bin/chromium, missing under CI")
         pytest.skip("no /usr/bin/chromium (apt-get install chromium)")
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT.with_name("view.py")), "--quick", "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=240,
-    ).stdout
-    result = json.loads(out)
+    result = quick_json("view.py")
     assert result["quick"] is True and result["reps"] == 3
     assert result["nodes"] == {"big": 2000, "small": 200} and result["html_bytes"] > 100_000
     assert set(result["export_ms"]) == {"html", "jsonl", "ratio"}
@@ -211,15 +187,7 @@ def test_view_benchmark_quick_json_reports_every_figure():
 
 
 def test_search_benchmark_quick_json_reports_every_figure():
-    script = SCRIPT.with_name("search.py")
-    out = subprocess.run(
-        [sys.executable, str(script), "--quick", "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=240,
-    ).stdout
-    result = json.loads(out)
+    result = quick_json("search.py")
     assert result["quick"] is True and result["messages"] == 10_000
     assert set(result["search"]) == {"rare", "1%", "20%", "phrase"}
     for figure in result["search"].values():
@@ -230,15 +198,7 @@ def test_search_benchmark_quick_json_reports_every_figure():
 
 
 def test_fts_keys_benchmark_reports_both_spacings():
-    script = SCRIPT.with_name("fts_keys.py")
-    out = subprocess.run(
-        [sys.executable, str(script), "--quick", "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout
-    result = json.loads(out)
+    result = quick_json("fts_keys.py", timeout=120)
     assert result["documents"] == 1_000 and result["characters"] == 1_000
     sizes = result["bytes_per_document"]
     assert set(sizes) == {"dense", "uuid7"} and all(size > 0 for size in sizes.values())
