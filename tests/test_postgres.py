@@ -219,7 +219,7 @@ def test_work_until_idle_in_process_and_the_worker_command(tmp_path):
 @pytest.mark.parametrize(
     ("backend", "stop"), [("sqlite", "SIGINT"), ("postgres", "SIGINT"), ("sqlite", "SIGTERM")]
 )
-def test_ctrl_c_stops_a_waiting_worker_at_once_whatever_its_poll(tmp_path, backend, stop, request):
+def test_ctrl_c_or_sigterm_stops_a_waiting_worker_at_once_whatever_its_poll(tmp_path, backend, stop, request):
     """asyncio waits for a running thread before it exits: the worker waits in short
     slices, so Ctrl-C is not held up by a 30-second poll (it was, for up to the poll).
     A stop is not a failure: one line, and the shell's exit code for the signal (SIGTERM,
