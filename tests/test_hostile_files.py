@@ -125,11 +125,12 @@ def test_a_killed_backup_leaves_no_file_that_opens_as_a_store(tmp_path):
     outcomes = []
     for i in range(6):
         target = tmp_path / f"copy-{i}.db"
-        proc = subprocess.Popen([sys.executable, "-c", script, str(db), str(target)], stdout=subprocess.PIPE)
-        assert proc.stdout is not None and proc.stdout.readline() == b"go\n"  # the copy starts now
-        time.sleep(0.01 * i)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        with subprocess.Popen(
+            [sys.executable, "-c", script, str(db), str(target)], stdout=subprocess.PIPE
+        ) as proc:
+            assert proc.stdout is not None and proc.stdout.readline() == b"go\n"  # the copy starts now
+            time.sleep(0.01 * i)
+            os.kill(proc.pid, signal.SIGKILL)
         if target.exists():  # it finished before the kill: then it is whole
             with Store(target, readonly=True) as copy:
                 assert copy.verify().nodes == 10_000

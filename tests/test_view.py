@@ -326,32 +326,41 @@ def serve_process(db, *options: str) -> Iterator[tuple[str, str]]:
     import sys
 
     command = [sys.executable, "-c", "from sessiontree.cli import cli; cli()", "--db", str(db)]
-    process = subprocess.Popen(
+    with subprocess.Popen(  # closes the pipes on the way out
         [*command, "serve", "--port", "0", *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        assert process.stdout is not None
-        yield process.stdout.readline(), process.stdout.readline()
-    finally:
-        process.terminate()
-        process.wait(10)
+    ) as process:
+        try:
+            assert process.stdout is not None
+            yield process.stdout.readline(), process.stdout.readline()
+        finally:
+            process.terminate()
+            process.wait(10)
 
 
 def first_answer(url: str):
     """GET ``url`` once the server listens (its address is printed a moment before)."""
+    import socket
+    from urllib.parse import urlsplit
+
     import httpx
 
+    address = urlsplit(url)
     deadline = time.monotonic() + 20
     while True:
+        probe = socket.socket()  # closed here, refused or not (a failed client connect can leak one)
         try:
-            return httpx.get(url, timeout=10)
-        except httpx.ConnectError:
+            probe.connect((address.hostname, address.port))
+            break
+        except OSError:
             assert time.monotonic() < deadline, "serve printed its address but never listened"
             time.sleep(0.1)
+        finally:
+            probe.close()
+    return httpx.get(url, timeout=10)
 
 
 @pytest.mark.slow  # a real server process

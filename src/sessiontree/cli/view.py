@@ -112,6 +112,7 @@ def serve(
     try:
         sock.bind((host, port))
     except OSError as e:
+        sock.close()
         raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
