@@ -89,15 +89,13 @@ def search_index(ctx: click.Context, action: str, as_json: bool) -> None:
         problem = store.check_search_index()
         if as_json:
             echo_json({"ok": problem is None, "problem": problem})
-        elif problem is None:
-            click.echo("search index ok")
+            ctx.exit(0 if problem is None else 1)
         if problem is not None:
-            if not as_json:
-                raise click.ClickException(
-                    f"the search index disagrees with the nodes ({problem});"
-                    " repair it with `sessiontree search-index rebuild`"
-                )
-            ctx.exit(1)
+            raise click.ClickException(
+                f"the search index disagrees with the nodes ({problem});"
+                " repair it with `sessiontree search-index rebuild`"
+            )
+        click.echo("search index ok")
         return
     if action == "off":
         store.set_search_index(False)

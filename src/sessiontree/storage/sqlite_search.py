@@ -151,24 +151,21 @@ class SQLiteSearch:
             return f"FTS5 integrity-check: {e}"
         return None
 
-    def _pending_exist(self) -> bool:
-        return (
-            self.conn.execute(
-                "SELECT 1 FROM nodes WHERE key > (SELECT indexed_through FROM search_state) LIMIT 1"
-            ).fetchone()
-            is not None
-        )
-
-    def _catch_up(self) -> None:
+    def _catch_up(self) -> bool:
         """Before a search: refuse when the index is off; on a store that may write,
-        index what is pending."""
-        if self._watermark() is None:
+        index what is pending. Whether nodes are left unindexed (a read-only store's)."""
+        through = self._watermark()
+        if through is None:
             raise SearchIndexOff(
                 f"the search index of {self.path} is off; turn it on with `sessiontree search-index on`"
             )
-        if not self.readonly and self._pending_exist():
-            with self.transaction():
-                self.index_pending()
+        if self.conn.execute("SELECT 1 FROM nodes WHERE key > ? LIMIT 1", (through,)).fetchone() is None:
+            return False
+        if self.readonly:
+            return True
+        with self.transaction():
+            self.index_pending()
+        return False
 
     def _index_pending_in_temp(self) -> None:
         """A read-only store cannot move the watermark; it indexes the nodes above it in
@@ -205,7 +202,7 @@ class SQLiteSearch:
         ``newest``, the newest matches instead: read in index order, so a common word
         stops after ``limit`` rows instead of ranking every match); with ``tools=False``
         tool names, arguments and results are not searched."""
-        self._catch_up()
+        unindexed = self._catch_up()
         if not tools and _closes_early(query):  # ')' would end the column filter early
             raise InvalidQuery(f"search query {query!r} closes a parenthesis it never opened")
         match = query if tools else f"{{text}} : ({query})"
@@ -223,11 +220,10 @@ class SQLiteSearch:
         }
         try:
             rows = self._matches("nodes_fts", params, newest)
-            if self.readonly and self._pending_exist():  # nodes no writer has indexed yet
+            if unindexed:  # nodes no writer has indexed yet
                 self._index_pending_in_temp()
-                rows += self._matches(
-                    "pending_fts", params, newest
-                )  # temp: no table of the file has the name
+                # temp: no table of the file has the name
+                rows += self._matches("pending_fts", params, newest)
                 # Node keys grow with time (a key is never reused while its row lives).
                 rows.sort(key=(lambda r: -r[0]) if newest else (lambda r: (r[10], r[1])))
                 del rows[limit:]
