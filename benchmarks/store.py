@@ -46,6 +46,7 @@ import math
 import os
 import platform
 import random
+import re
 import sqlite3
 import statistics
 import sys
@@ -87,12 +88,22 @@ def timed(fn) -> float:
 
 
 class Raw:
-    """A plain sqlite3 writer on a file whose schema (and first node) the store created."""
+    """A plain sqlite3 writer on a file whose schema (and first node) the store created.
 
-    def __init__(self, path: Path) -> None:
-        with Store(path) as st:
-            s = st.create_session()
-            s.append(message(0))
+    With ``page_size`` or ``id_index=False`` the file is a copy of such a file on other
+    pages, or with the ``id`` column's unique index left out: what the schema would cost
+    at best, with the fourth page of each commit gone and SQLite's default pages.
+    """
+
+    def __init__(self, path: Path, page_size: int | None = None, id_index: bool = True) -> None:
+        if page_size is None and id_index:
+            with Store(path) as st:
+                s = st.create_session()
+                s.append(message(0))
+        else:
+            made = path.with_name(f"{path.stem}-made.db")
+            Raw(made).conn.close()
+            copy_schema(made, path, page_size or 8192, id_index)
         self.conn = sqlite3.connect(path, isolation_level=None)
         for pragma in ("journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON"):
             self.conn.execute(f"PRAGMA {pragma}")
@@ -125,6 +136,31 @@ class Raw:
         self.conn.execute("COMMIT")
 
 
+def copy_schema(source: Path, target: Path, page_size: int, id_index: bool) -> None:
+    """Copy the store file ``source`` (schema and rows) to a new file on ``page_size`` pages,
+    without the unique index on ``nodes.id`` unless ``id_index``."""
+    with sqlite3.connect(source) as conn:
+        # SQLite's own tables and FTS5's shadow tables come with the statements that make them
+        objects = conn.execute(
+            "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL"
+            " AND name NOT LIKE 'sqlite_%' AND name NOT LIKE 'nodes_fts_%' ORDER BY rowid"
+        ).fetchall()
+    conn = sqlite3.connect(target, isolation_level=None)
+    conn.execute(f"PRAGMA page_size = {page_size:d}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    for _, name, sql in objects:
+        if name == "nodes" and not id_index:
+            sql = re.sub(r"(\bid\s+TEXT NOT NULL) UNIQUE", r"\1", sql)
+            assert "UNIQUE" not in sql, "the nodes table changed: update copy_schema"
+        conn.execute(sql)
+    conn.execute("ATTACH ? AS source", (str(source),))
+    for kind, name, sql in objects:
+        if kind == "table" and "VIRTUAL" not in sql:
+            conn.execute(f"INSERT INTO main.{name} SELECT * FROM source.{name}")
+    conn.execute("DETACH source")
+    conn.close()
+
+
 def compare(store: list[float], raw: list[float], scale: float, against: str = "raw") -> dict:
     s, r = statistics.median(store) * scale, statistics.median(raw) * scale
     return {"store": round(s, 2), against: round(r, 2), "ratio": round(s / r, 2)}
@@ -138,6 +174,8 @@ def bench_append(tmp: Path, reps: int, n: int, batch: int) -> tuple[dict, dict]:
     off = Store(tmp / "append-off.db")
     off.set_search_index(False)
     raw = Raw(tmp / "append-raw.db")
+    raw4k = Raw(tmp / "append-raw-4k.db", page_size=4096)
+    raw4k_no_id = Raw(tmp / "append-raw-4k-no-id.db", page_size=4096, id_index=False)
     floor = Floor(tmp / "append-floor.db")
     floor8k = Floor(tmp / "append-floor-8k.db", page_size=8192)
     single_fns, many_fns = {}, {}
@@ -147,7 +185,8 @@ def bench_append(tmp: Path, reps: int, n: int, batch: int) -> tuple[dict, dict]:
         single_fns[name], many_fns[name] = s.append, s.append_many
     floor.append(message(0))  # Raw's first node is the store's, which made its file
     floor8k.append(message(0))
-    for name, other in (("raw", raw), ("floor", floor), ("floor_8k", floor8k)):
+    others = {"raw": raw, "raw_4k": raw4k, "raw_4k_no_id": raw4k_no_id, "floor": floor, "floor_8k": floor8k}
+    for name, other in others.items():
         single_fns[name], many_fns[name] = other.append, other.append_many
     payloads = [message(i) for i in range(max(n, batch))]
     single: dict[str, list[float]] = {name: [] for name in single_fns}
@@ -157,15 +196,14 @@ def bench_append(tmp: Path, reps: int, n: int, batch: int) -> tuple[dict, dict]:
             single[name].append(timed(lambda a=append: [a(p) for p in payloads[:n]]) / n)
         for name, append_many in many_fns.items():
             many[name].append(timed(lambda a=append_many: a(payloads[:batch])) / batch)
-    connections = {"store": st.storage.conn, "store_index_off": off.storage.conn, "raw": raw.conn}
-    connections |= {"floor": floor.conn, "floor_8k": floor8k.conn}
+    connections = {"store": st.storage.conn, "store_index_off": off.storage.conn}
+    connections |= {name: other.conn for name, other in others.items()}
     # 500 appends stay under the store's own log bound (``WAL_LIMIT``), which would empty it
     frames = {name: wal_pages(connections[name], single_fns[name], payloads[:500]) for name in single_fns}
     for store in (st, off):
         store.close()
-    raw.conn.close()
-    floor.close()
-    floor8k.close()
+    for other in others.values():
+        other.conn.close()
     own = {
         "single": compare(single["store"], single["raw"], 1e6),
         "batched": compare(many["store"], many["raw"], 1e6),
@@ -174,7 +212,7 @@ def bench_append(tmp: Path, reps: int, n: int, batch: int) -> tuple[dict, dict]:
     def steps(times: dict[str, list[float]]) -> dict:
         medians = {name: statistics.median(t) * 1e6 for name, t in times.items()}
         figure = {name: round(m, 2) for name, m in medians.items()}
-        for name in ("store", "store_index_off", "raw", "floor_8k"):
+        for name in ("store", "store_index_off", "raw", "raw_4k", "raw_4k_no_id", "floor_8k"):
             figure[f"{name}_ratio"] = round(medians[name] / medians["floor"], 2)
         return figure
 
@@ -401,6 +439,8 @@ def print_table(r: dict) -> None:
         ("floor, 4 KB pages (SQLite default)", "floor"),
         ("floor, 8 KB pages (the store's)", "floor_8k"),
         ("raw SQL on the store's schema", "raw"),
+        ("  the same on 4 KB pages", "raw_4k"),
+        ("  ... and without the id index", "raw_4k_no_id"),
         ("store, search index off", "store_index_off"),
         ("store, search index on (default)", "store"),
     ]

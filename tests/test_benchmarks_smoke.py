@@ -50,7 +50,7 @@ def test_quick_json_run_reports_every_figure():
         for size in storage["sizes"].values():
             assert set(size) == {"bytes_per_node", "overhead", "over_payload"}
         assert "slope" in storage
-    steps = {"store", "store_index_off", "raw", "floor", "floor_8k"}
+    steps = {"store", "store_index_off", "raw", "raw_4k", "raw_4k_no_id", "floor", "floor_8k"}
     assert set(result["floor_append_us"]) == {"single", "batched", "wal_pages"}
     for figure in (result["floor_append_us"][k] for k in ("single", "batched")):
         assert set(figure) == steps | {f"{s}_ratio" for s in steps - {"floor"}}
@@ -58,6 +58,8 @@ def test_quick_json_run_reports_every_figure():
     assert set(pages) == steps
     # a commit writes at least the node's page, its parent-index page and the head's page
     assert all(p >= 3 for p in pages.values()) and pages["store"] >= pages["floor"]
+    # the unique index on the id is the store's fourth page
+    assert pages["raw_4k_no_id"] <= pages["raw_4k"] - 0.9
     assert set(result["mixed_storage"]) == {
         "store",
         "store_index_off",
@@ -77,7 +79,7 @@ def test_quick_json_run_reports_every_figure():
         "mixed_storage",
     )
     figures = list(numbers({k: result[k] for k in measured}))
-    assert len(figures) == 2 * 3 + 2 * 9 + 5 + 3 * 3 + 3 + 4 + 2 * (3 * 3 + 1) + 5
+    assert len(figures) == 2 * 3 + 2 * 13 + 7 + 3 * 3 + 3 + 4 + 2 * (3 * 3 + 1) + 5
     assert all(x > 0 for x in figures)
 
 
