@@ -21,7 +21,7 @@ import time
 import traceback
 from pathlib import Path
 
-from sessiontree import Approve, BranchMoved, Conflict, Store, aresume, decide, run, tool
+from sessiontree import Approve, BranchMoved, Conflict, Pause, Store, aresume, decide, run, tool
 from sessiontree.testing import reply, tool_call
 
 # -- concurrent appends ------------------------------------------------------------------
@@ -155,6 +155,33 @@ def resume_worker(db: str, pause_ids: list[str], who: str, barrier, out_dir: str
                     _drain(aresume(store, pause_id, call=lambda m, t: reply("done"), tools=[transfer]))
                 )
                 outcomes.append(f"won {steps[-1].reason}")
+            except Exception as e:
+                outcomes.append(_outcome(e))
+    Path(out_dir, f"resume-{who}.json").write_text(json.dumps(outcomes))
+
+
+def branch_worker(db: str, pause_ids: list[str], who: str, barrier, out_dir: str, tool_log: str) -> None:
+    """For each decided pause with two branches at its decision, racer r0 runs ``main`` and
+    r1 runs ``alt`` at the same moment; an approval asked again is a pause."""
+    os.environ[TOOL_LOG_ENV] = tool_log
+    branch = "main" if who == "r0" else "alt"
+    outcomes = []
+    with Store(db) as store:
+        for pause_id in pause_ids:
+            session = store.session(store.node(pause_id).session_id)
+            barrier.wait(60)
+            try:
+                steps = list(
+                    run(
+                        store,
+                        session,
+                        branch,
+                        call=lambda m, t: reply("done"),
+                        tools=[transfer],
+                        approve=lambda call: Pause("asked again"),
+                    )
+                )
+                outcomes.append(steps[-1].reason)
             except Exception as e:
                 outcomes.append(_outcome(e))
     Path(out_dir, f"resume-{who}.json").write_text(json.dumps(outcomes))

@@ -29,6 +29,7 @@ from sessiontree import (
     aresume,
     arun,
     decide,
+    resume,
     tool,
 )
 from sessiontree.testing import ScriptedModel, ScriptExhausted, reply, tool_call
@@ -229,6 +230,73 @@ def test_resuming_twice_the_second_gets_a_clear_error(store, session):
     with pytest.raises(Conflict, match="already resumed"):
         aresume(store, pause.id, call=model)
     assert CALLED == [("send_email", {"to": "b", "body": "x"})]
+
+
+def test_one_approval_runs_its_call_once_however_many_branches_reach_the_decision(store, session):
+    session.append(user("email"))
+    call = tool_call("send_email", {"to": "b", "body": "x"}, id="e")
+    model = ScriptedModel([reply(None, call), reply("sent"), reply("sent again")])
+    pause = run(store, session, model, approve=approve_risky)[-1].node
+    session.fork("alt", at=pause.id)
+    decision = decide(store, pause.id, {"e": Approve()})
+    assert session.branches_at(decision) == ["alt", "main"]
+    assert [s.reason for s in resume(store, pause.id, call=model, tools=TOOLS) if isinstance(s, Final)] == [
+        "completed"
+    ]
+    with pytest.raises(Conflict, match=f"pause {pause.id} was already resumed"):
+        aresume(store, pause.id, call=model)
+    # the other branch is still at the decision; running it asks again instead of sending twice
+    (other,) = session.branches_at(decision)
+    steps = run(store, session, model, branch=other, approve=approve_risky)
+    assert kinds(steps) == ["Paused", "Final"]
+    assert steps[0].node.payload["reason"] == (
+        f"emails need a human (decision {decision.id} approved it once, "
+        "and another branch has acted on that decision)"
+    )
+    assert CALLED == [("send_email", {"to": "b", "body": "x"})]
+    decide(store, steps[0].node.id, {"e": Approve()})  # a second approval sends a second email
+    assert kinds(run(store, session, model, branch=other)) == ["ToolStart", "ToolEnd", "Assistant", "Final"]
+    assert len(CALLED) == 2 and store.verify().ok
+
+
+def test_a_rejection_holds_on_every_branch_at_the_decision(store, session):
+    session.append(user("email"))
+    call = tool_call("send_email", {"to": "b", "body": "x"}, id="e")
+    model = ScriptedModel([reply(None, call), reply("not sent"), reply("not sent either")])
+    pause = run(store, session, model, approve=approve_risky)[-1].node
+    session.fork("alt", at=pause.id)
+    decide(store, pause.id, {"e": Reject("no")})
+    for branch in ("main", "alt"):
+        assert kinds(run(store, session, model, branch=branch)) == ["ToolEnd", "Assistant", "Final"]
+    assert CALLED == []
+
+
+def test_a_branch_that_acts_on_a_decision_first_wins_a_race_for_it(store, session):
+    """Two branches at one decision: main looks, finds it unused, and before main writes
+    anything alt acts on it (here from main's approver, asked about the second call).
+    main's first write then sees alt's node and asks about the approved call again."""
+    session.append(user("email and weather"))
+    calls = [
+        tool_call("send_email", {"to": "b", "body": "x"}, id="e"),
+        tool_call("get_weather", {"city": "Paris"}, id="w"),
+    ]
+    model = ScriptedModel([reply(None, *calls)])
+    pause = run(store, session, model, approve=lambda c: Pause("human") if c.id == "e" else Pause("later"))[
+        -1
+    ].node
+    session.fork("alt", at=pause.id)
+    decision = decide(store, pause.id, {"e": Approve()})
+
+    def approve(call):
+        if call.id == "w" and not session.children(decision):
+            session.append({"error": "stand-in for alt's run"}, kind="error", branch="alt")
+        return approve_risky(call)
+
+    steps = run(store, session, model, approve=approve)
+    assert kinds(steps) == ["ToolStart", "ToolEnd", "Paused", "Final"]
+    assert steps[1].call.id == "w" and steps[2].node.payload["calls"][0]["id"] == "e"
+    assert CALLED == [("get_weather", {"city": "Paris"})]
+    assert len(session.children(decision)) == 2 and store.verify().ok
 
 
 async def _collect(steps):

@@ -103,3 +103,25 @@ def test_two_processes_resuming_one_decided_pause_many_times(tmp_path, db_target
             assert len(session.tree()) == len(kinds)  # the loser left no stray node anywhere
         assert store.verify().ok
     print(f"\nresume races: {Counter(o for outs in outcomes for o in outs)}")
+
+
+@pytest.mark.slow
+def test_two_branches_at_one_decision_run_at_once_use_its_approval_once(tmp_path, db_target):
+    """A fork at each pause, then one approval: both branches stand at the decision. Two
+    processes run one branch each at the same moment: the unsafe tool runs once per
+    pause, and the other branch pauses to ask again."""
+    db, tool_log = db_target, tmp_path / "executions.log"
+    tool_log.touch()
+    with Store(db) as store:
+        pauses = make_pauses(store, ROUNDS)
+        for pause_id in pauses:
+            store.session(store.node(pause_id).session_id).fork("alt", at=pause_id)
+            decide(store, pause_id, {"e": Approve()}, by="ops")
+    outcomes = race(workers.branch_worker, db, pauses, tmp_path, str(tool_log))
+    for r in range(ROUNDS):
+        assert sorted(o[r] for o in outcomes) == ["completed", "paused"]
+    amounts = Counter(int(line.split()[1]) for line in tool_log.read_text().splitlines())
+    assert amounts == Counter(range(ROUNDS))  # exactly once per pause
+    with Store(db) as store:
+        assert store.storage.resumable() == [] and store.verify().ok
+    print(f"\nbranch races, runs completed by main and alt: {[o.count('completed') for o in outcomes]}")

@@ -177,13 +177,25 @@ class _BranchCursor:
         self.store, self.session, self.branch, self.path = store, session, branch, path
         # The projection a model is sent, kept in step with the path.
         self.messages = compaction.project(path)
+        # A decision at the head that the next append claims (see ``_resolve_calls``).
+        self.claiming: Node | None = None
 
     @property
     def head(self) -> str | None:
         return self.path[-1].id if self.path else None
 
     def append(self, payload: dict[str, Any], *, kind: str = "message", run: Any = None) -> Node:
-        node = self.session.append(payload, branch=self.branch, kind=kind, run=run, expect_head=self.head)
+        claiming, self.claiming = self.claiming, None
+        if claiming is None:
+            node = self.session.append(payload, branch=self.branch, kind=kind, run=run, expect_head=self.head)
+        else:  # the node and the look at its siblings in one transaction: of two racing
+            # branches, the later one sees the earlier one's node and writes nothing
+            with self.store.transaction():
+                node = self.session.append(
+                    payload, branch=self.branch, kind=kind, run=run, expect_head=self.head
+                )
+                if len(self.session.children(claiming)) > 1:
+                    raise _DecisionTaken
         self.path.append(node)
         if kind == "message":
             self.messages.append(node.payload)
@@ -268,10 +280,47 @@ async def _compact(
 async def _resolve_calls(
     cursor: _BranchCursor, action: Action, registry: dict[str, Tool], approve: Approver | None
 ) -> AsyncIterator[Step]:
-    """Answer, run or pause the unanswered calls of the last assistant message."""
+    """Answer, run or pause the unanswered calls of the last assistant message.
+
+    A human's decision is used once. Several branches can stand at one decision (a
+    fork at the pause, a rerun from the decision); the first node written under it
+    claims it, and on any other branch its approvals are spent: those calls are
+    asked about again (a pause, for a tool that needs approval) instead of run twice.
+    """
+    head = cursor.path[-1] if cursor.path else None
+    decision = head if head is not None and head.kind == "decision" else None
+    spent = decision is not None and bool(cursor.session.children(decision))
+    cursor.claiming = None if spent else decision
+    try:
+        async for step in _answer_calls(cursor, action, registry, approve, spent=decision if spent else None):
+            yield step
+    except _DecisionTaken:  # another branch claimed it between our look and our first write
+        assert decision is not None
+        async for step in _answer_calls(cursor, action, registry, approve, spent=decision):
+            yield step
+    finally:
+        cursor.claiming = None
+
+
+class _DecisionTaken(Exception):
+    """The decision this run was about to act on got a node from another branch first."""
+
+
+async def _answer_calls(
+    cursor: _BranchCursor,
+    action: Action,
+    registry: dict[str, Tool],
+    approve: Approver | None,
+    *,
+    spent: Node | None,
+) -> AsyncIterator[Step]:
+    """``_resolve_calls`` given whether the decision at the head was ``spent`` elsewhere."""
     to_run: list[tuple[ToolCall, str]] = []
     rejected: list[tuple[ToolCall, str]] = []
     for_human: list[tuple[ToolCall, str]] = []
+    decided = action.decided
+    if spent is not None:  # a rejection still holds: running nothing cannot happen twice
+        decided = {k: v for k, v in decided.items() if isinstance(v, Reject)}
     for call in action.calls:
         tool = registry.get(call.name)
         if call.id in action.interrupted and tool is not None and not tool.idempotent:
@@ -283,9 +332,14 @@ async def _resolve_calls(
                 )
             )
             continue
-        answer: Decision | Pause | None = action.decided.get(call.id)
+        answer: Decision | Pause | None = decided.get(call.id)
         if answer is None:
             answer = default_approval(call, tool) if approve is None else await _maybe_await(approve(call))
+            if spent is not None and call.id in action.decided and isinstance(answer, Pause):
+                answer = Pause(
+                    f"{answer.reason} (decision {spent.id} approved it once, "
+                    "and another branch has acted on that decision)"
+                )
         if isinstance(answer, Approve):
             to_run.append((call, call.arguments))
         elif isinstance(answer, Edit):
@@ -516,8 +570,8 @@ def decide(store: Store, pause: Ref, decisions: dict[str, Decision], *, by: str 
 def aresume(store: Store, pause: Ref, **kwargs: Any) -> AsyncIterator[Step]:
     """Run the branch a decided pause belongs to (``arun`` keyword arguments apply).
 
-    Raises ``Conflict`` when the pause has no decision yet, or when its branch
-    has already moved past the decision (someone else resumed it).
+    Raises ``Conflict`` when the pause has no decision yet, or when it was
+    already resumed (a node follows the decision, on any branch).
     """
     pause = store.node(pause)
     session = store.session(pause.session_id)
@@ -525,9 +579,9 @@ def aresume(store: Store, pause: Ref, **kwargs: Any) -> AsyncIterator[Step]:
     if decision is None:
         raise Conflict(f"pause {pause.id} has no decision yet: decide it first")
     branches = session.branches_at(decision)
-    if not branches:
+    if not branches or session.children(decision):  # other branches there stay for `run`
         raise Conflict(
-            f"pause {pause.id} was already resumed: no branch is at its decision {decision.id} any more"
+            f"pause {pause.id} was already resumed: its decision {decision.id} has been acted on"
         )
     return arun(store, session, branches[0], expect_head=decision.id, **kwargs)
 

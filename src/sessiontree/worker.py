@@ -2,7 +2,7 @@
 
 Contract:
 - ``awork(store, call=..., tools=...)`` finds every decided pause no run has
-  carried on yet (its decision is still a branch head), resumes it to its end,
+  carried on yet (its decision is a branch head with nothing after it), resumes it to its end,
   and waits for the next decision: ``LISTEN/NOTIFY`` on PostgreSQL (the signal
   only wakes it; it re-reads what is resumable, and a poll every ``poll``
   seconds covers a missed signal), a plain poll on SQLite. It yields

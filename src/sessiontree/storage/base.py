@@ -159,7 +159,7 @@ class Storage(ABC):
     @abstractmethod
     def resumable(self) -> list[tuple[str, str]]:
         """(pause id, session id) of every decided pause whose decision is still a branch
-        head: decided, and not yet carried on by any run. Oldest first."""
+        head and has no child: decided, and not yet carried on by any run. Oldest first."""
 
     @abstractmethod
     def common_ancestor(self, a: int, b: int) -> Node | None: ...

@@ -102,7 +102,8 @@ class SharedReads(Storage):
         rows = self._rows(
             "SELECT DISTINCT p.id, s.id FROM branches b"
             " JOIN nodes d ON d.key = b.head AND d.kind = 'decision'"
-            " JOIN nodes p ON p.key = d.parent JOIN sessions s ON s.key = p.session ORDER BY p.id"
+            " JOIN nodes p ON p.key = d.parent JOIN sessions s ON s.key = p.session"
+            " WHERE NOT EXISTS (SELECT 1 FROM nodes c WHERE c.parent = d.key) ORDER BY p.id"
         )
         return [(r[0], r[1]) for r in rows]
 
