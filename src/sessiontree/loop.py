@@ -580,9 +580,7 @@ def aresume(store: Store, pause: Ref, **kwargs: Any) -> AsyncIterator[Step]:
         raise Conflict(f"pause {pause.id} has no decision yet: decide it first")
     branches = session.branches_at(decision)
     if not branches or session.children(decision):  # other branches there stay for `run`
-        raise Conflict(
-            f"pause {pause.id} was already resumed: its decision {decision.id} has been acted on"
-        )
+        raise Conflict(f"pause {pause.id} was already resumed: its decision {decision.id} has been acted on")
     return arun(store, session, branches[0], expect_head=decision.id, **kwargs)
 
 
