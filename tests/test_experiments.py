@@ -9,7 +9,7 @@ from sessiontree.experiments import Variant, compare, replay, rerun
 from sessiontree.testing import ScriptedModel, reply, tool_call
 
 from conftest import user
-from flows import approve_risky, get_weather, send_email
+from flows import CALLED, approve_risky, get_weather, send_email
 
 TOOLS = [get_weather, send_email]
 
@@ -71,6 +71,36 @@ def test_replay_replays_a_rejection(store, session):
     list(run(store, session, call=model, tools=TOOLS))
     report = replay(store, "main", session=session, tools="live", implementations=TOOLS)
     assert report.matched  # the recorded rejection was applied, send_email never ran live
+
+
+def test_replaying_a_branch_left_at_a_pause_pauses_and_runs_nothing_live(store, session):
+    session.append(user("email"))
+    model = ScriptedModel([reply(None, tool_call("send_email", {"to": "b", "body": "x"}, id="e"))])
+    assert list(run(store, session, call=model, tools=TOOLS, approve=approve_risky))[-1].reason == "paused"
+    CALLED.clear()
+    for tools in ("live", "recorded"):
+        report = replay(store, "main", session=session, tools=tools, implementations=TOOLS)
+        assert (report.matched, report.compared, report.final) == (True, 1, "paused")
+        assert session.head(report.branch).payload["reason"] == "the recording paused here"
+    assert CALLED == []  # the undecided call was never approved, so it never ran
+
+
+def test_replay_tells_apart_calls_whose_ids_repeat_from_one_reply_to_the_next(store, session):
+    session.append(user("Paris, then London"))
+    model = ScriptedModel(
+        [
+            reply(None, tool_call("get_weather", {"city": "Paris"}, id="call_0")),
+            reply(None, tool_call("get_weather", {"city": "London"}, id="call_0")),
+            reply("Both sunny."),
+        ]
+    )
+    list(run(store, session, call=model, tools=TOOLS))
+    report = replay(store, "main", session=session)
+    assert report.matched and report.compared == 5
+    assert [m["content"] for m in session.messages(report.branch) if m["role"] == "tool"] == [
+        "Sunny in Paris, 21C",
+        "Sunny in London, 21C",
+    ]
 
 
 def test_replay_needs_a_model_call(store, session):

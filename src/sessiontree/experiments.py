@@ -4,7 +4,8 @@ variants, and compare the branches that come out.
 Contract:
 - ``replay`` forks the recorded branch just before its first model call and
   runs the agent loop again with the recorded assistant replies as the model
-  (a cassette), the recorded human decisions as the approver, and either the
+  (a cassette), the recorded human decisions as the approver (a call the
+  recording paused for and nobody decided pauses again), and either the
   recorded tool results or live tools. It reports whether every model reply,
   tool call, argument and tool result matched, and where it first diverged.
   Markers (pauses, decisions, tool starts, errors) are not compared.
@@ -29,7 +30,7 @@ from .errors import CassetteExhausted, Conflict, SessionTreeError
 from .loop import ModelCall, arun
 from .model import Completion, Node, Usage
 from .session import Ref, Session
-from .steps import Approve, Decision, Final, ToolCall, decision_from_dict
+from .steps import Approve, Decision, Final, Pause, ToolCall, decision_from_dict
 from .store import Store
 from .tools import Tool, as_tools
 
@@ -125,20 +126,71 @@ def _recorded() -> None:
 
 
 class RecordedTool(Tool):
-    """A tool that answers each call id with the result recorded for it."""
+    """A tool that answers each call with the result recorded for it: results are keyed by
+    (model reply, call id), since some servers reuse call ids from one reply to the next,
+    and the reply being answered is the last one ``cassette`` played."""
 
-    def __init__(self, name: str, results: dict[str, Any]) -> None:
+    def __init__(self, name: str, results: dict[tuple[int, str], Any], cassette: Cassette) -> None:
         super().__init__(_recorded, name=name)
-        self.results = results
+        self.results, self.cassette = results, cassette
 
     def parse(self, arguments: str | dict[str, Any] | None) -> dict[str, Any]:
         return {}  # the recording answers whatever was asked; the comparison judges it
 
     async def invoke(self, arguments: dict[str, Any], context: Any = None) -> Any:
         call_id = context.call_id if context else None
-        if call_id not in self.results:
+        key = (self.cassette.calls, str(call_id))
+        if key not in self.results:
             return f"Error: no recorded result for call {call_id!r} of {self.name}"
-        return self.results[call_id]
+        return self.results[key]
+
+
+@dataclass
+class _Recording:
+    """A recorded branch from its first model reply, read for a replay. Tool results,
+    decisions and pauses are keyed by (model reply, call id): the n-th reply's calls."""
+
+    replies: list[Completion] = field(default_factory=list)
+    results: dict[tuple[int, str], Any] = field(default_factory=dict)
+    decisions: dict[tuple[int, str], Decision] = field(default_factory=dict)
+    paused: set[tuple[int, str]] = field(default_factory=set)
+
+    @classmethod
+    def read(cls, store: Store, nodes: list[Node]) -> _Recording:
+        recording = cls()
+        for node in nodes:
+            turn = len(recording.replies)
+            if node.kind == "message" and node.payload.get("role") == "assistant":
+                run = store.run(node.run_id) if node.run_id else None
+                recording.replies.append(
+                    Completion(
+                        node.payload,
+                        model=run.model if run else None,
+                        provider="cassette",
+                        params=run.params if run else {},
+                        finish_reason=run.finish_reason if run else None,
+                    )
+                )
+            elif node.kind == "message" and node.payload.get("role") == "tool":
+                recording.results[(turn, str(node.payload.get("tool_call_id")))] = node.payload.get("content")
+            elif node.kind == "decision":
+                for call_id, data in node.payload.get("decisions", {}).items():
+                    recording.decisions[(turn, call_id)] = decision_from_dict(data)
+            elif node.kind == "pause":
+                recording.paused |= {(turn, str(c.get("id"))) for c in node.payload.get("calls", [])}
+        return recording
+
+    def approver(self, cassette: Cassette) -> Callable[[ToolCall], Decision | Pause]:
+        """What the humans decided; a call the recording paused for and nobody decided
+        pauses again, so live tools never run a call that was never approved."""
+
+        def approve(call: ToolCall) -> Decision | Pause:
+            key = (cassette.calls, call.id)
+            if key in self.decisions:
+                return self.decisions[key]
+            return Pause("the recording paused here") if key in self.paused else Approve()
+
+        return approve
 
 
 async def areplay(
@@ -160,42 +212,27 @@ async def areplay(
     if first is None or first == 0:
         raise Conflict(f"branch {branch!r} has no model call to replay after a first message")
     recorded = path[first:]
-    replies: list[Completion] = []
-    results: dict[str, Any] = {}
-    decisions: dict[str, Decision] = {}
-    for node in recorded:
-        if node.kind == "message" and node.payload.get("role") == "assistant":
-            run = store.run(node.run_id) if node.run_id else None
-            replies.append(
-                Completion(
-                    node.payload,
-                    model=run.model if run else None,
-                    provider="cassette",
-                    params=run.params if run else {},
-                    finish_reason=run.finish_reason if run else None,
-                )
-            )
-        elif node.kind == "message" and node.payload.get("role") == "tool":
-            results[str(node.payload.get("tool_call_id"))] = node.payload.get("content")
-        elif node.kind == "decision":
-            for call_id, data in node.payload.get("decisions", {}).items():
-                decisions[call_id] = decision_from_dict(data)
+    recording = _Recording.read(store, recorded)
+    cassette = Cassette(recording.replies)
     if tools == "recorded":
-        names = {c["function"]["name"] for r in replies for c in r.message.get("tool_calls") or []}
-        registry: list[Tool] = [RecordedTool(name, results) for name in sorted(names)]
+        names = {c["function"]["name"] for r in recording.replies for c in r.message.get("tool_calls") or []}
+        registry: list[Tool] = [RecordedTool(name, recording.results, cassette) for name in sorted(names)]
     elif tools == "live":
         registry = list(as_tools(implementations).values())
     else:
         raise ValueError(f"tools must be 'recorded' or 'live', not {tools!r}")
 
-    def approve(call: ToolCall) -> Decision:
-        return decisions.get(call.id, Approve())
-
     name = into or free_branch_name(s, f"{branch}-replay")
     s.fork(name, at=path[first - 1], metadata={"replay_of": branch, "tools": tools})
     final = None
     async for step in arun(
-        store, s, name, call=Cassette(replies), tools=registry, approve=approve, max_steps=max_steps
+        store,
+        s,
+        name,
+        call=cassette,
+        tools=registry,
+        approve=recording.approver(cassette),
+        max_steps=max_steps,
     ):
         if isinstance(step, Final):
             final = step
