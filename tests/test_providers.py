@@ -427,6 +427,20 @@ def test_malformed_json_in_stream_names_the_line():
     assert "malformed JSON" in str(error) and '{"choices": [{"del' in str(error)
 
 
+def test_json_nested_absurdly_deep_is_a_provider_error_not_a_recursion_error():
+    deep = "[" * 200_000
+    server = Server(httpx.Response(200, content=deep.encode()))
+    prefix = "openai-compatible (m): "
+    with pytest.raises(
+        ProviderError, match=r"^openai-compatible \(m\): response is nested too deeply: '\[\[\["
+    ) as info:
+        asyncio.run(openai_compatible(BASE, "m", transport=server.transport)(MESSAGES))
+    assert len(str(info.value)) < 300
+    server = Server(streamed(sse(chunk({"content": "a"}), f"data: {deep}\n\n")))
+    _, error = stream_error(openai_compatible(BASE, "m", stream=True, transport=server.transport))
+    assert str(error).startswith(f"{prefix}JSON nested too deeply in stream data line: '[[[")
+
+
 class DroppingStream(httpx.AsyncByteStream):
     """Sends ``parts`` then fails like a dropped connection (or hangs, if ``hang``)."""
 

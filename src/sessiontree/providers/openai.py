@@ -197,9 +197,10 @@ class OpenAICompatible:
                 await self._pause(failure, None, budget)
         try:
             data = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError) as exc:
             text = raw[:4096].decode(errors="replace")
-            raise self._error("response is not JSON: ", detail=text, limit=200, quote=True) from None
+            problem = "nested too deeply" if isinstance(exc, RecursionError) else "not JSON"
+            raise self._error(f"response is {problem}: ", detail=text, limit=200, quote=True) from None
         if isinstance(data, dict) and data.get("error"):
             raise self._error("error in response: ", detail=error_text(data))
         choices = data.get("choices") if isinstance(data, dict) else None

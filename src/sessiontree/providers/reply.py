@@ -40,8 +40,9 @@ class StreamState:
             return None
         try:
             chunk = json.loads(data)
-        except ValueError:
-            raise error("malformed JSON in stream data line: ", detail=data, limit=200, quote=True) from None
+        except (ValueError, RecursionError) as exc:
+            problem = "JSON nested too deeply" if isinstance(exc, RecursionError) else "malformed JSON"
+            raise error(f"{problem} in stream data line: ", detail=data, limit=200, quote=True) from None
         if not isinstance(chunk, dict):
             raise error("stream data line is not a JSON object: ", detail=data, limit=200, quote=True)
         if chunk.get("error") or event.event == "error":
@@ -107,7 +108,7 @@ def tool_call(raw: dict[str, Any], position: int) -> dict[str, Any]:
 def error_text(body: Any) -> str:
     """The server's own words from an error body (its text or parsed JSON), whatever its shape."""
     if isinstance(body, str):
-        with contextlib.suppress(ValueError):
+        with contextlib.suppress(ValueError, RecursionError):
             body = json.loads(body)
     error = (body.get("error") or body) if isinstance(body, dict) else body
     if isinstance(error, dict):
