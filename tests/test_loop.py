@@ -321,9 +321,13 @@ def test_an_unsafe_tool_cut_off_mid_call_is_never_rerun_silently(store, session,
         assert kinds(steps) == ["Paused", "Final"]
         assert steps[0].node.payload["calls"][0]["reason"].startswith("interrupted")
         assert CALLED == [] and model.calls == []
-        decide(again, steps[0].node.id, {"e": Reject("it may have been sent already")})
+        decide(again, steps[0].node.id, {"e": Reject("check the outbox")})
         assert kinds(run(again, session.id, model)) == ["ToolEnd", "Assistant", "Final"]
         assert len(log.read_text().splitlines()) == 1
+        assert model.calls[-1]["messages"][-1]["content"] == (
+            "Rejected: the call to send_email started earlier and was cut off before any result, "
+            "so it may or may not have happened; it was not run again. check the outbox"
+        )
         assert again.verify().ok
 
 

@@ -355,13 +355,12 @@ async def _answer_calls(
             )
 
     for call, reason in rejected:
-        node = cursor.append(
-            {
-                "role": "tool",
-                "tool_call_id": call.id,
-                "content": f"Rejected: the call to {call.name} was not run. {reason}".strip(),
-            }
-        )
+        if call.id in action.cut_off:  # the model must not believe it did not happen
+            what = f"the call to {call.name} started earlier and was cut off before any result"
+            said = f"Rejected: {what}, so it may or may not have happened; it was not run again."
+        else:
+            said = f"Rejected: the call to {call.name} was not run."
+        node = cursor.append({"role": "tool", "tool_call_id": call.id, "content": f"{said} {reason}".strip()})
         yield ToolEnd(call, node, ok=False)
     if to_run:
         marker = cursor.append(

@@ -35,7 +35,8 @@ class Action:
     assistant: Node | None = None
     calls: list[ToolCall] = field(default_factory=list)  # unanswered, in the model's order
     decided: dict[str, Decision] = field(default_factory=dict)
-    interrupted: set[str] = field(default_factory=set)  # started, never answered
+    interrupted: set[str] = field(default_factory=set)  # started, never answered, no human since
+    cut_off: set[str] = field(default_factory=set)  # started, never answered (may have run)
 
 
 def next_action(path: list[Node]) -> Action:
@@ -58,6 +59,7 @@ def next_action(path: list[Node]) -> Action:
 
     answered: set[str] = set()
     started: set[str] = set()
+    ever_started: set[str] = set()
     decided: dict[str, Decision] = {}
     for node in tail:
         if node.kind == "message":  # a tool message
@@ -67,6 +69,7 @@ def next_action(path: list[Node]) -> Action:
         elif node.kind == "tool_start":
             for call in node.payload.get("calls", []):
                 started.add(call["id"])
+                ever_started.add(call["id"])
                 decided.pop(call["id"], None)  # a decision is used up by running it
         elif node.kind == "decision":
             for call_id, data in node.payload.get("decisions", {}).items():
@@ -77,4 +80,11 @@ def next_action(path: list[Node]) -> Action:
         return Action("model", assistant)
     if path[-1].kind == "pause":
         return Action("paused", assistant, unanswered)
-    return Action("tools", assistant, unanswered, decided, {c.id for c in unanswered if c.id in started})
+    return Action(
+        "tools",
+        assistant,
+        unanswered,
+        decided,
+        {c.id for c in unanswered if c.id in started},
+        {c.id for c in unanswered if c.id in ever_started},
+    )
