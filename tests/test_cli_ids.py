@@ -3,13 +3,18 @@ the demo, and resolve each one with `show`."""
 
 from __future__ import annotations
 
+import json
 import re
 
+import click
 import pytest
 from click.testing import CliRunner
 
 from sessiontree import Store
 from sessiontree.cli import cli
+from sessiontree.cli.stepview import echo_step
+from sessiontree.model import Node
+from sessiontree.steps import Assistant, Final, Paused, Token, ToolCall, ToolStart
 
 from conftest import assistant, user
 
@@ -119,3 +124,50 @@ def test_terminal_escapes_in_stored_text_are_shown_not_run(tmp_path):
         out = invoke(db, *args)
         assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out, args
     assert "\\x1b[2J" in invoke(db, "log")
+
+
+EVIL = "a\x1b]52;c;cHduZWQ=\x07b\u202e\nc"  # a clipboard write, a bidi override, a newline
+
+
+def test_what_a_server_wrote_is_shown_not_run_in_pauses_and_decisions(tmp_path):
+    db = tmp_path / "esc.db"
+    call = {"id": f"id{EVIL}", "name": f"send{EVIL}", "arguments": '{"to":  "b\x1b[2J"}', "reason": EVIL}
+    with Store(db) as store:
+        s = store.create_session()
+        s.append(user("go"))
+        pause = s.append({"reason": EVIL, "calls": [call]}, kind="pause")
+    out = invoke(db, "pending")
+    assert out.splitlines()[1] == (
+        "  call ida\\x1b]52;c;cHduZWQ=\\x07b\\u202e c: senda\\x1b]52;c;cHduZWQ=\\x07b\\u202e c"
+        '({"to":  "b\\x1b[2J"})  - a\\x1b]52;c;cHduZWQ=\\x07b\\u202e c'
+    )
+    out = invoke(db, "approve", pause.id)
+    assert out.splitlines()[0].endswith(": ida\\x1b]52;c;cHduZWQ=\\x07b\\u202e c")
+
+
+def test_run_output_shows_escapes_from_the_model_and_server_as_text():
+    def node(payload, kind="message"):
+        return Node("n", "s", None, 1, kind, json.dumps(payload), "2026-11-30T00:00:00.000Z")
+
+    call = {"id": f"c{EVIL}", "type": "function", "function": {"name": f"f{EVIL}", "arguments": "{}"}}
+    steps = [
+        Token(f"tok{EVIL}"),
+        Assistant(node({"role": "assistant", "content": f"said{EVIL}", "tool_calls": [call]})),
+        ToolStart(ToolCall(f"c{EVIL}", f"f{EVIL}", "{}"), node({})),
+        Paused(
+            node({"reason": EVIL, "calls": [{"id": f"c{EVIL}", "name": "f", "arguments": "{}"}]}, "pause")
+        ),
+        Final("error", None, f"ProviderError: bad{EVIL}"),
+    ]
+
+    @click.command()
+    def show():
+        for step in steps:
+            echo_step(step)
+
+    result = CliRunner().invoke(show, catch_exceptions=False)
+    out = result.output
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert "error: ProviderError: bada\\x1b]52;c;cHduZWQ=\\x07b\\u202e c\n" in out  # one line
+    assert "  running fa\\x1b]52;c;cHduZWQ=\\x07b\\u202e c [ca\\x1b]52;c;cHduZWQ=\\x07b\\u202e c]" in out
+    assert "paused: a\\x1b]52;c;cHduZWQ=\\x07b\\u202e c\n" in out

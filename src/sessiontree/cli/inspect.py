@@ -11,7 +11,7 @@ from ..session import Session
 from ..store import Store
 from . import complete
 from .common import abbreviations, echo_json, open_store, pick_session, target
-from .render import safe, summary, table, transcript, tree_lines
+from .render import call_line, safe, summary, table, transcript, tree_lines
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Output JSON.")
 session_option = click.option(
@@ -236,10 +236,7 @@ def pending(ctx: click.Context, as_json: bool) -> None:
     for p in pauses:
         click.echo(f"pause {p.id}  session {p.session_id}  {p.created_at}")
         for call in p.payload.get("calls", []):
-            click.echo(
-                f"  call {call['id']}: {call['name']}({call['arguments']})"
-                + (f"  - {call['reason']}" if call.get("reason") else "")
-            )
+            click.echo(call_line(call))
 
 
 @click.command()

@@ -17,6 +17,7 @@ from ..steps import Approve, Decision, Edit, Reject
 from . import complete
 from .common import echo_json, echo_result, open_store, pick_session, target
 from .inspect import json_option, session_option
+from .render import one_line
 
 
 @click.command()
@@ -146,7 +147,7 @@ def _decide(
     if as_json:
         echo_json(decision.to_dict())
         return
-    click.echo(f"decision {decision.id} on pause {node.id}: {', '.join(ids)}")
+    click.echo(f"decision {decision.id} on pause {node.id}: {one_line(', '.join(ids), None)}")
     click.echo(f"resume with: sessiontree resume {node.id}")
 
 

@@ -34,9 +34,21 @@ def json_safe(text: str) -> str:
     return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
-def one_line(text: Any, width: int = WIDTH) -> str:
+def one_line(text: Any, width: int | None = WIDTH) -> str:
+    """``safe`` text on one line (whitespace runs, newlines too, become one space), cut
+    to ``width`` characters unless ``width`` is None."""
     text = " ".join(safe(text).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"
+
+
+def call_line(call: dict[str, Any], *, reason: bool = True) -> str:
+    """A call of a pause as the CLI lists it; what the model or server wrote is made safe."""
+    id_, name = one_line(call["id"], None), one_line(call["name"], None)
+    arguments = safe(call["arguments"]).replace("\n", "\\n")  # exact, spaces and all
+    line = f"  call {id_}: {name}({arguments})"
+    if reason and call.get("reason"):
+        line += f"  - {one_line(call['reason'], None)}"
+    return line
 
 
 def calls_text(calls: Iterable[dict[str, Any]]) -> str:

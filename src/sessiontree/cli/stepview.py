@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from ..steps import Assistant, Compacted, Final, Paused, Resuming, Token, ToolCall, ToolEnd, ToolStart
-from .render import calls_text, json_safe, one_line
+from .render import call_line, calls_text, json_safe, one_line, safe
 
 
 def print_steps(
@@ -93,29 +93,32 @@ def step_dict(step: Any) -> dict[str, Any]:
 
 
 def echo_step(step: Any, streamed: bool = False) -> None:
+    """A step for a person at a terminal. Whatever the model or the server wrote goes
+    through ``safe`` (escape sequences, say, are shown rather than obeyed), and what must
+    stay on one line through ``one_line``."""
     if isinstance(step, Resuming):
         click.echo(f"resuming pause {step.pause_id} (session {step.session_id})")
     elif isinstance(step, Token):
-        click.echo(step.text, nl=False)
+        click.echo(safe(step.text), nl=False)
     elif isinstance(step, Assistant):
         message = step.message
         if streamed:
             click.echo()
         elif message.get("content"):
-            click.echo(f"assistant: {message['content']}")
+            click.echo(f"assistant: {safe(message['content'])}")
         if message.get("tool_calls"):
-            click.echo(f"assistant -> {calls_text(message['tool_calls'])}")
+            click.echo(f"assistant -> {one_line(calls_text(message['tool_calls']), None)}")
     elif isinstance(step, ToolStart):
-        click.echo(f"  running {step.call.name} [{step.call.id}]")
+        click.echo(f"  running {one_line(step.call.name, None)} [{one_line(step.call.id, None)}]")
     elif isinstance(step, ToolEnd):
         click.echo(
-            f"  {'ok' if step.ok else 'failed'} {step.call.name}: "
+            f"  {'ok' if step.ok else 'failed'} {one_line(step.call.name, None)}: "
             f"{one_line(step.node.payload.get('content'), 60)}"
         )
     elif isinstance(step, Paused):
-        click.echo(f"paused: {step.node.payload.get('reason')}")
+        click.echo(f"paused: {one_line(step.node.payload.get('reason'), None)}")
         for call in step.calls:
-            click.echo(f"  call {call['id']}: {call['name']}({call['arguments']})")
+            click.echo(call_line(call, reason=False))
         click.echo(
             f"decide with: sessiontree approve {step.node.id}   "
             f"(or: sessiontree reject {step.node.id} --reason ...)"
@@ -126,6 +129,6 @@ def echo_step(step: Any, streamed: bool = False) -> None:
         click.echo(f"compacted: a summary now stands for {covered} earlier nodes")
     elif isinstance(step, Final):
         if step.reason == "error":
-            click.echo(f"error: {step.error}", err=True)
+            click.echo(f"error: {one_line(step.error, None)}", err=True)
         elif step.reason not in ("completed", "paused"):
             click.echo(f"stopped: {step.reason}")
