@@ -12,6 +12,8 @@ MODEL = ["--base-url", "http://127.0.0.1:9/v1", "-m", "m"]
 BAD = [
     ["run", "-o", "model", "x", *MODEL, "hi"],
     ["run", "-o", "stream", "true", *MODEL, "hi"],
+    ["run", "-o", "api_key", "sk-x", *MODEL, "hi"],
+    ["run", "-o", "timeout", "5", *MODEL, "hi"],
     ["run", "--tools", "os:missing", *MODEL, "hi"],
     ["run", "--tools", "no_such_module_here", *MODEL, "hi"],
     ["run", "--tools", "{tmp}/missing.py", *MODEL, "hi"],

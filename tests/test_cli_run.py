@@ -67,6 +67,24 @@ def test_run_needs_an_endpoint(tmp_path, monkeypatch):
     assert "Error: give --base-url and --model" in result.output
 
 
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        ("api_key", "the key is read from the variable --api-key-env names"),
+        ("timeout", "it is a setting of the adapter (openai_compatible in Python)"),
+        ("headers", "it is a setting of the adapter (openai_compatible in Python)"),
+    ],
+)
+def test_run_refuses_an_adapter_setting_as_a_request_parameter(tmp_path, key, why):
+    args = ["--db", str(tmp_path / "x.db"), "run", "hi", "--base-url", "http://127.0.0.1:9/v1", "-m", "m"]
+    result = CliRunner().invoke(cli, [*args, "-o", key, "1"])
+    assert result.exit_code == 2
+    assert (
+        result.output.splitlines()[-1]
+        == f"Error: Invalid value for -o: {key!r} is not a request parameter: {why}"
+    )
+
+
 def test_run_refuses_a_key_with_a_carriage_return_without_showing_it(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-cli-secret-key\r")
     args = ["--db", str(tmp_path / "x.db"), "run", "hi", "--base-url", "http://127.0.0.1:9/v1", "-m", "m"]

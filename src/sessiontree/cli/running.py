@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import json
 import os
 import signal
@@ -143,6 +144,8 @@ OWN_OPTIONS = {
     "stream_options": "the adapter sets it",
     "messages": "the branch is the conversation",
     "tools": "use --tools",
+    "api_key": "the key is read from the variable --api-key-env names",
+    "api_key_env": "use --api-key-env",
 }
 
 
@@ -161,12 +164,13 @@ def make_call(
         raise click.UsageError("give --base-url (or SESSIONTREE_BASE_URL)")
     if not model:
         raise click.UsageError("give --model (or SESSIONTREE_MODEL)")
+    # The adapter's own keywords (timeout, headers, api_key, ...) are not request parameters.
+    settings = set(inspect.signature(openai_compatible).parameters) - {"base_url", "model", "params"}
     extra = {}
     for key, value in params:
-        if key in OWN_OPTIONS:
-            raise click.BadParameter(
-                f"{key!r} is not a request parameter: {OWN_OPTIONS[key]}", param_hint="-o"
-            )
+        if key in OWN_OPTIONS or key in settings:
+            why = OWN_OPTIONS.get(key, "it is a setting of the adapter (openai_compatible in Python)")
+            raise click.BadParameter(f"{key!r} is not a request parameter: {why}", param_hint="-o")
         try:
             extra[key] = json.loads(value)
         except ValueError:
