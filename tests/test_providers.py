@@ -441,6 +441,25 @@ def test_json_nested_absurdly_deep_is_a_provider_error_not_a_recursion_error():
     assert str(error).startswith(f"{prefix}JSON nested too deeply in stream data line: '[[[")
 
 
+def test_a_key_the_server_echoes_in_a_reply_is_not_kept():
+    key = "sk-live-echo/42"
+    said = f"Your key is {key}; as JSON {json.dumps(key)}. Authorization: is a header name."
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": json.dumps({"k": key})}}
+    server = Server(ok({"role": "assistant", "content": said, "tool_calls": [call]}))
+    completion = asyncio.run(openai_compatible(BASE, "m", api_key=key, transport=server.transport)(MESSAGES))
+    assert completion.message["content"] == (
+        'Your key is [redacted]; as JSON "[redacted]". Authorization: is a header name.'
+    )
+    assert completion.message["tool_calls"][0]["function"]["arguments"] == '{"k": "[redacted]"}'
+    server = Server(
+        streamed(sse(chunk({"content": f"key {key} "}), chunk({"content": "end"}, finish="stop")))
+    )
+    deltas, completion = collect(
+        openai_compatible(BASE, "m", api_key=key, stream=True, transport=server.transport)
+    )
+    assert deltas == ["key [redacted] ", "end"] and completion.message["content"] == "key [redacted] end"
+
+
 class DroppingStream(httpx.AsyncByteStream):
     """Sends ``parts`` then fails like a dropped connection (or hangs, if ``hang``)."""
 

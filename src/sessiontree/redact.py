@@ -1,4 +1,4 @@
-"""Keep credentials out of error messages.
+"""Keep credentials out of error messages and stored replies.
 
 Contract:
 
@@ -10,7 +10,9 @@ Contract:
   (``Authorization``, ``api-key``, ``x-api-key``: the value and each part after
   the scheme) in the forms a server may echo it: as is, JSON-escaped, with
   ``/`` written ``\\/``, percent-encoded. ``redactor(text)`` replaces each with
-  ``[redacted]``, as well as anything after ``Bearer`` or ``Authorization:``.
+  ``[redacted]``, as well as anything after ``Bearer`` or ``Authorization:``;
+  ``redactor.credentials(text)`` replaces only the credentials (for replies
+  that are kept: a server that echoes the key must not get it stored).
 - ``redactor.clip(text, limit)`` redacts *before* cutting to ``limit``
   characters, so a key that straddles the cut is never half left behind.
 """
@@ -61,10 +63,16 @@ class Redactor:
         self._forms = sorted(forms, key=len, reverse=True)  # a longer form before a part of it
 
     def __call__(self, text: str) -> str:
-        for form in self._forms:
-            text = text.replace(form, "[redacted]")
+        text = self.credentials(text)
         text = _AUTH_FIELD.sub(r"\1[redacted]", text)
         return _BEARER.sub("Bearer [redacted]", text)
+
+    def credentials(self, text: str) -> str:
+        """Only the credentials themselves replaced: for a model's own words, where
+        "Authorization:" may be what it is explaining."""
+        for form in self._forms:
+            text = text.replace(form, "[redacted]")
+        return text
 
     def clip(self, text: str, limit: int) -> str:
         return self(text)[:limit]

@@ -149,8 +149,9 @@ class OpenAICompatible:
         if api_key:
             check_header("the API key", api_key)
             self._headers["Authorization"] = f"Bearer {api_key}"  # replaces any given one
-        # Every credential, scrubbed from every error message.
-        self._error = Failures(f"{PROVIDER} ({self.model}): ", Redactor(self._headers))
+        # Every credential, scrubbed from every error message and every reply kept.
+        self._redact = Redactor(self._headers)
+        self._error = Failures(f"{PROVIDER} ({self.model}): ", self._redact)
 
     def with_params(self, **params: Any) -> OpenAICompatible:
         """The same endpoint and model with these request parameters added or replaced."""
@@ -233,7 +234,9 @@ class OpenAICompatible:
                 try:
                     async for event in aiter_events(self._body(response, budget), self.max_line_bytes):
                         if (delta := state.feed(event, self._error)) is not None:
-                            yield delta
+                            # shown as it comes; a key split across two deltas is caught
+                            # only in the message kept (``_completion``)
+                            yield self._redact.credentials(delta)
                         if state.done:
                             break
                     break
@@ -386,7 +389,20 @@ class OpenAICompatible:
         started: float,
         raw: Callable[[], str],
     ) -> Completion:
-        """The Completion of a reply, or a ProviderError (``raw()`` attached) when it cannot be stored."""
+        """The Completion of a reply, or a ProviderError (``raw()`` attached) when it cannot be
+        stored. A credential the server echoed in the text or the call arguments is replaced."""
+        scrub = self._redact.credentials
+        if isinstance(content, str):
+            content = scrub(content)
+        elif isinstance(content, list):  # parts: {"type": "text", "text": ...}, ...
+            content = [
+                {**part, "text": scrub(part["text"])}
+                if isinstance(part, dict) and isinstance(part.get("text"), str)
+                else part
+                for part in content
+            ]
+        for call in tool_calls:  # canonical by now (``reply.tool_call``): arguments are text
+            call["function"]["arguments"] = scrub(call["function"]["arguments"])
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if tool_calls:
             message["tool_calls"] = tool_calls
