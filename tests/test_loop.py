@@ -243,6 +243,7 @@ def test_one_approval_runs_its_call_once_however_many_branches_reach_the_decisio
     assert [s.reason for s in resume(store, pause.id, call=model, tools=TOOLS) if isinstance(s, Final)] == [
         "completed"
     ]
+    assert session.head("main").payload["content"] == "sent"  # the branch that paused, not the fork
     with pytest.raises(Conflict, match=f"pause {pause.id} was already resumed"):
         aresume(store, pause.id, call=model)
     # the other branch is still at the decision; running it asks again instead of sending twice

@@ -567,7 +567,8 @@ def decide(store: Store, pause: Ref, decisions: dict[str, Decision], *, by: str 
 
 
 def aresume(store: Store, pause: Ref, **kwargs: Any) -> AsyncIterator[Step]:
-    """Run the branch a decided pause belongs to (``arun`` keyword arguments apply).
+    """Run the branch a decided pause belongs to (``arun`` keyword arguments apply): of
+    several at its decision, the oldest.
 
     Raises ``Conflict`` when the pause has no decision yet, or when it was
     already resumed (a node follows the decision, on any branch).
@@ -580,6 +581,8 @@ def aresume(store: Store, pause: Ref, **kwargs: Any) -> AsyncIterator[Step]:
     branches = session.branches_at(decision)
     if not branches or session.children(decision):  # other branches there stay for `run`
         raise Conflict(f"pause {pause.id} was already resumed: its decision {decision.id} has been acted on")
+    if len(branches) > 1:  # forks made at the pause are younger than the branch that paused
+        branches.sort(key=lambda name: session.branch(name).created_at)
     return arun(store, session, branches[0], expect_head=decision.id, **kwargs)
 
 
