@@ -157,6 +157,24 @@ def test_html_command_writes_the_file_and_reports_it(demo, tmp_path, monkeypatch
     }
 
 
+def test_html_command_reads_the_session_once(demo, tmp_path, monkeypatch):
+    import sessiontree.cli.view
+    import sessiontree.view.page
+
+    db, session_id, _ = demo
+    reads: list[str] = []
+
+    def counted(store, sid, **options):
+        reads.append(sid)
+        return session_data(store, sid, **options)
+
+    for module in (sessiontree.cli.view, sessiontree.view.page):
+        monkeypatch.setattr(module, "session_data", counted)
+    result = CliRunner().invoke(cli, ["--db", str(db), "html", session_id, "-o", str(tmp_path / "once.html")])
+    assert result.exit_code == 0, result.output
+    assert reads == [session_id]
+
+
 def test_html_command_errors_are_one_line(demo, tmp_path):
     db, _, _ = demo
     result = CliRunner().invoke(cli, ["--db", str(db), "html", "ffffffff"])
@@ -268,7 +286,7 @@ def test_serve_edit_decision_stores_the_new_arguments(demo, client):
 
 
 def test_with_login_every_request_needs_the_token_from_the_header_or_the_login_cookie(demo, client):
-    from sessiontree.view.server import LOGIN_COOKIE, NOT_LOGGED_IN
+    from sessiontree.view.server import NOT_LOGGED_IN, login_cookie
 
     db, session_id, pause_id = demo
     c = client(db, login=True, token="s3cret", allow_decide=True)
@@ -278,7 +296,7 @@ def test_with_login_every_request_needs_the_token_from_the_header_or_the_login_c
         assert NOT_LOGGED_IN in refused.text and session_id not in refused.text
     assert c.get("/api/sessions").json() == {"error": NOT_LOGGED_IN}
     assert c.get("/login", params={"token": "wrong"}).status_code == 401
-    assert c.cookies.get(LOGIN_COOKIE) is None
+    assert c.cookies.get(login_cookie(8765)) is None
     assert c.get("/api/sessions", headers={"X-Sessiontree-Token": "s3cret"}).status_code == 200  # scripts
     went = c.get("/login", params={"token": "s3cret"}, follow_redirects=False)
     assert went.status_code == 303 and went.headers["location"] == "/#token=s3cret"
@@ -349,9 +367,11 @@ def first_answer(url: str):
     import httpx
 
     address = urlsplit(url)
+    assert address.hostname and address.port
     deadline = time.monotonic() + 20
     while True:
-        probe = socket.socket()  # closed here, refused or not (a failed client connect can leak one)
+        # closed here, refused or not (a failed client connect can leak one); IPv6 too
+        probe = socket.socket(socket.AF_INET6 if ":" in address.hostname else socket.AF_INET)
         try:
             probe.connect((address.hostname, address.port))
             break
@@ -408,6 +428,25 @@ def test_serve_command_with_login_prints_where_to_log_in(demo):
             page = browser.get(login.group(1))
             assert page.status_code == 200 and str(page.url) == url.group(1)
             assert [s["id"] for s in browser.get(f"{url.group(1)}api/sessions").json()] == [session_id]
+
+
+@pytest.mark.slow  # a real server process
+def test_serve_command_on_ipv6_loopback_answers_its_own_url(demo):
+    import socket
+
+    db, _, _ = demo
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError as e:
+        pytest.skip(f"no IPv6 loopback here: {e}")
+    with serve_process(db, "--host", "::1", "--allow-decide") as (first, second):  # two lines
+        url = re.fullmatch(rf"serving {re.escape(str(db))} on (http://\[::1\]:\d+/)\n", first)
+        assert url, first
+        token = rf"decisions allowed with the token (\S+): open {re.escape(url.group(1))}#token=\1\n"
+        assert re.fullmatch(token, second), second
+        page = first_answer(url.group(1))  # the browser sends Host: [::1]:PORT
+        assert page.status_code == 200, page.text
 
 
 def test_serve_command_refuses_a_taken_port(demo):

@@ -420,3 +420,37 @@ def test_serve_search_opens_a_hit_on_its_branch(page, served):
     page.wait_until(f"document.querySelector('#tree-inner .row.selected').dataset.id === '{node_id}'")
     assert node_id in page.path_ids()  # the path shown is the hit's own branch
     assert page.errors == []
+
+
+def test_serve_view_shows_a_change_made_before_its_first_poll(page, served):
+    added = []
+
+    def first_poll_late(route):  # the session grows between the page's build and its first poll
+        if not added:
+            with Store(served["db"]) as store:
+                session = store.session(served["session"])
+                added.append(
+                    session.append({"role": "user", "content": "before the first poll"}, branch="main")
+                )
+        route.continue_()
+
+    page.page.route("**/version", first_poll_late)
+    page.open(served["url"] + "s/" + served["session"])
+    page.wait_until("document.body.dataset.version === '1'")  # compared with the page's own version
+    assert added and "15 nodes" in page.page.inner_text("#count")
+    assert page.selected() == added[0].id  # the selected head followed main
+
+
+def test_serve_view_says_its_session_is_gone_and_stops_polling(page, served):
+    polls: list[str] = []
+    page.page.on("request", lambda r: polls.append(r.url) if r.url.endswith("/version") else None)
+    page.open(served["url"] + "s/" + served["session"])
+    page.wait_until("document.getElementById('notice') !== null")
+    with Store(served["db"]) as store:
+        store.delete_session(served["session"], permanently=True)
+    page.wait_until("document.getElementById('notice').textContent === 'this session no longer exists'")
+    assert page.page.evaluate("document.body.dataset.live") == "stopped"
+    asked = len(polls)
+    page.page.wait_for_timeout(3500)  # two more polling intervals: none is sent
+    assert len(polls) == asked
+    assert page.page.inner_text("#notice") == "this session no longer exists"

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import click
 
-from ..view import session_data, write_html
+from ..view import session_data
+from ..view.page import view_page
 from . import complete
 from .common import abbreviations, db_path, db_url, echo_result, open_store, pick_session
 from .experiment import parse_price
@@ -46,8 +47,8 @@ def html(
     s = pick_session(store, session)
     price_table = dict(parse_price(p) for p in prices) or None
     path = Path(output or f"sessiontree-{abbreviations(store, [s.id])[s.id]}.html")
-    write_html(store, s.id, path, prices=price_table)
-    data = session_data(store, s.id)
+    data = session_data(store, s.id, prices=price_table)  # read once: the page and the summary
+    path.write_text(view_page(data), "utf-8")
     summary = {
         "path": str(path),
         "session": s.id,
@@ -107,22 +108,22 @@ def serve(
     if login is None:
         login = not is_loopback(host)
     token = secrets.token_urlsafe(24) if allow_decide or login else None
+    host = host.removeprefix("[").removesuffix("]")  # --host [::1] as in a URL: bind ::1
+    shown = f"[{host}]" if ":" in host else host  # as in a URL
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
     except OSError as e:
         sock.close()
-        raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        raise click.ClickException(f"cannot listen on {shown}:{port}: {e.strerror or e}") from None
     port = sock.getsockname()[1]
-    shown = f"[{host}]" if ":" in host else host
-    hosts = sorted({host, "127.0.0.1", "localhost"})
     app = create_app(
         path,
         allow_decide=allow_decide,
         token=token,
         prices=dict(parse_price(p) for p in prices) or None,
-        hosts=hosts,
+        hosts=host_names(host),
         login=login,
     )
     url = f"http://{shown}:{port}/"
@@ -134,6 +135,21 @@ def serve(
     click.echo("Ctrl-C stops the server", err=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
     server.run(sockets=[sock])
+
+
+def host_names(host: str) -> list[str]:
+    """The Host header names the server listening on HOST answers to: HOST, 127.0.0.1
+    and localhost. An IPv6 address comes in brackets (``Host: [::1]:8765``), as written
+    and as a browser shortens it."""
+    names = {"127.0.0.1", "localhost"}
+    host = host.removeprefix("[").removesuffix("]")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:  # a name
+        return sorted(names | {host})
+    if address.version == 6:
+        return sorted(names | {f"[{host}]", f"[{address.compressed}]"})
+    return sorted(names | {host})
 
 
 def is_loopback(host: str) -> bool:

@@ -13,6 +13,7 @@ Contract:
   fresh nonce per page backs this up: only the page's own scripts run.
 - ``page(kind, title, data, config)`` assembles any page (the session view or
   the server's index) from the same parts; ``sessiontree serve`` uses it.
+  ``view_page(data, config)`` is the session view of data already read.
 """
 
 from __future__ import annotations
@@ -84,7 +85,12 @@ def render_html(
     ``prices`` (``{model: {"input": $, "output": $}}`` per million tokens) adds
     costs; ``config`` is for ``sessiontree serve`` (live updates, decisions).
     """
-    data = session_data(store, session_id, prices=prices)
+    return view_page(session_data(store, session_id, prices=prices), config)
+
+
+def view_page(data: dict[str, Any], config: dict[str, Any] | None = None) -> str:
+    """The session view of ``data`` as ``session_data`` returned it (``render_html``
+    without reading the store, for a caller that already has the data)."""
     title = data["session"]["title"] or data["session"]["id"]
     return page(
         "view+decide" if (config or {}).get("decide") else "view", f"{title} · sessiontree", data, config

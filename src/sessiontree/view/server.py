@@ -5,12 +5,19 @@ Contract:
   Starlette app over the database file ``db``: ``/`` lists the sessions and the
   inbox of unresolved pauses of every session, ``/s/{session}`` is the session's
   view (the same page as ``sessiontree html``), kept live by polling
-  ``/api/sessions/{session}/version`` and refetching ``.../data``.
+  ``/api/sessions/{session}/version`` and refetching ``.../data``. The page
+  carries the version it was built from (``config.live.built``), so a change
+  made before its first poll is still shown; a session that is gone answers 404.
 - Read-only by default: every request opens the file read-only. With
   ``allow_decide`` the inbox and the pinned pauses get approve / reject / edit
   buttons that POST to ``/api/pauses/{pause}/decision``; the write goes through
   ``loop.decide``, the same function as ``sessiontree approve``, so one decision
-  per pause still holds (a second one is refused with 409).
+  per pause still holds (a second one is refused with 409). The body is checked
+  first (``view.decisions``, the rules of ``sessiontree edit-call``), at most
+  ``MAX_BODY`` bytes (else 413); a malformed decision, an empty one or a call id
+  the pause does not have is a 400, a node that is not a pause a 404. The write
+  runs in a worker thread, so a writer holding the database never stalls the
+  other requests; when it holds it too long the answer is 503 with Retry-After.
 - A POST needs the token in the ``X-Sessiontree-Token`` header. A header, not a
   cookie: a browser never adds it by itself, and another site's page cannot set
   it on a request here without a CORS preflight this app never answers. The
@@ -18,44 +25,111 @@ Contract:
   which is never sent to the server or shown to other sites. Requests whose
   ``Host`` is not this server's are refused (DNS rebinding).
 - With ``login`` every request needs the token too (reading included): in the
-  ``X-Sessiontree-Token`` header, or in the cookie ``/login?token=...`` sets
-  (HttpOnly, SameSite=Strict, so another site's page cannot send it). Anything
-  else gets 401 and a line saying how to log in. ``sessiontree serve`` turns it
-  on whenever it listens beyond loopback.
+  ``X-Sessiontree-Token`` header, or a login cookie ``/login?token=...`` sets
+  (HttpOnly, SameSite=Strict, so another site's page cannot send it). The
+  cookie never holds the token: cookies are shared by every port of a host, so
+  it holds ``read_secret(token)``, an HMAC that lets a browser read and nothing
+  else, under a name with the server's port (``login_cookie(port)``), so two
+  servers on one host keep their own. Anything else gets 401 and a line saying
+  how to log in. ``sessiontree serve`` turns it on whenever it listens beyond
+  loopback.
+- ``/api/search?q=...`` takes at most ``SEARCH_MAX_CHARS`` characters and
+  ``SEARCH_MAX_TERMS`` words (FTS5's AND/OR/NOT/NEAR not counted), else 400
+  naming the limit; on SQLite a search that runs longer than ``SEARCH_SECONDS``
+  is interrupted and answered 400 too, so no request holds a thread (or delays a
+  shutdown) for longer, whether or not its client is still there.
 - Every request opens its own ``Store`` (SQLite connections stay in one thread)
-  and closes it; a sessiontree error becomes a JSON ``{"error": ...}`` reply.
+  and closes it; a sessiontree error becomes a JSON ``{"error": ...}`` reply
+  (404 for what does not exist, 503 with Retry-After for a busy or unreachable
+  database, 400 otherwise). JSON replies are written like the page's embedded
+  data (``page.embed_json``): a lone surrogate in a stored payload, which the
+  store accepts, is a ``\\u`` escape, not a failed reply.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
-from collections.abc import Callable
+import re
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ..errors import Conflict, NotFound, SessionTreeError
+from ..errors import Busy, Conflict, NotFound, SessionTreeError, Unavailable
 from ..loop import decide
-from ..steps import decision_from_dict
-from ..storage import is_postgres_url
+from ..model import Node
+from ..steps import Decision
+from ..storage import SQLiteStorage, is_postgres_url
 from ..store import Store
 from .data import inbox, session_data, version
-from .page import page, render_html
+from .decisions import parse_decisions
+from .page import embed_json, page, render_html
 
 TOKEN_HEADER = "X-Sessiontree-Token"
-LOGIN_COOKIE = "sessiontree_token"
 NOT_LOGGED_IN = (
     "this sessiontree server needs its token: open the /login?token=... address it printed at start"
 )
 POLL_MS = 1500
 SEARCH_LIMIT = 50
+SEARCH_MAX_CHARS = 500
+SEARCH_MAX_TERMS = 32
+"""A query's words: FTS5's cost grows faster than linearly with OR-ed terms (400 of
+them took over a minute on a 10,000-node session; 32 take a fraction of a second)."""
+SEARCH_SECONDS = 5.0
+MAX_BODY = 1 << 20
+"""Bytes a decision's body may have: a real one is a few hundred."""
+RETRY_AFTER = "5"
+"""Seconds a client is told to wait after a 503 (a writer held the database)."""
+_READ_LABEL = b"sessiontree serve: login cookie, reading only"
+_OPERATORS = {"AND", "OR", "NOT", "NEAR"}
+_WORD = re.compile(r"\w+")
+
+
+class JSON(JSONResponse):
+    """A JSON reply that any stored value can travel in: written by ``embed_json``, which
+    falls back to ``\\u`` escapes for a lone surrogate (UTF-8 cannot carry one, and
+    Starlette's own rendering would fail with UnicodeEncodeError)."""
+
+    def render(self, content: Any) -> bytes:
+        return embed_json(content).encode("utf-8")
+
+
+class _BadRequest(Exception):
+    """A decision request that names calls the pause does not have (400, before writing)."""
+
+
+class _TooLarge(Exception):
+    """A request body over ``MAX_BODY`` bytes (413)."""
+
+
+def read_secret(token: str) -> str:
+    """What the login cookie holds for ``token``: derived from it, but not it, and not
+    accepted where the token is needed (a decision)."""
+    return hmac.new(token.encode(), _READ_LABEL, hashlib.sha256).hexdigest()
+
+
+def login_cookie(port: int) -> str:
+    """The login cookie's name on a server listening on ``port``."""
+    return f"sessiontree_read_{port}"
+
+
+def _port(request: Request) -> int:
+    server = request.scope.get("server")  # the socket's own port: stable behind a proxy too
+    if server and server[1]:
+        return int(server[1])
+    return request.url.port or (443 if request.url.scheme == "https" else 80)
 
 
 def sessions_listing(store: Store) -> list[dict[str, Any]]:
@@ -74,6 +148,59 @@ def sessions_listing(store: Store) -> list[dict[str, Any]]:
     ]
 
 
+def search_problem(query: str) -> str | None:
+    """Why ``query`` is refused before it is run (too long, too many words), or None."""
+    if len(query) > SEARCH_MAX_CHARS:
+        return f"the search query has {len(query)} characters; at most {SEARCH_MAX_CHARS} are searched"
+    terms = [w for w in _WORD.findall(query) if w not in _OPERATORS]
+    if len(terms) > SEARCH_MAX_TERMS:
+        return f"the search query has {len(terms)} words; at most {SEARCH_MAX_TERMS} are searched"
+    return None
+
+
+@contextmanager
+def _time_bound(store: Store, seconds: float) -> Iterator[Callable[[], bool]]:
+    """Interrupt the SQLite statements run inside after ``seconds`` (they raise
+    OperationalError); yields whether that happened. A PostgreSQL store is not bounded."""
+    storage = store.storage
+    if not isinstance(storage, SQLiteStorage):
+        yield lambda: False
+        return
+    deadline = time.monotonic() + seconds
+    tripped = False
+
+    def past_deadline() -> bool:
+        nonlocal tripped
+        tripped = tripped or time.monotonic() > deadline
+        return tripped
+
+    # every 10,000 virtual-machine steps: a clock read each fraction of a millisecond
+    storage.conn.set_progress_handler(past_deadline, 10_000)
+    try:
+        yield lambda: tripped
+    finally:
+        storage.conn.set_progress_handler(None, 0)
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    """The request's body, refused (``_TooLarge``) as soon as it is known to exceed ``limit``."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _TooLarge
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _busy(e: SessionTreeError) -> Response:
+    return JSON({"error": f"{e}; try again later"}, 503, headers={"Retry-After": RETRY_AFTER})
+
+
 def create_app(
     db: str | Path,
     *,
@@ -86,20 +213,21 @@ def create_app(
     """The app (see the module docstring); ``hosts`` are the Host names it answers to."""
     if (allow_decide or login) and not token:
         raise ValueError("allow_decide and login need a token")
+    secret = read_secret(token) if token else None
 
-    def is_token(given: str | None) -> bool:
-        return bool(token and given) and hmac.compare_digest(str(given).encode(), str(token).encode())
+    def matches(given: str | None, expected: str | None) -> bool:
+        return bool(expected and given) and hmac.compare_digest(str(given).encode(), str(expected).encode())
 
     def logged_in(request: Request) -> bool:
         return (
             not login
-            or is_token(request.headers.get(TOKEN_HEADER))
-            or is_token(request.cookies.get(LOGIN_COOKIE))
+            or matches(request.headers.get(TOKEN_HEADER), token)
+            or matches(request.cookies.get(login_cookie(_port(request))), secret)
         )
 
     def refused(request: Request) -> Response:
         if request.url.path.startswith("/api/"):
-            return JSONResponse({"error": NOT_LOGGED_IN}, 401)
+            return JSON({"error": NOT_LOGGED_IN}, 401)
         return Response(NOT_LOGGED_IN + "\n", 401, media_type="text/plain")
 
     path = str(db)
@@ -119,9 +247,11 @@ def create_app(
                 with Store(path, readonly=True) as store:
                     return handler(store, request)
             except NotFound as e:
-                return JSONResponse({"error": str(e)}, status_code=404)
+                return JSON({"error": str(e)}, status_code=404)
+            except (Busy, Unavailable) as e:
+                return _busy(e)
             except SessionTreeError as e:
-                return JSONResponse({"error": str(e)}, status_code=400)
+                return JSON({"error": str(e)}, status_code=400)
 
         return endpoint
 
@@ -139,24 +269,42 @@ def create_app(
             "version": f"/api/sessions/{sid}/version",
             "data": f"/api/sessions/{sid}/data",
             "interval": POLL_MS,
+            # Read before the data: a change in between makes the first poll reload
+            # (once, needlessly), where read after it would never be shown.
+            "built": version(store, sid),
         }
         config = {"live": live, "home": "/", "decide": decide_config}
         return HTMLResponse(render_html(store, sid, prices=prices, config=config))
 
     def api_sessions(store: Store, request: Request) -> Response:
-        return JSONResponse(sessions_listing(store))
+        return JSON(sessions_listing(store))
 
     def api_inbox(store: Store, request: Request) -> Response:
-        return JSONResponse(inbox(store))
+        return JSON(inbox(store))
 
     def api_search(store: Store, request: Request) -> Response:
         query = request.query_params.get("q", "").strip()
         if not query:
-            return JSONResponse([])
-        hits = store.search(query, limit=SEARCH_LIMIT)
-        short = store.abbreviations([h.node.id for h in hits])
-        titles = {s.id: s.title or "" for s in store.sessions(include_archived=True)}
-        return JSONResponse(
+            return JSON([])
+        problem = search_problem(query)
+        if problem:
+            return JSON({"error": problem}, 400)
+        with _time_bound(store, SEARCH_SECONDS) as interrupted:
+            try:
+                hits = store.search(query, limit=SEARCH_LIMIT)
+                short = store.abbreviations([h.node.id for h in hits])
+                titles = {s.id: s.title or "" for s in store.sessions(include_archived=True)}
+            except sqlite3.OperationalError:
+                if not interrupted():
+                    raise
+                return JSON(
+                    {
+                        "error": f"the search took longer than {SEARCH_SECONDS:g} s and was stopped; "
+                        "search for fewer or rarer words"
+                    },
+                    400,
+                )
+        return JSON(
             [
                 {
                     "node": h.node.id,
@@ -175,47 +323,70 @@ def create_app(
         )
 
     def api_version(store: Store, request: Request) -> Response:
-        return JSONResponse({"version": version(store, request.path_params["session"])})
+        return JSON({"version": version(store, request.path_params["session"])})
 
     def api_data(store: Store, request: Request) -> Response:
-        return JSONResponse(session_data(store, request.path_params["session"], prices=prices))
+        return JSON(session_data(store, request.path_params["session"], prices=prices))
 
     def login_page(request: Request) -> Response:
-        """Check the token once, then keep it in a cookie and go to the index (with the
-        token in the fragment when decisions are allowed, for the page's POSTs)."""
+        """Check the token once, then keep the read secret in a cookie and go to the index
+        (with the token in the fragment when decisions are allowed, for the page's POSTs)."""
         if not login:
             return Response("no login here: this server does not need one\n", 404, media_type="text/plain")
-        if not is_token(request.query_params.get("token")):
+        if not matches(request.query_params.get("token"), token):
             return refused(request)
-        assert token is not None
+        assert token is not None and secret is not None
         response = RedirectResponse("/" + (f"#token={token}" if allow_decide else ""), status_code=303)
-        response.set_cookie(LOGIN_COOKIE, token, httponly=True, samesite="strict", path="/")
+        response.set_cookie(login_cookie(_port(request)), secret, httponly=True, samesite="strict", path="/")
         return response
+
+    def record(ref: str, decisions: dict[str, Decision], by: str | None) -> Node:
+        """Check the decisions against the pause, then write them (in a worker thread)."""
+        with Store(path) as store:
+            pause = store.node(ref)
+            if pause.kind != "pause":
+                raise NotFound(f"no pause {ref}: node {pause.id} is a {pause.kind} node")
+            known = [c["id"] for c in pause.payload.get("calls", [])]
+            unknown = sorted(set(decisions) - set(known))
+            if unknown:
+                raise _BadRequest(
+                    f"pause {pause.id} has no call(s) {', '.join(unknown)}; its calls are {', '.join(known)}"
+                )
+            return decide(store, pause.id, decisions, by=by or "sessiontree serve")
 
     async def api_decide(request: Request) -> Response:
         if not allow_decide:
-            return JSONResponse({"error": "this server is read-only (start it with --allow-decide)"}, 403)
-        if not is_token(request.headers.get(TOKEN_HEADER)):  # a cookie is not enough: see above
-            return JSONResponse({"error": f"missing or wrong {TOKEN_HEADER} header"}, 403)
+            return JSON({"error": "this server is read-only (start it with --allow-decide)"}, 403)
+        # The token itself, never the login cookie's secret: a cookie is sent by any page.
+        if not matches(request.headers.get(TOKEN_HEADER), token):
+            return JSON({"error": f"missing or wrong {TOKEN_HEADER} header"}, 403)
         try:
-            body = json.loads(await request.body())
-            decisions = {str(k): decision_from_dict(v) for k, v in body["decisions"].items()}
-            by = body.get("by") or "sessiontree serve"
-            if not isinstance(by, str):
-                raise TypeError("'by' must be a string")
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            return JSONResponse({"error": f"bad decision: {e}"}, 400)
-        pause = request.path_params["pause"]
+            body = await _body(request, MAX_BODY)
+        except _TooLarge:
+            return JSON(
+                {"error": f"the request body is over {MAX_BODY} bytes; a decision needs far less"}, 413
+            )
         try:
-            with Store(path) as store:
-                node = decide(store, pause, decisions, by=by)
+            decisions, by = parse_decisions(json.loads(body))
+        except RecursionError:
+            return JSON({"error": "bad decision: the body is nested too deeply"}, 400)
+        except ValueError as e:  # not JSON, not UTF-8, or not a decision
+            return JSON({"error": f"bad decision: {e}"}, 400)
+        try:
+            # In a worker thread: a write waits for the database's lock, and the event
+            # loop must keep answering everyone else meanwhile.
+            node = await run_in_threadpool(record, request.path_params["pause"], decisions, by)
+        except _BadRequest as e:
+            return JSON({"error": f"bad decision: {e}"}, 400)
         except NotFound as e:
-            return JSONResponse({"error": str(e)}, 404)
+            return JSON({"error": str(e)}, 404)
+        except (Busy, Unavailable) as e:
+            return _busy(e)
         except Conflict as e:
-            return JSONResponse({"error": str(e)}, 409)
+            return JSON({"error": str(e)}, 409)
         except SessionTreeError as e:
-            return JSONResponse({"error": str(e)}, 400)
-        return JSONResponse({"decision": node.id, "pause": node.parent_id})
+            return JSON({"error": str(e)}, 400)
+        return JSON({"decision": node.id, "pause": node.parent_id})
 
     routes = [
         Route("/", reading(index)),

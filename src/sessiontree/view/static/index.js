@@ -70,8 +70,9 @@
   }
   var lastInbox = null, lastSessions = null;
   function refresh() {
-    Promise.all([fetch(CONFIG.api.inbox, { cache: "no-store" }).then(function (r) { return r.json(); }),
-                 fetch(CONFIG.api.sessions, { cache: "no-store" }).then(function (r) { return r.json(); })])
+    function answer(r) { if (!r.ok) throw new Error(String(r.status)); return r.json(); }  // an error is no list
+    Promise.all([fetch(CONFIG.api.inbox, { cache: "no-store" }).then(answer),
+                 fetch(CONFIG.api.sessions, { cache: "no-store" }).then(answer)])
       .then(function (both) {
         var inboxText = JSON.stringify(both[0]), sessionsText = JSON.stringify(both[1]);
         // redraw only on change, so a half-typed reason or edit is not wiped by a poll

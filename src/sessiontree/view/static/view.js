@@ -7,7 +7,10 @@
  * (fixed row height, rows placed by index), so 10,000 nodes open at once.
  * Keyboard: j/k along the path, [/] across siblings, n/p next/previous fork, / search.
  * Deep links: #node=<id or unique prefix>. With config.live the page polls the
- * server for a new version of the session and redraws, keeping the selection. */
+ * server for a new version of the session (against config.live.built, the version it
+ * was built from) and redraws, keeping the selection; it retries while the server is
+ * away or failing (5xx), and stops, saying why, when the session is gone (404) or the
+ * server refuses (another 4xx). */
 (function () {
   var h = ST.h;
   var CONFIG = ST.readJSON("st-config") || {};
@@ -592,16 +595,36 @@
 
   // -- live updates (sessiontree serve) ---------------------------------------
 
-  var version = null;
+  // The version of the data the page was built with: a change made before the first
+  // poll differs from it, so it is shown (taking the first poll's answer would hide it).
+  var version = CONFIG.live ? CONFIG.live.built : null;
+  var pollTimer = null;
+  var AWAY = "server unreachable; retrying";
+  function StopPolling(message) { this.message = message; }  // an answer retrying cannot change
+  function answer(r) {
+    if (r.ok) return r.json();
+    if (r.status === 404) throw new StopPolling("this session no longer exists");
+    if (r.status >= 500) throw new Error("server error " + r.status);
+    return r.json().catch(function () { return {}; }).then(function (body) {
+      throw new StopPolling("the server refused: " + (body.error || r.status + " " + r.statusText));
+    });
+  }
   function poll() {
-    if (!CONFIG.live) return;
-    fetch(CONFIG.live.version, { cache: "no-store" }).then(function (r) { return r.json(); }).then(function (v) {
+    if (!CONFIG.live || pollTimer === false) return;
+    fetch(CONFIG.live.version, { cache: "no-store" }).then(answer).then(function (v) {
+      if (ui.notice.textContent === AWAY) ui.notice.textContent = "";  // back
       if (v.version === version) return;
-      var first = version === null;
-      version = v.version;
-      if (first) return;
-      return fetch(CONFIG.live.data, { cache: "no-store" }).then(function (r) { return r.json(); }).then(reload);
-    }).catch(function () { ui.notice.textContent = "server unreachable; retrying"; });
+      return fetch(CONFIG.live.data, { cache: "no-store" }).then(answer).then(function (data) {
+        version = v.version;  // only once shown: a failed fetch is tried again
+        reload(data);
+      });
+    }).catch(function (e) {
+      if (!(e instanceof StopPolling)) { ui.notice.textContent = AWAY; return; }
+      if (pollTimer) clearInterval(pollTimer);
+      pollTimer = false;  // no more polls, and none in flight may start one
+      ui.notice.textContent = e.message;
+      document.body.dataset.live = "stopped";
+    });
   }
   function reload(data) {
     var selectedId = state.selected >= 0 ? N[state.selected].id : null;
@@ -631,7 +654,7 @@
     if (start >= 0) { state.trail = start; select(start); } else { drawRows(); drawPath(); }
     if (location.hash === "#node=" + (start >= 0 ? N[start].id : "")) history.replaceState(null, "", location.pathname + location.search);
   }
-  if (CONFIG.live) { poll(); setInterval(poll, CONFIG.live.interval || 1500); }
+  if (CONFIG.live) { pollTimer = setInterval(poll, CONFIG.live.interval || 1500); poll(); }
   document.body.dataset.ready = "1";
   window.__stReady = performance.now();
 })();
