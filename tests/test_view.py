@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessiontree import Store, render_html, write_html
+from sessiontree import Conflict, Store, render_html, write_html
 from sessiontree.cli import cli
 from sessiontree.view import inbox, session_data
 from sessiontree.view.data import version
@@ -181,6 +181,21 @@ def test_html_command_errors_are_one_line(demo, tmp_path):
     assert result.exit_code == 1 and result.output == "Error: no session 'ffffffff'\n"
     result = CliRunner().invoke(cli, ["--db", str(db), "html", "--price", "nonsense"])
     assert result.exit_code == 2 and "expected MODEL=INPUT,OUTPUT" in result.output
+
+
+def test_html_never_overwrites_the_store_it_reads(demo):
+    db, session_id, _ = demo
+    for target in (db, f"{db}-wal", f"{db}-shm"):
+        result = CliRunner().invoke(cli, ["--db", str(db), "html", session_id, "-o", str(target)])
+        assert result.exit_code == 1
+        assert (
+            result.output
+            == f"Error: {target} is this store's own database file; choose another file to write\n"
+        )
+    with Store(db) as store:
+        with pytest.raises(Conflict, match="own database file"):
+            write_html(store, session_id, db)
+        assert store.verify().ok and len(store.session(session_id).tree()) == 14
 
 
 def test_write_html_returns_the_path(demo, tmp_path):

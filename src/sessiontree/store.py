@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import maintenance, retention, search
-from .errors import NotFound, SessionTreeError
+from .errors import Conflict, NotFound, SessionTreeError
 from .ids import new_id, now
 from .model import (
     Node,
@@ -67,6 +67,17 @@ class Store:
         if not isinstance(self.storage, SQLiteStorage):
             raise SessionTreeError(f"{self.path} is not a SQLite store: it has no SQLite connection")
         return self.storage.conn
+
+    def check_output(self, path: str | Path) -> None:
+        """``Conflict`` when writing ``path`` would overwrite this store's own file or its
+        companions (``-wal``, ``-shm``, ``-journal``): an export or a page written there
+        would destroy what it was made from."""
+        if not isinstance(self.storage, SQLiteStorage) or self.path == ":memory:":
+            return
+        ours = Path(self.path).resolve()
+        target = Path(path).resolve()
+        if target in {ours, *(ours.with_name(ours.name + end) for end in ("-wal", "-shm", "-journal"))}:
+            raise Conflict(f"{path} is this store's own database file; choose another file to write")
 
     # -- lifecycle -------------------------------------------------------
 

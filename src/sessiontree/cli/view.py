@@ -47,6 +47,7 @@ def html(
     s = pick_session(store, session)
     price_table = dict(parse_price(p) for p in prices) or None
     path = Path(output or f"sessiontree-{abbreviations(store, [s.id])[s.id]}.html")
+    store.check_output(path)
     data = session_data(store, s.id, prices=price_table)  # read once: the page and the summary
     path.write_text(view_page(data), "utf-8")
     summary = {

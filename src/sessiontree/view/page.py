@@ -101,6 +101,7 @@ def write_html(
     store: Store, session_id: str, path: str | Path, *, prices: dict[str, dict[str, float]] | None = None
 ) -> Path:
     """Write ``render_html`` to ``path`` (UTF-8) and return the path."""
+    store.check_output(path)
     path = Path(path)
     path.write_text(render_html(store, session_id, prices=prices), "utf-8")
     return path
