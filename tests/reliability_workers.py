@@ -337,3 +337,35 @@ def wal_reader(db: str, session_id: str, seconds: float, start) -> None:
             with store.storage.snapshot():
                 for branch in session.branches():
                     session.messages(branch.name)
+
+
+# -- opening a new file from many processes at once ------------------------------------------
+
+
+def open_worker(paths: list[str], index: int, barrier, out_dir: str, widen: float) -> None:
+    """For each path (a file nobody has opened yet): open it at the same moment as every
+    other process, then write a session to it. With ``widen`` > 0, every look at a file's
+    tables first waits up to that many seconds: the moment, after the schema version was
+    read, in which another opener may commit a migration. Each outcome goes to
+    ``open-<index>.json``: "ok" or the error."""
+    if widen:
+        from sessiontree import db
+
+        rng = random.Random(index)
+        list_tables = db.foreign_tables
+
+        def slowly(conn):
+            time.sleep(rng.uniform(0, widen))
+            return list_tables(conn)
+
+        db.foreign_tables = slowly
+    outcomes = []
+    for path in paths:
+        barrier.wait(60)
+        try:
+            with Store(path) as store:
+                store.create_session(f"opener {index}").append({"role": "user", "content": "hi"})
+            outcomes.append("ok")
+        except Exception as e:
+            outcomes.append(f"{type(e).__name__}: {e}")
+    Path(out_dir, f"open-{index}.json").write_text(json.dumps(outcomes))

@@ -20,11 +20,15 @@ Contract:
   front means a writer never fails half-way for lack of it. A busy database is
   waited for (the busy timeout, again and again, up to WRITE_WAIT_ROUNDS of them:
   30 s), then refused with ``Busy``, which says what to do, instead of a raw
-  "database is locked".
+  "database is locked". The switch of a new file to WAL, which needs the lock
+  too, is waited for the same way.
 - Migrations are the ``NNNN_name.sql`` files of the top-level ``migrations/``
   folder (shipped inside the wheel as ``sessiontree/migrations``); the number
   of applied steps is ``PRAGMA user_version``. Each step runs in its own
-  transaction, so a failed step leaves the previous version intact.
+  transaction, so a failed step leaves the previous version intact. The
+  version and the table list that decide whether a file is ours are read from
+  one snapshot, and each step re-reads the version once it holds the write
+  lock, so any number of processes can open (and migrate) a new file at once.
 """
 
 from __future__ import annotations
@@ -107,21 +111,33 @@ def foreign_tables(conn: sqlite3.Connection) -> list[str]:
     ]
 
 
+def version_and_tables(conn: sqlite3.Connection) -> tuple[int, list[str]]:
+    """(schema version, ``foreign_tables``) read from one snapshot. Read apart, they can
+    disagree: a process opening a new file sees version 0, another commits the first
+    migration, and the tables it made look like another program's."""
+    if conn.in_transaction:
+        return schema_version(conn), foreign_tables(conn)
+    conn.execute("BEGIN")  # deferred: one snapshot (or a shared lock) until COMMIT; no write
+    try:
+        return schema_version(conn), foreign_tables(conn)
+    finally:
+        if conn.in_transaction:  # a file that is not a database may have ended it already
+            conn.execute("COMMIT")
+
+
 def pending_migrations(conn: sqlite3.Connection) -> list[Migration]:
     """The steps this database still needs. A version-0 file that already holds tables is
     someone else's: refused (``NotOurs``) before anything is written to it."""
-    version = schema_version(conn)
-    if version > 0 and "nodes" not in foreign_tables(conn):
+    version, tables = version_and_tables(conn)
+    if version > 0 and "nodes" not in tables:
         raise NotOurs(
             f"not a sessiontree database: its schema version is {version}, but it has no nodes table"
         )
-    if version == 0:
-        tables = foreign_tables(conn)
-        if tables:
-            raise NotOurs(
-                f"not a sessiontree database: it already holds other tables ({', '.join(tables[:5])}"
-                f"{', ...' if len(tables) > 5 else ''}); nothing was written to it"
-            )
+    if version == 0 and tables:
+        raise NotOurs(
+            f"not a sessiontree database: it already holds other tables ({', '.join(tables[:5])}"
+            f"{', ...' if len(tables) > 5 else ''}); nothing was written to it"
+        )
     steps = migrations()
     if version > len(steps):
         raise SchemaTooNew(
@@ -321,7 +337,7 @@ def connect(path: str | Path, *, readonly: bool = False, apply_migrations: bool 
                 # chosen. Switching to WAL below writes the first page and fixes it.
                 conn.execute(f"PRAGMA page_size = {PAGE_SIZE:d}")
             if not memory:
-                conn.execute("PRAGMA journal_mode = WAL")
+                _wait_for_lock(conn, "PRAGMA journal_mode = WAL")  # a no-op once it is WAL
             conn.execute("PRAGMA synchronous = NORMAL")
             if apply_migrations and pending:
                 migrate(conn)
@@ -341,6 +357,34 @@ def _is_busy(error: sqlite3.OperationalError) -> bool:
     return "locked" in text or "busy" in text
 
 
+def _wait_for_lock(conn: sqlite3.Connection, statement: str) -> None:
+    """Run a statement that needs the write lock (``BEGIN IMMEDIATE``, the switch to WAL).
+
+    Each try waits up to the busy timeout; SQLite's busy handler is not fair, so a
+    writer among many busy ones may lose several times in a row, and some lock
+    upgrades (a new file's switch to WAL while others open it) fail at once without
+    waiting at all: try again until WRITE_WAIT_ROUNDS busy timeouts have passed in
+    all, then say so (``Busy``).
+    """
+    started = time.monotonic()
+    while True:
+        try:
+            conn.execute(statement)
+            return
+        except sqlite3.OperationalError as e:
+            if not _is_busy(e):
+                raise
+            # Read only when busy: an uncontended write does not pay for the pragma.
+            timeout = conn.execute("PRAGMA busy_timeout").fetchone()[0] / 1000
+            if time.monotonic() >= started + timeout * WRITE_WAIT_ROUNDS:
+                raise Busy(
+                    f"another writer has held the database for more than {timeout * WRITE_WAIT_ROUNDS:g} s"
+                    " (a long import, or an open store.transaction() in another process?); nothing was"
+                    " written: try again when it has finished"
+                ) from None
+            time.sleep(random.uniform(0.001, 0.02))
+
+
 @contextmanager
 def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """BEGIN IMMEDIATE .. COMMIT; inside an open transaction, a savepoint.
@@ -358,26 +402,7 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
             raise
         conn.execute("RELEASE nested")
         return
-    # Each BEGIN waits up to the busy timeout; SQLite's busy handler is not fair, so a
-    # writer among many busy ones may lose several times in a row: try again until
-    # WRITE_WAIT_ROUNDS busy timeouts have passed in all, then say so.
-    started = time.monotonic()
-    while True:
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            break
-        except sqlite3.OperationalError as e:
-            if not _is_busy(e):
-                raise
-            # Read only when busy: an uncontended write does not pay for the pragma.
-            timeout = conn.execute("PRAGMA busy_timeout").fetchone()[0] / 1000
-            if time.monotonic() >= started + timeout * WRITE_WAIT_ROUNDS:
-                raise Busy(
-                    f"another writer has held the database for more than {timeout * WRITE_WAIT_ROUNDS:g} s"
-                    " (a long import, or an open store.transaction() in another process?); nothing was"
-                    " written: try again when it has finished"
-                ) from None
-            time.sleep(random.uniform(0.001, 0.02))
+    _wait_for_lock(conn, "BEGIN IMMEDIATE")
     try:
         yield conn
     except BaseException as e:

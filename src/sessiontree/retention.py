@@ -22,6 +22,13 @@ Contract:
 - ``prune`` is unchanged: it removes nodes no branch, checkpoint, unresolved
   pause, pending decision or recent write keeps; a trashed session keeps its
   refs, so prune keeps what they reach until the trash is emptied.
+- Other writers may change a session between the moment it is listed and the
+  moment it is acted on (on PostgreSQL; SQLite has one writer). So
+  ``empty_trash`` and ``apply`` list, lock the listed sessions
+  (``Storage.lock_sessions``), list again and act only on what is still
+  listed, in the same transaction: a session restored, checkpointed, paused or
+  written to meanwhile is left alone. ``restore`` reads the session under its
+  lock too: once the trash was emptied of it, ``NotFound``.
 """
 
 from __future__ import annotations
@@ -51,8 +58,9 @@ def trash(storage: Storage) -> list[TrashEntry]:
 
 
 def restore(storage: Storage, session_id: str) -> None:
-    """Take a session out of the trash."""
+    """Take a session out of the trash; ``NotFound`` if the trash was emptied of it first."""
     with storage.transaction():
+        storage.lock_sessions([session_id])  # read it as the last writer left it
         key, _, _, _, _, _, trashed_at = storage.session_row(session_id)
         if trashed_at is None:
             raise Conflict(f"session {session_id} is not in the trash")
@@ -62,13 +70,16 @@ def restore(storage: Storage, session_id: str) -> None:
 def empty_trash(storage: Storage, *, older_than: float = 0, dry_run: bool = False) -> list[TrashEntry]:
     """Remove for good the sessions trashed more than ``older_than`` seconds ago (in one
     transaction); the ones removed (or that would be, on a dry run)."""
+    before = iso_ago(older_than)
     with storage.snapshot() if dry_run else storage.transaction():
-        doomed = [TrashEntry(*row) for row in storage.trashed(before=iso_ago(older_than))]
-        if not dry_run:
-            for entry in doomed:
-                key = storage.session_key(entry.session_id)
-                if key is not None:
-                    storage.delete_session(key)
+        listed = storage.trashed(before=before)
+        if dry_run or not listed:
+            return [TrashEntry(*row) for row in listed]
+        # Listed again under the sessions' locks: one restored since the first look stays.
+        keys = storage.lock_sessions([row[0] for row in listed])
+        doomed = [TrashEntry(*row) for row in storage.trashed(before=before) if row[0] in keys]
+        for entry in doomed:
+            storage.delete_session(keys[entry.session_id])
     return doomed
 
 
@@ -87,27 +98,36 @@ def apply(
 ) -> RetentionReport:
     """Run the chosen policies (see the module docstring)."""
     _check(drop_older_than, strip_older_than, strip_min_bytes)
-    trashed: list[str] = []
-    stripped: list[Stripped] = []
+    drop_cutoff = None if drop_older_than is None else iso_ago(drop_older_than)
+    strip_cutoff, reason = None, ""
+    if strip_older_than is not None:
+        strip_cutoff = iso_ago(strip_older_than)
+        reason = f"strip tool results of {strip_min_bytes:,}+ bytes older than {_days(strip_older_than)}"
+
+    def candidates() -> tuple[list[str], list[tuple[str, str, int]]]:
+        """(sessions to trash, tool results to strip) as the store holds them now."""
+        droppable = [] if drop_cutoff is None else storage.droppable_sessions(drop_cutoff)
+        strippable = [] if strip_cutoff is None else storage.strippable_results(strip_cutoff, strip_min_bytes)
+        return [session_id for session_id, _ in droppable], strippable
+
+    keys: dict[str, int] = {}
     with storage.snapshot() if dry_run else storage.transaction():
         when = now()
-        if drop_older_than is not None:
-            trashed = [sid for sid, _ in storage.droppable_sessions(iso_ago(drop_older_than))]
-        if strip_older_than is not None:
-            reason = f"strip tool results of {strip_min_bytes:,}+ bytes older than {_days(strip_older_than)}"
-            for node_id, session_id, size in storage.strippable_results(
-                iso_ago(strip_older_than), strip_min_bytes
-            ):
-                if session_id in trashed:
-                    continue  # going to the trash whole: left as it is
-                stripped.append(Stripped(node_id, session_id, size))
-                if not dry_run:
-                    storage.redact(node_id, "content", marker(size, when, reason), reason, when)
+        trashed, strippable = candidates()
+        if not dry_run and (trashed or strippable):
+            # Listed again under the sessions' locks: a session that got a checkpoint, a
+            # pause or a write since the first look is left alone, as the policy says.
+            keys = storage.lock_sessions(sorted({*trashed, *(row[1] for row in strippable)}))
+            trashed, strippable = candidates()
+            trashed = [session_id for session_id in trashed if session_id in keys]
+            strippable = [row for row in strippable if row[1] in keys]
+        going = set(trashed)  # to the trash whole: left as they are
+        stripped = [Stripped(*row) for row in strippable if row[1] not in going]
         if not dry_run:
+            for item in stripped:
+                storage.redact(item.node_id, "content", marker(item.bytes, when, reason), reason, when)
             for session_id in trashed:
-                key = storage.session_key(session_id)
-                assert key is not None  # read in this transaction
-                storage.set_trashed(key, when)
+                storage.set_trashed(keys[session_id], when)
     return RetentionReport(trashed, stripped, dry_run)
 
 

@@ -13,7 +13,9 @@ Concurrency is each backend's business, with one promise: inside a write
 transaction, a read of a branch head (``branch_head``, ``ref``) sees the head
 no other transaction can move until this one ends. SQLite gets that from its
 single writer; PostgreSQL from a per-session advisory lock taken by the first
-such read.
+such read. A write that decides from a listing of many sessions (emptying the
+trash, a retention policy) calls ``lock_sessions`` on what it listed, then
+lists again: only what the second listing still holds may be acted on.
 
 Root-to-node paths are read through ``path_to`` here: a backend supplies
 ``_path_rows`` (the walk up from a node, stopping at a cached ancestor) and
@@ -39,6 +41,9 @@ NodeRow = tuple[str, int, "int | None", int, str, str, str, "int | None"]
 PathRow = tuple[str, int, str, str, str, "str | None", int]
 """One step of a walk up a path: (id, depth, kind, payload, created_at, run id, is a cached
 stop); the flag is any true value (SQLite gives 1, PostgreSQL True)."""
+
+SESSION_GONE = "the session no longer exists (another writer deleted it); nothing was written"
+"""``NotFound`` for a write into a session deleted after the writer looked it up (both backends)."""
 
 RUN_FIELDS = ("model", "provider", "params", "usage", "latency_ms", "finish_reason", "created_at")
 
@@ -284,6 +289,13 @@ class Storage(ABC):
         is wrong (``rebuild`` repairs it)."""
 
     # -- trash and redactions ------------------------------------------------------
+
+    @abstractmethod
+    def lock_sessions(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """Inside a write transaction: no other transaction writes these sessions until this
+        one ends, and what is read about them from now on is what it wrote last (SQLite: so
+        already, its write transaction is the only one). The keys of those of them that
+        exist; read again whatever the caller decided from before this call."""
 
     @abstractmethod
     def set_trashed(self, session_key: int, when: str | None) -> None:

@@ -14,6 +14,10 @@ cannot change until it ends) is kept with advisory locks:
   shared: prune takes it exclusively). Writers to different sessions
   never wait for each other; two writers of one session take turns, and the
   second then sees the first one's head, so compare-and-set is exact.
+- ``lock_sessions`` takes the locks of many sessions at once (in key order), for
+  a write that decided from a listing made without them (emptying the trash, a
+  retention policy): it lists again once it holds them, and statements from then
+  on see what the sessions' last writers committed (READ COMMITTED).
 Node keys come from ``sessiontree_reserve_node_keys`` (a block per call). An
 append is six round trips: BEGIN, the locks, the head, the insert, the head
 update, COMMIT.
@@ -39,7 +43,7 @@ from psycopg_pool import ConnectionPool
 from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeError
 from ..names import MIN_PREFIX
 from . import postgres_db as pgdb
-from .base import PathRow
+from .base import SESSION_GONE, PathRow
 from .cache import DEFAULT_MAX_BYTES, PathCache
 from .postgres_find import PostgresFind
 from .postgres_upkeep import TREE, PostgresUpkeep
@@ -169,6 +173,24 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
                     (pgdb.LOCK_CLASS, pgdb.STORE_LOCK, SESSION_LOCK, session_key % 2**31),
                 )
             held.claimed.add(session_key)
+
+    def lock_sessions(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """Claim these sessions (see ``_claim``), in key order, in one round trip after the
+        first; the keys of those that exist. Outside a write transaction, only the keys."""
+        rows = self._all("SELECT id, key FROM sessions WHERE id = ANY(%s) ORDER BY key", (list(session_ids),))
+        held = self._held
+        unclaimed = [int(key) for _, key in rows if key not in held.claimed] if held.writing else []
+        if unclaimed:
+            self._claim(unclaimed[0])  # with the store lock, if this transaction has none yet
+            locks = sorted({key % 2**31 for key in unclaimed[1:]})
+            if locks:
+                assert held.conn is not None
+                held.conn.execute(
+                    "SELECT count(pg_advisory_xact_lock(%s, k)) FROM unnest(%s::int[]) AS k",
+                    (SESSION_LOCK, locks),
+                )
+            held.claimed.update(unclaimed)
+        return {id: int(key) for id, key in rows}
 
     def _all(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
         conn = self._held.conn
@@ -323,6 +345,8 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
             if "in the trash" in str(e):
                 session_id = self._committed_session_id(rows[0][1])
                 raise Conflict(f"session {session_id} is in the trash: restore it to write to it") from None
+            if "existing session" in str(e):  # deleted by a transaction that held its lock first
+                raise NotFound(SESSION_GONE) from None
             if "same session" in str(e) or isinstance(e, pg_errors.ForeignKeyViolation):
                 raise NotFound(
                     f"parent node {self._committed_id(rows[0][2])} is not in this session"
@@ -450,10 +474,13 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         self._claim(session_key)
         conn = self._held.conn
         assert conn is not None
-        row = conn.execute(
-            f"INSERT INTO runs (id, session, {RUN_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-            " RETURNING key",
-            (id, session_key, *fields),
-        ).fetchone()
+        try:
+            row = conn.execute(
+                f"INSERT INTO runs (id, session, {RUN_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " RETURNING key",
+                (id, session_key, *fields),
+            ).fetchone()
+        except pg_errors.ForeignKeyViolation:  # its one reference: the session, deleted meanwhile
+            raise NotFound(SESSION_GONE) from None
         assert row is not None
         return int(row[0])

@@ -29,7 +29,7 @@ import sqlite_utils
 from .. import db as _db
 from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeError
 from ..names import MIN_PREFIX
-from .base import PathRow
+from .base import SESSION_GONE, PathRow
 from .cache import DEFAULT_MAX_BYTES, PathCache
 from .reads import RUN_COLUMNS, SharedReads
 from .sqlite_retention import SQLiteRetention
@@ -302,6 +302,8 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
             if "in the trash" in str(e):
                 session_id = self._one("SELECT id FROM sessions WHERE key = ?", (rows[0][1],))
                 raise Conflict(f"session {session_id} is in the trash: restore it to write to it") from None
+            if "existing session" in str(e):  # a stale handle: another writer deleted it
+                raise NotFound(SESSION_GONE) from None
             if "nodes.parent" in str(e):  # the unique index: one decision per pause
                 raise Conflict(f"pause {self._id_of(parent)} already has a decision") from None
             if "same session" in str(e) or "FOREIGN KEY" in str(e):
@@ -401,10 +403,15 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
 
     def insert_run(self, id: str, session_key: int, fields: Sequence[Any]) -> int:
         """Insert a run (``RUN_FIELDS`` values) inside a transaction; its key."""
-        cursor = self.conn.execute(
-            f"INSERT INTO runs (id, session, {RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (id, session_key, *fields),
-        )
+        try:
+            cursor = self.conn.execute(
+                f"INSERT INTO runs (id, session, {RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (id, session_key, *fields),
+            )
+        except sqlite3.IntegrityError as e:
+            if "FOREIGN KEY" in str(e):  # its one reference: the session, deleted meanwhile
+                raise NotFound(SESSION_GONE) from None
+            raise
         assert cursor.lastrowid is not None
         return cursor.lastrowid
 

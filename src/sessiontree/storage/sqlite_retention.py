@@ -4,17 +4,23 @@ Contract: ``SQLiteRetention`` is mixed into ``SQLiteStorage``. It marks sessions
 trashed or restores them, lists the trash, finds what a retention policy would
 touch (old unmarked sessions, large old tool results) and strips tool results
 through the ``redactions`` table, the only change the schema lets a node
-undergo. Public ids in and out; which sessions and nodes qualify, and the
+undergo. ``lock_sessions`` only looks the sessions up: SQLite's write
+transaction already holds the only write lock, so nothing listed inside it can
+change before it ends. Public ids in and out; which sessions and nodes qualify, and the
 wording of markers, are decided in ``retention``.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from .cache import PathCache
 from .shared_sql import DROPPABLE
+
+_CHUNK = 500
+"""Ids per statement in ``lock_sessions`` (well under SQLite's limit on parameters)."""
 
 # Tool messages with a large text result, written before the cutoff, not stripped yet,
 # in sessions that are not in the trash.
@@ -35,6 +41,18 @@ class SQLiteRetention:
 
     conn: sqlite3.Connection
     cache: PathCache
+
+    def lock_sessions(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """The keys of those of these sessions that exist. Nothing to lock: inside
+        ``transaction()`` this connection already holds the database's only write lock."""
+        ids, keys = list(session_ids), dict[str, int]()
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            rows = self.conn.execute(
+                f"SELECT id, key FROM sessions WHERE id IN ({', '.join('?' * len(chunk))})", chunk
+            )
+            keys.update((r[0], int(r[1])) for r in rows)
+        return keys
 
     def set_trashed(self, session_key: int, when: str | None) -> None:
         """Put a session in the trash at ``when`` (a session already there keeps its
