@@ -265,5 +265,8 @@ def test_non_utf8_file(store, tmp_path):
     path = tmp_path / "bad.jsonl"
     shutil.copy(PI, path)
     path.write_bytes(path.read_bytes().replace(b"Start", b"\xff\xfe", 1))
-    with pytest.raises(FormatError, match="bad.jsonl: not UTF-8"):
+    offset = path.read_bytes().index(b"\xff")
+    with pytest.raises(
+        FormatError, match=rf"^bad\.jsonl line 2: not UTF-8 text \(byte 0xff at offset {offset}\)$"
+    ):
         import_file(store, path, format="pi")

@@ -93,7 +93,10 @@ def grow(s, plan) -> None:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     trees=st.lists(steps, min_size=1, max_size=3),
-    titles=st.lists(st.text(st.characters(exclude_characters="\x00"), max_size=10)),
+    # No NUL nor lone surrogate: create_session refuses them (a store cannot keep them as text).
+    titles=st.lists(
+        st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=10)
+    ),
 )
 def test_random_trees_survive_export_and_import(trees, titles):
     with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "a.db") as a, Store(Path(tmp) / "b.db") as b:
@@ -271,7 +274,17 @@ def test_wrong_header_and_version(exported, tmp_path):
         "line 1: unsupported sessiontree format version 2",
     )
     fails(tmp_path, ['{"format": "other", "version": 1}', *exported[1:]], "line 1: not a sessiontree file")
-    fails(tmp_path, exported[1:], "line 1: not a sessiontree file")
+    fails(
+        tmp_path,
+        exported[1:],
+        '^chat\\.jsonl line 1: the header line {"format":"sessiontree","version":1} is missing$',
+    )
+    for version in ("true", "1.0", '"1"'):  # equal to 1 in Python, not the version 1
+        fails(
+            tmp_path,
+            [f'{{"format": "sessiontree", "version": {version}}}', *exported[1:]],
+            f"line 1: unsupported sessiontree format version {json.loads(version)!r}",
+        )
 
 
 def test_missing_parent(exported, tmp_path):
@@ -310,7 +323,7 @@ def test_bad_records(exported, tmp_path):
         "line 3: node of session nope, which no earlier session record introduced",
     )
     bad_payload = edited(exported, lambda r: r.get("type") == "node", lambda r: r.update(payload="text"))
-    fails(tmp_path, bad_payload, "'payload' should be dict, got str")
+    fails(tmp_path, bad_payload, "'payload' should be an object, got a string")
     no_role = edited(
         exported,
         lambda r: r.get("type") == "node" and r["kind"] == "message",

@@ -44,7 +44,7 @@ Progress = Callable[[int, int], None]
 PROGRESS_EVERY = 1000
 
 
-@dataclass
+@dataclass(slots=True)  # an import may hold millions: no per-node __dict__
 class ImportedNode:
     id: str
     parent_id: str | None
@@ -144,6 +144,10 @@ _CONSUMED: dict[str, Any] = {}  # what a consumed node's payload becomes (its te
 def encode_node(node: ImportedNode, consume: bool = False) -> str:
     """The node's payload as stored text (validated by kind); with ``consume`` the
     node's payload dict is dropped (the caller must not read it afterwards)."""
+    role = node.payload.get("role") if isinstance(node.payload, dict) else None
+    if node.kind == "message" and isinstance(role, list | dict):  # the role check below needs a hashable
+        kind = "an array" if isinstance(role, list) else "an object"
+        raise InvalidTree(f"{where(node)}: a message's 'role' should be a string, got {kind}")
     try:
         text = encode_payload(node.payload, node.kind)
     except InvalidPayload as e:
@@ -199,11 +203,7 @@ def _write_one(
     node_keys = {i: row[0] for i, row in outside.items()}
     new_nodes = []
     for node in sorted(s.nodes, key=lambda n: depths[n.id]):
-        if node.depth is not None and node.depth != depths[node.id]:
-            raise InvalidTree(
-                f"{where(node)} declares depth {node.depth}, but its parents"
-                f" put it at depth {depths[node.id]}"
-            )
+        check_depth(node, depths[node.id])
         parent = by_id.get(node.parent_id or "")
         stored = outside.get(node.parent_id or "")
         check_decision(node, parent.kind if parent else stored[3] if stored else None)
@@ -235,6 +235,14 @@ def _write_one(
         tick(len(batch))
     tick(len(s.nodes) - len(rows))
     write_refs(storage, key, s, node_keys)
+
+
+def check_depth(node: ImportedNode, depth: int) -> None:
+    """Refuse a declared depth (native files carry one) other than the node's depth."""
+    if node.depth is not None and node.depth != depth:
+        raise InvalidTree(
+            f"{where(node)} declares depth {node.depth}, but its parents put it at depth {depth}"
+        )
 
 
 def check_decision(node: ImportedNode, parent_kind: str | None) -> None:
@@ -317,13 +325,13 @@ def write_run(storage: Storage, session_key: int, s: ImportedSession, run: Impor
         run.id,
         session_key,
         (
-            run.model,
-            run.provider,
+            check_text(run.model, f"run {run.id}: model"),
+            check_text(run.provider, f"run {run.id}: provider"),
             encode_json(run.params, "run params"),
             encode_json(run.usage, "run usage"),
             check_latency(run.latency_ms, f"run {run.id}: latency_ms"),
-            run.finish_reason,
-            run.created_at or s.created_at,
+            check_text(run.finish_reason, f"run {run.id}: finish_reason"),
+            check_text(run.created_at, f"run {run.id}: created_at") or s.created_at,
         ),
     )
 

@@ -37,6 +37,7 @@ from .bulk import (
     ImportedSession,
     Progress,
     check_decision,
+    check_depth,
     check_refs,
     check_same,
     encode_node,
@@ -202,6 +203,7 @@ class StreamWriter:
             if self.first_key is not None and old[0] >= self.first_key:
                 raise InvalidTree(f"{where(item.node)} appears twice")
             check_same(item.node, item.text, item.session_id, old)
+            check_depth(item.node, old[5])  # the stored node's depth, which its parents gave it
             placed[item.node.id] = _Placed(old[0], old[1], old[5], old[3])
             self.done += 1
         outside = {i.node.parent_id for i in todo if i.node.parent_id is not None} - seen
@@ -231,10 +233,7 @@ class StreamWriter:
                 f"{where(node)}: parent {parent_id} belongs to another session, {parent.session_id}"
             )
         depth = 0 if parent is None else parent.depth + 1
-        if node.depth is not None and node.depth != depth:
-            raise InvalidTree(
-                f"{where(node)} declares depth {node.depth}, but its parents put it at depth {depth}"
-            )
+        check_depth(node, depth)
         check_decision(node, parent.kind if parent else None)
         open_ = self.sessions[item.session_id]
         run_key = None

@@ -32,23 +32,53 @@ def looks_like_id(text: str) -> bool:
     return bool(_ID_LIKE.fullmatch(text))
 
 
+MAX_GENERATIONS = 1 << 62
+"""``~N`` counts above this (deeper than any tree) are read as this: past every root."""
+
+
 def split_ancestry(ref: str) -> tuple[str, int]:
-    """``"main~2"`` -> ``("main", 2)``; a ref without ``~`` -> ``(ref, 0)``."""
+    """``"main~2"`` -> ``("main", 2)``; a ref without ``~`` -> ``(ref, 0)``.
+
+    A count too large for any tree (even one of thousands of digits) is read as
+    ``MAX_GENERATIONS``, so that it goes past the root like any other too-large count.
+    """
     match = _ANCESTRY.search(ref)
     if match is None or match.start() == 0:
         return ref, 0
-    steps = sum(int(part) if part else 1 for part in ref[match.start() + 1 :].split("~"))
-    return ref[: match.start()], steps
+    steps = sum(_generations(part) for part in ref[match.start() + 1 :].split("~"))
+    return ref[: match.start()], min(steps, MAX_GENERATIONS)
+
+
+def _generations(part: str) -> int:
+    """One ``~N`` suffix's count (``~`` alone is 1), at most ``MAX_GENERATIONS``."""
+    if not part:
+        return 1
+    digits = part.lstrip("0") or "0"
+    if len(digits) > len(str(MAX_GENERATIONS)):  # too many to read: int() refuses 4,300+ digits
+        return MAX_GENERATIONS
+    return min(int(digits), MAX_GENERATIONS)
 
 
 def check_text(text: str | None, what: str) -> str | None:
     """Text every backend stores as it is: no lone surrogates (not UTF-8) and no NUL
     (PostgreSQL's text refuses it; refused on SQLite too, so a copy never fails)."""
     if isinstance(text, str) and any("\ud800" <= c <= "\udfff" for c in text):
-        raise InvalidPayload(f"{what} {text!r} holds a lone surrogate, which is not valid Unicode text")
+        raise InvalidPayload(f"{what} {shown(text)} holds a lone surrogate, which is not valid Unicode text")
     if isinstance(text, str) and "\x00" in text:
-        raise InvalidPayload(f"{what} {text!r} holds a NUL character, which a store cannot keep in text")
+        raise InvalidPayload(f"{what} {shown(text)} holds a NUL character, which a store cannot keep in text")
     return text
+
+
+SHOWN = 60
+"""How many characters of a refused text an error message echoes."""
+
+
+def shown(text: str) -> str:
+    """``text`` as an error message quotes it: whole when short, else its first
+    ``SHOWN`` characters and its length (an import may carry a title of megabytes)."""
+    if len(text) <= SHOWN:
+        return repr(text)
+    return f"{text[:SHOWN]!r}... ({len(text):,} characters)"
 
 
 # Control (C0, C1), format (bidi overrides, zero-width), line and paragraph separator,
@@ -69,22 +99,28 @@ def check_name(name: str, what: str = "branch", *, new: bool = True) -> str:
     """
     if not isinstance(name, str) or not name or name != name.strip() or len(name) > MAX_NAME:
         raise Conflict(
-            f"invalid {what} name {name!r}: use 1-{MAX_NAME} characters, no leading or trailing spaces"
+            f"invalid {what} name {_quoted(name)}: use 1-{MAX_NAME} characters, no leading or trailing spaces"
         )
     if not _printable(name):
         if any("\ud800" <= c <= "\udfff" for c in name):
-            raise Conflict(f"invalid {what} name {name!r}: lone surrogates are not allowed")
+            raise Conflict(f"invalid {what} name {_quoted(name)}: lone surrogates are not allowed")
         raise Conflict(
-            f"invalid {what} name {name!r}: control characters and invisible formatting characters"
+            f"invalid {what} name {_quoted(name)}: control characters and invisible formatting characters"
             " (bidi overrides, zero-width, line separators) are not allowed"
         )
     if not new:
         return name
     if "~" in name:
-        raise Conflict(f"invalid {what} name {name!r}: '~' is not allowed (REF~N means the Nth ancestor)")
+        raise Conflict(
+            f"invalid {what} name {_quoted(name)}: '~' is not allowed (REF~N means the Nth ancestor)"
+        )
     if looks_like_id(name):
         raise Conflict(
-            f"invalid {what} name {name!r}: it could be read as a node id prefix; "
+            f"invalid {what} name {_quoted(name)}: it could be read as a node id prefix; "
             "use a name with a letter beyond a-f"
         )
     return name
+
+
+def _quoted(name: object) -> str:
+    return shown(name) if isinstance(name, str) else repr(name)

@@ -148,7 +148,7 @@ def migrate(ctx: click.Context, list_only: bool) -> None:
 
 
 @click.command(name="import")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("file", type=click.Path())  # checked by formats.check_file: one line, not a usage error
 @click.option(
     "--format",
     "fmt",
@@ -170,8 +170,9 @@ def import_(ctx: click.Context, file: str, fmt: str, skip_invalid: bool, as_json
     parsed before the database is opened. A database this command created is
     removed again when the import fails.
     """
-    from ..formats import STREAMED, detect_format, parse_file, stream_file, write
+    from ..formats import STREAMED, check_file, detect_format, parse_file, stream_file, write
 
+    check_file(file)  # before a database is made for it
     fmt = detect_format(file) if fmt == "auto" else fmt
     sessions = (
         None

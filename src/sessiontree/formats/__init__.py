@@ -7,9 +7,12 @@ Contract:
   are streamed into the store line by line (``sessiontree.bulk_stream``), so
   memory does not grow with the file's payloads; the others are parsed whole
   first (pure, no SQL), then written via ``sessiontree.bulk``.
-- Malformed input raises ``FormatError`` naming the file, the line or record,
-  and the problem; a clash with what the store holds raises
-  ``bulk.ImportConflict`` (a ``Conflict``). Either way nothing is written.
+- Malformed input raises ``FormatError`` in one line naming the file (once), the
+  line or record, and the problem; a clash with what the store holds raises
+  ``bulk.ImportConflict`` (a ``Conflict``). Either way nothing is written. The
+  readers word their messages without the file (``line 7: ...``); ``_named``
+  adds it at each public entry point. ``check_file(path)`` refuses a directory
+  or a missing path first, naming it as given.
 - ``detect_format(path)`` names the format from the file's first bytes and
   shape: ``native``, ``openai``, ``chatgpt``, ``librechat``, ``openwebui``,
   ``claude-code`` or ``pi``.
@@ -25,6 +28,7 @@ See docs/formats.md for what each format maps to.
 
 from __future__ import annotations
 
+import codecs
 import errno
 import json
 import os
@@ -32,13 +36,14 @@ import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import bulk
 from ..bulk import ImportConflict, ImportedSession, InvalidTree
 from ..bulk_stream import Sink, write_stream
-from ..errors import DiskFull, FormatError, SessionTreeError
+from ..errors import DiskFull, FormatError, InvalidPayload, SessionTreeError
 from .chatgpt import parse_chatgpt
 from .claude_code import parse_claude_code
 from .common import answer_open_calls
@@ -48,6 +53,7 @@ from .librechat import parse_librechat
 from .native import export_native, parse_native, stream_native
 from .openai import export_openai, parse_openai
 from .openwebui import parse_openwebui
+from .pi import is_header as is_pi_header
 from .pi import parse_pi, stream_pi
 
 if TYPE_CHECKING:
@@ -58,6 +64,7 @@ __all__ = [
     "FORMATS",
     "FormatError",
     "ImportConflict",
+    "check_file",
     "detect_format",
     "export_file",
     "export_native",
@@ -74,7 +81,7 @@ JSONL_FORMATS = {"native": parse_native, "claude-code": parse_claude_code, "pi":
 # Written as they are read (see import_file); their parsers answer open calls themselves.
 STREAMED: dict[str, Callable[[Iterable[str], Sink], None]] = {"native": stream_native, "pi": stream_pi}
 JSON_FORMATS: dict[str, Callable[[Any], Any]] = {
-    "openai": parse_openai,
+    "openai": partial(parse_openai, copy_messages=False),  # the decoded file is ours alone
     "chatgpt": parse_chatgpt,
     "librechat": parse_librechat,
     "openwebui": parse_openwebui,
@@ -92,62 +99,111 @@ CLAUDE_CODE_TYPES = {
 }
 
 
+def check_file(path: str | Path) -> Path:
+    """``path`` when it names a file; FormatError naming it as given otherwise."""
+    path = Path(path)
+    if path.is_dir():
+        raise FormatError(f"{path}: is a directory, not a file")
+    if not path.exists():
+        raise FormatError(f"{path}: the file does not exist")
+    return path
+
+
+@contextmanager
+def _named(name: str | None) -> Iterator[None]:
+    """Errors about the input raised inside gain the file's name, once: every reader
+    below words its messages without it (``line 7: ...``, ``conversation 2: ...``)."""
+    try:
+        yield
+    except (InvalidTree, InvalidPayload) as e:  # FormatError included; a bad title is a payload
+        raise FormatError(located(name, str(e))) from None
+    except ImportConflict as e:
+        raise ImportConflict(located(name, str(e))) from None
+
+
 @contextmanager
 def _reading(path: Path) -> Iterator[TextIO]:
     """Lines of a UTF-8 text file (a BOM is ignored); FormatError for anything else."""
     try:
         with open(path, encoding="utf-8-sig", newline=None) as f:
             yield f
-    except FileNotFoundError:
-        raise FormatError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise FormatError(f"{path}: is a directory, not a file") from None
-    except UnicodeDecodeError as e:
-        raise FormatError(f"{path.name}: not UTF-8 text (byte {e.start})") from None
+    except UnicodeDecodeError:
+        raise FormatError(_not_utf8(path)) from None
+
+
+def _not_utf8(path: Path) -> str:
+    """Where the file's first byte that is not UTF-8 is. The decoder's own position
+    counts from the chunk it was decoding, so the file is read again, as bytes."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset, line = 0, 1
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(CHUNK)
+            pending = len(decoder.getstate()[0])  # the start of a character cut by the last chunk
+            try:
+                decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as e:
+                line += chunk[: max(e.start - pending, 0)].count(b"\n")
+                at = offset - pending + e.start
+                return f"line {line}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {at})"
+            if not chunk:
+                return "not UTF-8 text"  # the decoder failed on what this one accepts
+            line += chunk.count(b"\n")
+            offset += len(chunk)
 
 
 def detect_format(path: str | Path) -> str:
     """The name of the file's format (see ``FORMATS``); FormatError when unknown."""
-    path = Path(path)
-    with _reading(path) as lines:
-        first = ""
-        while not first.strip():
-            first = lines.readline(CHUNK)  # bounded: an export may be one long line
-            if not first:
-                raise FormatError(f"{path.name}: the file is empty")
-        if first.lstrip().startswith("["):  # a JSON array: its first element decides
-            first = ""
-        elif not first.endswith("\n"):
-            first += lines.readline()
-        try:
-            record = json.loads(first)
-        except json.JSONDecodeError:
-            record = None  # a multi-line (pretty-printed) JSON document
+    path = check_file(path)
+    with _named(path.name):
+        record = _first_record(path)
         if isinstance(record, dict):
             name = _jsonl_kind(record)
             if name:
                 return name
             whole: Any = record  # a one-line JSON document
         else:
-            whole = None
-    if whole is None:
-        whole = _load(path)
-    name = _json_kind(whole)
-    if name is None:
-        raise FormatError(f"{path.name}: unknown format; pass one of {', '.join(FORMATS)}")
-    return name
+            whole = read_json(path, _reading)
+        name = _json_kind(whole)
+        if name is None:
+            raise FormatError(f"unknown format; pass one of {', '.join(FORMATS)}")
+        return name
+
+
+def _first_record(path: Path) -> Any:
+    """The first non-blank line, decoded; None when it is not JSON on its own (a
+    pretty-printed document) or opens an array."""
+    with _reading(path) as lines:
+        first = ""
+        while not first.strip():
+            first = lines.readline(CHUNK)  # bounded: an export may be one long line
+            if not first:
+                raise FormatError("the file is empty")
+        if first.lstrip().startswith("["):  # a JSON array: its first element decides
+            return None
+        if not first.endswith("\n"):
+            first += lines.readline()
+    try:
+        return json.loads(first)
+    except json.JSONDecodeError:
+        return None  # a multi-line (pretty-printed) JSON document
+    except RecursionError:  # what every reader says of it (see common.load_json)
+        raise FormatError("JSON nested too deeply") from None
 
 
 def _jsonl_kind(record: dict[str, Any]) -> str | None:
+    kind = record.get("type")
     if record.get("format") == "sessiontree":
         return "native"
-    if record.get("type") == "session" and "id" in record and "history" not in record:
+    if is_pi_header(record) and "history" not in record:
         return "pi"
+    if kind == "session" and "created_at" in record:
+        return "native"  # a native file without its header line: the native reader says so
     if (
         "uuid" in record
         or "parentUuid" in record
         or "leafUuid" in record
-        or (record.get("type") in CLAUDE_CODE_TYPES and "messages" not in record)
+        or (isinstance(kind, str) and kind in CLAUDE_CODE_TYPES and "messages" not in record)
     ):
         return "claude-code"
     return None
@@ -182,14 +238,6 @@ def _json_kind(data: Any) -> str | None:
     return None
 
 
-def _load(path: Path) -> Any:
-    """The document; a top-level array as ``JsonItems``, decoded one element at a time."""
-    try:
-        return read_json(path, _reading)
-    except FormatError as e:
-        raise FormatError(located(path.name, str(e))) from None
-
-
 Report = Callable[[str], None]
 SKIPPABLE = {"chatgpt", "librechat", "openwebui"}  # files holding a list of conversations
 
@@ -205,25 +253,17 @@ def parse_file(
     these lines are issued as warnings. ``skip_invalid`` applies to the formats
     whose files hold several conversations (chatgpt, librechat, openwebui).
     """
-    path = Path(path)
+    path = check_file(path)
     if format == "auto":
         format = detect_format(path)
-    skipped: list[str] | None = [] if skip_invalid and format in SKIPPABLE else None
-    if format in JSONL_FORMATS:
-        with _reading(path) as lines:
-            parsed = _parse(JSONL_FORMATS[format], lines, path.name)
-    elif format in JSON_FORMATS:
-        parser: Callable[..., Any] = JSON_FORMATS[format]
-        data = _load(path)
-        if isinstance(data, JsonItems) and format not in SKIPPABLE:
-            data = _parse(list, data, path.name)  # parsers of one conversation take a list
-        parsed = _parse(lambda d: parser(d, skipped) if skipped is not None else parser(d), data, path.name)
-    else:
+    if format not in FORMATS:
         raise FormatError(f"unknown format {format!r}; expected auto or one of {', '.join(FORMATS)}")
-    sessions = parsed if isinstance(parsed, list) else [parsed]
-    if format not in ("native", "openai", *STREAMED):  # a native file is restored row for row
-        for session in sessions:
-            answer_open_calls(session)
+    skipped: list[str] | None = [] if skip_invalid and format in SKIPPABLE else None
+    with _named(path.name):
+        sessions = _parsed(path, format, skipped)
+        if format not in ("native", "openai", *STREAMED):  # a native file is restored row for row
+            for session in sessions:
+                answer_open_calls(session)
     said = [located(path.name, n) for s in sessions for n in s.notes]
     said += [located(path.name, f"skipped {why}") for why in skipped or []]
     for line in said:
@@ -234,11 +274,19 @@ def parse_file(
     return sessions
 
 
-def _parse(parser: Callable[[Any], Any], data: Any, name: str) -> Any:
-    try:
-        return parser(data)
-    except FormatError as e:
-        raise FormatError(located(name, str(e))) from None
+def _parsed(path: Path, format: str, skipped: list[str] | None) -> list[ImportedSession]:
+    """The sessions of a file of a known format (errors not yet naming the file)."""
+    parsed: Any
+    if format in JSONL_FORMATS:
+        with _reading(path) as lines:
+            parsed = JSONL_FORMATS[format](lines)
+    else:
+        data = read_json(path, _reading)  # a top-level array: decoded one element at a time
+        if isinstance(data, JsonItems) and format not in SKIPPABLE:
+            data = list(data)  # parsers of one conversation take a list
+        parser: Callable[..., Any] = JSON_FORMATS[format]
+        parsed = parser(data, skipped) if skipped is not None else parser(data)
+    return parsed if isinstance(parsed, list) else [parsed]
 
 
 def write(
@@ -250,12 +298,8 @@ def write(
 
 def _located(store: Store, name: str | None, writing: Callable[[], list[str]]) -> list[Session]:
     """The sessions ``writing`` wrote; its errors gain the file name."""
-    try:
+    with _named(name):
         ids = writing()
-    except InvalidTree as e:  # FormatError included
-        raise FormatError(located(name, str(e))) from None
-    except ImportConflict as e:
-        raise ImportConflict(located(name, str(e))) from None
     return [store.session(i) for i in ids]
 
 
@@ -263,13 +307,10 @@ def stream_file(
     store: Store, path: str | Path, format: str, progress: Progress | None = None
 ) -> list[Session]:
     """Import a file of a ``STREAMED`` format, written as it is read, all or nothing."""
-    path = Path(path)
-    with _reading(path) as lines:
-        return _located(
-            store,
-            path.name,
-            lambda: write_stream(store, lambda sink: STREAMED[format](lines, sink), progress),
-        )
+    path = check_file(path)
+    with _named(path.name), _reading(path) as lines:
+        ids = write_stream(store, lambda sink: STREAMED[format](lines, sink), progress)
+    return [store.session(i) for i in ids]
 
 
 def import_file(

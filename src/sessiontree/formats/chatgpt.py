@@ -32,6 +32,7 @@ from .common import (
     latest_leaf,
     leaf_branches,
     make_run,
+    optional,
     parents_first,
     parse_each,
     resolve,
@@ -71,8 +72,9 @@ def content_text(content: Any) -> str:
     return "\n\n".join(t for t in texts if isinstance(t, str) and t)
 
 
-def reasoning_text(content: Any) -> str | None:
-    """The text of a ``thoughts`` or ``reasoning_recap`` content (None for others)."""
+def reasoning_text(content: Any, where: str = "content") -> str | None:
+    """The text of a ``thoughts`` or ``reasoning_recap`` content (None for others);
+    FormatError naming ``where`` when ``thoughts`` is not a list."""
     if not isinstance(content, dict):
         return None
     kind = content.get("content_type")
@@ -81,14 +83,18 @@ def reasoning_text(content: Any) -> str | None:
     if kind != "thoughts":
         return None
     parts: list[str] = []
-    for thought in content.get("thoughts") or []:
+    for thought in optional(content, "thoughts", list, where) or []:
         if isinstance(thought, dict):
             parts.extend(str(thought[k]) for k in ("summary", "content") if thought.get(k))
     return "\n\n".join(parts)
 
 
 def _conversation(conv: dict[str, Any], where: str) -> ImportedSession:
-    raw_id = str(conv.get("conversation_id") or conv.get("id") or stable_id(where, str(conv.get("title"))))
+    raw_id = (
+        optional(conv, "conversation_id", str, where)
+        or optional(conv, "id", str, where)
+        or stable_id(where, str(conv.get("title")))
+    )
     sid = keep_or_derive(raw_id, "chatgpt")
     created = iso(conv.get("create_time")) or now()
     session = ImportedSession(
@@ -102,14 +108,13 @@ def _conversation(conv: dict[str, Any], where: str) -> ImportedSession:
     aliases: dict[str, str | None] = {}  # skipped entry -> its parent
     ids: dict[str, str] = {}
     for key, entry in mapping.items():
+        label = f"{where}, node {key!r}"
         if not isinstance(entry, dict):
-            raise FormatError(f"{where}, node {key!r}: expected an object")
-        parent = entry.get("parent")
-        if parent is not None and not isinstance(parent, str):
-            raise FormatError(f"{where}, node {key!r}: 'parent' should be a string or null")
+            raise FormatError(f"{label}: expected an object")
+        parent = optional(entry, "parent", str, label)
         if parent is not None and parent not in mapping:
-            raise FormatError(f"{where}, node {key!r}: parent {parent!r} is not in the mapping")
-        if _skipped(entry.get("message")):
+            raise FormatError(f"{label}: parent {parent!r} is not in the mapping")
+        if _skipped(optional(entry, "message", dict, label), label):
             aliases[key] = parent
         else:
             ids[key] = keep_or_derive(key, "chatgpt", raw_id)
@@ -141,7 +146,7 @@ def _conversation(conv: dict[str, Any], where: str) -> ImportedSession:
         )
         if run:
             session.runs.append(run)
-    current = resolve(aliases, conv.get("current_node"))
+    current = resolve(aliases, optional(conv, "current_node", str, where))
     head = ids.get(current) if current else None
     if head is None:
         head = latest_leaf(session.nodes)
@@ -150,11 +155,11 @@ def _conversation(conv: dict[str, Any], where: str) -> ImportedSession:
     return session
 
 
-def _skipped(msg: Any) -> bool:
-    if not isinstance(msg, dict):
+def _skipped(msg: dict[str, Any] | None, label: str) -> bool:
+    if msg is None:
         return True
-    role = (msg.get("author") or {}).get("role")
-    return role == "system" and not content_text(msg.get("content")).strip()
+    role = optional(optional(msg, "author", dict, label) or {}, "role", str, f"{label}, author")
+    return role == "system" and not content_text(optional(msg, "content", dict, label)).strip()
 
 
 def _payload(
@@ -166,13 +171,16 @@ def _payload(
     where: str,
     key: str,
 ) -> tuple[dict[str, Any], ImportedRun | None]:
-    author = msg.get("author") or {}
-    role = author.get("role")
+    label = f"{where}, node {key!r}"
+    author = optional(msg, "author", dict, label) or {}
+    role = optional(author, "role", str, f"{label}, author")
     if role not in ROLES:
-        raise FormatError(f"{where}, node {key!r}: unknown author role {role!r}")
-    text = content_text(msg.get("content"))
-    meta = msg.get("metadata") or {}
-    finish = (meta.get("finish_details") or {}).get("type")
+        raise FormatError(f"{label}: unknown author role {role!r}")
+    name = optional(author, "name", str, f"{label}, author")
+    content = optional(msg, "content", dict, label)
+    text = content_text(content)
+    meta = optional(msg, "metadata", dict, label) or {}
+    finish = (optional(meta, "finish_details", dict, f"{label}, metadata") or {}).get("type")
     run = None
     if role == "assistant":
         run = make_run(node_id, at, model=meta.get("model_slug"), provider="chatgpt", finish_reason=finish)
@@ -183,8 +191,8 @@ def _payload(
             "assistant", None, tool_calls=[tool_call(call_id, recipient, {"input": text})]
         ), run
     if role == "tool":
-        return chat_message("tool", text, tool_call_id=calls.get(parent or ""), name=author.get("name")), run
-    reasoning = reasoning_text(msg.get("content"))
+        return chat_message("tool", text, tool_call_id=calls.get(parent or ""), name=name), run
+    reasoning = reasoning_text(content, f"{label}, content")
     if reasoning is not None:  # thoughts, reasoning_recap: not an answer, but kept
         return chat_message(role, "", reasoning_content=reasoning), run
-    return chat_message(role, text, name=author.get("name")), run
+    return chat_message(role, text, name=name), run

@@ -15,7 +15,9 @@ are linked by ``uuid``/``parentUuid``; what becomes of each record:
   blocks are dropped). Model, usage and stop reason become a run.
 - Tool results are chained right after the message that made the calls, in
   call order; what hangs from the message or its results hangs from the last
-  result, so nothing forks.
+  result, so nothing forks. A result answering no call in the file stays where
+  it hangs (``parse_file`` then makes it a note, see ``common.OpenCalls``); a
+  call or result id that is not a string is refused.
 - ``system`` records become ``note`` markers in the chain (they never reach a
   model, and they sit on the line, so they fork nothing).
 - Skipped, with their children re-attached to the nearest kept ancestor:
@@ -49,7 +51,9 @@ from .common import (
     keep_or_derive,
     leaf_branches,
     make_run,
+    optional,
     parents_first,
+    require,
     stable_id,
     tool_call,
 )
@@ -67,19 +71,23 @@ def parse_claude_code(lines: Iterable[str]) -> ImportedSession:
     meta: dict[str, Any] = {"source": "claude-code"}
     title = None
     for number, rec in jsonl_records(lines):
-        if rec.get("type") == "summary" and isinstance(rec.get("summary"), str):
+        where = f"line {number}"
+        kind = optional(rec, "type", str, where)
+        if kind == "summary" and isinstance(rec.get("summary"), str):
             title = rec["summary"]
-        uid = rec.get("uuid")
+        uid = optional(rec, "uuid", str, where)
         if uid is None:
             continue
-        if not isinstance(uid, str) or not uid:
-            raise FormatError(f"line {number}: 'uuid' should be a string")
+        if not uid:
+            raise FormatError(f"{where}: 'uuid' should not be empty")
+        for link in ("parentUuid", "logicalParentUuid"):
+            optional(rec, link, str, where)
         if uid in records:
             raise FormatError(f"line {number}: uuid {uid} appears twice")
         for key in ("sessionId", "cwd", "version", "gitBranch"):
             if key not in meta and isinstance(rec.get(key), str):
                 meta[key] = rec[key]
-        keep = READ if rec.get("type") in KEPT else LINKS
+        keep = READ if kind in KEPT else LINKS
         records[uid] = (number, {k: v for k, v in rec.items() if k in keep})
     if not records:
         raise FormatError("no Claude Code records (lines with a 'uuid') in the input")
@@ -249,7 +257,7 @@ class _Builder:
             if block.get("type") == "text":
                 self.texts[node_id].append(str(block.get("text") or ""))
             elif block.get("type") == "tool_use":
-                call_id = str(block.get("id"))
+                call_id = require(block.get("id"), str, f"{where}, tool_use block", "id")
                 payload.setdefault("tool_calls", []).append(
                     tool_call(call_id, str(block.get("name")), block.get("input") or {})
                 )
@@ -275,11 +283,11 @@ class _Builder:
         others = [b for b in blocks if not (isinstance(b, dict) and b.get("type") == "tool_result")]
         anchor = parent
         for part, block in enumerate(results):
-            call_id = str(block.get("tool_use_id"))
+            call_id = require(block.get("tool_use_id"), str, f"{where}, tool_result block", "tool_use_id")
             tool = chat_message("tool", block_text(block.get("content")), tool_call_id=call_id)
             node = ImportedNode(self._id(uid, part), None, "message", tool, at, source=where)
             owner = self.call_owner.get(call_id)
-            if owner is None:  # answers no call in the file: it stays where it hangs
+            if owner is None:  # answers no call in the file: it stays where it hangs, as a note
                 anchor = ("node", self._add(node, anchor))
                 continue
             self._add(node, None)  # placed after its message by _place_results

@@ -7,6 +7,7 @@ yields the same ids (and the second import merges into the first).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import uuid
@@ -15,7 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..bulk import ImportedNode, ImportedRef, ImportedRun, ImportedSession
-from ..errors import FormatError
+from ..errors import FormatError, InvalidPayload
+from ..names import check_text
 
 NAMESPACE = uuid.UUID("3f6c1e0a-8d51-4e0b-9c8e-5a1f2b7d9e40")  # sessiontree imports
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
@@ -23,8 +25,12 @@ EPOCH = "1970-01-01T00:00:00.000Z"
 
 
 def stable_id(*parts: str) -> str:
-    """A UUIDv5 of the parts: the same parts give the same id in every process."""
-    return str(uuid.uuid5(NAMESPACE, "\x1f".join(parts)))
+    """A UUIDv5 of the parts: the same parts give the same id in every process. What
+    ``uuid.uuid5`` computes, except that a lone surrogate (a file may hold one as a
+    ``\\ud800`` escape) is hashed as its own bytes instead of failing to encode."""
+    name = "\x1f".join(parts).encode("utf-8", "surrogatepass")
+    digest = hashlib.sha1(NAMESPACE.bytes + name, usedforsecurity=False).digest()
+    return str(uuid.UUID(bytes=digest[:16], version=5))
 
 
 def keep_or_derive(original: str, *scope: str) -> str:
@@ -151,12 +157,13 @@ def answer_open_calls(session: ImportedSession) -> None:
     compaction, a call the next call replaced) a synthesised tool message,
     placed right before the conversation moves on, so each branch is one the
     API accepts. The payload says ``"synthesised": true``; nothing is invented
-    where the source simply ends (a leaf). See ``OpenCalls`` for the rule."""
+    where the source simply ends (a leaf). A tool message that answers no open
+    call becomes a ``note``. See ``OpenCalls`` for the rule."""
     children: dict[str | None, list[ImportedNode]] = {}
     ids = {node.id for node in session.nodes}
     for node in session.nodes:
         children.setdefault(node.parent_id if node.parent_id in ids else None, []).append(node)
-    calls = OpenCalls()
+    calls = OpenCalls(str(session.metadata.get("source") or "import"))
     added: list[ImportedNode] = []
     queue = list(children.get(None, []))
     for node in queue:  # parents first; a cycle is never reached (bulk refuses it)
@@ -169,10 +176,14 @@ class OpenCalls:
     """The rule of ``answer_open_calls`` for nodes that arrive one at a time, parents
     first (a streamed import): ``add(node)`` returns the node, re-parented under
     the synthesised answers when the conversation moves on from open calls, and
-    those answers before it. It remembers only the chains that still have open
-    calls, never a payload."""
+    those answers before it. A tool message that answers no call still open on
+    its chain (output no message asked for, a second answer, a call id the file
+    lost) becomes a ``note`` ``{"source", "type": "tool_output", ...the message}``,
+    so every branch passes ``verify``. It remembers only the chains that still
+    have open calls, never a payload."""
 
-    def __init__(self) -> None:
+    def __init__(self, source: str) -> None:
+        self.source = source  # the format, named in the notes made of orphan tool output
         # node id -> (id of the node that made the calls, calls still open, node's created_at)
         self._open: dict[str, tuple[str, tuple[Any, ...], str]] = {}
         self._answers: dict[str, str] = {}  # node id -> the last answer synthesised under it
@@ -180,6 +191,8 @@ class OpenCalls:
     def add(self, node: ImportedNode) -> list[ImportedNode]:
         out: list[ImportedNode] = []
         state = self._open.get(node.parent_id) if node.parent_id is not None else None
+        if _is_tool(node) and (state is None or node.payload.get("tool_call_id") not in state[1]):
+            node.kind, node.payload = "note", {"source": self.source, "type": "tool_output", **node.payload}
         if state is not None and node.parent_id is not None:
             caller, missing, _ = state
             role = node.payload.get("role") if node.kind == "message" else None
@@ -204,6 +217,10 @@ class OpenCalls:
             self._open[node.id] = (node.id, tuple(calls), node.created_at)
         out.append(node)
         return out
+
+
+def _is_tool(node: ImportedNode) -> bool:
+    return node.kind == "message" and node.payload.get("role") == "tool"
 
 
 def _call_ids(node: ImportedNode) -> list[Any]:
@@ -302,27 +319,77 @@ def _why(e: json.JSONDecodeError) -> str:
 
 
 def jsonl_records(lines: Iterable[str]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line; FormatError on anything else."""
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
+    """(line number, object) for each non-blank line; FormatError on anything else.
+
+    A line may be as big as the file (one huge payload), so it is never copied (no
+    ``strip``) and not held once decoded (no ``enumerate``, whose reused result tuple
+    would keep it until the next line)."""
+    number = 0
+    for line in lines:
+        number += 1
+        if not line or line.isspace():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise FormatError(f"line {number}: not valid JSON ({_why(e)}); a truncated line?") from None
-        except RecursionError:
-            raise FormatError(f"line {number}: JSON nested too deeply") from None
-        if not isinstance(record, dict):
-            raise FormatError(f"line {number}: expected a JSON object, got {type(record).__name__}")
+        record = _record(line, number)
+        del line
         yield number, record
 
 
+def _record(line: str, number: int) -> dict[str, Any]:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise FormatError(f"line {number}: not valid JSON ({_why(e)}); a truncated line?") from None
+    except RecursionError:
+        raise FormatError(f"line {number}: JSON nested too deeply") from None
+    if not isinstance(record, dict):
+        raise FormatError(f"line {number}: expected a JSON object, got {type(record).__name__}")
+    return record
+
+
+# How messages name the type of a decoded JSON value: in the file's terms, not Python's.
+_JSON_NAMES = {
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    bool: "true or false",
+    int: "an integer",
+    float: "a number",
+    type(None): "null",
+}
+
+
 def require(value: Any, types: type | tuple[type, ...], where: str, field_name: str) -> Any:
-    """``value`` when it has one of ``types``, else a FormatError naming the field."""
-    if not isinstance(value, types) or isinstance(value, bool) and bool not in _tuple(types):
-        expected = " or ".join(t.__name__ if t is not type(None) else "null" for t in _tuple(types))
-        raise FormatError(f"{where}: {field_name!r} should be {expected}, got {type(value).__name__}")
+    """``value`` when it has one of ``types``, else a FormatError naming the field and
+    both types: ``line 3: 'payload' should be an object, got a string``."""
+    wanted = _tuple(types)
+    if not isinstance(value, wanted) or isinstance(value, bool) and bool not in wanted:
+        names = [_JSON_NAMES.get(t, t.__name__) for t in wanted]
+        if int in wanted and float in wanted:  # JSON has one number type
+            names.remove(_JSON_NAMES[int])
+        raise FormatError(f"{where}: {field_name!r} should be {' or '.join(names)}, got {json_type(value)}")
     return value
+
+
+def optional(record: dict[str, Any], key: str, types: type | tuple[type, ...], where: str) -> Any:
+    """``record[key]``, or None when the field is absent or null; FormatError naming
+    ``where`` and the field when it holds another type (a list where an id belongs
+    would otherwise fail later as an unhashable value, far from the file)."""
+    value = record.get(key)
+    return None if value is None else require(value, types, where, key)
+
+
+def stored_text(text: str | None, where: str, field_name: str) -> str | None:
+    """``text`` when a store can keep it (``names.check_text``: no NUL, no lone
+    surrogate), else a FormatError naming ``where``, found while reading, not when written."""
+    try:
+        return check_text(text, repr(field_name))
+    except InvalidPayload as e:
+        raise FormatError(f"{where}: {e}") from None
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type: ``an object``, ``a string``, ..."""
+    return _JSON_NAMES.get(type(value), type(value).__name__)
 
 
 def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:

@@ -33,6 +33,7 @@ from .common import (
     latest_leaf,
     leaf_branches,
     make_run,
+    optional,
     parse_each,
     stable_id,
     token_usage,
@@ -68,20 +69,18 @@ def _flatten(export: dict[str, Any], where: str) -> list[tuple[dict[str, Any], s
             raise FormatError(
                 f"{where}, message {len(out) + 1}: expected an object with a 'messageId' string"
             )
-        parent = msg.get("parentMessageId")
+        label = f"{where}, message {msg['messageId']!r}"
+        parent = optional(msg, "parentMessageId", str, label)
         if parent in (None, ZERO, ""):
             parent = None
         if nest_parent is not None:
             if parent not in (None, nest_parent):
                 raise FormatError(
-                    f"{where}, message {msg['messageId']!r}: nested under"
-                    f" {nest_parent!r} but its parentMessageId is {parent!r}"
+                    f"{label}: nested under {nest_parent!r} but its parentMessageId is {parent!r}"
                 )
             parent = nest_parent
         out.append((msg, parent))
-        children = msg.get("children") or []
-        if not isinstance(children, list):
-            raise FormatError(f"{where}, message {msg['messageId']!r}: 'children' should be a list")
+        children = optional(msg, "children", list, label) or []
         stack.extend((c, msg["messageId"]) for c in reversed(children))
     return out
 

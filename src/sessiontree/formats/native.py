@@ -28,7 +28,8 @@ from .. import bulk
 from ..bulk import ImportedNode, ImportedRef, ImportedRun, ImportedSession
 from ..bulk_stream import Collector, Sink
 from ..errors import FormatError
-from .common import jsonl_records, require
+from ..names import shown
+from .common import jsonl_records, require, stored_text
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -124,10 +125,12 @@ def _lines(store: Store, ids: list[str]) -> Iterator[str]:
 
 
 def _header(number: int, record: dict[str, Any]) -> None:
+    if record.get("format") != FORMAT and record.get("type") == "session":
+        raise FormatError(f"line {number}: the header line {_line(HEADER).strip()} is missing")
     if record.get("format") != FORMAT:
         raise FormatError(f'line {number}: not a sessiontree file (the header needs "format": "{FORMAT}")')
     version = record.get("version")
-    if version != VERSION:
+    if type(version) is not int or version != VERSION:  # not 1.0, nor true (bool is an int)
         raise FormatError(
             f"line {number}: unsupported sessiontree format version {version!r}"
             f" (this version of sessiontree reads version {VERSION})"
@@ -153,23 +156,23 @@ def stream_native(lines: Iterable[str], sink: Sink) -> None:
         where = f"line {number}"
         kind = rec.get("type")
         if kind == "session":
-            sid = require(rec.get("id"), _str, where, "id")
+            sid = _get(rec, "id", _str, where)
             if sid in sessions:
                 raise FormatError(f"{where}: session {sid} appears twice")
             sessions.add(sid)
             sink.session(
                 ImportedSession(
                     sid,
-                    require(rec.get("title"), _opt, where, "title"),
-                    require(rec.get("metadata", {}), _dict, where, "metadata"),
-                    require(rec.get("created_at"), _str, where, "created_at"),
-                    archived_at=require(rec.get("archived_at"), _opt, where, "archived_at"),
+                    _get(rec, "title", _opt, where),
+                    _get(rec, "metadata", _dict, where, {}),
+                    _get(rec, "created_at", _str, where),
+                    archived_at=_get(rec, "archived_at", _opt, where),
                 )
             )
             continue
         if kind not in ("run", "node", "branch", "checkpoint"):
             raise FormatError(f"{where}: unknown record type {kind!r}")
-        sid = require(rec.get("session_id"), _str, where, "session_id")
+        sid = _get(rec, "session_id", _str, where)
         if sid not in sessions:
             raise FormatError(f"{where}: {kind} of session {sid}, which no earlier session record introduced")
         _add(sink, sid, kind, rec, where)
@@ -177,9 +180,23 @@ def stream_native(lines: Iterable[str], sink: Sink) -> None:
         raise FormatError("the file is empty (expected a sessiontree header line)")
 
 
+IDS = {"id", "session_id", "parent_id", "run_id", "head_id", "node_id"}
+
+
+def _get(rec: dict[str, Any], name: str, types: Any, where: str, default: Any = None) -> Any:
+    """A field of a record: of ``types``; text a store can keep; an id that prints on one
+    line (error messages and the command line show ids as they are)."""
+    value = require(rec.get(name, default), types, where, name)
+    if isinstance(value, str):
+        stored_text(value, where, name)
+        if name in IDS and not value.isprintable():
+            raise FormatError(f"{where}: {name!r} {shown(value)} holds a control or invisible character")
+    return value
+
+
 def _add(sink: Sink, sid: str, kind: str, rec: dict[str, Any], where: str) -> None:
     def get(name: str, types: Any, default: Any = None) -> Any:
-        return require(rec.get(name, default), types, where, name)
+        return _get(rec, name, types, where, default)
 
     if kind == "node":
         depth = get("depth", (int, type(None)))

@@ -35,8 +35,10 @@ def export_openai(session: Session, branch: str = "main") -> list[dict[str, Any]
         raise
 
 
-def parse_openai(data: Any, title: str | None = None) -> ImportedSession:
-    """One session from a messages list (see the module docstring)."""
+def parse_openai(data: Any, title: str | None = None, *, copy_messages: bool = True) -> ImportedSession:
+    """One session from a messages list (see the module docstring). The messages are
+    copied, so the caller's list is never shared with the session; a list just decoded
+    from a file is nobody else's, and ``copy_messages=False`` spares holding it twice."""
     if isinstance(data, dict):
         if not isinstance(data.get("messages"), list):
             raise FormatError("expected a list of messages or an object with a 'messages' list")
@@ -51,7 +53,8 @@ def parse_openai(data: Any, title: str | None = None) -> ImportedSession:
     for i, item in enumerate(data, 1):
         if not isinstance(item, dict):
             raise FormatError(f"message {i}: expected an object, got {type(item).__name__}")
-        node = ImportedNode(new_id(), parent, "message", copy.deepcopy(item), created, source=f"message {i}")
+        payload = copy.deepcopy(item) if copy_messages else item
+        node = ImportedNode(new_id(), parent, "message", payload, created, source=f"message {i}")
         session.nodes.append(node)
         parent = node.id
     session.branches.append(ImportedRef("main", parent))

@@ -32,6 +32,7 @@ from .common import (
     latest_leaf,
     leaf_branches,
     make_run,
+    optional,
     parse_each,
     stable_id,
     tool_call,
@@ -95,12 +96,11 @@ def _chat(
         label = f"{where}, message {key!r}"
         if not isinstance(msg, dict):
             raise FormatError(f"{label}: expected an object")
-        parent = msg.get("parentId")
+        parent = optional(msg, "parentId", str, label)
         if parent is not None and parent not in messages:
             raise FormatError(f"{label}: parent {parent!r} is not in history.messages")
-        if not isinstance(msg.get("childrenIds", []), list):
-            raise FormatError(f"{label}: 'childrenIds' should be a list")
-        role = msg.get("role")
+        optional(msg, "childrenIds", list, label)
+        role = optional(msg, "role", str, label)
         if role not in ROLES:
             raise FormatError(f"{label}: unknown role {role!r}")
         content = msg.get("content")

@@ -21,12 +21,16 @@ child of the one before, as pi's own migration does). Entries become:
 - ``custom_message`` -> ``user``; ``model_change`` and
   ``thinking_level_change`` -> ``note`` markers.
 - ``label`` -> a checkpoint named by the label at its target (the last label
-  of a target wins; a cleared label removes it); ``session_info`` -> the
+  of a target wins; a cleared label removes it; a label that is no valid name or
+  clashes with a branch gets a derived one, see ``_label_name``); ``session_info`` -> the
   session title (the last one wins); ``custom`` (extension state) and unknown
   types are skipped. Skipped entries create no node: entries hanging from
   them re-attach to the nearest kept ancestor, so they fork nothing.
 - ``main`` is the path to the last entry of the file (pi's leaf when it opens
   the file); every other leaf gets a branch ``leaf-<first 8 chars of its id>``.
+- The header needs an ``id`` string, a ``timestamp`` and an integer ``version``
+  from 1 to 3; a record of sessiontree's own format (``NATIVE_TYPES``) is refused:
+  it is a native file that lost its header line, never a pi file to skip through.
 """
 
 from __future__ import annotations
@@ -36,8 +40,9 @@ from typing import Any
 
 from ..bulk import ImportedNode, ImportedRef, ImportedSession
 from ..bulk_stream import Collector, Sink
-from ..errors import FormatError
+from ..errors import Conflict, FormatError
 from ..ids import now
+from ..names import MAX_NAME, check_name
 from .common import (
     OpenCalls,
     block_text,
@@ -47,7 +52,9 @@ from .common import (
     keep_or_derive,
     leaf_refs,
     make_run,
+    optional,
     resolve,
+    stored_text,
     token_usage,
     tool_call,
 )
@@ -60,6 +67,9 @@ NODE_TYPES = {
     "model_change",
     "thinking_level_change",
 }
+# The record types of sessiontree's own format: a native file without its header line
+# has a first line that passes for a pi header, so these are refused, never skipped.
+NATIVE_TYPES = {"run", "node", "branch", "checkpoint"}
 
 
 def parse_pi(lines: Iterable[str]) -> ImportedSession:
@@ -70,6 +80,12 @@ def parse_pi(lines: Iterable[str]) -> ImportedSession:
     return session
 
 
+def is_header(record: dict[str, Any]) -> bool:
+    """Whether a first line is a pi session header. pi writes an id and a timestamp in
+    every one; sessiontree's own session records have ``created_at`` instead."""
+    return record.get("type") == "session" and "id" in record and "timestamp" in record
+
+
 def stream_pi(lines: Iterable[str], sink: Sink) -> None:
     """Report the session of a pi file to ``sink``, each node as soon as its parent
     has come (open tool calls answered on the way, see ``common.OpenCalls``)."""
@@ -78,14 +94,16 @@ def stream_pi(lines: Iterable[str], sink: Sink) -> None:
     if first is None:
         raise FormatError("the file is empty (expected a pi session header)")
     number, header = first
-    if header.get("type") != "session":
-        raise FormatError(f"line {number}: not a pi session header (expected type 'session')")
+    if not is_header(header):
+        raise FormatError(
+            f"line {number}: not a pi session header (expected type 'session' with an 'id' and a 'timestamp')"
+        )
     version = header.get("version", 1)
-    if not isinstance(version, int) or version > 3:
+    if type(version) is not int or not 1 <= version <= 3:  # bool is an int: refused too
         raise FormatError(
             f"line {number}: unsupported pi session version {version!r} (versions 1 to 3 are supported)"
         )
-    raw_id = str(header.get("id") or "")
+    raw_id = optional(header, "id", str, f"line {number}")
     if not raw_id:
         raise FormatError(f"line {number}: the header has no session 'id'")
     meta = {"source": "pi", "original_id": raw_id, "version": version}
@@ -117,16 +135,21 @@ class _Reader:
         self.aliases: dict[str, str | None] = {}  # skipped entry -> its nearest kept ancestor
         self.labels: dict[str, str | None] = {}  # target entry -> label
         self.leaves: dict[str, str] = {}  # node id -> entry id
-        self.calls = OpenCalls()
+        self.calls = OpenCalls("pi")
         self.last: str | None = None
-        self.title: str | None = None
+        self.title: tuple[int, str] | None = None  # (line, title) of the last session_info
 
     def read(self, number: int, entry: dict[str, Any]) -> None:
-        eid, parent = entry.get("id"), entry.get("parentId")
+        where = f"line {number}"
+        kind = optional(entry, "type", str, where)
+        if kind in NATIVE_TYPES:
+            raise FormatError(
+                f"{where}: a sessiontree {kind!r} record, not a pi entry"
+                ' (a native file needs its header line, {"format": "sessiontree", "version": 1})'
+            )
+        eid, parent = entry.get("id"), optional(entry, "parentId", str, where)
         if not isinstance(eid, str) or not eid:
-            raise FormatError(f"line {number}: an entry needs an 'id' string")
-        if parent is not None and not isinstance(parent, str):
-            raise FormatError(f"line {number}: 'parentId' should be a string or null")
+            raise FormatError(f"{where}: an entry needs an 'id' string")
         if eid in self.seen:
             raise FormatError(f"line {number}: entry id {eid!r} appears twice")
         self.seen[eid] = None
@@ -146,7 +169,7 @@ class _Reader:
     def _place(self, number: int, entry: dict[str, Any]) -> None:
         eid, kind = entry["id"], entry.get("type")
         if kind == "session_info" and isinstance(entry.get("name"), str):
-            self.title = entry["name"]
+            self.title = (number, entry["name"])
         elif kind == "label" and isinstance(entry.get("targetId"), str):
             label = entry.get("label")
             self.labels.pop(entry["targetId"], None)  # re-insert: the last label's order counts
@@ -216,13 +239,36 @@ class _Reader:
             node = resolve(self.aliases, target) if target in self.seen else None
             if not label or node is None:
                 continue
-            name = label[:200]
-            if name in taken:
-                name = f"label-{node[:8]}-{label}"[:200]
+            name = _label_name(label, node, taken)
             taken.add(name)
             self.sink.checkpoint(self.session.id, ImportedRef(name, self.node_id(node)))
         if self.title is not None:
-            self.sink.title(self.session.id, self.title)
+            number, title = self.title
+            self.sink.title(self.session.id, stored_text(title, f"line {number}", "name"))
+
+
+def _label_name(label: str, entry_id: str, taken: set[str]) -> str:
+    """The checkpoint name of a label: the label itself when it is a valid name no
+    branch uses; else ``label-<target id>-<label>`` (pi labels are free text: one may
+    look like an id prefix, hold a newline or clash with a branch), with what a name
+    cannot hold replaced by ``_``, and a number added until it is unique."""
+    if label[:MAX_NAME] not in taken and _valid_name(label[:MAX_NAME]):
+        return label[:MAX_NAME]
+    text = "".join(c if c.isprintable() and c != "~" else "_" for c in f"label-{entry_id[:8]}-{label}")
+    name = base = text[:MAX_NAME].rstrip()
+    number = 1
+    while name in taken:
+        number += 1
+        name = f"{base[: MAX_NAME - len(str(number)) - 1]}-{number}"
+    return name
+
+
+def _valid_name(name: str) -> bool:
+    try:
+        check_name(name, "checkpoint")
+    except Conflict:
+        return False
+    return True
 
 
 def _convert(
