@@ -35,27 +35,50 @@ tool_calls = st.lists(
     max_size=3,
     unique_by=lambda call: call["id"],  # two calls with one id are refused (and never sent by a model)
 )
-messages = st.lists(
-    st.one_of(
-        st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "developer"]), "content": texts}),
-        st.fixed_dictionaries(
-            {"role": st.just("assistant"), "content": st.none() | texts}, optional={"tool_calls": tool_calls}
-        ),
-        st.fixed_dictionaries(
-            {"role": st.just("tool"), "content": texts, "tool_call_id": st.text(max_size=8)},
-            optional={"name": texts},
-        ),
-        st.fixed_dictionaries(
-            {
-                "role": st.just("user"),
-                "content": st.lists(
-                    st.fixed_dictionaries({"type": st.just("text"), "text": texts}), max_size=2
-                ),
-            }
-        ),
+plain = st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "developer"]), "content": texts}),
+    st.fixed_dictionaries({"role": st.just("assistant"), "content": st.none() | texts}),
+    st.fixed_dictionaries(
+        {
+            "role": st.just("user"),
+            "content": st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": texts}), max_size=2),
+        }
     ),
-    max_size=15,
 )
+
+
+@st.composite
+def turn_with_calls(draw, last: bool) -> list[dict]:
+    """An assistant message with calls, then a tool message answering each (any order);
+    the last turn of a list may leave some unanswered (the source ends there)."""
+    calls = draw(tool_calls)
+    answered = draw(st.permutations(calls))
+    if last:
+        answered = answered[: draw(st.integers(0, len(answered)))]
+    tools = [
+        draw(
+            st.fixed_dictionaries(
+                {"role": st.just("tool"), "content": texts, "tool_call_id": st.just(c["id"])},
+                optional={"name": texts},
+            )
+        )
+        for c in answered
+    ]
+    content = draw(st.none() | texts)
+    return [{"role": "assistant", "content": content, "tool_calls": calls}, *tools]
+
+
+@st.composite
+def message_lists(draw) -> list[dict]:
+    """Lists the API accepts (and ``verify`` passes): never empty, every tool message
+    answering a call before it, and calls answered before the conversation moves on."""
+    out: list[dict] = []
+    for i in range(n := draw(st.integers(1, 8))):
+        out += draw(turn_with_calls(last=i == n - 1)) if draw(st.booleans()) else [draw(plain)]
+    return out
+
+
+messages = message_lists()
 
 
 @pytest.mark.slow
@@ -102,6 +125,30 @@ def test_refused_messages_write_nothing(store):
         with pytest.raises(FormatError, match=match):
             import_openai(store, bad)
     assert store.sessions() == []
+
+
+def test_a_list_the_api_would_refuse_is_refused_by_position(store):
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    asked = {"role": "assistant", "content": None, "tool_calls": [call]}
+    answer = {"role": "tool", "tool_call_id": "c1", "content": "done"}
+    for bad, match in [
+        ([], "^no messages: the list is empty$"),
+        (
+            [user("q"), answer],
+            "^message 2: a tool message must answer a call of the assistant message before it; "
+            "tool_call_id 'c1' answers none$",
+        ),
+        ([user("q"), asked, answer, answer], "^message 4: .*tool_call_id 'c1' answers none$"),
+        (
+            [user("q"), asked, user("moved on")],
+            "^message 3: the tool call\\(s\\) 'c1' before it have no tool message",
+        ),
+        ([{"role": "user", "content": 5}], "needs 'content' to be text, a list of parts or null, not int"),
+    ]:
+        with pytest.raises(FormatError, match=match):
+            import_openai(store, bad)
+    assert store.sessions() == []
+    assert len(import_openai(store, [user("q"), asked]).tree()) == 2  # a list may end with calls open
 
 
 def test_export_file_refuses_unknown_format_and_many_sessions(store, tmp_path):

@@ -236,8 +236,10 @@ def test_nodes_are_immutable_in_the_schema(store, session):
     [
         ("text", "message", "must be a JSON object"),
         ({"content": "no role"}, "message", "needs 'role'"),
-        ({"role": "user", "content": float("nan")}, "message", "not valid JSON"),
-        ({"role": "user", "content": object()}, "message", "not JSON serializable"),
+        ({"role": "user", "content": "x", "score": float("nan")}, "message", "not valid JSON"),
+        ({"role": "user", "content": "x", "meta": object()}, "message", "not JSON serializable"),
+        ({"role": "user", "content": 5}, "message", "needs 'content' to be text, a list of parts or null"),
+        ({"role": ["user"], "content": "x"}, "message", "needs 'role' in"),
         ({"role": "user"}, "bogus", "unknown node kind 'bogus'"),
     ],
 )
@@ -525,3 +527,76 @@ def test_fork_returns_the_branch_as_it_reads_back(any_store):
     made = s.fork("alt", at="main", metadata={"why": ("a", "tuple"), "n": 1})
     assert made == s.branch("alt")
     assert made.metadata == {"why": ["a", "tuple"], "n": 1}  # as JSON gives it back
+
+
+def test_usage_since_must_be_on_the_path_to_the_ref(store, session):
+    """Before: since was read as a depth only, so a node of another branch counted the
+    calls below its depth on this one."""
+    q = session.append(user("q"))
+    session.append(assistant("a"), run={"model": "m", "usage": {"input_tokens": 3, "output_tokens": 1}})
+    session.fork("alt", at=q)
+    other = session.append(assistant("b"), branch="alt")
+    with pytest.raises(Conflict) as caught:
+        session.usage("main", since="alt")
+    assert str(caught.value) == (
+        f"'alt' ({other.id}) is not an ancestor of 'main' ({session.resolve('main')}):"
+        " usage counts the calls after a node on the path"
+    )
+    assert session.usage("main", since=q).calls == 1
+    assert session.usage("main", since="main").calls == 0
+
+
+def test_delete_checkpoint_given_a_branch_says_it_is_a_branch(session):
+    session.append(user("q"))
+    with pytest.raises(Conflict, match=r"^'main' is a branch, not a checkpoint; use delete_branch$"):
+        session.delete_checkpoint("main")
+    assert [b.name for b in session.branches()] == ["main"]
+
+
+def test_a_huge_ancestor_count_goes_past_the_root(store, session):
+    """Before: ~N beyond SQLite's integers was an OverflowError, 4,300+ digits a ValueError."""
+    from sessiontree.names import MAX_GENERATIONS, split_ancestry
+
+    root = session.append(user("q"))
+    assert split_ancestry("main~" + "9" * 5000) == ("main", MAX_GENERATIONS)
+    assert split_ancestry("main~" + "0" * 5000 + "2~1") == ("main", 3)
+    with pytest.raises(
+        NotFound, match=r"^'main~99999999999999999999999' goes past the root: 'main' is at depth 0$"
+    ):
+        session.node("main~99999999999999999999999")
+    digits = "9" * 5000
+    with pytest.raises(NotFound) as caught:
+        store.node(f"{root.id}~{digits}")
+    assert str(caught.value) == (
+        f"'{root.id}~{digits[:23]}'... (5,037 characters) goes past the root: '{root.id}' is at depth 0"
+    )
+
+
+def test_a_huge_name_is_shortened_in_messages(session):
+    session.append(user("q"))
+    name = "y" * 100_000
+    with pytest.raises(Conflict) as caught:
+        session.fork(name, at="main")
+    assert str(caught.value) == (
+        f"invalid branch name '{'y' * 60}'... (100,000 characters): use 1-200 characters,"
+        " no leading or trailing spaces"
+    )
+    with pytest.raises(NotFound) as missing:
+        session.node(name)
+    assert str(missing.value).startswith(
+        f"no node, branch or checkpoint '{'y' * 60}'... (100,000 characters)"
+    )
+
+
+@pytest.mark.parametrize("grace", [float("nan"), -1, "600", True])
+def test_prune_grace_must_be_a_number_of_seconds(store, grace):
+    """Before: nan compared as no grace at all, and pruned what was just written."""
+    with pytest.raises(Conflict, match="^grace must be a number of seconds >= 0, not "):
+        store.prune(grace=grace)
+
+
+@pytest.mark.parametrize("grace", [float("inf"), 1e300])
+def test_a_grace_longer_than_the_clock_keeps_every_node(store, session, grace):
+    root = session.append(user("root"))
+    session.append(assistant("unreachable"), parent=root, branch=None)
+    assert store.prune(dry_run=False, grace=grace).node_ids == []

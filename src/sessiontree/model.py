@@ -474,10 +474,9 @@ def encode_payload(payload: Any, kind: str) -> str:
         raise InvalidPayload(f"unknown node kind {kind!r}; expected one of {sorted(KINDS)}")
     if not isinstance(payload, dict):
         raise InvalidPayload(f"payload must be a JSON object (dict), not {type(payload).__name__}")
-    if kind == "message" and payload.get("role") not in ROLES:
-        raise InvalidPayload(
-            f"a message payload needs 'role' in {sorted(ROLES)}, got {payload.get('role')!r}"
-        )
+    role = payload.get("role")
+    if kind == "message" and (not isinstance(role, str) or role not in ROLES):
+        raise InvalidPayload(f"a message payload needs 'role' in {sorted(ROLES)}, got {role!r:.60}")
     _check_shape(payload, kind)
     return encode_json(payload, "payload", separators=(",", ":"))
 
@@ -507,6 +506,9 @@ def _check_shape(payload: dict[str, Any], kind: str) -> None:
         return InvalidPayload(f"a {kind} payload {why}")
 
     if kind == "message":
+        if not isinstance(payload.get("content"), str | list | None):  # what the API takes
+            content = payload["content"]
+            raise bad(f"needs 'content' to be text, a list of parts or null, not {type(content).__name__}")
         calls = payload.get("tool_calls")
         problem = None if calls is None else tool_calls_problem(calls)
         if problem is not None:
