@@ -77,6 +77,23 @@ BAD = [
     ["empty-trash", "--older-than", "-3d"],
     ["restore", "nosuchsession"],
     ["trash", "extra"],
+    ["append", ""],
+    ["append", "-"],
+    ["edit", "main", "-b", "x", "--text", ""],
+    ["log", "main~99999999999999999999999"],
+    ["log", "main~" + "9" * 5000],
+    ["fork", "x" * 100_000, "--at", "main"],
+    ["usage", "main", "--since", "experiment"],
+    ["delete-checkpoint", "main"],
+    ["diff", "main", "ffffffff-ffff"],
+    ["compare", "main", "experiment", "--price", "m=nan,inf"],
+    ["compare", "main", "experiment", "--price", "m=-1,1"],
+    ["rerun", "main", "--variant", "a=m", "--variant", "a=n", "--base-url", "http://127.0.0.1:9/v1"],
+    ["worker", "--poll", "nan", *MODEL],
+    ["retention", "--save", "--dry-run", "--drop-older-than", "1d"],
+    ["retention", "--save", "--drop-older-than", "9999999999999999999999d"],
+    ["retention", "--strip-older-than", "99999999999999d", "--dry-run"],
+    ["empty-trash", "--older-than", "99999999999999999999d"],
 ]
 
 

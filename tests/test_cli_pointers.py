@@ -68,6 +68,9 @@ def test_rename_move_and_delete_branches_and_checkpoints(invoke, small, db):  # 
     assert invoke("delete-checkpoint", "greeted", code=1).output == (
         f"Error: no checkpoint 'greeted' in session {s}\n"
     )
+    assert invoke("delete-checkpoint", "main", code=1).output == (
+        "Error: 'main' is a branch, not a checkpoint; use `sessiontree delete-branch`\n"
+    )
     with Store(db) as store:
         session = store.session(s)
         assert [b.name for b in session.branches()] == ["main"] and session.checkpoints() == []
@@ -76,7 +79,8 @@ def test_rename_move_and_delete_branches_and_checkpoints(invoke, small, db):  # 
 
 def test_append(invoke, small, db):  # noqa: F811
     assert normalise(invoke("append", "Thanks!").output) == "branch main -> <id>"
-    invoke("append", "-", "--role", "system", "-b", "alt", input="From stdin\n")
+    invoke("fork", "side", "--at", small["question"])
+    invoke("append", "-", "--role", "system", "-b", "side", input="From stdin\n")
     added = json.loads(
         invoke("append", "Sure.", "--role", "assistant", "-s", small["session"][:13], "--json").output
     )
@@ -85,7 +89,7 @@ def test_append(invoke, small, db):  # noqa: F811
     with Store(db) as store:
         session = store.session(small["session"])
         assert [m["content"] for m in session.messages("main")] == ["Hi?", "Hello!", "Thanks!", "Sure."]
-        assert session.head("alt").payload == {"role": "system", "content": "From stdin"}
+        assert session.head("side").payload == {"role": "system", "content": "From stdin"}
     assert invoke("append", "x", "-b", "typo", code=1).output == (
         f"Error: no branch 'typo' in session {small['session']}\n"
     )

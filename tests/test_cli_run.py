@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import uuid
@@ -97,7 +98,13 @@ def test_run_refuses_a_key_with_a_carriage_return_without_showing_it(tmp_path, m
     assert "sk-cli" not in result.output
 
 
-def test_run_reports_a_model_error_and_exits_1(tmp_path):
+def test_run_reports_a_model_error_and_exits_1(tmp_path, monkeypatch):
+    from sessiontree import providers
+
+    # max_retries is the adapter's setting, not a request parameter (-o refuses it): no retries here.
+    monkeypatch.setattr(
+        providers, "openai_compatible", functools.partial(providers.openai_compatible, max_retries=0)
+    )
     result = CliRunner().invoke(
         cli,
         [
@@ -110,13 +117,11 @@ def test_run_reports_a_model_error_and_exits_1(tmp_path):
             "-m",
             "m",
             "--no-stream",
-            "-o",
-            "max_retries",
-            "0",
         ],
     )
     assert result.exit_code == 1
     assert "error: ProviderError" in result.output
+    assert (tmp_path / "x.db").exists()  # a failed run keeps the prompt it stored
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 
 from .compaction import span_problems
+from .errors import Conflict
 from .model import Node, Problem, PruneReport, VerifyReport
 from .storage import Storage
 
@@ -34,8 +35,20 @@ def prune(
     session_key: int | None = None,
     grace: float = GRACE_SECONDS,
 ) -> PruneReport:
-    """Remove unreachable nodes (and runs only they used); report what goes."""
-    cutoff = time.strftime("%Y-%m-%dT%H:%M:%S.999Z", time.gmtime(time.time() - grace)) if grace > 0 else ""
+    """Remove unreachable nodes (and runs only they used); report what goes.
+
+    ``grace`` is a number of seconds >= 0 (``Conflict`` otherwise: NaN would compare as
+    no grace at all); one reaching back before 1970 keeps every node.
+    """
+    if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
+        raise Conflict(f"grace must be a number of seconds >= 0, not {grace!r}")
+    since = time.time() - grace
+    if grace == 0:
+        cutoff = ""
+    elif since < 0:  # older than every node (and than what gmtime can show): keep them all
+        cutoff = "0"
+    else:
+        cutoff = time.strftime("%Y-%m-%dT%H:%M:%S.999Z", time.gmtime(since))
     node_ids, run_ids = storage.unreachable(session_key, delete=not dry_run, cutoff=cutoff)
     freed = storage.vacuum() if vacuum and not dry_run else None
     return PruneReport(node_ids=node_ids, run_ids=run_ids, dry_run=dry_run, bytes_freed=freed)

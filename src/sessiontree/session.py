@@ -40,7 +40,7 @@ from .model import (
     encode_json,
     encode_payload,
 )
-from .names import FULL_ID, MIN_PREFIX, check_name, split_ancestry
+from .names import FULL_ID, MIN_PREFIX, check_name, shown, split_ancestry
 from .storage import Storage
 
 Ref = str | Node
@@ -91,10 +91,11 @@ class Session:
         base, generations = split_ancestry(ref)
         key, node_id = self._locate_base(base)
         if generations:
-            ancestor = self.storage.ancestor(key, generations)
+            depth = self.storage.node(node_id).depth
+            # A count beyond the depth goes past the root without a walk (it may be huge).
+            ancestor = None if generations > depth else self.storage.ancestor(key, generations)
             if ancestor is None:
-                depth = self.storage.node(node_id).depth
-                raise NotFound(f"{ref!r} goes past the root: {base!r} is at depth {depth}")
+                raise NotFound(f"{shown(ref)} goes past the root: {shown(base)} is at depth {depth}")
             key, node_id = ancestor
         return key, node_id
 
@@ -106,7 +107,7 @@ class Session:
             found = self.storage.ref(self._key, ref)
             if found is not None:
                 if found[1] is None or found[2] is None:
-                    raise NotFound(f"branch {ref!r} has no nodes yet")
+                    raise NotFound(f"branch {shown(ref)} has no nodes yet")
                 return found[1], found[2]
             if not whole_id:  # an imported id of another shape
                 handle = self.storage.handle(ref)
@@ -118,7 +119,7 @@ class Session:
             node_id = self.storage.resolve_id("nodes", "node", ref, self._key)
         except NotFound:
             hint = f" (id prefixes need at least {MIN_PREFIX} characters)" if len(ref) < MIN_PREFIX else ""
-            raise NotFound(f"no node, branch or checkpoint {ref!r} in session {self.id}{hint}") from None
+            raise NotFound(f"no node, branch or checkpoint {shown(ref)} in session {self.id}{hint}") from None
         handle = self.storage.handle(node_id)
         assert handle is not None
         return handle[0], node_id
@@ -246,7 +247,7 @@ class Session:
         check_name(name, what)
         found = self.storage.ref(self._key, name)
         if found is not None:
-            raise Conflict(f"a {found[0]} named {name!r} already exists in session {self.id}")
+            raise Conflict(f"a {found[0]} named {shown(name)} already exists in session {self.id}")
 
     def record_run(self, run: Completion | dict[str, Any]) -> str:
         """Store a model call's provenance (without its message) and return the run id."""
@@ -262,7 +263,7 @@ class Session:
         if isinstance(run, str):
             found = self.storage.run_handle(run)
             if found is None or found[1] != self.id:
-                raise NotFound(f"no run {run!r} in session {self.id}")
+                raise NotFound(f"no run {shown(run)} in session {self.id}")
             return found[0], run
         fields = run.__dict__ if isinstance(run, Completion) else run
         run_id = new_id()
@@ -397,10 +398,23 @@ class Session:
     # -- usage -------------------------------------------------------------
 
     def usage(self, ref: Ref = "main", *, since: Ref | None = None) -> Usage:
-        """Model calls on the path to ``ref`` (only those after ``since``, if given)."""
+        """Model calls on the path to ``ref`` (only those after ``since``, if given).
+
+        ``since`` must be on that path (an ancestor of ``ref``, or ``ref`` itself):
+        ``Conflict`` otherwise.
+        """
         with self.storage.snapshot():
-            after = -1 if since is None else self.node(since).depth
-            return self.storage.path_usage(self._locate(ref)[0], after)
+            key, node_id = self._locate(ref)
+            after = -1
+            if since is not None:
+                since_key, since_id = self._locate(since)
+                if not self.storage.is_ancestor(since_key, key):
+                    raise Conflict(
+                        f"{_ref_text(since)} ({since_id}) is not an ancestor of {_ref_text(ref)}"
+                        f" ({node_id}): usage counts the calls after a node on the path"
+                    )
+                after = self.storage.node(since_id).depth
+            return self.storage.path_usage(key, after)
 
     def subtree_usage(self, ref: Ref) -> Usage:
         """Model calls in ``ref`` and everything below it, on every branch."""
@@ -412,7 +426,7 @@ class Session:
     def branch(self, name: str) -> Branch:
         found = self.storage.branch(self._key, self.id, name)
         if found is None:
-            raise NotFound(f"no branch {name!r} in session {self.id}")
+            raise NotFound(f"no branch {shown(name)} in session {self.id}")
         return found
 
     def branches(self) -> list[Branch]:
@@ -447,14 +461,14 @@ class Session:
     def _existing_branch_head(self, name: str, doing: str = "move") -> str | None:
         found = self.storage.ref(self._key, name)
         if found is None:
-            raise NotFound(f"no branch {name!r} in session {self.id}")
+            raise NotFound(f"no branch {shown(name)} in session {self.id}")
         if found[0] == "checkpoint":
             if doing == "move":
                 raise CheckpointImmutable(
-                    f"{name!r} is a checkpoint, and checkpoints never move; fork a branch from it"
+                    f"{shown(name)} is a checkpoint, and checkpoints never move; fork a branch from it"
                 )
             raise Conflict(
-                f"{name!r} is a checkpoint, not a branch"
+                f"{shown(name)} is a checkpoint, not a branch"
                 + ("; use delete_checkpoint" if doing == "delete" else "")
             )
         return found[2]
@@ -492,7 +506,10 @@ class Session:
         """Remove a checkpoint (its node stays until ``prune``)."""
         with self.storage.transaction():
             if not self.storage.delete_checkpoint(self._key, name):
-                raise NotFound(f"no checkpoint {name!r} in session {self.id}")
+                found = self.storage.ref(self._key, name)
+                if found is not None and found[0] == "branch":
+                    raise Conflict(f"{shown(name)} is a branch, not a checkpoint; use delete_branch")
+                raise NotFound(f"no checkpoint {shown(name)} in session {self.id}")
 
     # -- whole-session operations ----------------------------------------
 
@@ -523,6 +540,11 @@ class Session:
     def verify(self) -> VerifyReport:
         """``Store.verify`` for this session only."""
         return maintenance.verify(self.storage, session_key=self._key)
+
+
+def _ref_text(ref: Ref) -> str:
+    """A ref as a message quotes it."""
+    return ref.id if isinstance(ref, Node) else shown(ref)
 
 
 def summary_text(result: Any) -> tuple[str, Completion | None]:

@@ -4,16 +4,23 @@ the user typed, and printing JSON.
 Contract: ``open_store(ctx, write=...)`` opens the database chosen by
 ``--db``, then ``SESSIONTREE_DB``, then ``default_db_path()`` (a file, or a
 ``postgresql://`` URL); inspection
-commands open it read-only and never create it, except the default file,
-which is created on first use. ``target(store, ref, session)`` turns a
+commands open it read-only and never create it (an empty file is no database
+either), except the default file, which is created on first use. A database file
+a command created is removed again, with the directories made for it, when the
+command fails before any session is in it. ``target(store, ref, session)`` turns a
 user's ``REF`` (+ optional ``--session``) into a session and a ref inside it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
+import re
+import sqlite3
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +28,8 @@ import click
 
 from ..db import needs_migration
 from ..errors import NotFound, SessionTreeError
-from ..names import looks_like_id, split_ancestry
+from ..model import Node
+from ..names import looks_like_id, shown, split_ancestry
 from ..session import Session
 from ..storage import is_postgres_url
 from ..store import Store
@@ -48,6 +56,9 @@ def db_url(ctx: click.Context) -> str | None:
     return chosen if chosen and is_postgres_url(chosen) else None
 
 
+CREATE_HINT = "create one with `sessiontree demo` or `sessiontree run`, or check --db / SESSIONTREE_DB"
+
+
 def open_store(ctx: click.Context, *, write: bool = False) -> Store:
     """Open the store for this command; it is closed when the command ends.
 
@@ -62,16 +73,104 @@ def open_store(ctx: click.Context, *, write: bool = False) -> Store:
     path, chosen = db_path(ctx)
     if not path.exists():
         if chosen and not write:
-            raise click.ClickException(
-                f"no database at {path} (create one with `sessiontree demo` "
-                "or `sessiontree run`, or check --db / SESSIONTREE_DB)"
-            )
-        path.parent.mkdir(parents=True, exist_ok=True)
+            raise click.ClickException(f"no database at {path} ({CREATE_HINT})")
+        made = make_parents(path)
+        remember_new_database(ctx, path, made)
         write = True  # commands that write create the file; so does first use of the default
+    elif is_blank(path):  # an empty file: no database yet, as a missing one
+        if chosen and not write:
+            raise click.ClickException(f"no database at {path}: the file is empty ({CREATE_HINT})")
+        remember_new_database(ctx, path, blank=path.read_bytes())
+        write = True  # the default file is made on first use, whatever made it empty
     # An older file is opened read-write once, so that its schema can be upgraded.
     store = Store(path, readonly=not write and not needs_migration(path))
     ctx.call_on_close(store.close)
     return store
+
+
+def is_blank(path: Path) -> bool:
+    """Whether an existing file holds no database yet: empty, or SQLite with no table
+    and no schema version (read without writing; anything unreadable is not blank)."""
+    try:
+        size = path.stat().st_size
+        if size == 0 and not _has_bytes(Path(f"{path}-wal")):
+            return True
+        if size > 65_536:  # more than SQLite's largest page: something is in it
+            return False
+        conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            return bool(version == 0 and tables == 0)
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error):
+        return False
+
+
+def _has_bytes(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
+
+
+# -- a database a failed command made is removed again ---------------------------
+
+_NEW_DATABASES = "sessiontree.new_databases"
+
+
+def make_parents(path: Path) -> list[Path]:
+    """Make the missing directories above a new database file; the ones made, deepest first."""
+    missing = []
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return missing
+
+
+def remember_new_database(
+    ctx: click.Context, path: Path, made: Sequence[Path] = (), *, blank: bytes | None = None
+) -> None:
+    """Note a database file this command is about to create (and the directories made for
+    it), or a blank one (its bytes) it is about to make a store of: ``SessionTreeGroup``
+    removes (or puts back) them if the command fails with no session in it."""
+    ctx.meta.setdefault(_NEW_DATABASES, []).append((path, list(made), blank))
+
+
+def remove_new_databases(ctx: click.Context) -> None:
+    """Undo what ``remember_new_database`` noted, unless a session made it in (a failed
+    run keeps the prompt it stored): the command's stores are closed by now."""
+    for path, made, blank in ctx.meta.pop(_NEW_DATABASES, []):
+        if _holds_sessions(path):
+            continue
+        for leftover in (path, *(Path(f"{path}{end}") for end in ("-wal", "-shm", "-journal"))):
+            if leftover == path and blank is not None:
+                with contextlib.suppress(OSError):
+                    path.write_bytes(blank)
+                continue
+            with contextlib.suppress(OSError):
+                leftover.unlink(missing_ok=True)
+        for directory in made:  # deepest first; one holding anything else stays
+            try:
+                directory.rmdir()
+            except OSError:
+                break
+
+
+def _holds_sessions(path: Path) -> bool:
+    if not path.exists():
+        return False
+    try:
+        conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+        try:
+            return conn.execute("SELECT EXISTS (SELECT 1 FROM sessions)").fetchone()[0] == 1
+        finally:
+            conn.close()
+    except sqlite3.Error:  # no sessions table: the schema never got there
+        return False
 
 
 def latest_session(store: Store) -> Session:
@@ -94,16 +193,37 @@ def target(store: Store, ref: str, session: str | None) -> tuple[Session, str]:
     names its own session; otherwise it is a branch or checkpoint name in the
     most recently active session.
     """
+    s, (resolved,) = targets(store, [ref], session)
+    return s, resolved
+
+
+def targets(store: Store, refs: Sequence[str], session: str | None) -> tuple[Session, list[str]]:
+    """The one session several refs are read in, and the refs (as ``target``).
+
+    A node id names its own session, and the names among the refs are read in it;
+    two ids of different sessions are refused, as nothing compares across sessions.
+    """
     if session:
-        return store.session(session), ref
-    if looks_like_id(split_ancestry(ref)[0]):
-        try:
-            node = store.node(ref)
-            return store.session(node.session_id), node.id
-        except NotFound:
-            if split_ancestry(ref)[1]:
-                raise  # an id was meant, and the walk up went past the root
-    return latest_session(store), ref
+        return store.session(session), list(refs)
+    nodes: dict[int, Node] = {}
+    for i, ref in enumerate(refs):
+        if looks_like_id(split_ancestry(ref)[0]):
+            try:
+                nodes[i] = store.node(ref)
+            except NotFound:
+                if split_ancestry(ref)[1]:
+                    raise  # an id was meant, and the walk up went past the root
+    owners: dict[str, int] = {}
+    for i, node in nodes.items():
+        owners.setdefault(node.session_id, i)
+    if len(owners) > 1:
+        (a, first), (b, second) = list(owners.items())[:2]
+        raise click.ClickException(
+            f"{shown(refs[first])} and {shown(refs[second])} are in different sessions ({a} and {b});"
+            " give refs of one session"
+        )
+    s = store.session(next(iter(owners))) if owners else latest_session(store)
+    return s, [nodes[i].id if i in nodes else ref for i, ref in enumerate(refs)]
 
 
 def abbreviations(store: Store, ids: list[str]) -> dict[str, str]:
@@ -124,23 +244,110 @@ def echo_result(as_json: bool, data: Any, line: str) -> None:
         click.echo(line)
 
 
+# -- durations ---------------------------------------------------------------------
+
+MAX_SECONDS = 36_525 * 86_400
+"""The longest duration an option takes: 100 years (any longer is a typo, and overflows
+the time arithmetic behind it)."""
+
+
+def check_seconds(seconds: float, minimum: float = 0.0) -> str | None:
+    """Why ``seconds`` is not a duration an option takes (finite, ``minimum`` to
+    ``MAX_SECONDS``), or None."""
+    if not math.isfinite(seconds):
+        return "not a finite duration"
+    if seconds < minimum:
+        return f"shorter than {minimum:g} s" if minimum else "negative"
+    if seconds > MAX_SECONDS:
+        return "longer than 100 years"
+    return None
+
+
+class Seconds(click.ParamType):
+    """A number of seconds: finite, at least ``minimum``, at most 100 years. (click's
+    FloatRange lets nan through, and every comparison with nan is false.)"""
+
+    name = "seconds"
+
+    def __init__(self, minimum: float = 0.0) -> None:
+        self.minimum = minimum
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            self.fail(f"{shown(str(value))} is not a number of seconds", param, ctx)
+        problem = check_seconds(seconds, self.minimum)
+        if problem:
+            self.fail(f"{shown(str(value))} seconds is {problem}", param, ctx)
+        return seconds
+
+
+SECONDS = Seconds()
+
+MAX_COUNT = 2**53
+"""The largest count (bytes, results) an option takes: a float holds it exactly, and a
+database integer does too."""
+
+
+# -- errors ---------------------------------------------------------------------------
+
+LONG_MESSAGE = 1_000
+"""An error message longer than this has its long quoted values shortened."""
+_LONG_QUOTED = re.compile("'[^'\\n]{200,}'|\"[^\"\\n]{200,}\"")
+_LONG_WORD = re.compile(r"\S{200,}")
+
+
+def clip(message: str) -> str:
+    """``message`` with each very long quoted value (or word: a path) cut to its start and
+    its length: a message may quote a 100 KB name a user typed."""
+    if len(message) <= LONG_MESSAGE:
+        return message
+    message = _LONG_QUOTED.sub(lambda m: f"{m[0][:61]}{m[0][0]}... ({len(m[0]) - 2:,} characters)", message)
+    return _LONG_WORD.sub(_clip_word, message)
+
+
+def _clip_word(match: re.Match[str]) -> str:
+    word = match[0]
+    end = word[-1] if word[-1] in ".,:;" else ""  # punctuation after it stays
+    word = word[: len(word) - len(end)]
+    return f"{word[:60]}... ({len(word):,} characters){end}"
+
+
 class SessionTreeGroup(click.Group):
-    """Turns sessiontree's errors into one-line messages and a non-zero exit."""
+    """Turns sessiontree's errors into one-line messages and a non-zero exit, and removes
+    a database a failed command created (see ``remember_new_database``)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
+            return self._invoke(ctx)
+        except click.exceptions.Exit as e:
+            if e.exit_code:
+                remove_new_databases(ctx)
+            raise
+        except BaseException:
+            remove_new_databases(ctx)
+            raise
+
+    def _invoke(self, ctx: click.Context) -> Any:
+        try:
             return super().invoke(ctx)
         except SessionTreeError as e:
-            raise click.ClickException(str(e)) from None
+            raise click.ClickException(clip(str(e))) from None
         except OSError as e:  # a file the user named: missing directory, no permission, full disk
             where = f"{e.filename}: " if e.filename else ""
-            raise click.ClickException(f"{where}{e.strerror or e}") from None
-        except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt):
+            raise click.ClickException(clip(f"{where}{e.strerror or e}")) from None
+        except click.ClickException as e:
+            e.message = clip(e.message)  # type: ignore[misc]  # click declares it Final
+            raise
+        except (click.exceptions.Exit, click.Abort, KeyboardInterrupt):
             raise
         except Exception as e:
             if os.environ.get("SESSIONTREE_DEBUG"):
                 raise
             raise click.ClickException(
-                f"internal error: {type(e).__name__}: {e} (set SESSIONTREE_DEBUG=1 for the traceback,"
-                " and please report it)"
+                clip(
+                    f"internal error: {type(e).__name__}: {e} (set SESSIONTREE_DEBUG=1 for the traceback,"
+                    " and please report it)"
+                )
             ) from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import click
@@ -11,8 +12,9 @@ from ..experiments import Variant
 from ..experiments import compare as compare_branches
 from ..experiments import replay as replay_branch
 from ..experiments import rerun as rerun_at
+from ..names import shown
 from . import complete
-from .common import echo_json, open_store, target
+from .common import echo_json, open_store, target, targets
 from .inspect import diff_lines, json_option, session_option
 from .render import one_line, table
 from .running import approver, load_tools, make_call, rerun_options
@@ -129,9 +131,13 @@ def rerun(
 ) -> None:
     """Run each variant from AT (a checkpoint, branch or node) on a branch of its own."""
     tools = load_tools(tool_specs)
-    variants = []
+    variants: list[Variant] = []
     for spec in variant_specs:
         name, variant_model, variant_params = parse_variant(spec)
+        if name in {v.name for v in variants}:
+            raise click.BadParameter(
+                f"two variants are named {shown(name)}: each needs a name of its own", param_hint="--variant"
+            )
         system = variant_params.pop("system", None)
         # Never streamed: concurrent runs would interleave their tokens on one terminal.
         call = make_call(base_url, variant_model, api_key_env, False, params)
@@ -164,15 +170,21 @@ def rerun(
 
 
 def parse_price(spec: str) -> tuple[str, dict[str, float]]:
+    """``MODEL=INPUT,OUTPUT``: two finite numbers >= 0, dollars per million tokens."""
     model, sep, numbers = spec.rpartition("=")
     try:
         tokens_in, tokens_out = (float(x) for x in numbers.split(","))
     except ValueError:
         raise click.BadParameter(
-            f"{spec!r}: expected MODEL=INPUT,OUTPUT (dollars per million tokens)", param_hint="--price"
+            f"{shown(spec)}: expected MODEL=INPUT,OUTPUT (dollars per million tokens)", param_hint="--price"
         ) from None
     if not sep or not model:
-        raise click.BadParameter(f"{spec!r}: expected MODEL=INPUT,OUTPUT", param_hint="--price")
+        raise click.BadParameter(f"{shown(spec)}: expected MODEL=INPUT,OUTPUT", param_hint="--price")
+    if not all(math.isfinite(x) and x >= 0 for x in (tokens_in, tokens_out)):
+        raise click.BadParameter(
+            f"{shown(spec)}: prices are finite numbers >= 0 (dollars per million tokens)",
+            param_hint="--price",
+        )
     return model, {"input": tokens_in, "output": tokens_out}
 
 
@@ -187,11 +199,15 @@ def parse_price(spec: str) -> tuple[str, dict[str, float]]:
 def compare(
     ctx: click.Context, branches: tuple[str, ...], session: str | None, prices: tuple[str, ...], as_json: bool
 ) -> None:
-    """Compare branches from their common ancestor: answers, steps, tokens, cost."""
-    store = open_store(ctx)
-    s, first = target(store, branches[0], session)
+    """Compare branches from their common ancestor: answers, steps, tokens, cost.
+
+    A node id names its own session, and branch or checkpoint names are read in that
+    session (else in --session, else in the latest).
+    """
     price_table = dict(parse_price(p) for p in prices) or None
-    result = compare_branches(store, [first, *branches[1:]], session=s, prices=price_table)
+    store = open_store(ctx)
+    s, refs = targets(store, branches, session)
+    result = compare_branches(store, refs, session=s, prices=price_table)
     if as_json:
         echo_json(result.to_dict())
         return
@@ -213,7 +229,7 @@ def compare(
         click.echo(line)
     if len(branches) == 2:
         click.echo()
-        for line in diff_lines(store, s.diff(first, branches[1]), branches[0], branches[1]):
+        for line in diff_lines(store, s.diff(refs[0], refs[1]), branches[0], branches[1]):
             click.echo(line)
 
 

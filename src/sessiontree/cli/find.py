@@ -8,7 +8,7 @@ import click
 
 from ..model import KINDS, ROLES
 from . import complete
-from .common import abbreviations, echo_json, open_store
+from .common import MAX_COUNT, abbreviations, echo_json, open_store
 from .render import one_line, safe
 
 
@@ -22,7 +22,7 @@ from .render import one_line, safe
 @click.option(
     "--newest", is_flag=True, help="The newest matches first, not the best (faster for common words)."
 )
-@click.option("-n", "--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("-n", "--limit", type=click.IntRange(min=1, max=MAX_COUNT), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
 @click.pass_context
 def search(

@@ -10,7 +10,7 @@ from ..names import looks_like_id
 from ..session import Session
 from ..store import Store
 from . import complete
-from .common import abbreviations, echo_json, open_store, pick_session, target
+from .common import abbreviations, echo_json, open_store, pick_session, target, targets
 from .render import call_line, safe, summary, table, transcript, tree_lines
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Output JSON.")
@@ -191,10 +191,14 @@ def branches(ctx: click.Context, session: str | None, as_json: bool) -> None:
 @json_option
 @click.pass_context
 def diff(ctx: click.Context, a: str, b: str, session: str | None, as_json: bool) -> None:
-    """Compare two refs from their common ancestor."""
+    """Compare two refs from their common ancestor.
+
+    A node id names its own session, and a branch or checkpoint name is read in that
+    session (else in --session, else in the latest).
+    """
     store = open_store(ctx)
-    s, a_ref = target(store, a, session)
-    d = s.diff(a_ref, b)  # b is read in a's session
+    s, (a_ref, b_ref) = targets(store, [a, b], session)
+    d = s.diff(a_ref, b_ref)
     if as_json:
         echo_json(
             {

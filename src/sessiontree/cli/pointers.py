@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from ..names import shown
 from . import complete
 from .common import echo_result, open_store, pick_session, target
 from .inspect import json_option, session_option
@@ -55,7 +56,7 @@ def delete_branch(ctx: click.Context, name: str, session: str | None, as_json: b
     s = pick_session(store, session)
     if name in {c.name for c in s.checkpoints()}:
         raise click.ClickException(
-            f"{name!r} is a checkpoint, not a branch; use `sessiontree delete-checkpoint`"
+            f"{shown(name)} is a checkpoint, not a branch; use `sessiontree delete-checkpoint`"
         )
     s.delete_branch(name)
     echo_result(
@@ -74,6 +75,10 @@ def delete_checkpoint(ctx: click.Context, name: str, session: str | None, as_jso
     """Delete checkpoint NAME; the node it marked stays."""
     store = open_store(ctx, write=True)
     s = pick_session(store, session)
+    if name in {b.name for b in s.branches()}:
+        raise click.ClickException(
+            f"{shown(name)} is a branch, not a checkpoint; use `sessiontree delete-branch`"
+        )
     s.delete_checkpoint(name)
     echo_result(as_json, {"session": s.id, "deleted_checkpoint": name}, f"deleted checkpoint {name}")
 

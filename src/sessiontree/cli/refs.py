@@ -12,6 +12,8 @@ from collections.abc import Callable
 import click
 
 from ..loop import decide
+from ..model import Node
+from ..plan import next_action
 from ..session import Session
 from ..steps import Approve, Decision, Edit, Reject
 from . import complete
@@ -68,6 +70,8 @@ def edit(
     ctx: click.Context, node: str, branch: str, text: str | None, session: str | None, as_json: bool
 ) -> None:
     """Write an edited copy of a message as its sibling, on a new branch."""
+    if text is not None and not text.strip():
+        raise click.UsageError("--text is empty: give the new text of the message")
     store = open_store(ctx, write=True)
     s, ref = target(store, node, session)
     original = s.node(ref)
@@ -75,11 +79,22 @@ def edit(
         raise click.ClickException(
             f"node {original.id} is a {original.kind} node; only messages can be edited"
         )
+    if original.payload.get("role") != "tool" and original.parent_id is not None:
+        before = unsettled(s.path(original.parent_id))
+        if before is not None:
+            kind, what, _ = before
+            raise click.ClickException(
+                f"node {original.id} follows "
+                + (f"{what}, which nobody has decided" if kind == "paused" else f"unanswered {what}")
+                + ": an edited copy there would leave the model's tool calls unanswered"
+            )
     if text is None:
         text = click.edit(str(original.payload.get("content") or ""))
         if text is None:
             raise click.ClickException("the editor was closed without saving; nothing changed")
         text = text.rstrip("\n")
+        if not text.strip():
+            raise click.ClickException("the edited text is empty; nothing changed")
     new = s.edit(original, {**original.payload, "content": text}, branch=branch)
     echo_result(
         as_json, {"node": new.to_dict(), "branch": s.branch(branch).__dict__}, f"branch {branch} -> {new.id}"
@@ -113,9 +128,14 @@ def append(ctx: click.Context, text: str, role: str, branch: str, session: str |
     """
     if text == "-":
         text = sys.stdin.read().rstrip("\n")
+        if not text.strip():
+            raise click.UsageError("TEXT is empty: stdin held no text")
+    elif not text.strip():
+        raise click.UsageError("TEXT is empty: give the text of the message")
     store = open_store(ctx, write=True)
     s = pick_session(store, session)
     require_branch(s, branch)
+    require_settled(s, branch)
     node = s.append({"role": role, "content": text}, branch=branch)
     echo_result(
         as_json,
@@ -130,6 +150,36 @@ def require_branch(session: Session, name: str) -> None:
     existing = session.branches()
     if existing and name not in {b.name for b in existing}:
         session.branch(name)  # raises NotFound with the library's message
+
+
+def require_settled(session: Session, name: str) -> None:
+    """Refuse (one line) a message for a branch that waits for a human's decision or for
+    tool results: it would leave the model's tool calls unanswered (``verify`` flags it)."""
+    head = next((b.head_id for b in session.branches() if b.name == name), None)
+    found = unsettled(session.path(head), name) if head else None
+    if found is None:
+        return
+    kind, what, how = found
+    if kind == "paused":
+        raise click.ClickException(f"branch {name} is waiting at {what}: {how}")
+    raise click.ClickException(f"branch {name} has unanswered {what}: {how}")
+
+
+def unsettled(path: list[Node], branch: str = "BRANCH") -> tuple[str, str, str] | None:
+    """Why no message may follow a path (of ``branch``) yet, as ``plan.next_action``
+    reads it: (its action, what waits, what to do), or None when one may."""
+    action = next_action(path)
+    if action.kind == "paused":
+        return "paused", f"pause {path[-1].id}", "approve or reject it first (sessiontree pending)"
+    if action.kind != "tools":
+        return None
+    assert action.assistant is not None  # calls to answer come from an assistant message
+    what = f"tool calls ({', '.join(c.id for c in action.calls)})"
+    after = [n for n in path if n.depth > action.assistant.depth]
+    pause = next((n for n in reversed(after) if n.kind == "pause"), None)
+    if pause is not None and path[-1].kind == "decision":
+        return "tools", what, f"resume it first (sessiontree resume {pause.id})"
+    return "tools", what, f"let the agent answer them first (sessiontree run -b {branch})"
 
 
 def _decide(

@@ -7,8 +7,9 @@ import re
 import click
 
 from .. import retention as _retention
+from ..names import shown
 from . import complete
-from .common import echo_json, echo_result, open_store
+from .common import MAX_COUNT, check_seconds, echo_json, echo_result, open_store
 from .render import safe, table
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Output JSON.")
@@ -16,15 +17,21 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 
 
 class Age(click.ParamType):
-    """A duration such as 30d, 12h, 90m, 2w or 3600s (a bare number is days)."""
+    """A duration such as 30d, 12h, 90m, 2w or 3600s (a bare number is days), up to 100 years."""
 
     name = "age"
 
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float):  # already converted
+            return value
         match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", str(value))
         if not match:
-            self.fail(f"{value!r} is not a duration like 30d, 12h, 90m, 2w or 3600s", param, ctx)
-        return float(match[1]) * _UNITS[match[2] or "d"]
+            self.fail(f"{shown(str(value))} is not a duration like 30d, 12h, 90m, 2w or 3600s", param, ctx)
+        seconds = float(match[1]) * _UNITS[match[2] or "d"]
+        problem = check_seconds(seconds)
+        if problem:
+            self.fail(f"{shown(str(value))} is {problem}", param, ctx)
+        return seconds
 
 
 AGE = Age()
@@ -94,7 +101,7 @@ def empty_trash(ctx: click.Context, older_than: float, dry_run: bool, as_json: b
 @click.option("--strip-older-than", type=AGE, help="Strip large tool results older than this.")
 @click.option(
     "--strip-min-bytes",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_COUNT),
     default=_retention.DEFAULT_MIN_BYTES,
     show_default=True,
     help="Only tool results at least this large are stripped.",
@@ -122,6 +129,8 @@ def retention(
     """
     given = drop_older_than is not None or strip_older_than is not None
     if save:
+        if dry_run:
+            raise click.UsageError("--save stores the policy and --dry-run writes nothing: give one of them")
         if not given:
             raise click.UsageError("--save needs --drop-older-than, --strip-older-than or both")
         store = open_store(ctx, write=True)
@@ -141,6 +150,7 @@ def retention(
             dry_run=dry_run,
         )
     else:
+        check_saved(store.retention_policy())
         report = store.apply_retention_policy(dry_run=dry_run)
     if as_json:
         echo_json(report.to_dict())
@@ -154,6 +164,24 @@ def retention(
         f"{'would move' if dry_run else 'moved'} {len(report.trashed)} session(s) to the trash;"
         f" {would}strip {len(report.stripped)} tool result(s), {report.bytes_stripped:,} bytes"
     )
+
+
+def check_saved(policy: dict[str, float]) -> None:
+    """Refuse a saved policy with an age no option accepts (saved before ages were bounded)."""
+    for setting in ("drop_older_than", "strip_older_than"):
+        seconds = policy.get(setting)
+        problem = None if seconds is None else check_seconds(seconds)
+        if problem:
+            option = "--" + setting.replace("_", "-")
+            raise click.ClickException(
+                f"the saved retention policy's {option} ({seconds:g} s) is {problem}:"
+                f" save a new one with `sessiontree retention --save {option} AGE`"
+            )
+    if policy.get("strip_min_bytes", 1) > MAX_COUNT:
+        raise click.ClickException(
+            f"the saved retention policy's --strip-min-bytes ({policy['strip_min_bytes']:g}) is more than"
+            f" {MAX_COUNT:,}: save a new one with `sessiontree retention --save`"
+        )
 
 
 def describe(policy: dict[str, float]) -> str:

@@ -20,8 +20,8 @@ from ..steps import Approve, Final, Pause, ToolCall
 from ..tools import Tool, as_tools
 from ..worker import DEFAULT_POLL, awork
 from . import complete
-from .common import open_store, pick_session
-from .refs import require_branch
+from .common import Seconds, open_store, pick_session
+from .refs import require_branch, require_settled
 from .render import one_line
 from .stepview import print_steps
 
@@ -256,6 +256,8 @@ def run(
             raise click.ClickException("--system only applies to a new session (add --new)")
         s = pick_session(store, session)
         require_branch(s, branch)
+        if prompt:
+            require_settled(s, branch)
     if prompt:
         s.append({"role": "user", "content": prompt}, branch=branch)
     click.echo(f"session {s.id} branch {branch}", err=True)
@@ -301,6 +303,8 @@ def resume(
     tools = load_tools(tool_specs)
     store = open_store(ctx, write=True)
     node = store.node(pause)
+    if node.kind != "pause":
+        raise click.ClickException(f"node {node.id} is a {node.kind} node, not a pause")
 
     def about(final: Final) -> dict[str, Any]:
         heads = [
@@ -323,10 +327,10 @@ def resume(
 @model_options
 @click.option(
     "--poll",
-    type=click.FloatRange(min=0.05),
+    type=Seconds(minimum=0.05),
     default=DEFAULT_POLL,
     show_default=True,
-    help="Seconds between looks for new decisions (PostgreSQL is also woken by NOTIFY).",
+    help="Seconds between looks for new decisions, at least 0.05 (PostgreSQL is also woken by NOTIFY).",
 )
 @click.option("--until-idle", is_flag=True, help="Stop once no decided pause is left, instead of waiting.")
 @json_steps_option

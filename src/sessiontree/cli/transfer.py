@@ -10,13 +10,26 @@ import click
 from ..storage import is_postgres_url
 from ..store import Store
 from ..transfer import copy_sessions
-from .common import echo_json
+from .common import echo_json, is_blank, remember_new_database
 
 
-def _open(target: str, *, write: bool) -> Store:
-    if not is_postgres_url(target) and not write and not Path(target).is_file():
-        raise click.ClickException(f"no database at {target}")
-    return Store(target, readonly=not write and not is_postgres_url(target))
+def _open(ctx: click.Context, target: str, *, write: bool) -> Store:
+    """SOURCE read-only (never created), or DESTINATION, created if need be: removed again
+    (``remember_new_database``) when the copy fails."""
+    if is_postgres_url(target):
+        return Store(target, readonly=not write)
+    path = Path(target)
+    if not write:
+        if not path.is_file():
+            raise click.ClickException(f"no database at {target}")
+        if is_blank(path):
+            raise click.ClickException(f"no database at {target}: the file is empty")
+        return Store(target, readonly=True)
+    if not path.exists():
+        remember_new_database(ctx, path)
+    elif is_blank(path):
+        remember_new_database(ctx, path, blank=path.read_bytes())
+    return Store(target)
 
 
 @click.command()
@@ -24,13 +37,14 @@ def _open(target: str, *, write: bool) -> Store:
 @click.argument("destination")
 @click.option("-s", "--session", "sessions", multiple=True, help="Only this session (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the sessions copied as JSON.")
-def copy(source: str, destination: str, sessions: tuple[str, ...], as_json: bool) -> None:
+@click.pass_context
+def copy(ctx: click.Context, source: str, destination: str, sessions: tuple[str, ...], as_json: bool) -> None:
     """Copy every session (or some) from SOURCE to DESTINATION, each a SQLite file or a
     postgresql:// URL. Lossless and idempotent: a session already there gains only what it
     lacks, so running it again copies nothing new."""
     with (
-        _open(source, write=False) as src,
-        _open(destination, write=True) as dst,
+        _open(ctx, source, write=False) as src,
+        _open(ctx, destination, write=True) as dst,
         click.progressbar(length=1, label="copying sessions", file=sys.stderr) as bar,
     ):
 

@@ -24,14 +24,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from .. import db as _db
 from ..errors import Busy, DiskFull, NotOurs, ReadOnly, SchemaTooNew, SessionTreeError, Unavailable
+from ..names import shown
 
 LOCK_CLASS = 1936029285
 """First half of every advisory lock key sessiontree takes (the second names what)."""
@@ -55,17 +57,23 @@ class Target:
 
 
 def parse_url(url: str) -> Target:
-    parts = urlsplit(url)
+    """Split a ``postgresql://`` URL (see the module docstring). A URL libpq cannot read
+    is ``SessionTreeError`` saying why, with any password in it hidden."""
+    try:
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError as e:
+        raise SessionTreeError(f"invalid PostgreSQL URL {_hide_password(url)}: {e}") from None
     ours = {"schema": "sessiontree", "pool_size": "4", "prepare_threshold": "5"}
     kept = []
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+    for key, value in query:
         if key in ours:
             ours[key] = value
         else:
             kept.append((key, value))
     if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", ours["schema"]):
         raise SessionTreeError(
-            f"schema={ours['schema']!r}: a schema name is lower-case letters, digits and _ (at most 63)"
+            f"schema={shown(ours['schema'])}: a schema name is lower-case letters, digits and _ (at most 63)"
         )
     try:
         pool_size = int(ours["pool_size"])
@@ -74,11 +82,37 @@ def parse_url(url: str) -> Target:
         raise SessionTreeError("pool_size must be a number, prepare_threshold a number or none") from None
     if pool_size < 1:
         raise SessionTreeError("pool_size must be at least 1")
-    conninfo = urlunsplit(parts._replace(query=urlencode(kept)))
-    shown = re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", urlunsplit(parts._replace(query="")))
+    # Rebuilt by hand: urlunsplit drops the // of a URL without a host (postgresql:///db).
+    base = f"{parts.scheme}://{parts.netloc}{parts.path}"
+    conninfo = (
+        base + (f"?{urlencode(kept)}" if kept else "") + (f"#{parts.fragment}" if parts.fragment else "")
+    )
+    shown_url = _hide_password(base)
+    try:
+        conninfo_to_dict(conninfo)  # what libpq itself refuses: a bad option, a bad %-escape
+    except psycopg.ProgrammingError as e:
+        secrets = [parts.password or ""] + [v for k, v in kept if k == "password"]
+        raise SessionTreeError(
+            f"invalid PostgreSQL URL {shown_url}: {_without(secrets, _first_line(e))}"
+        ) from None
     if ours["schema"] != "sessiontree":
-        shown += f"?schema={ours['schema']}"
-    return Target(conninfo, ours["schema"], pool_size, threshold, shown)
+        shown_url += f"?schema={ours['schema']}"
+    return Target(conninfo, ours["schema"], pool_size, threshold, shown_url)
+
+
+def _hide_password(url: str) -> str:
+    """A URL without its query, its password replaced by ``***``, and shortened if huge."""
+    hidden = re.sub(r"(://[^:/@]*):[^/]*@", r"\1:***@", url.partition("?")[0])
+    return hidden if len(hidden) <= 200 else f"{hidden[:100]}... ({len(hidden):,} characters)"
+
+
+def _without(secrets: list[str], text: str) -> str:
+    """``text`` with every quoted piece of a secret (libpq quotes the token it refuses) hidden."""
+
+    def hide(match: re.Match[str]) -> str:
+        return '"***"' if match[1] and any(match[1] in secret for secret in secrets) else match[0]
+
+    return re.sub(r'"([^"]*)"', hide, text)
 
 
 def configure(conn: psycopg.Connection[Any], schema: str, *, readonly: bool) -> None:
