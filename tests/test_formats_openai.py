@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessiontree import Store
+from sessiontree import Conflict, Store
 from sessiontree.formats import (
     FormatError,
     detect_format,
@@ -149,6 +149,14 @@ def test_a_list_the_api_would_refuse_is_refused_by_position(store):
             import_openai(store, bad)
     assert store.sessions() == []
     assert len(import_openai(store, [user("q"), asked]).tree()) == 2  # a list may end with calls open
+
+
+def test_export_never_overwrites_the_store_it_reads(store, tmp_path):
+    import_openai(store, [user("q")])
+    for fmt in ("native", "openai"):
+        with pytest.raises(Conflict, match="is this store's own database file"):
+            export_file(store, tmp_path / "store.db", fmt, session_ids=[store.sessions()[0].id])
+    assert store.verify().ok and len(store.sessions()) == 1
 
 
 def test_export_file_refuses_unknown_format_and_many_sessions(store, tmp_path):

@@ -148,8 +148,9 @@ def pending_migrations(conn: sqlite3.Connection) -> list[Migration]:
 
 
 def pending_steps(path: str | Path) -> tuple[int, list[Migration]]:
-    """(schema version, steps still to apply) of a database file, read without writing."""
-    conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
+    """(schema version, steps still to apply) of a database file, read without writing
+    (also on a read-only file system, where SQLite cannot make the ``-shm`` it wants)."""
+    conn = _open_read_only(str(path))
     try:
         try:
             return schema_version(conn), pending_migrations(conn)
@@ -160,7 +161,11 @@ def pending_steps(path: str | Path) -> tuple[int, list[Migration]]:
 
 
 def migrate_file(path: str | Path) -> tuple[list[Migration], int]:
-    """Apply a file's pending steps; (the steps applied, the version now)."""
+    """Apply a file's pending steps; (the steps applied, the version now). ``ReadOnly``
+    when this process cannot write the file (see ``read_only_reason``)."""
+    reason = read_only_reason(path)
+    if reason is not None:
+        raise ReadOnly(f"cannot migrate {path}: {reason}; nothing was written")
     conn = connect(path, apply_migrations=False)
     try:
         applied = migrate(conn)
@@ -329,6 +334,10 @@ def connect(path: str | Path, *, readonly: bool = False, apply_migrations: bool 
         except sqlite3.DatabaseError as e:
             if not memory and disk_full(path):  # not even the -shm could be made
                 raise DiskFull(f"cannot open {path}: the disk is full; nothing was written") from None
+            cannot_make_files = "readonly" in str(e) or "unable to open" in str(e)
+            reason = read_only_reason(path) if cannot_make_files and not readonly and not memory else None
+            if reason is not None:  # not even the -shm could be made: the file is not to blame
+                raise ReadOnly(f"cannot open {path} to write: {reason}; nothing was written") from None
             raise NotOurs(f"{path} is not a sessiontree database: {e}") from None
         conn.execute("PRAGMA foreign_keys = ON")
         if not readonly:

@@ -10,7 +10,7 @@ import click
 
 from .. import db as _db
 from . import complete
-from .common import db_path, db_url, echo_json, echo_result, open_store, pick_session
+from .common import SECONDS, db_path, db_url, echo_json, echo_result, open_store, pick_session
 from .inspect import json_option
 from .render import json_safe
 
@@ -21,7 +21,7 @@ from .render import json_safe
 @click.option("-s", "--session", help="Only this session.", shell_complete=complete.sessions)
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
+    type=SECONDS,
     default=600,
     show_default=True,
     help="Keep nodes younger than this many seconds (another process may be about to use them).",
@@ -134,8 +134,8 @@ def migrate(ctx: click.Context, list_only: bool) -> None:
     path, _ = db_path(ctx)
     if not path.exists():
         raise click.ClickException(f"no database at {path}")
-    if list_only:
-        version, steps = _db.pending_steps(path)
+    version, steps = _db.pending_steps(path)  # read only: a read-only file up to date is fine
+    if list_only or not steps:
         for step in steps:
             click.echo(f"{step.version:04d}_{step.name}")
         click.echo(f"{len(steps)} pending step(s); schema version {version}")
@@ -215,7 +215,7 @@ def import_(ctx: click.Context, file: str, fmt: str, skip_invalid: bool, as_json
     "--branch",
     default="main",
     show_default=True,
-    help="Branch (openai format).",
+    help="Branch (--format openai only).",
     shell_complete=complete.branches,
 )
 @click.pass_context
@@ -223,6 +223,14 @@ def export(ctx: click.Context, sessions: tuple[str, ...], output: str | None, fm
     """Export sessions (all by default) as native JSONL, or one branch as OpenAI messages."""
     from ..formats import export_file, export_native, export_openai
 
+    if fmt == "openai" and len(sessions) > 1:
+        raise click.UsageError(
+            f"--format openai exports one branch of one session: give one SESSION, not {len(sessions)}"
+        )
+    if fmt == "native" and ctx.get_parameter_source("branch") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError(
+            "-b/--branch only applies with --format openai (native exports whole sessions)"
+        )
     store = open_store(ctx)
     ids = [store.resolve_session_id(s) for s in sessions] or None
     if fmt == "openai" and not ids:

@@ -356,7 +356,9 @@ def export_file(
     session_ids: Iterable[str] | None = None,
     branch: str = "main",
 ) -> Path:
-    """Write sessions to ``path`` (atomically); ``openai`` takes exactly one session id."""
+    """Write sessions to ``path`` (atomically); ``openai`` takes exactly one session id.
+    Never the store's own file (``Store.check_output``)."""
+    store.check_output(path)
     path = Path(path)
     if format == "native":
         lines: Iterable[str] = export_native(store, session_ids)

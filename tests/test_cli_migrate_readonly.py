@@ -1,0 +1,57 @@
+"""migrate on a read-only file system: the steps are listed, applying them is refused
+in one line, and a file already up to date is fine."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sessiontree import Store
+from sessiontree import db as sqlite_db
+from sessiontree.cli import cli
+
+from conftest import tmpfs
+
+
+@pytest.fixture
+def read_only_mount(tmp_path) -> Iterator[Path]:
+    """A tmpfs holding a store of schema version 5 (in WAL mode), remounted read-only."""
+    with tmpfs(tmp_path / "mount") as where:
+        conn = sqlite3.connect(where / "old.db", isolation_level=None)
+        conn.execute("PRAGMA journal_mode = WAL")
+        for step in sqlite_db.migrations()[:5]:
+            for statement in sqlite_db.split_statements(step.sql):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {step.version}")
+        conn.close()
+        with Store(where / "new.db") as store:
+            store.create_session("current")
+        subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+        yield where
+
+
+def test_migrate_on_a_read_only_file_system_says_so(read_only_mount):
+    def run(name: str, *args: str):
+        return CliRunner().invoke(cli, ["--db", str(read_only_mount / name), "migrate", *args])
+
+    old = read_only_mount / "old.db"
+    listed = run("old.db", "--list")
+    assert listed.exit_code == 0, listed.output
+    assert (
+        listed.output.splitlines()[-1]
+        == f"{len(sqlite_db.migrations()) - 5} pending step(s); schema version 5"
+    )
+    refused = run("old.db")
+    assert refused.exit_code == 1
+    assert (
+        refused.output
+        == f"Error: cannot migrate {old}: its file system is mounted read-only; nothing was written\n"
+    )
+    current = run("new.db")
+    assert current.exit_code == 0, current.output
+    assert current.output.endswith(f"0 pending step(s); schema version {len(sqlite_db.migrations())}\n")
