@@ -13,6 +13,7 @@ BAD = [
     ["run", "-o", "model", "x", *MODEL, "hi"],
     ["run", "-o", "stream", "true", *MODEL, "hi"],
     ["run", "-o", "api_key", "sk-x", *MODEL, "hi"],
+    ["run", "--max-steps", "-1", *MODEL, "hi"],
     ["run", "-o", "timeout", "5", *MODEL, "hi"],
     ["run", "--tools", "os:missing", *MODEL, "hi"],
     ["run", "--tools", "no_such_module_here", *MODEL, "hi"],

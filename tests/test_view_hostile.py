@@ -259,7 +259,7 @@ def test_malformed_decisions_are_refused_naming_the_field(demo, client, decision
 
 
 def test_the_cli_and_the_web_share_the_rule_for_edited_arguments():
-    from sessiontree.view.decisions import edit_arguments
+    from sessiontree.decisions import edit_arguments
 
     assert edit_arguments({"to": "bob"}) == {"to": "bob"}
     for value in ([1], "x", None, 0):

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import click
 
+from ..decisions import edit_arguments
 from ..loop import decide
 from ..model import Node
 from ..plan import next_action
@@ -246,9 +247,11 @@ def edit_call(
         parsed = json.loads(arguments)
     except json.JSONDecodeError as e:
         raise click.BadParameter(f"not JSON: {e}", param_hint="ARGUMENTS") from None
-    if not isinstance(parsed, dict):
-        raise click.BadParameter("must be a JSON object", param_hint="ARGUMENTS")
-    _decide(ctx, pause, (call,), lambda: Edit(parsed), by, as_json)
+    try:
+        edited = Edit(edit_arguments(parsed))  # the rule the web inbox applies too
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="ARGUMENTS") from None
+    _decide(ctx, pause, (call,), lambda: edited, by, as_json)
 
 
 COMMANDS = [fork, checkpoint, edit, append, approve, reject, edit_call]

@@ -107,7 +107,9 @@ approve_option = click.option(
     help="Which tool calls pause for a human: default: calls to tools marked requires_approval "
     "(by default the non-idempotent ones); all: every call; none: no call.",
 )
-max_steps_option = click.option("--max-steps", default=20, show_default=True, help="Model calls per run.")
+max_steps_option = click.option(
+    "--max-steps", type=click.IntRange(min=0), default=20, show_default=True, help="Model calls per run."
+)
 params_option = click.option(
     "-o",
     "--option",

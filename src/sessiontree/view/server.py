@@ -13,7 +13,7 @@ Contract:
   buttons that POST to ``/api/pauses/{pause}/decision``; the write goes through
   ``loop.decide``, the same function as ``sessiontree approve``, so one decision
   per pause still holds (a second one is refused with 409). The body is checked
-  first (``view.decisions``, the rules of ``sessiontree edit-call``), at most
+  first (``sessiontree.decisions``, the rules of ``sessiontree edit-call``), at most
   ``MAX_BODY`` bytes (else 413); a malformed decision, an empty one or a call id
   the pause does not have is a 400, a node that is not a pause a 404. The write
   runs in a worker thread, so a writer holding the database never stalls the
@@ -67,6 +67,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from ..decisions import parse_decisions
 from ..errors import Busy, Conflict, NotFound, SessionTreeError, Unavailable
 from ..loop import decide
 from ..model import Node
@@ -74,7 +75,6 @@ from ..steps import Decision
 from ..storage import SQLiteStorage, is_postgres_url
 from ..store import Store
 from .data import inbox, session_data, version
-from .decisions import parse_decisions
 from .page import embed_json, page, render_html
 
 TOKEN_HEADER = "X-Sessiontree-Token"

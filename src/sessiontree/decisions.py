@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..steps import Approve, Decision, Edit, Reject
+from .steps import Approve, Decision, Edit, Reject
 
 _FIELDS = {"approve": {"action"}, "reject": {"action", "reason"}, "edit": {"action", "arguments"}}
 
