@@ -535,15 +535,9 @@ def run(
 # -- human decisions --------------------------------------------------------
 
 
-def decide(store: Store, pause: Ref, decisions: dict[str, Decision], *, by: str | None = None) -> Node:
-    """Record a human's answer to a pause; return the decision node.
-
-    ``decisions`` maps call ids of the pause to Approve(), Reject(reason) or
-    Edit(arguments). Calls left out are asked about again on resume. Every
-    branch whose head is the pause moves to the decision. A pause takes one
-    decision: a second decider gets ``Conflict``.
-    """
-    pause = store.node(pause)
+def check_decisions(pause: Node, decisions: dict[str, Decision]) -> None:
+    """``Conflict`` unless ``pause`` is a pause and ``decisions`` names at least one of its
+    calls and nothing else: what ``decide`` asks of a decision before it writes anything."""
     if pause.kind != "pause":
         raise Conflict(f"node {pause.id} is a {pause.kind} node, not a pause")
     known = [c["id"] for c in pause.payload.get("calls", [])]
@@ -554,6 +548,18 @@ def decide(store: Store, pause: Ref, decisions: dict[str, Decision], *, by: str 
         )
     if not decisions:
         raise Conflict(f"no decision given for pause {pause.id}; its calls are {', '.join(known)}")
+
+
+def decide(store: Store, pause: Ref, decisions: dict[str, Decision], *, by: str | None = None) -> Node:
+    """Record a human's answer to a pause; return the decision node.
+
+    ``decisions`` maps call ids of the pause to Approve(), Reject(reason) or
+    Edit(arguments). Calls left out are asked about again on resume. Every
+    branch whose head is the pause moves to the decision. A pause takes one
+    decision: a second decider gets ``Conflict``.
+    """
+    pause = store.node(pause)
+    check_decisions(pause, decisions)
     payload = {"decisions": {k: decision_to_dict(v) for k, v in decisions.items()}, "by": by, "at": now()}
     session = store.session(pause.session_id)
     with store.transaction():

@@ -69,7 +69,7 @@ from starlette.routing import Route
 
 from ..decisions import parse_decisions
 from ..errors import Busy, Conflict, NotFound, SessionTreeError, Unavailable
-from ..loop import decide
+from ..loop import check_decisions, decide
 from ..model import Node
 from ..steps import Decision
 from ..storage import SQLiteStorage, is_postgres_url
@@ -346,12 +346,10 @@ def create_app(
             pause = store.node(ref)
             if pause.kind != "pause":
                 raise NotFound(f"no pause {ref}: node {pause.id} is a {pause.kind} node")
-            known = [c["id"] for c in pause.payload.get("calls", [])]
-            unknown = sorted(set(decisions) - set(known))
-            if unknown:
-                raise _BadRequest(
-                    f"pause {pause.id} has no call(s) {', '.join(unknown)}; its calls are {', '.join(known)}"
-                )
+            try:  # a request naming calls the pause lacks is a bad request, not a conflict
+                check_decisions(pause, decisions)
+            except Conflict as e:
+                raise _BadRequest(str(e)) from None
             return decide(store, pause.id, decisions, by=by or "sessiontree serve")
 
     async def api_decide(request: Request) -> Response:
