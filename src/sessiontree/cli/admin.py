@@ -10,8 +10,9 @@ import click
 
 from .. import db as _db
 from . import complete
-from .common import SECONDS, db_path, db_url, echo_json, echo_result, open_store, pick_session
+from .common import db_path, db_url, echo_json, echo_result, open_store, pick_session
 from .inspect import json_option
+from .params import SECONDS
 from .render import json_safe
 
 

@@ -6,19 +6,16 @@ Contract: ``open_store(ctx, write=...)`` opens the database chosen by
 ``postgresql://`` URL); inspection
 commands open it read-only and never create it (an empty file is no database
 either), except the default file, which is created on first use. A database file
-a command created is removed again, with the directories made for it, when the
-command fails before any session is in it. ``target(store, ref, session)`` turns a
+a command created is removed again when the command fails before any session is
+in it (see ``created``). ``target(store, ref, session)`` turns a
 user's ``REF`` (+ optional ``--session``) into a session and a ref inside it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
 import os
 import re
-import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +30,7 @@ from ..names import looks_like_id, shown, split_ancestry
 from ..session import Session
 from ..storage import is_postgres_url
 from ..store import Store
+from .created import is_blank, make_parents, remember_new_database, remove_new_databases
 from .render import json_safe
 
 
@@ -86,91 +84,6 @@ def open_store(ctx: click.Context, *, write: bool = False) -> Store:
     store = Store(path, readonly=not write and not needs_migration(path))
     ctx.call_on_close(store.close)
     return store
-
-
-def is_blank(path: Path) -> bool:
-    """Whether an existing file holds no database yet: empty, or SQLite with no table
-    and no schema version (read without writing; anything unreadable is not blank)."""
-    try:
-        size = path.stat().st_size
-        if size == 0 and not _has_bytes(Path(f"{path}-wal")):
-            return True
-        if size > 65_536:  # more than SQLite's largest page: something is in it
-            return False
-        conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
-        try:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-            return bool(version == 0 and tables == 0)
-        finally:
-            conn.close()
-    except (OSError, sqlite3.Error):
-        return False
-
-
-def _has_bytes(path: Path) -> bool:
-    try:
-        return path.stat().st_size > 0
-    except OSError:
-        return False
-
-
-# -- a database a failed command made is removed again ---------------------------
-
-_NEW_DATABASES = "sessiontree.new_databases"
-
-
-def make_parents(path: Path) -> list[Path]:
-    """Make the missing directories above a new database file; the ones made, deepest first."""
-    missing = []
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        missing.append(parent)
-        parent = parent.parent
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return missing
-
-
-def remember_new_database(
-    ctx: click.Context, path: Path, made: Sequence[Path] = (), *, blank: bytes | None = None
-) -> None:
-    """Note a database file this command is about to create (and the directories made for
-    it), or a blank one (its bytes) it is about to make a store of: ``SessionTreeGroup``
-    removes (or puts back) them if the command fails with no session in it."""
-    ctx.meta.setdefault(_NEW_DATABASES, []).append((path, list(made), blank))
-
-
-def remove_new_databases(ctx: click.Context) -> None:
-    """Undo what ``remember_new_database`` noted, unless a session made it in (a failed
-    run keeps the prompt it stored): the command's stores are closed by now."""
-    for path, made, blank in ctx.meta.pop(_NEW_DATABASES, []):
-        if _holds_sessions(path):
-            continue
-        for leftover in (path, *(Path(f"{path}{end}") for end in ("-wal", "-shm", "-journal"))):
-            if leftover == path and blank is not None:
-                with contextlib.suppress(OSError):
-                    path.write_bytes(blank)
-                continue
-            with contextlib.suppress(OSError):
-                leftover.unlink(missing_ok=True)
-        for directory in made:  # deepest first; one holding anything else stays
-            try:
-                directory.rmdir()
-            except OSError:
-                break
-
-
-def _holds_sessions(path: Path) -> bool:
-    if not path.exists():
-        return False
-    try:
-        conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
-        try:
-            return conn.execute("SELECT EXISTS (SELECT 1 FROM sessions)").fetchone()[0] == 1
-        finally:
-            conn.close()
-    except sqlite3.Error:  # no sessions table: the schema never got there
-        return False
 
 
 def latest_session(store: Store) -> Session:
@@ -242,52 +155,6 @@ def echo_result(as_json: bool, data: Any, line: str) -> None:
         echo_json(data)
     else:
         click.echo(line)
-
-
-# -- durations ---------------------------------------------------------------------
-
-MAX_SECONDS = 36_525 * 86_400
-"""The longest duration an option takes: 100 years (any longer is a typo, and overflows
-the time arithmetic behind it)."""
-
-
-def check_seconds(seconds: float, minimum: float = 0.0) -> str | None:
-    """Why ``seconds`` is not a duration an option takes (finite, ``minimum`` to
-    ``MAX_SECONDS``), or None."""
-    if not math.isfinite(seconds):
-        return "not a finite duration"
-    if seconds < minimum:
-        return f"shorter than {minimum:g} s" if minimum else "negative"
-    if seconds > MAX_SECONDS:
-        return "longer than 100 years"
-    return None
-
-
-class Seconds(click.ParamType):
-    """A number of seconds: finite, at least ``minimum``, at most 100 years. (click's
-    FloatRange lets nan through, and every comparison with nan is false.)"""
-
-    name = "seconds"
-
-    def __init__(self, minimum: float = 0.0) -> None:
-        self.minimum = minimum
-
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        try:
-            seconds = float(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            self.fail(f"{shown(str(value))} is not a number of seconds", param, ctx)
-        problem = check_seconds(seconds, self.minimum)
-        if problem:
-            self.fail(f"{shown(str(value))} seconds is {problem}", param, ctx)
-        return seconds
-
-
-SECONDS = Seconds()
-
-MAX_COUNT = 2**53
-"""The largest count (bytes, results) an option takes: a float holds it exactly, and a
-database integer does too."""
 
 
 # -- errors ---------------------------------------------------------------------------

@@ -8,7 +8,8 @@ import click
 
 from ..model import KINDS, ROLES
 from . import complete
-from .common import MAX_COUNT, abbreviations, echo_json, open_store
+from .common import abbreviations, echo_json, open_store
+from .params import MAX_COUNT
 from .render import one_line, safe
 
 

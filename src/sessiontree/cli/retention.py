@@ -9,7 +9,8 @@ import click
 from .. import retention as _retention
 from ..names import shown
 from . import complete
-from .common import MAX_COUNT, check_seconds, echo_json, echo_result, open_store
+from .common import echo_json, echo_result, open_store
+from .params import MAX_COUNT, check_seconds
 from .render import safe, table
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Output JSON.")

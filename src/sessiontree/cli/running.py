@@ -20,7 +20,8 @@ from ..steps import Approve, Final, Pause, ToolCall
 from ..tools import Tool, as_tools
 from ..worker import DEFAULT_POLL, awork
 from . import complete
-from .common import Seconds, open_store, pick_session
+from .common import open_store, pick_session
+from .params import Seconds
 from .refs import require_branch, require_settled
 from .render import one_line
 from .stepview import print_steps

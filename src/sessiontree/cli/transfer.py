@@ -10,7 +10,8 @@ import click
 from ..storage import is_postgres_url
 from ..store import Store
 from ..transfer import copy_sessions
-from .common import echo_json, is_blank, remember_new_database
+from .common import echo_json
+from .created import is_blank, remember_new_database
 
 
 def _open(ctx: click.Context, target: str, *, write: bool) -> Store:

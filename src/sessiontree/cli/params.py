@@ -1,0 +1,60 @@
+"""Option types shared by the commands: durations and counts a user types, checked when
+they are parsed (click's ``FloatRange`` lets nan through, and every comparison with nan
+is false; a number past what the arithmetic behind an option holds overflows later,
+far from the typo that caused it).
+
+Contract: ``Seconds(minimum)`` (and ``SECONDS``, minimum 0) is a click type for a
+finite number of seconds up to ``MAX_SECONDS``; ``check_seconds`` says why a number is
+not one; ``MAX_COUNT`` bounds counts (bytes, results).
+"""
+
+from __future__ import annotations
+
+import math
+
+import click
+
+from ..names import shown
+
+MAX_SECONDS = 36_525 * 86_400
+"""The longest duration an option takes: 100 years (any longer is a typo, and overflows
+the time arithmetic behind it)."""
+
+
+def check_seconds(seconds: float, minimum: float = 0.0) -> str | None:
+    """Why ``seconds`` is not a duration an option takes (finite, ``minimum`` to
+    ``MAX_SECONDS``), or None."""
+    if not math.isfinite(seconds):
+        return "not a finite duration"
+    if seconds < minimum:
+        return f"shorter than {minimum:g} s" if minimum else "negative"
+    if seconds > MAX_SECONDS:
+        return "longer than 100 years"
+    return None
+
+
+class Seconds(click.ParamType):
+    """A number of seconds: finite, at least ``minimum``, at most 100 years. (click's
+    FloatRange lets nan through, and every comparison with nan is false.)"""
+
+    name = "seconds"
+
+    def __init__(self, minimum: float = 0.0) -> None:
+        self.minimum = minimum
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            self.fail(f"{shown(str(value))} is not a number of seconds", param, ctx)
+        problem = check_seconds(seconds, self.minimum)
+        if problem:
+            self.fail(f"{shown(str(value))} seconds is {problem}", param, ctx)
+        return seconds
+
+
+SECONDS = Seconds()
+
+MAX_COUNT = 2**53
+"""The largest count (bytes, results) an option takes: a float holds it exactly, and a
+database integer does too."""
