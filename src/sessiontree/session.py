@@ -91,10 +91,11 @@ class Session:
         base, generations = split_ancestry(ref)
         key, node_id = self._locate_base(base)
         if generations:
-            depth = self.storage.node(node_id).depth
-            # A count beyond the depth goes past the root without a walk (it may be huge).
-            ancestor = None if generations > depth else self.storage.ancestor(key, generations)
+            # The walk stops at the root, so even a huge count (capped by split_ancestry to
+            # fit a 64-bit integer) costs at most the depth.
+            ancestor = self.storage.ancestor(key, generations)
             if ancestor is None:
+                depth = self.storage.node(node_id).depth
                 raise NotFound(f"{shown(ref)} goes past the root: {shown(base)} is at depth {depth}")
             key, node_id = ancestor
         return key, node_id
