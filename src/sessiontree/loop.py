@@ -576,10 +576,12 @@ def aresume(store: Store, pause: Ref, **kwargs: Any) -> AsyncIterator[Step]:
     """Run the branch a decided pause belongs to (``arun`` keyword arguments apply): of
     several at its decision, the oldest.
 
-    Raises ``Conflict`` when the pause has no decision yet, or when it was
-    already resumed (a node follows the decision, on any branch).
+    Raises ``Conflict`` when the node is not a pause, when the pause has no decision
+    yet, or when it was already resumed (a node follows the decision, on any branch).
     """
     pause = store.node(pause)
+    if pause.kind != "pause":
+        raise Conflict(f"node {pause.id} is a {pause.kind} node, not a pause")
     session = store.session(pause.session_id)
     decision = next((n for n in session.children(pause) if n.kind == "decision"), None)
     if decision is None:

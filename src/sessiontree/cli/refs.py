@@ -12,6 +12,7 @@ from collections.abc import Callable
 import click
 
 from ..decisions import edit_arguments
+from ..errors import NotFound
 from ..loop import decide
 from ..model import Node
 from ..plan import next_action
@@ -156,8 +157,11 @@ def require_branch(session: Session, name: str) -> None:
 def require_settled(session: Session, name: str) -> None:
     """Refuse (one line) a message for a branch that waits for a human's decision or for
     tool results: it would leave the model's tool calls unanswered (``verify`` flags it)."""
-    head = next((b.head_id for b in session.branches() if b.name == name), None)
-    found = unsettled(session.path(head), name) if head else None
+    try:
+        path = session.path(name)
+    except NotFound:  # a new branch, or one with no node yet: nothing waits
+        return
+    found = unsettled(path, name)
     if found is None:
         return
     kind, what, how = found

@@ -306,8 +306,6 @@ def resume(
     tools = load_tools(tool_specs)
     store = open_store(ctx, write=True)
     node = store.node(pause)
-    if node.kind != "pause":
-        raise click.ClickException(f"node {node.id} is a {node.kind} node, not a pause")
 
     def about(final: Final) -> dict[str, Any]:
         heads = [
