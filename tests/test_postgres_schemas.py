@@ -17,8 +17,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from sessiontree import Approve, Busy, NotOurs, Store, decide
+import reliability_workers as workers
+from sessiontree import Approve, Busy, Final, NotOurs, Resuming, Store, decide, work
 from sessiontree.storage import postgres_db as pgdb
+from sessiontree.testing import reply
 from test_reliability_pauses import make_pauses
 
 from conftest import drop_schema, postgres_server, raw, user
@@ -207,6 +209,40 @@ def test_a_long_schema_name_still_wakes_its_workers(schemas, length):
         assert store.storage.wait_for_decisions(0) is False  # listening, nothing yet
         decide(store, pause_id, {"e": Approve()}, by="ops")
         assert store.storage.wait_for_decisions(30) is True
+
+
+def test_a_worker_on_a_long_schema_is_woken_by_a_decision_not_by_its_poll(schemas, tmp_path, monkeypatch):
+    monkeypatch.setenv(workers.TOOL_LOG_ENV, str(tmp_path / "executions.log"))
+    url = schemas("t_" + "x" * 49)
+    with Store(url) as store, Store(url) as human:
+        (pause_id,) = make_pauses(store, 1)
+        waiting = threading.Event()
+        listen = store.storage.wait_for_decisions
+
+        def wait_for_decisions(timeout: float) -> bool:
+            if timeout > 0:  # the worker has looked, found nothing decided, and waits
+                waiting.set()
+            return listen(timeout)
+
+        monkeypatch.setattr(store.storage, "wait_for_decisions", wait_for_decisions)
+        carried: list[str] = []
+
+        def worker() -> None:
+            steps = work(store, poll=300, call=lambda m, t: reply("done"), tools=[workers.transfer])
+            for step in steps:
+                if isinstance(step, Resuming):
+                    carried.append(step.pause_id)
+                if isinstance(step, Final):
+                    steps.close()
+                    return
+
+        thread = threading.Thread(target=worker, daemon=True)
+        thread.start()
+        assert waiting.wait(30)
+        decide(human, pause_id, {"e": Approve()}, by="ops")
+        thread.join(30)  # its poll is 300 s: only the NOTIFY wakes it this soon
+        assert carried == [pause_id]
+        assert (tmp_path / "executions.log").read_text().split()[1] == "0"
 
 
 def test_channel_names_fit_and_stay_unique_per_schema(schemas):
