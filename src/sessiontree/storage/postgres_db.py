@@ -249,7 +249,7 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> list[_db.Migration]:
             # Only when missing: CREATE SCHEMA needs the database's CREATE privilege even
             # with IF NOT EXISTS, and a role may be given just a schema to create in.
             if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None:
-                conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
             conn.execute(
                 sql.SQL("CREATE TABLE IF NOT EXISTS {}.{} (version integer NOT NULL)").format(
                     sql.Identifier(schema), sql.Identifier(VERSION_TABLE)
