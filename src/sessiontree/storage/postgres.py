@@ -13,7 +13,9 @@ cannot change until it ends) is kept with advisory locks:
   it takes that session's lock until it ends (with the first one, ``STORE_LOCK``
   shared: prune takes it exclusively). Writers to different sessions
   never wait for each other; two writers of one session take turns, and the
-  second then sees the first one's head, so compare-and-set is exact.
+  second then sees the first one's head, so compare-and-set is exact. Every key
+  starts with the schema's ``pgdb.lock_class``: stores in other schemas of the
+  database never wait for these locks.
 - ``lock_sessions`` takes the locks of many sessions at once (in key order), for
   a write that decided from a listing made without them (emptying the trash, a
   retention policy): it lists again once it holds them, and statements from then
@@ -50,9 +52,6 @@ from .postgres_upkeep import TREE, PostgresUpkeep
 from .reads import RUN_COLUMNS, SharedReads
 from .shared_sql import for_postgres
 
-SESSION_LOCK = 1936029286
-"""Advisory lock class of the per-session write locks (the second half is the session key)."""
-
 # The walk carries only keys (a recursive query copies what it carries: payloads made
 # the path at depth 2,000 a fifth slower); each node's columns are read once at the end.
 _PATH = """
@@ -86,6 +85,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         self.target = pgdb.parse_url(url)
         self.url = self.target.shown
         self.readonly = readonly
+        self.lock_class = pgdb.lock_class(self.target.schema)
         self.cache = PathCache(cache_bytes)
         self._held = _Held()
         self._listener: psycopg.Connection[Any] | None = None
@@ -166,11 +166,14 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         if held.writing and session_key not in held.claimed:
             assert held.conn is not None
             if held.claimed:
-                held.conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (SESSION_LOCK, session_key % 2**31))
+                held.conn.execute(
+                    "SELECT pg_advisory_xact_lock(%s, %s)", (self.lock_class, session_key % 2**31)
+                )
             else:
                 held.conn.execute(
-                    "SELECT pg_advisory_xact_lock_shared(%s, %s), pg_advisory_xact_lock(%s, %s)",
-                    (pgdb.LOCK_CLASS, pgdb.STORE_LOCK, SESSION_LOCK, session_key % 2**31),
+                    "SELECT pg_advisory_xact_lock_shared(%(c)s, %(store)s),"
+                    " pg_advisory_xact_lock(%(c)s, %(s)s)",
+                    {"c": self.lock_class, "store": pgdb.STORE_LOCK, "s": session_key % 2**31},
                 )
             held.claimed.add(session_key)
 
@@ -187,7 +190,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
                 assert held.conn is not None
                 held.conn.execute(
                     "SELECT count(pg_advisory_xact_lock(%s, k)) FROM unnest(%s::int[]) AS k",
-                    (SESSION_LOCK, locks),
+                    (self.lock_class, locks),
                 )
             held.claimed.update(unclaimed)
         return {id: int(key) for id, key in rows}
@@ -378,9 +381,12 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         with pgdb.clear_errors(self.url):
             if self._listener is None:
                 listener = pgdb.connect(self.target)
-                listener.execute(
-                    sql.SQL("LISTEN {}").format(sql.Identifier(f"sessiontree:{self.target.schema}"))
-                )
+                # The trigger's own derivation: a channel name fits in 63 bytes.
+                channel = listener.execute(
+                    "SELECT sessiontree_decision_channel(%s)", (self.target.schema,)
+                ).fetchone()
+                assert channel is not None
+                listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel[0])))
                 self._listener = listener
             return any(True for _ in self._listener.notifies(timeout=timeout, stop_after=1))
 

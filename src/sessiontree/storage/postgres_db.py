@@ -5,13 +5,19 @@ Contract:
   sessiontree's own settings, given as query parameters and removed before
   libpq sees them: ``schema`` (the PostgreSQL schema that holds the tables,
   default ``sessiontree``), ``pool_size`` (default 4) and ``prepare_threshold``
-  (``none`` behind PgBouncer in transaction mode).
+  (``none`` behind PgBouncer in transaction mode). Every other parameter reaches
+  libpq exactly as written (libpq decodes its own %-escapes and reads ``+`` as a
+  plus sign, so re-encoding them would change them).
 - ``migrate(conn, schema)`` refuses a newer schema (``SchemaTooNew``) or a
-  schema holding someone else's tables (``NotOurs``) before writing anything,
+  schema holding someone else's tables (``NotOurs``, read from the catalog, which
+  shows every table, even those the role may not read) before writing anything,
   then applies each pending step of ``migrations/postgres/`` in its own
   transaction under an advisory lock, so workers starting together migrate
   exactly once. Step numbers are the SQLite steps': a PostgreSQL store starts
   at step 3, and every later step has a file for each dialect.
+- ``lock_class(schema)`` is the first half of every advisory lock key of that
+  schema's store, so stores in different schemas of one database never wait
+  for each other.
 - ``clear_errors()`` turns what psycopg raises about the server itself (down,
   full, locked too long, read-only) into sessiontree errors; anything else
   passes through.
@@ -19,12 +25,13 @@ Contract:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import unquote, urlsplit
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -35,11 +42,10 @@ from .. import db as _db
 from ..errors import Busy, DiskFull, NotOurs, ReadOnly, SchemaTooNew, SessionTreeError, Unavailable
 from ..names import shown
 
-LOCK_CLASS = 1936029285
-"""First half of every advisory lock key sessiontree takes (the second names what)."""
-MIGRATION_LOCK = 0
-STORE_LOCK = 2
-"""Writers hold it shared for their whole transaction; prune takes it exclusively."""
+MIGRATION_LOCK = -1
+STORE_LOCK = -2
+"""Writers hold it shared for their whole transaction; prune takes it exclusively. (The
+second halves of lock keys: a session's lock is its key modulo 2**31, never negative.)"""
 LOCK_TIMEOUT = "30s"
 """How long a writer waits for a lock before ``Busy`` (SQLite's writers wait as long)."""
 VERSION_TABLE = "schema_version"
@@ -61,16 +67,19 @@ def parse_url(url: str) -> Target:
     is ``SessionTreeError`` saying why, with any password in it hidden."""
     try:
         parts = urlsplit(url)
-        query = parse_qsl(parts.query, keep_blank_values=True)
     except ValueError as e:
         raise SessionTreeError(f"invalid PostgreSQL URL {_hide_password(url)}: {e}") from None
     ours = {"schema": "sessiontree", "pool_size": "4", "prepare_threshold": "5"}
-    kept = []
-    for key, value in query:
+    kept = []  # libpq's own parameters, as written: libpq decodes them itself
+    secrets = [parts.password or ""]
+    for piece in parts.query.split("&"):
+        key, _, value = (unquote(half) for half in piece.partition("="))
         if key in ours:
             ours[key] = value
-        else:
-            kept.append((key, value))
+        elif piece:
+            kept.append(piece)
+            if key == "password":
+                secrets.append(value)
     if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", ours["schema"]):
         raise SessionTreeError(
             f"schema={shown(ours['schema'])}: a schema name is lower-case letters, digits and _ (at most 63)"
@@ -85,13 +94,12 @@ def parse_url(url: str) -> Target:
     # Rebuilt by hand: urlunsplit drops the // of a URL without a host (postgresql:///db).
     base = f"{parts.scheme}://{parts.netloc}{parts.path}"
     conninfo = (
-        base + (f"?{urlencode(kept)}" if kept else "") + (f"#{parts.fragment}" if parts.fragment else "")
+        base + (f"?{'&'.join(kept)}" if kept else "") + (f"#{parts.fragment}" if parts.fragment else "")
     )
     shown_url = _hide_password(base)
     try:
         conninfo_to_dict(conninfo)  # what libpq itself refuses: a bad option, a bad %-escape
     except psycopg.ProgrammingError as e:
-        secrets = [parts.password or ""] + [v for k, v in kept if k == "password"]
         raise SessionTreeError(
             f"invalid PostgreSQL URL {shown_url}: {_without(secrets, _first_line(e))}"
         ) from None
@@ -113,6 +121,15 @@ def _without(secrets: list[str], text: str) -> str:
         return '"***"' if match[1] and any(match[1] in secret for secret in secrets) else match[0]
 
     return re.sub(r'"([^"]*)"', hide, text)
+
+
+def lock_class(schema: str) -> int:
+    """The first half of the advisory lock keys of the store in ``schema``: 32 bits of a
+    hash of its name, the same in every process. Advisory locks belong to the whole
+    database, so a key shared by all schemas made each store wait for every other
+    one's writers and prunes; two names that collide only wait for each other."""
+    digest = hashlib.sha256(f"sessiontree:{schema}".encode()).digest()
+    return int.from_bytes(digest[:4], "big", signed=True)
 
 
 def configure(conn: psycopg.Connection[Any], schema: str, *, readonly: bool) -> None:
@@ -176,14 +193,16 @@ def steps() -> list[_db.Migration]:
 
 def schema_version(conn: psycopg.Connection[Any], schema: str) -> int:
     """The schema's step (0 when it has no sessiontree tables yet); ``NotOurs`` when it
-    holds tables that are not ours."""
-    tables = [
-        name
-        for (name,) in conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1", (schema,)
-        )
-    ]
-    if VERSION_TABLE not in tables:
+    holds tables that are not ours. Read from the catalog: ``information_schema`` shows a
+    role only the tables it has a privilege on, and an empty-looking schema would be
+    migrated next to another application's tables."""
+    relations = conn.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace"
+        " WHERE ns.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') ORDER BY 1",
+        (schema,),
+    ).fetchall()
+    tables = [name for (name,) in relations]
+    if VERSION_TABLE not in tables or not _is_our_version_table(conn, schema):
         if tables:
             raise NotOurs(
                 f"PostgreSQL schema {schema!r} already holds other tables ({', '.join(tables[:5])}); "
@@ -194,6 +213,18 @@ def schema_version(conn: psycopg.Connection[Any], schema: str) -> int:
         sql.SQL("SELECT version FROM {}.{}").format(sql.Identifier(schema), sql.Identifier(VERSION_TABLE))
     ).fetchone()
     return 0 if row is None else int(row[0])
+
+
+def _is_our_version_table(conn: psycopg.Connection[Any], schema: str) -> bool:
+    """Whether ``schema_version`` is sessiontree's (one integer column, ``version``), not
+    another tool's table of that common name."""
+    columns = conn.execute(
+        "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a"
+        " JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace ns ON ns.oid = c.relnamespace"
+        " WHERE ns.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped",
+        (schema, VERSION_TABLE),
+    ).fetchall()
+    return [tuple(c) for c in columns] == [("version", "integer")]
 
 
 def pending(conn: psycopg.Connection[Any], schema: str) -> list[_db.Migration]:
@@ -212,10 +243,13 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> list[_db.Migration]:
     applied = []
     for step in pending(conn, schema):
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, MIGRATION_LOCK))
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (lock_class(schema), MIGRATION_LOCK))
             if schema_version(conn, schema) >= step.version:  # another worker did it meanwhile
                 continue
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+            # Only when missing: CREATE SCHEMA needs the database's CREATE privilege even
+            # with IF NOT EXISTS, and a role may be given just a schema to create in.
+            if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None:
+                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
             conn.execute(
                 sql.SQL("CREATE TABLE IF NOT EXISTS {}.{} (version integer NOT NULL)").format(
                     sql.Identifier(schema), sql.Identifier(VERSION_TABLE)

@@ -28,6 +28,7 @@ class PostgresUpkeep(Storage):
     """Maintenance queries; mixed into ``PostgresStorage``, whose helpers these use."""
 
     target: pgdb.Target
+    lock_class: int
 
     def _all(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
         raise NotImplementedError
@@ -43,7 +44,7 @@ class PostgresUpkeep(Storage):
     ) -> tuple[list[str], list[str]]:
         with self.transaction() if delete else self.snapshot():
             if delete:  # writers finish first, and none starts until the prune commits
-                self._one("SELECT pg_advisory_xact_lock(%s, %s)", (pgdb.LOCK_CLASS, pgdb.STORE_LOCK))
+                self._one("SELECT pg_advisory_xact_lock(%s, %s)", (self.lock_class, pgdb.STORE_LOCK))
             query = shared_sql.REACHED + ", " + shared_sql.PRUNE_SCOPE[session_key is None]
             gone = self._all(
                 for_postgres(query + shared_sql.UNREACHABLE), {"s": session_key, "cutoff": cutoff or "9999"}
