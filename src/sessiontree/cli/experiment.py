@@ -13,6 +13,7 @@ from ..experiments import compare as compare_branches
 from ..experiments import replay as replay_branch
 from ..experiments import rerun as rerun_at
 from ..names import shown
+from ..providers.script import PREFIX as SCRIPT_PREFIX
 from . import complete
 from .common import echo_json, open_store, target, targets
 from .inspect import diff_lines, json_option, session_option
@@ -78,9 +79,12 @@ def replay(
 
 
 def parse_variant(spec: str) -> tuple[str, str, dict]:
-    """``NAME=MODEL[:key=value,...]``; values are JSON when they parse, else text."""
-    head, _, options = spec.partition(":")
-    name, sep, model = head.partition("=")
+    """``NAME=MODEL[:key=value,...]``; values are JSON when they parse, else text. MODEL may
+    be ``script:PATH`` (a script file, PATH without a colon)."""
+    name, sep, rest = spec.partition("=")
+    prefix = SCRIPT_PREFIX if rest.startswith(SCRIPT_PREFIX) else ""
+    named, _, options = rest[len(prefix) :].partition(":")
+    model = prefix + named if named else ""
     if not sep or not name or not model:
         raise click.BadParameter(f"{spec!r}: expected NAME=MODEL[:key=value,...]", param_hint="--variant")
     params = {}
@@ -103,7 +107,8 @@ def parse_variant(spec: str) -> tuple[str, str, dict]:
     "variant_specs",
     multiple=True,
     required=True,
-    help="NAME=MODEL[:key=value,...] (repeatable); key system=... sets a system prompt.",
+    help="NAME=MODEL[:key=value,...] (repeatable); key system=... sets a system prompt; MODEL "
+    "script:PATH plays a script file with no server (see run --model).",
 )
 @click.option(
     "-n", "repetitions", default=1, show_default=True, type=click.IntRange(min=1), help="Runs per variant."
