@@ -60,7 +60,9 @@ def script_model(
     try:
         lines = text.decode("utf-8").splitlines()
     except UnicodeDecodeError as e:
-        raise InvalidScript(f"{name}: not UTF-8 text (byte {text[e.start]:#04x} at offset {e.start})") from None
+        raise InvalidScript(
+            f"{name}: not UTF-8 text (byte {text[e.start]:#04x} at offset {e.start})"
+        ) from None
     replies = [reply_from_line(name, number, line) for number, line in enumerate(lines, 1) if line.strip()]
     if not replies:
         raise InvalidScript(f"{name}: the script has no reply; write one assistant message per line")
