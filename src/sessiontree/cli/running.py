@@ -1,4 +1,6 @@
-"""Commands that run the agent loop: run and resume."""
+"""Commands that run the agent loop: run, resume and worker. ``make_call`` turns
+``--base-url``/``--model`` into the model call (``script:PATH`` is a script file);
+rerun and replay use it too."""
 
 from __future__ import annotations
 
@@ -263,7 +265,8 @@ def run(
     params: tuple[tuple[str, str], ...],
     as_json: bool,
 ) -> None:
-    """Add PROMPT (if given) to a branch and run the agent loop on an OpenAI-compatible model.
+    """Add PROMPT (if given) to a branch and run the agent loop on an OpenAI-compatible model
+    (or, with --model script:PATH, on a file of replies: no server needed).
 
     Continues -s SESSION, else the most recently active session; --new (or an
     empty store) starts a new session.
