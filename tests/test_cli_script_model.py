@@ -192,8 +192,8 @@ def test_a_script_that_runs_out_says_which_file_and_reply(tmp_path, monkeypatch)
     )
     assert result.exit_code == 1
     assert result.stderr.splitlines()[-1] == (
-        f"error: ScriptExhausted: {tmp_path / 'one.jsonl'} has no reply 2 for this turn (the call after 1 "
-        "assistant message(s) since the last user message); it has 1"
+        f"error: ScriptExhausted: {tmp_path / 'one.jsonl'} has no reply 2 for user turn 1 (1 assistant "
+        "message(s) since that user message); the script has 1"
     )
 
 
@@ -265,7 +265,7 @@ def test_the_reply_is_chosen_from_the_conversation_not_the_process(tmp_path):
     assert model([user, a1, tool, a1, tool, {"role": "assistant", "content": "x"}, user], []).message[
         "tool_calls"
     ][0]["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
-    with pytest.raises(ScriptExhausted, match="has no reply 4 for this turn"):
+    with pytest.raises(ScriptExhausted, match="has no reply 4 for user turn 1 "):
         model([user, a1, tool, a1, tool, a1], [])
     streamed = list(script_model(tmp_path / "s.jsonl", stream=True)([user, a1, tool, a1, tool], []))
     assert streamed[:-1] == ["Emailed ", "Bob: ", "sunny ", "in ", "Paris."]

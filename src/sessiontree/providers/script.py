@@ -20,8 +20,8 @@ Contract:
 - A compaction's own request (the agent loop's summary prompt is the last message)
   is answered with a fixed summary text and takes no reply.
 - A call past the last reply raises ``ScriptExhausted`` naming the file, the reply
-  it needed and how many the file has; the agent loop records it like any failed
-  model call.
+  it needed, the user turn (user messages in what was sent) and how many replies the
+  file has; the agent loop records it like any failed model call.
 - The run records provider ``script``, the path as given as its model, and the
   request parameters it was given (there is no key to keep out).
 """
@@ -135,9 +135,10 @@ class ScriptModel:
         else:
             n = assistants_since_last_user(messages) + 1
             if n > len(self.replies):
+                turn = sum(m.get("role") == "user" for m in messages)
                 raise ScriptExhausted(
-                    f"{self.model} has no reply {n} for this turn (the call after {n - 1} "
-                    f"assistant message(s) since the last user message); it has {len(self.replies)}"
+                    f"{self.model} has no reply {n} for user turn {turn} ({n - 1} assistant "
+                    f"message(s) since that user message); the script has {len(self.replies)}"
                 )
             answer = copy.deepcopy(self.replies[n - 1])
         completion = completed(answer, messages, model=self.model, provider=PROVIDER, params=self.params)
