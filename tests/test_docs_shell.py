@@ -3,9 +3,10 @@
 Every ```bash, ```sh, ```shell or ```console block that calls `sessiontree` runs,
 in order, in one temporary directory per markdown file, with ``bash -euo pipefail``
 (a ```console block runs its ``$ `` lines). Each file starts from a database that
-``sessiontree demo`` filled, on its own ``SESSIONTREE_DB``; ``SESSIONTREE_BASE_URL``
-and ``SESSIONTREE_MODEL`` point at a local fakellm server, so examples that need a
-model run too. Nothing leaves the machine.
+``sessiontree demo`` filled, on its own ``SESSIONTREE_DB``. No model server runs and
+no ``SESSIONTREE_BASE_URL``, ``SESSIONTREE_MODEL`` or API key is set: an example that
+calls a model plays a script file it writes itself (``--model script:PATH``), as a
+reader without a server would. Nothing leaves the machine.
 
 A block that genuinely cannot run here is marked in the markdown with
 ``<!-- not run: REASON -->`` on the line before its fence; it is never skipped
@@ -24,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-import servers
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -90,18 +89,8 @@ def runnable(path: Path) -> list[Block]:
     return [b for b in shell_blocks(path) if b.not_run is None and (path.name, b.line) != INSTALL_BLOCK]
 
 
-@pytest.fixture(scope="module")
-def echo_llm(tmp_path_factory):
-    """fakellm with no rules: every model answers with a deterministic mock text."""
-    root = tmp_path_factory.mktemp("fakellm-docs")
-    (root / "rules.yaml").write_text("version: 1\ndefaults: {fallback: deterministic_echo}\nrules: []\n")
-    server = servers.start_fakellm(root / "rules.yaml", root / "logs")
-    yield server
-    server.stop()
-
-
-def shell_env(tmp_path: Path, llm_url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONTREE_")}
+def shell_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONTREE_", "OPENAI_"))}
     bin_dir = str(Path(sys.executable).parent)  # the sessiontree script of this environment
     (tmp_path / "home").mkdir()
     env.update(
@@ -109,9 +98,6 @@ def shell_env(tmp_path: Path, llm_url: str) -> dict[str, str]:
         HOME=str(tmp_path / "home"),
         XDG_DATA_HOME=str(tmp_path / "data"),
         SESSIONTREE_DB=str(tmp_path / "docs.db"),
-        SESSIONTREE_BASE_URL=llm_url + "/v1",
-        SESSIONTREE_MODEL="gpt-4o-mini",
-        OPENAI_API_KEY="sk-docs-example",
     )
     return env
 
@@ -133,10 +119,10 @@ def run_shell(script: str, cwd: Path, env: dict[str, str], where: str) -> None:
         )
 
 
-@pytest.mark.slow  # starts a model server and runs whole CLI sessions
+@pytest.mark.slow  # runs whole CLI sessions, a process per command
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.name) for p in FILES if runnable(p)])
-def test_shell_examples_run(path: Path, tmp_path: Path, echo_llm) -> None:
-    env = shell_env(tmp_path, echo_llm.url)
+def test_shell_examples_run(path: Path, tmp_path: Path) -> None:
+    env = shell_env(tmp_path)
     run_shell("sessiontree demo > /dev/null\n", tmp_path, env, f"{path.name}: sessiontree demo")
     for block in runnable(path):
         run_shell(block.script(), tmp_path, env, block.where)
@@ -151,6 +137,17 @@ def test_every_block_that_calls_sessiontree_runs_or_says_why_not() -> None:
     for block in blocks:
         if block.not_run is not None:
             assert len(block.not_run) > 5, f"{block.where}: say why the block cannot run"
+
+
+MODEL_VERBS = re.compile(r"sessiontree (run|resume|worker|rerun)\b")
+
+
+def test_the_blocks_that_call_a_model_play_a_script_file() -> None:
+    """The README's walkthrough and the experiments page call a model, offline."""
+    calling = [b for path in FILES for b in runnable(path) if MODEL_VERBS.search(b.source)]
+    assert {b.path.name for b in calling} >= {"README.md", "experiments.md", "agent.md"}
+    for block in calling:
+        assert "script:" in block.source, f"{block.where}: a model call with no script file needs a server"
 
 
 def test_markers_sit_right_before_a_block_that_calls_sessiontree() -> None:

@@ -136,3 +136,8 @@ class CassetteExhausted(SessionTreeError):
 
 class ScriptExhausted(SessionTreeError):
     """A scripted model was called more times than its script has replies."""
+
+
+class InvalidScript(SessionTreeError, ValueError):
+    """A script file (``--model script:PATH``) that cannot be read, or a line of it that is
+    not an assistant message; the message names the file and the line."""

@@ -4,11 +4,16 @@ variants, and compare the branches that come out.
 Contract:
 - ``replay`` forks the recorded branch just before its first model call and
   runs the agent loop again with the recorded assistant replies as the model
-  (a cassette), the recorded human decisions as the approver (a call the
-  recording paused for and nobody decided pauses again), and either the
-  recorded tool results or live tools. It reports whether every model reply,
-  tool call, argument and tool result matched, and where it first diverged.
-  Markers (pauses, decisions, tool starts, errors) are not compared.
+  (a cassette; or ``call``, a live model), the recorded human decisions as the
+  approver (a call the recording paused for and nobody decided pauses again),
+  and either the recorded tool results or live tools. It goes turn by turn: a
+  turn starts where the recording has user (system, developer) messages after
+  what the agent wrote; the replay appends those messages as recorded and runs
+  the loop again, with only that turn's replies on the cassette. It reports,
+  per turn and for the whole branch, whether every model reply, tool call,
+  argument and tool result matched, and where it first diverged. Markers
+  (pauses, decisions, tool starts, errors) are not compared. A pause, or a
+  live model's failure, stops it; the later turns are reported not replayed.
 - ``rerun`` starts one new branch per variant and repetition at a ref, labels
   it with its variant in the branch metadata, and runs them concurrently (at
   most ``concurrency`` at once). It never touches the branch it started from.
@@ -91,6 +96,23 @@ class Divergence:
     expected: str | None
     actual: str | None
     node_id: str | None  # the replayed node, when there is one
+    turn: int = 1  # the turn it is in: 1 is the first agent run, each user turn fed back adds one
+
+
+@dataclass(frozen=True)
+class TurnReport:
+    """How one turn of a replay went: the user messages fed back (none in turn 1) and the
+    agent run that followed them."""
+
+    turn: int
+    first: int  # the index of its first compared message, among all of the replay's
+    compared: int  # recorded messages in it, the user messages fed back included
+    matched: bool
+    divergence: Divergence | None
+    final: str  # the reason the turn's run ended; "not replayed" or "no reply recorded"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "divergence": self.divergence.__dict__ if self.divergence else None}
 
 
 @dataclass(frozen=True)
@@ -99,70 +121,59 @@ class ReplayReport:
     branch: str
     matched: bool
     compared: int
-    divergence: Divergence | None
-    final: str
+    divergence: Divergence | None  # the first, in the first turn that diverged
+    final: str  # how the last turn replayed ended
+    turns: list[TurnReport] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "divergence": self.divergence.__dict__ if self.divergence else None}
+        return {
+            **self.__dict__,
+            "divergence": self.divergence.__dict__ if self.divergence else None,
+            "turns": [t.to_dict() for t in self.turns],
+        }
 
 
-class Cassette:
-    """A model call that plays back recorded assistant messages, in order."""
+@dataclass
+class _Turn:
+    """One turn of a recording: the user (system, developer) messages that open it (none
+    in turn 1), then the agent run they started."""
 
-    def __init__(self, replies: list[Completion]) -> None:
-        self.replies, self.calls = list(replies), 0
-
-    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Completion:
-        self.calls += 1
-        if not self.replies:
-            raise CassetteExhausted(
-                f"the replay asked for model call {self.calls}; the recording has {self.calls - 1}"
-            )
-        return self.replies.pop(0)
+    inputs: list[Node] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)  # every node of the turn, inputs first
+    replies: list[Completion] = field(default_factory=list)
 
 
-def _recorded() -> None:
-    """Plays back the result recorded for each call."""
-
-
-class RecordedTool(Tool):
-    """A tool that answers each call with the result recorded for it: results are keyed by
-    (model reply, call id), since some servers reuse call ids from one reply to the next,
-    and the reply being answered is the last one ``cassette`` played."""
-
-    def __init__(self, name: str, results: dict[tuple[int, str], Any], cassette: Cassette) -> None:
-        super().__init__(_recorded, name=name)
-        self.results, self.cassette = results, cassette
-
-    def parse(self, arguments: str | dict[str, Any] | None) -> dict[str, Any]:
-        return {}  # the recording answers whatever was asked; the comparison judges it
-
-    async def invoke(self, arguments: dict[str, Any], context: Any = None) -> Any:
-        call_id = context.call_id if context else None
-        key = (self.cassette.calls, str(call_id))
-        if key not in self.results:
-            return f"Error: no recorded result for call {call_id!r} of {self.name}"
-        return self.results[key]
+def _is_input(node: Node) -> bool:
+    """A message the agent loop does not write: what a replay feeds back."""
+    return node.kind == "message" and node.payload.get("role") not in ("assistant", "tool")
 
 
 @dataclass
 class _Recording:
-    """A recorded branch from its first model reply, read for a replay. Tool results,
-    decisions and pauses are keyed by (model reply, call id): the n-th reply's calls."""
+    """A recorded branch from its first model reply, read for a replay, cut into turns
+    where a user message follows what the agent wrote. Tool results, decisions and pauses
+    are keyed by (turn, model reply in the turn, call id): the n-th reply's calls."""
 
-    replies: list[Completion] = field(default_factory=list)
-    results: dict[tuple[int, str], Any] = field(default_factory=dict)
-    decisions: dict[tuple[int, str], Decision] = field(default_factory=dict)
-    paused: set[tuple[int, str]] = field(default_factory=set)
+    turns: list[_Turn] = field(default_factory=list)
+    results: dict[tuple[int, int, str], Any] = field(default_factory=dict)
+    decisions: dict[tuple[int, int, str], Decision] = field(default_factory=dict)
+    paused: set[tuple[int, int, str]] = field(default_factory=set)
 
     @classmethod
     def read(cls, store: Store, nodes: list[Node]) -> _Recording:
-        recording = cls()
+        recording = cls([_Turn()])
         for node in nodes:
-            turn = len(recording.replies)
-            if node.kind == "message" and node.payload.get("role") == "assistant":
+            turn = recording.turns[-1]
+            if _is_input(node) and any(n.kind == "message" and not _is_input(n) for n in turn.nodes):
+                turn = _Turn()
+                recording.turns.append(turn)
+            turn.nodes.append(node)
+            key = (len(recording.turns) - 1, len(turn.replies))
+            if _is_input(node):
+                turn.inputs.append(node)
+            elif node.kind == "message" and node.payload.get("role") == "assistant":
                 run = store.run(node.run_id) if node.run_id else None
-                recording.replies.append(
+                turn.replies.append(
                     Completion(
                         node.payload,
                         model=run.model if run else None,
@@ -172,25 +183,80 @@ class _Recording:
                     )
                 )
             elif node.kind == "message" and node.payload.get("role") == "tool":
-                recording.results[(turn, str(node.payload.get("tool_call_id")))] = node.payload.get("content")
+                recording.results[(*key, str(node.payload.get("tool_call_id")))] = node.payload.get("content")
             elif node.kind == "decision":
                 for call_id, data in node.payload.get("decisions", {}).items():
-                    recording.decisions[(turn, call_id)] = decision_from_dict(data)
+                    recording.decisions[(*key, call_id)] = decision_from_dict(data)
             elif node.kind == "pause":
-                recording.paused |= {(turn, str(c.get("id"))) for c in node.payload.get("calls", [])}
+                recording.paused |= {(*key, str(c.get("id"))) for c in node.payload.get("calls", [])}
         return recording
 
-    def approver(self, cassette: Cassette) -> Callable[[ToolCall], Decision | Pause]:
+
+class _Player:
+    """The model of a replay: the recorded replies of the turn being replayed (a
+    cassette), or a live ``call``. It counts the model calls of the turn, which is how
+    recorded results and decisions find the call they belong to."""
+
+    def __init__(self, recording: _Recording, call: ModelCall | None) -> None:
+        self.recording, self.live = recording, call
+        self.turn = self.calls = 0
+        self.ran_out = False  # the cassette had no reply left for the turn
+
+    def start(self, turn: int) -> None:
+        self.turn, self.calls, self.ran_out = turn, 0, False
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return self.turn, self.calls
+
+    def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+        self.calls += 1
+        if self.live is not None:
+            return self.live(messages, tools)
+        replies = self.recording.turns[self.turn].replies
+        if self.calls > len(replies):
+            self.ran_out = True
+            raise CassetteExhausted(
+                f"the replay asked for model call {self.calls} of turn {self.turn + 1}; "
+                f"the recording has {len(replies)}"
+            )
+        return replies[self.calls - 1]
+
+    def approver(self) -> Callable[[ToolCall], Decision | Pause]:
         """What the humans decided; a call the recording paused for and nobody decided
         pauses again, so live tools never run a call that was never approved."""
 
         def approve(call: ToolCall) -> Decision | Pause:
-            key = (cassette.calls, call.id)
-            if key in self.decisions:
-                return self.decisions[key]
-            return Pause("the recording paused here") if key in self.paused else Approve()
+            key = (*self.key, call.id)
+            if key in self.recording.decisions:
+                return self.recording.decisions[key]
+            return Pause("the recording paused here") if key in self.recording.paused else Approve()
 
         return approve
+
+
+def _recorded() -> None:
+    """Plays back the result recorded for each call."""
+
+
+class RecordedTool(Tool):
+    """A tool that answers each call with the result recorded for it: results are keyed by
+    (turn, model reply, call id), since some servers reuse call ids from one reply to the
+    next, and the reply being answered is the last one ``player`` gave."""
+
+    def __init__(self, name: str, player: _Player) -> None:
+        super().__init__(_recorded, name=name)
+        self.player = player
+
+    def parse(self, arguments: str | dict[str, Any] | None) -> dict[str, Any]:
+        return {}  # the recording answers whatever was asked; the comparison judges it
+
+    async def invoke(self, arguments: dict[str, Any], context: Any = None) -> Any:
+        call_id = context.call_id if context else None
+        key = (*self.player.key, str(call_id))
+        if key not in self.player.recording.results:
+            return f"Error: no recorded result for call {call_id!r} of {self.name}"
+        return self.player.recording.results[key]
 
 
 async def areplay(
@@ -201,9 +267,11 @@ async def areplay(
     tools: Literal["recorded", "live"] = "recorded",
     implementations: Iterable[Tool | Callable[..., Any]] = (),
     into: str | None = None,
-    max_steps: int = 100,
+    call: ModelCall | None = None,
+    max_steps: int | None = None,
 ) -> ReplayReport:
-    """Re-run a recorded branch against its own recording; see the module docstring."""
+    """Re-run a recorded branch against its own recording, turn by turn; see the module
+    docstring."""
     s = session_of(store, branch, session)
     path = s.path(branch)
     first = next(
@@ -211,46 +279,72 @@ async def areplay(
     )
     if first is None or first == 0:
         raise Conflict(f"branch {branch!r} has no model call to replay after a first message")
-    recorded = path[first:]
-    recording = _Recording.read(store, recorded)
-    cassette = Cassette(recording.replies)
+    recording = _Recording.read(store, path[first:])
+    player = _Player(recording, call)
     if tools == "recorded":
-        names = {c["function"]["name"] for r in recording.replies for c in r.message.get("tool_calls") or []}
-        registry: list[Tool] = [RecordedTool(name, recording.results, cassette) for name in sorted(names)]
+        names = {
+            c["function"]["name"]
+            for t in recording.turns
+            for r in t.replies
+            for c in r.message.get("tool_calls") or []
+        }
+        registry: list[Tool] = [RecordedTool(name, player) for name in sorted(names)]
     elif tools == "live":
         registry = list(as_tools(implementations).values())
     else:
         raise ValueError(f"tools must be 'recorded' or 'live', not {tools!r}")
 
     name = into or free_branch_name(s, f"{branch}-replay")
-    s.fork(name, at=path[first - 1], metadata={"replay_of": branch, "tools": tools})
-    final = None
-    async for step in arun(
-        store,
-        s,
-        name,
-        call=cassette,
-        tools=registry,
-        approve=recording.approver(cassette),
-        max_steps=max_steps,
-    ):
-        if isinstance(step, Final):
-            final = step
-    expected = [e for e in map(_event, recorded) if e is not None]
-    replayed_nodes = [n for n in s.path(name)[first:] if _event(n) is not None]
-    actual = [_event(n) for n in replayed_nodes]
+    metadata: dict[str, Any] = {"replay_of": branch, "tools": tools}
+    if call is not None:
+        metadata["model"] = getattr(call, "model", None)
+    s.fork(name, at=path[first - 1], metadata=metadata)
+    reports: list[TurnReport] = []
+    stopped = None  # why the turns after this one are not replayed
+    position = 0
+    for t, turn in enumerate(recording.turns):
+        expected = [e for e in map(_event, turn.nodes) if e is not None]
+        if stopped is not None:
+            reports.append(_turn_report(t, position, expected, [], "not replayed"))
+            position += len(expected)
+            continue
+        start = len(s.path(name))
+        for node in turn.inputs:
+            s.append(dict(node.payload), branch=name)
+        reason = "no reply recorded"
+        if call is not None or turn.replies:  # a cassette with nothing to play stops as the recording did
+            player.start(t)
+            limit = max_steps if max_steps is not None else len(turn.replies) + 1
+            reason = "none"
+            async for step in arun(
+                store, s, name, call=player, tools=registry, approve=player.approver(), max_steps=limit
+            ):
+                if isinstance(step, Final):
+                    reason = step.reason
+            # Feed the next turn after a run that ended as a run can between user turns;
+            # a pause, or a failing live model, stops the replay.
+            if reason not in ("completed", "max_steps") and not (reason == "error" and player.ran_out):
+                stopped = reason
+        replayed = [n for n in s.path(name)[start:] if _event(n) is not None]
+        reports.append(_turn_report(t, position, expected, replayed, reason))
+        position += len(expected)
+    divergence = next((r.divergence for r in reports if r.divergence is not None), None)
+    last = next((r.final for r in reversed(reports) if r.final != "not replayed"), "none")
+    return ReplayReport(branch, name, divergence is None, position, divergence, last, reports)
+
+
+def _turn_report(t: int, first: int, expected: list[tuple], replayed: list[Node], final: str) -> TurnReport:
+    """Compare one turn's recorded messages with what its replay wrote."""
+    actual = [_event(n) for n in replayed]
     divergence = None
     for i in range(max(len(expected), len(actual))):
         want = expected[i] if i < len(expected) else None
         got = actual[i] if i < len(actual) else None
         if want != got:
-            divergence = Divergence(
-                i, _show(want), _show(got), replayed_nodes[i].id if i < len(actual) else None
-            )
+            node_id = replayed[i].id if i < len(actual) else None
+            divergence = Divergence(first + i, _show(want), _show(got), node_id, t + 1)
             break
-    return ReplayReport(
-        branch, name, divergence is None, len(expected), divergence, final.reason if final else "none"
-    )
+    return TurnReport(t + 1, first, len(expected), divergence is None, divergence, final)
 
 
 def _show(event: tuple | None) -> str | None:

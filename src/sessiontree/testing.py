@@ -6,6 +6,8 @@ call takes the next reply (a string, an assistant message dict, a
 returning one of those) and records what it was sent in ``.calls``. With
 ``stream=True`` it returns the streaming form: the text in word-sized deltas,
 then the reply. Running out of replies raises ``ScriptExhausted``.
+``completed`` and ``deltas`` are how it shapes a reply; the CLI's script model
+(``providers.script``) shapes its replies the same way.
 """
 
 from __future__ import annotations
@@ -67,31 +69,46 @@ class ScriptedModel:
             answer = answer(messages, tools)
         if isinstance(answer, BaseException):
             raise answer
-        completion = (
-            answer
-            if isinstance(answer, Completion)
-            else Completion({"role": "assistant", "content": answer} if isinstance(answer, str) else answer)
-        )
-        completion.model = completion.model or self.model
-        completion.provider = completion.provider or "scripted"
-        completion.params = completion.params or dict(self.params)
-        completion.finish_reason = completion.finish_reason or (
-            "tool_calls" if completion.message.get("tool_calls") else "stop"
-        )
-        if not completion.usage:
-            prompt = sum(len(str(m.get("content") or "").split()) for m in messages)
-            output = len(str(completion.message.get("content") or "").split())
-            completion.usage = {
-                "prompt_tokens": prompt,
-                "completion_tokens": output,
-                "total_tokens": prompt + output,
-            }
-        return self._deltas(completion) if self.stream else completion
+        completion = completed(answer, messages, model=self.model, provider="scripted", params=self.params)
+        return deltas(completion) if self.stream else completion
 
-    @staticmethod
-    def _deltas(completion: Completion) -> Iterator[Any]:
-        text = completion.message.get("content") or ""
-        words = text.split(" ") if text else []
-        for i, word in enumerate(words):
-            yield word if i == len(words) - 1 else word + " "
-        yield completion
+
+def completed(
+    answer: Completion | dict[str, Any] | str,
+    messages: list[dict[str, Any]],
+    *,
+    model: str,
+    provider: str,
+    params: dict[str, Any],
+) -> Completion:
+    """A scripted answer as the ``Completion`` a server would give: what it leaves out
+    (model, provider, params, finish reason) filled in, and usage counted in words."""
+    completion = (
+        answer
+        if isinstance(answer, Completion)
+        else Completion({"role": "assistant", "content": answer} if isinstance(answer, str) else answer)
+    )
+    completion.model = completion.model or model
+    completion.provider = completion.provider or provider
+    completion.params = completion.params or dict(params)
+    completion.finish_reason = completion.finish_reason or (
+        "tool_calls" if completion.message.get("tool_calls") else "stop"
+    )
+    if not completion.usage:
+        prompt = sum(len(str(m.get("content") or "").split()) for m in messages)
+        output = len(str(completion.message.get("content") or "").split())
+        completion.usage = {
+            "prompt_tokens": prompt,
+            "completion_tokens": output,
+            "total_tokens": prompt + output,
+        }
+    return completion
+
+
+def deltas(completion: Completion) -> Iterator[Any]:
+    """The streaming form of a completion: its text in word-sized deltas, then itself."""
+    text = completion.message.get("content") or ""
+    words = text.split(" ") if text else []
+    for i, word in enumerate(words):
+        yield word if i == len(words) - 1 else word + " "
+    yield completion

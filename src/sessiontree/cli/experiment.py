@@ -8,16 +8,17 @@ import sys
 
 import click
 
-from ..experiments import Variant
+from ..experiments import Divergence, ReplayReport, Variant
 from ..experiments import compare as compare_branches
 from ..experiments import replay as replay_branch
 from ..experiments import rerun as rerun_at
 from ..names import shown
+from ..providers.script import PREFIX as SCRIPT_PREFIX
 from . import complete
 from .common import echo_json, open_store, target, targets
 from .inspect import diff_lines, json_option, session_option
 from .render import one_line, table
-from .running import approver, load_tools, make_call, rerun_options
+from .running import api_key_option, approver, base_url_option, load_tools, make_call, rerun_options
 
 
 @click.command()
@@ -38,6 +39,14 @@ from .running import approver, load_tools, make_call, rerun_options
     help="With --tool-results live: the tools, as module, module:attribute or file.py (repeatable).",
 )
 @click.option("--into", help="Name of the new branch (default: BRANCH-replay).")
+@click.option(
+    "-m",
+    "--model",
+    help="Replay against this model instead of the recorded replies: a name on --base-url, or "
+    "script:PATH (a file of replies, see run --model). Never read from SESSIONTREE_MODEL.",
+)
+@base_url_option
+@api_key_option
 @json_option
 @click.pass_context
 def replay(
@@ -47,40 +56,74 @@ def replay(
     mode: str,
     tool_specs: tuple[str, ...],
     into: str | None,
+    model: str | None,
+    base_url: str | None,
+    api_key_env: str,
     as_json: bool,
 ) -> None:
-    """Re-run BRANCH against its recording; exit 1 if it diverges."""
+    """Re-run BRANCH against its recording, turn by turn; exit 1 if it diverges.
+
+    The recorded user messages are fed back as the branch had them, and each turn's
+    agent run is compared with the recording's.
+    """
     if tool_specs and mode != "live":
         raise click.ClickException("--tools only applies with --tool-results live")
+    call = make_call(base_url, model, api_key_env, False, ()) if model else None
     store = open_store(ctx, write=True)
     s, ref = target(store, branch, session)
     report = replay_branch(
-        store, ref, session=s, tools=mode, implementations=load_tools(tool_specs), into=into
+        store, ref, session=s, tools=mode, implementations=load_tools(tool_specs), into=into, call=call
     )
     if as_json:
         echo_json(report.to_dict())
-    elif report.matched:
-        click.echo(
-            f"replayed {report.recorded} into {report.branch}: all {report.compared} "
-            f"message(s) matched ({report.final})"
-        )
     else:
-        d = report.divergence
-        assert d is not None  # a report that did not match says where
-        click.echo(
-            f"replayed {report.recorded} into {report.branch}: diverged at message "
-            f"{d.index + 1} of {report.compared}"
-        )
-        click.echo(f"  expected: {d.expected}")
-        click.echo(f"  actual:   {d.actual}")
+        for line in replay_lines(report):
+            click.echo(line)
     if not report.matched:
         ctx.exit(1)
 
 
+def replay_lines(report: ReplayReport) -> list[str]:
+    """A replay report for a person: one line when it matched, else where each turn diverged."""
+    head = f"replayed {report.recorded} into {report.branch}"
+    turns = report.turns
+    if report.matched:
+        of = f" of {len(turns)} turn(s)" if len(turns) > 1 else ""
+        return [f"{head}: all {report.compared} message(s){of} matched ({report.final})"]
+    first = report.divergence
+    assert first is not None  # a report that did not match says where
+    shown_at = f"diverged at message {first.index + 1} of {report.compared}"
+    if len(turns) == 1:
+        return [head + ": " + shown_at, *compared_lines(first, "  ")]
+    diverged = sum(not t.matched for t in turns)
+    lines = [f"{head}: {diverged} of {len(turns)} turn(s) diverged, the first {shown_at}"]
+    for t in turns:
+        span = (
+            f"message {t.first + 1}" if t.compared == 1 else f"messages {t.first + 1}-{t.first + t.compared}"
+        )
+        if t.final == "not replayed":
+            lines.append(f"  turn {t.turn} ({span}): not replayed")
+        elif t.divergence is None:
+            lines.append(f"  turn {t.turn} ({span}): matched ({t.final})")
+        else:
+            d = t.divergence
+            lines.append(f"  turn {t.turn} ({span}): diverged at message {d.index + 1} ({t.final})")
+            lines += compared_lines(d, "    ")
+    return lines
+
+
+def compared_lines(d: Divergence, indent: str) -> list[str]:
+    """What the recording had and what the replay wrote instead, cut to fit a screen."""
+    return [f"{indent}expected: {one_line(d.expected, 300)}", f"{indent}actual:   {one_line(d.actual, 300)}"]
+
+
 def parse_variant(spec: str) -> tuple[str, str, dict]:
-    """``NAME=MODEL[:key=value,...]``; values are JSON when they parse, else text."""
-    head, _, options = spec.partition(":")
-    name, sep, model = head.partition("=")
+    """``NAME=MODEL[:key=value,...]``; values are JSON when they parse, else text. MODEL may
+    be ``script:PATH`` (a script file, PATH without a colon)."""
+    name, sep, rest = spec.partition("=")
+    prefix = SCRIPT_PREFIX if rest.startswith(SCRIPT_PREFIX) else ""
+    named, _, options = rest[len(prefix) :].partition(":")
+    model = prefix + named if named else ""
     if not sep or not name or not model:
         raise click.BadParameter(f"{spec!r}: expected NAME=MODEL[:key=value,...]", param_hint="--variant")
     params = {}
@@ -103,7 +146,8 @@ def parse_variant(spec: str) -> tuple[str, str, dict]:
     "variant_specs",
     multiple=True,
     required=True,
-    help="NAME=MODEL[:key=value,...] (repeatable); key system=... sets a system prompt.",
+    help="NAME=MODEL[:key=value,...] (repeatable); key system=... sets a system prompt; MODEL "
+    "script:PATH plays a script file with no server (see run --model).",
 )
 @click.option(
     "-n", "repetitions", default=1, show_default=True, type=click.IntRange(min=1), help="Runs per variant."

@@ -1,4 +1,6 @@
-"""Commands that run the agent loop: run and resume."""
+"""Commands that run the agent loop: run, resume and worker. ``make_call`` turns
+``--base-url``/``--model`` into the model call (``script:PATH`` is a script file);
+rerun and replay use it too."""
 
 from __future__ import annotations
 
@@ -81,8 +83,16 @@ base_url_option = click.option(
     envvar="SESSIONTREE_BASE_URL",
     help="OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 (env SESSIONTREE_BASE_URL).",
 )
+SCRIPT_HELP = (
+    "script:PATH plays PATH instead, with no server: a JSONL file of assistant messages, one "
+    "reply a line; a call gets reply k+1 when k assistant messages follow the last user "
+    "message in what it sends, so each user turn starts at line 1 (see docs/providers.md)."
+)
 model_option = click.option(
-    "-m", "--model", envvar="SESSIONTREE_MODEL", help="Model name (env SESSIONTREE_MODEL)."
+    "-m",
+    "--model",
+    envvar="SESSIONTREE_MODEL",
+    help="Model name (env SESSIONTREE_MODEL); " + SCRIPT_HELP,
 )
 api_key_option = click.option(
     "--api-key-env",
@@ -159,16 +169,37 @@ def make_call(
     stream: bool,
     params: tuple[tuple[str, str], ...],
 ) -> Any:
+    """The model call ``--base-url``/``--model`` name: ``script:PATH`` plays a script file
+    (no server; see providers.script), anything else is a model on the endpoint."""
     from ..providers import openai_compatible
+    from ..providers.script import PREFIX, script_model
 
+    if model and model.startswith(PREFIX):
+        path = model[len(PREFIX) :]
+        if not path:
+            raise click.BadParameter(f"{PREFIX} needs a file: {PREFIX}replies.jsonl", param_hint="--model")
+        # A base URL (set in the environment, say) is not used: the script is the model.
+        return script_model(path, stream=stream, params=request_params(params, openai_compatible))
     if not base_url and not model:
-        raise click.UsageError("give --base-url and --model (or SESSIONTREE_BASE_URL and SESSIONTREE_MODEL)")
+        raise click.UsageError(
+            "give --base-url and --model (or SESSIONTREE_BASE_URL and SESSIONTREE_MODEL), "
+            f"or --model {PREFIX}PATH to play a script file with no server"
+        )
     if not base_url:
         raise click.UsageError("give --base-url (or SESSIONTREE_BASE_URL)")
     if not model:
         raise click.UsageError("give --model (or SESSIONTREE_MODEL)")
+    extra = request_params(params, openai_compatible)
+    try:
+        return openai_compatible(base_url, model, api_key=os.environ.get(api_key_env), stream=stream, **extra)
+    except ValueError as e:  # a key with a control character: the message names it, never quotes it
+        raise click.ClickException(f"${api_key_env}: {e}") from None
+
+
+def request_params(params: tuple[tuple[str, str], ...], adapter: Callable[..., Any]) -> dict[str, Any]:
+    """``-o KEY VALUE`` pairs as request parameters; values are JSON when they parse."""
     # The adapter's own keywords (timeout, headers, api_key, ...) are not request parameters.
-    settings = set(inspect.signature(openai_compatible).parameters) - {"base_url", "model", "params"}
+    settings = set(inspect.signature(adapter).parameters) - {"base_url", "model", "params"}
     extra = {}
     for key, value in params:
         if key in OWN_OPTIONS or key in settings:
@@ -178,10 +209,7 @@ def make_call(
             extra[key] = json.loads(value)
         except ValueError:
             extra[key] = value
-    try:
-        return openai_compatible(base_url, model, api_key=os.environ.get(api_key_env), stream=stream, **extra)
-    except ValueError as e:  # a key with a control character: the message names it, never quotes it
-        raise click.ClickException(f"${api_key_env}: {e}") from None
+    return extra
 
 
 @click.command()
@@ -237,7 +265,8 @@ def run(
     params: tuple[tuple[str, str], ...],
     as_json: bool,
 ) -> None:
-    """Add PROMPT (if given) to a branch and run the agent loop on an OpenAI-compatible model.
+    """Add PROMPT (if given) to a branch and run the agent loop on an OpenAI-compatible model
+    (or, with --model script:PATH, on a file of replies: no server needed).
 
     Continues -s SESSION, else the most recently active session; --new (or an
     empty store) starts a new session.
