@@ -348,6 +348,13 @@ class Session:
         The append is a compare-and-set on the head that was summarised.
         """
         path = self.path(branch)
+        if path and path[-1].kind in ("pause", "decision"):
+            # A summary there becomes the head: the decision would then go off the
+            # branch, and resume would find nothing left to continue.
+            todo = "decide and resume it" if path[-1].kind == "pause" else "resume it"
+            raise Conflict(
+                f"branch {shown(branch)} waits at {path[-1].kind} {path[-1].id}: {todo} before compacting"
+            )
         planned = compaction.plan(path, keep_last)
         if planned is None:
             return None
