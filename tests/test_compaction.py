@@ -8,9 +8,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessiontree import Compacted, Completion, InvalidPayload, Store, import_file, run, tool
+from sessiontree import (
+    Approve,
+    Compacted,
+    Completion,
+    Conflict,
+    InvalidPayload,
+    Store,
+    decide,
+    import_file,
+    resume,
+    run,
+    tool,
+)
 from sessiontree.compaction import plan, project
-from sessiontree.testing import ScriptedModel, tool_call
+from sessiontree.testing import ScriptedModel, reply, tool_call
 
 from conftest import assistant, user
 
@@ -112,12 +124,28 @@ def test_verify_reports_a_summary_whose_span_is_not_on_its_path(store, chat):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.sampled_from(["turn", "tools", "compact"]), max_size=14), st.integers(0, 4))
+@given(
+    st.lists(st.sampled_from(["turn", "tools", "cutoff", "answer", "compact"]), max_size=14),
+    st.integers(0, 4),
+)
 def test_compaction_keeps_the_tail_and_every_original(store, steps, keep):
     s = store.create_session()
     s.append(user("start"))
-    for i, step in enumerate(steps):
-        if step == "turn":
+    open_calls: list[str] = []  # the unanswered calls of a batch cut off mid-tool
+    for i, step in enumerate([*steps, "answer"]):
+        if open_calls and step != "compact":  # answered late, but before anything else
+            for call_id in open_calls:
+                s.append({"role": "tool", "tool_call_id": call_id, "content": "late"})
+            open_calls = []
+        if step == "cutoff":
+            calls = [tool_call("t", {}, id=f"c{i}a"), tool_call("t", {}, id=f"c{i}b")]
+            s.append_many(
+                [assistant(None, calls), {"role": "tool", "tool_call_id": f"c{i}a", "content": "r"}]
+            )
+            open_calls.append(f"c{i}b")
+        elif step == "answer":
+            pass
+        elif step == "turn":
             s.append_many([assistant(f"a{i}"), user(f"u{i}")])
         elif step == "tools":
             s.append_many(
@@ -141,6 +169,10 @@ def test_compaction_keeps_the_tail_and_every_original(store, steps, keep):
             assert not tail or tail[0]["role"] != "tool"
     assert store.verify().ok
     assert s.messages() == project(s.path("main"))
+    called: set[str] = set()  # every tool result the model is sent follows its call
+    for message in s.messages():
+        called.update(c["id"] for c in message.get("tool_calls") or [])
+        assert message["role"] != "tool" or message["tool_call_id"] in called
 
 
 def test_the_loop_compacts_before_a_call_that_would_pass_the_budget(store, session):
@@ -261,3 +293,117 @@ def test_imported_pi_compaction_covers_up_to_the_first_kept_entry(store, tmp_pat
     s = store.session(store.sessions()[0].id)
     assert contents(s.messages()) == ["PI SUMMARY", "kept", "two", "after"]
     assert len(s.path("main")) == 6 and store.verify().ok
+
+
+# -- a call cut off mid-tool ----------------------------------------------------------
+
+LOOKUP = tool_call("lookup", {"q": "x"}, id="c1")
+FETCH = tool_call("fetch", {"url": "y"}, id="c2")
+CALLS = reply(None, LOOKUP, FETCH)
+
+
+def cut_off_mid_tool(session):
+    """What a process killed between two tools of one batch leaves: the batch's tool_start,
+    the first result, no second."""
+    session.append(user("go"))
+    session.append(CALLS)
+    session.append(
+        {
+            "calls": [
+                {"id": c["id"], "name": c["function"]["name"], "arguments": "{}"} for c in (LOOKUP, FETCH)
+            ]
+        },
+        kind="tool_start",
+    )
+    session.append({"role": "tool", "tool_call_id": "c1", "content": "L"})
+
+
+def tools(*, idempotent: bool):
+    @tool(idempotent=True)
+    def lookup(q: str) -> str:
+        """Look up."""
+        return "L"
+
+    @tool(idempotent=idempotent)
+    def fetch(url: str) -> str:
+        """Fetch."""
+        return "F"
+
+    return [lookup, fetch]
+
+
+@pytest.mark.parametrize("keep", [0, 1])
+def test_a_compaction_mid_tool_keeps_the_cut_off_call_with_its_answers(store, session, keep):
+    """Before: keep_last=0 summarised the call away while its second answer was still to
+    come, and the model was sent [summary, tool result for c2]: servers answer 400."""
+    cut_off_mid_tool(session)
+    seen = []
+    session.compact(summarize=lambda ms: seen.append(contents(ms)) or "S", keep_last=keep)
+    assert seen == [["go"]]  # the call and its first result stay out of the summary
+    model = ScriptedModel(["done"])
+    steps = list(run(store, session, call=model, tools=tools(idempotent=True)))  # c2 runs again
+    assert [type(s).__name__ for s in steps] == ["ToolStart", "ToolEnd", "Assistant", "Final"]
+    (sent,) = [c["messages"] for c in model.calls]
+    assert sent == [
+        {"role": "user", "content": "S"},
+        CALLS,
+        {"role": "tool", "tool_call_id": "c1", "content": "L"},
+        {"role": "tool", "tool_call_id": "c2", "content": "F"},
+    ]
+    assert store.verify().ok
+
+
+def test_a_compaction_before_the_interrupted_pause_sends_every_answer_with_its_call(store, session):
+    """An unsafe tool cut off pauses (interrupted); a compaction before the pause, at it or
+    at its decision: the model is still sent the call before its answers."""
+    cut_off_mid_tool(session)
+    session.compact(summarize=lambda ms: "S", keep_last=0)
+    steps = list(run(store, session, call=ScriptedModel([]), tools=tools(idempotent=False)))
+    pause = steps[-1].node
+    assert pause.kind == "pause" and pause.payload["calls"][0]["reason"].startswith("interrupted")
+    with pytest.raises(Conflict, match=f"branch 'main' waits at pause {pause.id}: decide and resume it"):
+        session.compact(summarize=lambda ms: "S2", keep_last=0)
+    decision = decide(store, pause, {"c2": Approve()})
+    with pytest.raises(Conflict, match=f"waits at decision {decision.id}: resume it before compacting"):
+        session.compact(summarize=lambda ms: "S2", keep_last=0)
+    model = ScriptedModel(["done"])
+    assert [type(s).__name__ for s in resume(store, pause, call=model, tools=tools(idempotent=False))] == [
+        "ToolStart",
+        "ToolEnd",
+        "Assistant",
+        "Final",
+    ]
+    assert model.calls[0]["messages"] == [
+        {"role": "user", "content": "S"},
+        CALLS,
+        {"role": "tool", "tool_call_id": "c1", "content": "L"},
+        {"role": "tool", "tool_call_id": "c2", "content": "F"},
+    ]
+    assert store.verify().ok
+
+
+def test_the_loop_compacts_around_a_cut_off_call_it_resumed(store, session):
+    """The loop's own compaction (context_budget) after the cut-off call was answered:
+    the kept part starts at the call, and the summary call is sent what it covers."""
+    cut_off_mid_tool(session)
+    model = ScriptedModel(["SUMMARY", "done"])
+    steps = list(
+        run(
+            store,
+            session,
+            call=model,
+            tools=tools(idempotent=True),
+            context_budget=1,
+            keep_last=1,
+            count_tokens=lambda ms: len(ms),
+        )
+    )
+    assert [type(s).__name__ for s in steps] == ["ToolStart", "ToolEnd", "Compacted", "Assistant", "Final"]
+    summary_call, answer_call = model.calls
+    assert contents(summary_call["messages"])[:1] == ["go"] and len(summary_call["messages"]) == 2
+    assert answer_call["messages"] == [
+        {"role": "user", "content": "SUMMARY"},
+        CALLS,
+        {"role": "tool", "tool_call_id": "c1", "content": "L"},
+        {"role": "tool", "tool_call_id": "c2", "content": "F"},
+    ]

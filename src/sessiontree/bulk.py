@@ -18,8 +18,16 @@ Contract:
   branch whose store head and input head have diverged. A branch whose store
   head is an ancestor of the input head is fast-forwarded; one already ahead
   of the input head is left where it is.
+- Recorded strips (``ImportedRedaction``: retention's redactions) travel with
+  their session: a new node arrives with its stripped payload and its record;
+  a stored node that differs from the input only in the field the input
+  records as stripped is stripped the same way (``Storage.redact``); a stored
+  node already stripped keeps its strip, whatever the input holds in that
+  field. A merge never brings back text a strip removed, and a strip excuses
+  no other difference. A redaction whose node is not in the input, or whose
+  field does not hold its marker, is refused (``InvalidTree``).
 - ``read_session(store, id)`` returns one session as an ``ImportedSession``,
-  read inside one transaction so the snapshot is consistent.
+  read inside one transaction so the snapshot is consistent, its redactions too.
 - Error messages name the record (``ImportedNode.source``, e.g. ``line 7``)
   and the id.
 """
@@ -80,6 +88,19 @@ class ImportedRun:
 
 
 @dataclass
+class ImportedRedaction:
+    """A recorded strip: ``field`` of node ``node_id`` holds ``marker`` instead of the
+    ``bytes`` bytes of text it had (see ``retention``)."""
+
+    node_id: str
+    field: str
+    bytes: int
+    marker: str
+    reason: str
+    created_at: str
+
+
+@dataclass
 class ImportedSession:
     id: str
     title: str | None
@@ -92,6 +113,7 @@ class ImportedSession:
     archived_at: str | None = None
     source: str = ""  # e.g. "conversation 2", prefixed to this session's error messages
     notes: list[str] = field(default_factory=list)  # what the import should say (not stored)
+    redactions: list[ImportedRedaction] = field(default_factory=list)
 
 
 # -- writing ---------------------------------------------------------------
@@ -159,12 +181,48 @@ def encode_node(node: ImportedNode, consume: bool = False) -> str:
 
 def _encode(session: ImportedSession, consume: bool = False) -> dict[str, str]:
     texts = {}
+    redacted = _redactions(session)
     for node in session.nodes:
         if node.id in texts:
             raise InvalidTree(f"{where(node)} appears twice")
+        if node.id in redacted:  # checked before the payload may be consumed
+            check_redaction(node, redacted.pop(node.id))
         texts[node.id] = encode_node(node, consume)
+    if redacted:
+        raise InvalidTree(
+            f"session {session.id}: a redaction names node {next(iter(redacted))}, which is not in the input"
+        )
     check_refs(session)
     return texts
+
+
+def _redactions(session: ImportedSession) -> dict[str, ImportedRedaction]:
+    """The session's redactions by node id; at most one a node (as the schema keeps them)."""
+    found: dict[str, ImportedRedaction] = {}
+    for r in session.redactions:
+        if r.node_id in found:
+            raise InvalidTree(f"session {session.id}: node {r.node_id} has two redactions")
+        found[r.node_id] = r
+    return found
+
+
+def check_redaction(node: ImportedNode, r: ImportedRedaction) -> None:
+    """Refuse a redaction its node does not back: its field must hold its marker."""
+    for value, what in (
+        (r.field, "field"),
+        (r.marker, "marker"),
+        (r.reason, "reason"),
+        (r.created_at, "time"),
+    ):
+        if not isinstance(value, str):
+            raise InvalidTree(f"{where(node)}: the redaction's {what} is not text")
+        check_text(value, f"{where(node)}: the redaction's {what}")
+    if isinstance(r.bytes, bool) or not isinstance(r.bytes, int) or r.bytes < 0:
+        raise InvalidTree(f"{where(node)}: the redaction's bytes is not a whole number >= 0")
+    if not isinstance(node.payload, dict) or node.payload.get(r.field) != r.marker:
+        raise InvalidTree(
+            f"{where(node)}: it is recorded as stripped, but its {r.field!r} does not hold the marker"
+        )
 
 
 def check_refs(session: ImportedSession) -> None:
@@ -201,6 +259,8 @@ def _write_one(
     outside = storage.nodes_by_ids(outside_ids)
     depths = _depths(s, by_id, {i: (row[1], row[5], row[3]) for i, row in outside.items()})
     node_keys = {i: row[0] for i, row in outside.items()}
+    redacted = {r.node_id: r for r in s.redactions}
+    here = StoredRedactions(storage, key)
     new_nodes = []
     for node in sorted(s.nodes, key=lambda n: depths[n.id]):
         check_depth(node, depths[node.id])
@@ -212,7 +272,9 @@ def _write_one(
             new_nodes.append(node)
             continue
         node_keys[node.id] = old[0]
-        check_same(node, texts[node.id], s.id, old)
+        strip = redacted.get(node.id)
+        if check_same(node, texts[node.id], s.id, old, here, strip) and strip is not None:
+            storage.redact(node.id, strip.field, strip.marker, strip.reason, strip.created_at)
     first = storage.reserve_node_keys(len(new_nodes))
     node_keys.update((node.id, first + i) for i, node in enumerate(new_nodes))
     rows = []
@@ -234,6 +296,11 @@ def _write_one(
             raise InvalidTree(f"session {s.id}: {e}") from None
         tick(len(batch))
     tick(len(s.nodes) - len(rows))
+    for node in new_nodes:  # written stripped: the record that says so comes with it
+        if (strip := redacted.get(node.id)) is not None:
+            storage.record_redaction(
+                node.id, strip.field, strip.bytes, strip.marker, strip.reason, strip.created_at
+            )
     write_refs(storage, key, s, node_keys)
 
 
@@ -251,16 +318,53 @@ def check_decision(node: ImportedNode, parent_kind: str | None) -> None:
         raise InvalidTree(f"{where(node)}: a decision must be the child of a pause")
 
 
-def check_same(node: ImportedNode, text: str, session_id: str, old: tuple[Any, ...]) -> None:
+class StoredRedactions:
+    """The redactions the store holds for one session's nodes (node id -> field), read
+    the first time a stored node differs from the input, then kept."""
+
+    def __init__(self, storage: Storage, session_key: int) -> None:
+        self.storage, self.session_key = storage, session_key
+        self._fields: dict[str, str] | None = None
+
+    def field(self, node_id: str) -> str | None:
+        if self._fields is None:
+            self._fields = {r["node"]: r["field"] for r in self.storage.redactions(self.session_key)}
+        return self._fields.get(node_id)
+
+
+def check_same(
+    node: ImportedNode,
+    text: str,
+    session_id: str,
+    old: tuple[Any, ...],
+    here: StoredRedactions | None = None,
+    strip: ImportedRedaction | None = None,
+) -> bool:
     """Refuse an input node whose id is stored (``old``: a ``nodes_by_ids`` row) as
-    something else; an equal one is merged (left alone)."""
+    something else; an equal one is merged (left alone). A recorded strip excuses a
+    difference in its field only: the store's own (``here``; the stored node stays as
+    it is), or the input's (``strip``; True: the stored node must be stripped so)."""
     if old[1] != session_id:
         raise ImportConflict(f"{where(node)} already exists in another session, {old[1]}")
-    if (old[2], old[3]) != (node.parent_id, node.kind) or json.loads(old[4]) != json.loads(text):
-        raise ImportConflict(
-            f"{where(node)} already exists with a different parent, kind"
-            " or payload; refusing to import over it"
-        )
+    if (old[2], old[3]) == (node.parent_id, node.kind):
+        stored, given = json.loads(old[4]), json.loads(text)
+        if stored == given:
+            return False
+        kept = here.field(node.id) if here is not None else None
+        if kept is not None and _same_but(stored, given, kept):
+            return False  # stripped here already: a merge never brings the text back
+        if strip is not None and kept is None and _same_but(stored, given, strip.field):
+            return True
+    raise ImportConflict(
+        f"{where(node)} already exists with a different parent, kind or payload; refusing to import over it"
+    )
+
+
+def _same_but(a: Any, b: Any, field: str) -> bool:
+    """Whether two payloads are equal but for ``field``."""
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return False
+    return {k: v for k, v in a.items() if k != field} == {k: v for k, v in b.items() if k != field}
 
 
 def write_refs(storage: Storage, key: int, s: ImportedSession, node_keys: dict[str, int]) -> None:
@@ -434,6 +538,10 @@ def read_session(store: Store, session_id: str) -> ImportedSession:
             for b in storage.branches(key, id)
         ]
         s.checkpoints = [ImportedRef(c.name, c.node_id, c.created_at) for c in storage.checkpoints(key, id)]
+        s.redactions = [
+            ImportedRedaction(r["node"], r["field"], r["bytes"], r["marker"], r["reason"], r["created_at"])
+            for r in storage.redactions(key)
+        ]
     return s
 
 

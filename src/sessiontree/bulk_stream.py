@@ -18,8 +18,9 @@ Contract:
   children, as every exporter writes them; each payload dict is dropped as
   soon as it is encoded.
 - It applies ``bulk.write_sessions``'s rules (merge by id, conflicts, depths,
-  decisions under pauses, refs written last) with the same messages, except
-  that a node naming a run must come after that run.
+  decisions under pauses, refs written last, a stored strip kept) with the same
+  messages, except that a node naming a run must come after that run. (Streamed
+  formats carry no redactions: a copy, which does, goes through ``write_sessions``.)
 - While the feed runs, the write lock is held: other writers wait (see
   docs/reliability.md).
 """
@@ -36,6 +37,7 @@ from .bulk import (
     ImportedRun,
     ImportedSession,
     Progress,
+    StoredRedactions,
     check_decision,
     check_depth,
     check_refs,
@@ -101,11 +103,12 @@ class Collector:
 @dataclass
 class _Open:
     """A session being written: its key, its header (refs collected there), whether
-    this import created it (then a later title is applied)."""
+    this import created it (then a later title is applied), the strips it holds."""
 
     key: int
     header: ImportedSession
     created: bool
+    redacted: StoredRedactions
 
 
 @dataclass
@@ -157,7 +160,7 @@ class StreamWriter:
             )
         # Kept until the end for the refs: only what the checks and messages need.
         header = ImportedSession(s.id, None, {}, s.created_at, source=s.source)
-        self.sessions[s.id] = _Open(key, header, created)
+        self.sessions[s.id] = _Open(key, header, created, StoredRedactions(self.storage, key))
 
     def run(self, session_id: str, run: ImportedRun) -> None:
         open_ = self.sessions[session_id]
@@ -202,7 +205,7 @@ class StreamWriter:
                 continue
             if self.first_key is not None and old[0] >= self.first_key:
                 raise InvalidTree(f"{where(item.node)} appears twice")
-            check_same(item.node, item.text, item.session_id, old)
+            check_same(item.node, item.text, item.session_id, old, self.sessions[item.session_id].redacted)
             check_depth(item.node, old[5])  # the stored node's depth, which its parents gave it
             placed[item.node.id] = _Placed(old[0], old[1], old[5], old[3])
             self.done += 1

@@ -13,9 +13,11 @@ Contract (pure functions of a root-to-node path; no I/O):
   still see every original node; only the projection changes.
 - ``plan(path, keep_last)`` chooses what a new summary covers: every projected
   message after the leading system/developer messages except the last
-  ``keep_last``; the kept part never starts with a tool result (its call would
-  be summarised away), and an earlier summary inside the span is covered whole,
-  so the new summary stands for it too. ``None`` when there is nothing to cover.
+  ``keep_last``; the kept part never starts with a tool result, and the covered
+  part never ends with a call whose answer is still to come (a call cut off
+  mid-tool, or paused for a human): either would send the model a tool result
+  whose call was summarised away. An earlier summary inside the span is covered
+  whole, so the new summary stands for it too. ``None`` when there is nothing to cover.
 """
 
 from __future__ import annotations
@@ -138,10 +140,7 @@ def plan(path: Sequence[Node], keep_last: int) -> Plan | None:
     ):
         lead += 1
     candidates = items[lead:]
-    cut = len(candidates) - keep_last
-    while 0 < cut < len(candidates) and _is_tool(candidates[cut]):
-        cut -= 1  # keep a tool result with the call it answers
-    covered = candidates[: max(cut, 0)]
+    covered = candidates[: _clean_cut(candidates, max(len(candidates) - keep_last, 0))]
     if not any(not item.summary for item in covered):
         return None
     first, last = covered[0].first, covered[-1].last
@@ -150,6 +149,26 @@ def plan(path: Sequence[Node], keep_last: int) -> Plan | None:
 
 def _is_tool(item: _Item) -> bool:
     return not item.summary and item.message.get("role") == "tool"
+
+
+def _clean_cut(items: Sequence[_Item], cut: int) -> int:
+    """The latest position at or before ``cut`` where the kept part may start: never at a
+    tool result, nor right after a call whose answers are not all in yet (a call cut off
+    mid-tool, or paused for a human: its answer comes later, after the summary). Either
+    way the model would be sent a result whose call was summarised away, and chat APIs
+    refuse that (HTTP 400)."""
+    while 0 < cut < len(items) and _is_tool(items[cut]):
+        cut -= 1  # keep a tool result with the call it answers
+    answered = set()
+    start = cut - 1
+    while start >= 0 and _is_tool(items[start]):
+        answered.add(items[start].message.get("tool_call_id"))
+        start -= 1
+    if start < 0 or items[start].summary or items[start].message.get("role") != "assistant":
+        return cut
+    calls = items[start].message.get("tool_calls") or []
+    waiting = {c.get("id") for c in calls if isinstance(c, dict)} - answered
+    return start if waiting else cut  # keep that call with the answers still to come
 
 
 def span_problems(session_id: str, branch: str, path: Sequence[Node]) -> list[Problem]:

@@ -16,7 +16,7 @@ import functools
 import re
 import unicodedata
 
-from .errors import Conflict, InvalidPayload
+from .errors import Conflict, InvalidPayload, NotFound, SessionTreeError
 
 MAX_NAME = 200
 MIN_PREFIX = 4
@@ -59,14 +59,44 @@ def _generations(part: str) -> int:
     return min(int(digits), MAX_GENERATIONS)
 
 
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def unstorable(text: str) -> str | None:
+    """What in ``text`` no store keeps in text (a lone surrogate: not UTF-8; a NUL:
+    PostgreSQL refuses it), as a message says it; None when there is nothing."""
+    found = _UNSTORABLE.search(text)
+    if found is None:
+        return None
+    if found.group() == "\x00":
+        return "a NUL character"
+    return "a lone surrogate"
+
+
 def check_text(text: str | None, what: str) -> str | None:
     """Text every backend stores as it is: no lone surrogates (not UTF-8) and no NUL
     (PostgreSQL's text refuses it; refused on SQLite too, so a copy never fails)."""
-    if isinstance(text, str) and any("\ud800" <= c <= "\udfff" for c in text):
-        raise InvalidPayload(f"{what} {shown(text)} holds a lone surrogate, which is not valid Unicode text")
-    if isinstance(text, str) and "\x00" in text:
-        raise InvalidPayload(f"{what} {shown(text)} holds a NUL character, which a store cannot keep in text")
-    return text
+    why = unstorable(text) if isinstance(text, str) else None
+    if why is None:
+        return text
+    assert isinstance(text, str)
+    because = "which is not valid Unicode text" if "surrogate" in why else "which a store cannot keep in text"
+    raise InvalidPayload(f"{what} {shown(text)} holds {why}, {because}")
+
+
+def check_lookup(text: str, what: str, error: type[SessionTreeError] = NotFound) -> str:
+    """``text``, an id, prefix, ref or name to look up; else ``error`` (``NotFound``:
+    "no ``what`` ...") when it holds a NUL or a lone surrogate. Such text matches nothing
+    stored (``check_text`` keeps both out of every id, name and title) and would otherwise
+    reach the database driver, which fails on it (both backends on a surrogate, PostgreSQL
+    on a NUL). Python hands over a command-line argument that is not UTF-8 with each bad
+    byte as a lone surrogate (byte 0xff becomes U+DCFF), hence the hint."""
+    why = unstorable(text)
+    if why is None:
+        return text
+    if "surrogate" in why:
+        why += " (a byte that is not UTF-8, as in a command-line argument)"
+    raise error(f"no {what} {shown(text)}: it holds {why}, which nothing stored holds")
 
 
 SHOWN = 60

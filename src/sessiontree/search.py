@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .errors import InvalidQuery
 from .model import KINDS, ROLES, SearchHit
+from .names import check_lookup
 from .storage import Storage
 
 
@@ -31,6 +32,9 @@ def search(
     """The best ``limit`` nodes matching ``query``; see the module docstring."""
     if not isinstance(query, str) or not query.strip():
         raise InvalidQuery("the search query is empty: give at least one word")
+    check_lookup(query, "match for search query", InvalidQuery)
+    if branch is not None:
+        check_lookup(branch, "branch", InvalidQuery)
     if role is not None and role not in ROLES:
         raise InvalidQuery(f"no role {role!r}; roles are {', '.join(sorted(ROLES))}")
     if kind is not None and kind not in KINDS:

@@ -40,7 +40,7 @@ from .model import (
     encode_json,
     encode_payload,
 )
-from .names import FULL_ID, MIN_PREFIX, check_name, shown, split_ancestry
+from .names import FULL_ID, MIN_PREFIX, check_lookup, check_name, shown, split_ancestry
 from .storage import Storage
 
 Ref = str | Node
@@ -88,7 +88,7 @@ class Session:
             ref = ref.id
         if not isinstance(ref, str) or not ref:
             raise NotFound(f"no node, branch or checkpoint {ref!r} in session {self.id}")
-        base, generations = split_ancestry(ref)
+        base, generations = split_ancestry(check_lookup(ref, "node, branch or checkpoint"))
         key, node_id = self._locate_base(base)
         if generations:
             # The walk stops at the root, so even a huge count (capped by split_ancestry to
@@ -262,7 +262,7 @@ class Session:
         if run is None:
             return None, None
         if isinstance(run, str):
-            found = self.storage.run_handle(run)
+            found = self.storage.run_handle(check_lookup(run, "run"))
             if found is None or found[1] != self.id:
                 raise NotFound(f"no run {shown(run)} in session {self.id}")
             return found[0], run
@@ -348,6 +348,13 @@ class Session:
         The append is a compare-and-set on the head that was summarised.
         """
         path = self.path(branch)
+        if path and path[-1].kind in ("pause", "decision"):
+            # A summary there becomes the head: the decision would then go off the
+            # branch, and resume would find nothing left to continue.
+            todo = "decide and resume it" if path[-1].kind == "pause" else "resume it"
+            raise Conflict(
+                f"branch {shown(branch)} waits at {path[-1].kind} {path[-1].id}: {todo} before compacting"
+            )
         planned = compaction.plan(path, keep_last)
         if planned is None:
             return None
@@ -425,7 +432,7 @@ class Session:
     # -- branches --------------------------------------------------------
 
     def branch(self, name: str) -> Branch:
-        found = self.storage.branch(self._key, self.id, name)
+        found = self.storage.branch(self._key, self.id, check_lookup(name, "branch"))
         if found is None:
             raise NotFound(f"no branch {shown(name)} in session {self.id}")
         return found
@@ -460,7 +467,7 @@ class Session:
             return self.branch(name)
 
     def _existing_branch_head(self, name: str, doing: str = "move") -> str | None:
-        found = self.storage.ref(self._key, name)
+        found = self.storage.ref(self._key, check_lookup(name, "branch"))
         if found is None:
             raise NotFound(f"no branch {shown(name)} in session {self.id}")
         if found[0] == "checkpoint":
@@ -506,7 +513,7 @@ class Session:
     def delete_checkpoint(self, name: str) -> None:
         """Remove a checkpoint (its node stays until ``prune``)."""
         with self.storage.transaction():
-            if not self.storage.delete_checkpoint(self._key, name):
+            if not self.storage.delete_checkpoint(self._key, check_lookup(name, "checkpoint")):
                 found = self.storage.ref(self._key, name)
                 if found is not None and found[0] == "branch":
                     raise Conflict(f"{shown(name)} is a branch, not a checkpoint; use delete_branch")

@@ -38,7 +38,7 @@ from .model import (
     VerifyReport,
     encode_json,
 )
-from .names import MIN_PREFIX, check_text, split_ancestry
+from .names import MIN_PREFIX, check_lookup, check_text, split_ancestry
 from .retention import DEFAULT_MIN_BYTES
 from .session import Session
 from .storage import SQLiteStorage, Storage, open_storage
@@ -124,7 +124,7 @@ class Store:
     def resolve_session_id(self, id_or_prefix: str) -> str:
         if not isinstance(id_or_prefix, str) or not id_or_prefix:
             raise NotFound(f"no session {id_or_prefix!r}")
-        return self.storage.resolve_id("sessions", "session", id_or_prefix)
+        return self.storage.resolve_id("sessions", "session", check_lookup(id_or_prefix, "session"))
 
     def sessions(self, *, include_archived: bool = False) -> list[SessionInfo]:
         """All sessions, newest first, with their node counts and last activity."""
@@ -210,7 +210,7 @@ class Store:
             return self.storage.node(ref.id)
         if not isinstance(ref, str) or not ref:
             raise NotFound(f"no node {ref!r}")
-        base, generations = split_ancestry(ref)
+        base, generations = split_ancestry(check_lookup(ref, "node"))
         node = self.storage.node(self.storage.resolve_id("nodes", "node", base))
         if generations:  # the session knows how to walk up and what to say past the root
             return self.session(node.session_id).node(f"{node.id}{ref[len(base) :]}")
@@ -218,7 +218,7 @@ class Store:
 
     def run(self, run_id: str) -> Run:
         """The provenance record of one model call."""
-        return self.storage.run(run_id)
+        return self.storage.run(check_lookup(run_id, "run"))
 
     def pending(self, session_id: str | None = None) -> list[Node]:
         """Unresolved pauses (no decision yet) across all sessions (or one), oldest first."""

@@ -3,11 +3,13 @@
 Contract: ``copy_sessions(source, destination)`` reads each session of the
 source as one consistent snapshot and merges it into the destination in one
 transaction per session, through the same merge rules as an import: ids,
-payload text, times, runs, branches and checkpoints arrive unchanged; a session
-already there gains only what it lacks (branches fast-forward); a copy run twice
-changes nothing the second time; a destination whose branch has diverged from
-the source's is refused with ``ImportConflict`` for that session, and the
-sessions before it stay copied.
+payload text, times, runs, branches, checkpoints and recorded strips (retention's
+redactions) arrive unchanged; a session already there gains only what it lacks
+(branches fast-forward; a tool result stripped in the source since the last copy
+is stripped at the destination too, and one stripped at the destination stays
+so); a copy run twice changes nothing the second time; a destination whose
+branch has diverged from the source's is refused with ``ImportConflict`` for
+that session, and the sessions before it stay copied.
 """
 
 from __future__ import annotations

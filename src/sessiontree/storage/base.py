@@ -320,6 +320,13 @@ class Storage(ABC):
         """Replace a payload field by ``marker``, recorded in ``redactions``; bytes removed."""
 
     @abstractmethod
+    def record_redaction(
+        self, node_id: str, field: str, size: int, marker: str, reason: str, when: str
+    ) -> None:
+        """Record that a node written with ``marker`` in its field (a copy of a stripped
+        node) had ``size`` bytes there removed; the payload is left as it is."""
+
+    @abstractmethod
     def retention_policy(self) -> dict[str, float]: ...
 
     @abstractmethod

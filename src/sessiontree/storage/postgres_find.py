@@ -198,6 +198,17 @@ class PostgresFind(Storage):
         self.cache.clear()  # cached paths hold the old payload
         return size
 
+    def record_redaction(
+        self, node_id: str, field: str, size: int, marker: str, reason: str, when: str
+    ) -> None:
+        key, session_key = self._all("SELECT key, session FROM nodes WHERE id = %s", (node_id,))[0]
+        self._claim(session_key)
+        self._write(
+            "INSERT INTO redactions (node, field, bytes, marker, reason, created_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            (key, field, size, marker, reason, when),
+        )
+
     def retention_policy(self) -> dict[str, float]:
         return {name: float(value) for name, value in self._all("SELECT name, value FROM retention_policy")}
 

@@ -104,6 +104,16 @@ class SQLiteRetention:
         self.cache.clear()  # cached paths hold the old payload
         return int(size)
 
+    def record_redaction(
+        self, node_id: str, field: str, size: int, marker: str, reason: str, when: str
+    ) -> None:
+        """Record a strip the node's payload already holds (inside a transaction)."""
+        self.conn.execute(
+            "INSERT INTO redactions (node, field, bytes, marker, reason, created_at)"
+            " SELECT key, ?, ?, ?, ?, ? FROM nodes WHERE id = ?",
+            (field, size, marker, reason, when, node_id),
+        )
+
     def retention_policy(self) -> dict[str, float]:
         """The saved retention policy: setting name -> value."""
         return {name: value for name, value in self.conn.execute("SELECT name, value FROM retention_policy")}
