@@ -7,6 +7,8 @@ FTS5 indexes it all. Either way the payload is stored and read back byte for byt
 
 from __future__ import annotations
 
+import json
+
 import sessiontree
 from sessiontree import Store, tool
 from sessiontree.testing import ScriptedModel, reply, tool_call
@@ -86,3 +88,35 @@ def test_a_huge_tool_result_and_a_huge_reply_in_the_agent_loop_are_stored(any_st
     assert hits(any_store, "h0000000") == [result.id]
     assert hits(any_store, "h0000000", tools=False) == []
     assert s.verify().ok
+
+
+def test_the_densest_payload_indexed_whole_fits_text_and_tools_together(any_store):
+    """One-character words of 3- and 4-byte characters make the largest vector a character
+    can: a payload just under the size the server indexes whole without measuring
+    (174,000 characters), half text and half tool call, is stored and found."""
+    letters = [
+        chr(c)
+        for start, end in [(0x4E00, 0x9FFF), (0xAC00, 0xD7A3), (0x20000, 0x2A6DF)]
+        for c in range(start, end)
+    ]
+    half = len(letters) // 2
+    call = tool_call("look", json.dumps({"q": " ".join(letters[half:])}, ensure_ascii=False))
+    s = any_store.create_session("dense")
+    node = s.append({"role": "assistant", "content": " ".join(letters[:half]), "tool_calls": [call]})
+    assert 140_000 < len(node.payload_json) < 174_000
+    assert indexed_words(any_store, node.id) in (None, half)
+    assert hits(any_store, letters[7]) == [node.id]
+    assert hits(any_store, letters[-7]) == [node.id]
+    assert hits(any_store, letters[-7], tools=False) == []
+
+
+def test_a_huge_text_and_huge_tool_calls_in_one_message_share_the_index(any_store):
+    s = any_store.create_session("both")
+    call = tool_call("grep", {"pattern": distinct_words(150_000, "t")})
+    node = s.append({"role": "assistant", "content": BIG, "tool_calls": [call]})
+    assert s.node(node.id).payload == {"role": "assistant", "content": BIG, "tool_calls": [call]}
+    text, tools = indexed_words(any_store, node.id), indexed_words(any_store, node.id, "search_tools")
+    if text is not None and tools is not None:  # each took about half of what one alone takes
+        assert 20_000 < text < 50_000 and 20_000 < tools < 50_000
+    assert hits(any_store, "w0000000 t0000000") == [node.id]
+    assert hits(any_store, "t0000000", tools=False) == []
