@@ -10,9 +10,10 @@
 -- Now each column holds sessiontree_node_vector, the vector of its text (the message
 -- text, or the tool texts) bounded so that the two, joined for the nodes_search_all
 -- index, stay under the limit: the texts share 1,048,000 bytes in proportion to their
--- lengths. A text that exceeds its share is indexed from its start up to the longest
--- prefix, cut before a word, that fits (found in a few tries: the first tries the
--- whole text). The node's payload is stored whole whatever is indexed.
+-- lengths. A text that exceeds its share is indexed from its start up to a prefix, cut
+-- before a word, that fits: the first try takes the whole text, each next one aims just
+-- under the share from the size the last try measured. The node's payload is stored
+-- whole whatever is indexed.
 -- Dropping the columns and adding them again rewrites the nodes table once.
 
 -- body's first `keep` characters, less a word the cut would split (looked for in the 100
