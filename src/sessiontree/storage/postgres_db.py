@@ -197,6 +197,10 @@ _FOR_NOW = re.compile(
 any other (a bad option, a wrong password, no such database) stays until the URL changes."""
 
 
+_CONNECTING = ("connection failed", "connection is bad", "couldn't get a connection")
+"""How psycopg's (and its pool's) messages about a connection it could not make begin."""
+
+
 def connection_lost(error: BaseException) -> bool:
     """Whether ``error`` is about the connection itself (a server that cannot be reached,
     went away or ended the connection), not about a statement it ran."""
@@ -215,10 +219,11 @@ def _said(error: psycopg.Error, where: str) -> SessionTreeError:
     if connection_lost(error):
         # libpq reports a connection the server refused as a failed connection, without a
         # SQLSTATE: the server's own FATAL line says why.
-        refused = re.search(r"FATAL:\s+(.*)", text) if text.startswith("connection failed") else None
+        connecting = text.startswith(_CONNECTING)
+        refused = re.search(r"FATAL:\s+(.*)", text) if connecting else None
         if refused and not _FOR_NOW.search(refused[1]):
             return SessionTreeError(f"PostgreSQL at {where} refused the connection: {refused[1]}")
-        if text.startswith(("connection failed", "couldn't get a connection")) or refused:
+        if connecting:
             return Unavailable(f"cannot reach PostgreSQL at {where}: {text}")
         return Unavailable(f"lost the connection to PostgreSQL at {where}: {text}; nothing was written")
     if isinstance(error, pg_errors.QueryCanceled):
