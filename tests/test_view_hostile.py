@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from sessiontree import Store
-from sessiontree.errors import Busy
+from sessiontree.errors import Busy, OutcomeUnknown
 from sessiontree.testing import tool_call
 
 from viewdata import demo_store
@@ -157,6 +157,22 @@ def test_a_busy_database_is_a_503_saying_to_try_again(demo, client, monkeypatch)
     )
     assert r.status_code == 503 and r.headers["retry-after"] == "5"
     assert r.json() == {"error": "the database is locked by another writer (waited 30 s); try again later"}
+
+
+def test_a_decision_whose_commit_was_lost_is_a_503_naming_it_not_try_again(demo, client, monkeypatch):
+    db, _, pause_id = demo
+    said = "lost the connection to PostgreSQL at postgresql://db while committing: ..."
+
+    def lost(*args, **kwargs):
+        raise OutcomeUnknown(said, node_id="01a2-decision", backend_pid=7)
+
+    monkeypatch.setattr(server, "decide", lost)
+    c = client(db, allow_decide=True, token=TOKEN)
+    r = c.post(
+        f"/api/pauses/{pause_id}/decision", json={"decisions": {CALL: {"action": "approve"}}}, headers=AUTH
+    )
+    assert r.status_code == 503 and "retry-after" not in r.headers  # it may be recorded already
+    assert r.json() == {"error": said, "decision": "01a2-decision"}
 
 
 # -- 4. a lone surrogate in stored data -------------------------------------------------

@@ -53,8 +53,21 @@ class DiskFull(SessionTreeError):
 
 
 class Unavailable(SessionTreeError):
-    """The database server cannot be reached, or the connection to it was lost; a write
-    in flight was rolled back whole."""
+    """The database server cannot be reached, or the connection to it was lost before a
+    write committed; that write was rolled back whole, and trying again is safe."""
+
+
+class OutcomeUnknown(SessionTreeError):
+    """The connection to the database server was lost while a write was committing: it
+    may or may not have been saved, so trying again blindly could write it twice.
+
+    ``node_id`` is the last node the write added (None when it added none): the write was
+    saved whole if ``store.node(node_id)`` finds it, and not at all if it does not once
+    the server process ``backend_pid`` has ended."""
+
+    def __init__(self, message: str, *, node_id: str | None = None, backend_pid: int | None = None) -> None:
+        super().__init__(message)
+        self.node_id, self.backend_pid = node_id, backend_pid
 
 
 class ReadOnly(SessionTreeError):

@@ -26,6 +26,9 @@ update, COMMIT.
 
 Connections: a write transaction or a snapshot holds one pooled connection for
 the thread that opened it; any other read borrows one for a single statement.
+A connection lost before a write's COMMIT is ``Unavailable`` (the server rolls
+it back); lost once COMMIT was sent, ``OutcomeUnknown``, naming the last node the
+write inserted and the server process, by which a caller learns what happened.
 ``wait_for_decisions`` LISTENs on a connection of its own.
 """
 
@@ -72,6 +75,8 @@ class _Held(threading.local):
     conn: psycopg.Connection[Any] | None = None
     writing: bool = False
     claimed: set[int]
+    last_node: str | None = None
+    """The id of the last node the write transaction inserted, for ``OutcomeUnknown``."""
 
 
 class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
@@ -125,21 +130,33 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        """One atomic write; nested use makes a savepoint."""
+        """One atomic write; nested use makes a savepoint. A connection lost before COMMIT
+        is ``Unavailable`` (rolled back); once COMMIT was sent, ``OutcomeUnknown``."""
         if self.readonly:
             raise ReadOnly(f"{self.url} is open read-only; nothing was written")
         held = self._held
         if held.conn is not None:
             if not held.writing:  # its snapshot would hide the heads other writers just moved
                 raise SessionTreeError("a write cannot start inside snapshot(): end the snapshot first")
-            with pgdb.clear_errors(self.url), held.conn.transaction():
-                yield held.conn
+            before = held.last_node
+            try:
+                with pgdb.clear_errors(self.url), held.conn.transaction():
+                    yield held.conn
+            except BaseException:
+                held.last_node = before  # rolled back to the savepoint
+                raise
             return
         with pgdb.clear_errors(self.url), self.pool.connection() as conn:
-            held.conn, held.writing, held.claimed = conn, True, set()
+            held.conn, held.writing, held.claimed, held.last_node = conn, True, set(), None
+            backend, committing = conn.info.backend_pid, False  # read now: a lost connection forgets it
             try:
                 with conn.transaction():
                     yield conn
+                    committing = True  # the block ended: leaving it sends COMMIT
+            except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+                if committing and pgdb.connection_lost(e):
+                    raise pgdb.outcome_unknown(self.url, backend, held.last_node) from None
+                raise
             finally:
                 held.conn, held.writing = None, False
 
@@ -319,7 +336,8 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         return int(self._one("SELECT sessiontree_reserve_node_keys(%s)", (count,)))
 
     def insert_nodes(self, rows: Sequence[tuple[Any, ...]], keys_from: int | None = None) -> int:
-        conn = self._held.conn
+        held = self._held
+        conn = held.conn
         assert conn is not None, "writes happen inside transaction()"
         self._claim(rows[0][1])
         try:
@@ -332,6 +350,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
                     row,
                 ).fetchone()
                 assert inserted is not None
+                held.last_node = row[0]
                 return int(inserted[0])
             with conn.cursor() as cursor:
                 cursor.executemany(
@@ -339,6 +358,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
                     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
                     [(keys_from + i, *row) for i, row in enumerate(rows)],
                 )
+            held.last_node = rows[-1][0]
             return keys_from + len(rows) - 1
         except pg_errors.UniqueViolation as e:
             if "nodes_one_decision" in str(e):

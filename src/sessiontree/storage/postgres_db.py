@@ -18,9 +18,15 @@ Contract:
 - ``lock_class(schema)`` is the first half of every advisory lock key of that
   schema's store, so stores in different schemas of one database never wait
   for each other.
-- ``clear_errors()`` turns what psycopg raises about the server itself (down,
-  full, locked too long, read-only) into sessiontree errors; anything else
-  passes through.
+- ``clear_errors()`` turns what psycopg raises about the server itself into
+  sessiontree errors, each one line saying what happened: a connection that
+  cannot be made or was lost is ``Unavailable``; a server that refuses the
+  connection for good (a bad option, a wrong password, no such database), a
+  statement timeout, a PostgreSQL limit, a server out of resources are
+  ``SessionTreeError``s naming it; full, locked too long and read-only have
+  classes of their own. Anything else passes through.
+- ``connection_lost(error)`` says whether an error is about the connection
+  itself; ``outcome_unknown`` is the error for one lost while a write committed.
 """
 
 from __future__ import annotations
@@ -39,7 +45,16 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from .. import db as _db
-from ..errors import Busy, DiskFull, NotOurs, ReadOnly, SchemaTooNew, SessionTreeError, Unavailable
+from ..errors import (
+    Busy,
+    DiskFull,
+    NotOurs,
+    OutcomeUnknown,
+    ReadOnly,
+    SchemaTooNew,
+    SessionTreeError,
+    Unavailable,
+)
 from ..names import shown
 
 MIGRATION_LOCK = -1
@@ -165,10 +180,76 @@ def clear_errors(where: str) -> Iterator[None]:
         ) from None
     except pg_errors.InsufficientPrivilege as e:
         raise SessionTreeError(f"{where}: permission denied ({_first_line(e)})") from None
-    except psycopg.OperationalError as e:
-        raise Unavailable(f"cannot reach PostgreSQL at {where}: {_first_line(e)}") from None
-    except psycopg.InterfaceError as e:  # a closed connection
-        raise Unavailable(f"lost the connection to PostgreSQL at {where}: {_first_line(e)}") from None
+    except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+        raise _said(e, where) from None
+
+
+_GONE = frozenset({"57P01", "57P02", "57P03", "57P04", "57P05", "25P03", "53300"})
+"""SQLSTATEs that end or refuse the connection itself (besides class 08): a shutdown by an
+administrator or a crash, a server starting up, a dropped database, an idle timeout, too
+many clients."""
+
+_FOR_NOW = re.compile(
+    r"starting up|shutting down|recovery mode|not (yet )?accepting connections|too many clients"
+    r"|connection slots are reserved|administrator command"
+)
+"""A server's refusals of a new connection that pass (it is starting or stopping, or full);
+any other (a bad option, a wrong password, no such database) stays until the URL changes."""
+
+
+_CONNECTING = ("connection failed", "connection is bad", "couldn't get a connection")
+"""How psycopg's (and its pool's) messages about a connection it could not make begin."""
+
+
+def connection_lost(error: BaseException) -> bool:
+    """Whether ``error`` is about the connection itself (a server that cannot be reached,
+    went away or ended the connection), not about a statement it ran."""
+    if isinstance(error, psycopg.InterfaceError):  # a connection already closed
+        return True
+    if not isinstance(error, psycopg.OperationalError):
+        return False
+    state = error.sqlstate
+    return state is None or state.startswith("08") or state in _GONE
+
+
+def _said(error: psycopg.Error, where: str) -> SessionTreeError:
+    """One line saying what an ``OperationalError`` (or ``InterfaceError``) is."""
+    text = _first_line(error)
+    state = getattr(error, "sqlstate", None)
+    if connection_lost(error):
+        # libpq reports a connection the server refused as a failed connection, without a
+        # SQLSTATE: the server's own FATAL line says why.
+        connecting = text.startswith(_CONNECTING)
+        refused = re.search(r"FATAL:\s+(.*)", text) if connecting else None
+        if refused and not _FOR_NOW.search(refused[1]):
+            return SessionTreeError(f"PostgreSQL at {where} refused the connection: {refused[1]}")
+        if connecting:
+            return Unavailable(f"cannot reach PostgreSQL at {where}: {text}")
+        return Unavailable(f"lost the connection to PostgreSQL at {where}: {text}; nothing was written")
+    if isinstance(error, pg_errors.QueryCanceled):
+        return SessionTreeError(
+            f"PostgreSQL at {where} canceled the statement: {text} (statement_timeout, or a cancel"
+            " request); nothing was written"
+        )
+    if state is not None and state.startswith("54"):  # program_limit_exceeded and its kind
+        return SessionTreeError(f"a PostgreSQL limit was exceeded at {where}: {text}; nothing was written")
+    if state is not None and state.startswith("53"):
+        return SessionTreeError(
+            f"the PostgreSQL server at {where} is out of resources ({text}); nothing was written"
+        )
+    return SessionTreeError(f"PostgreSQL at {where} failed: {text} (SQLSTATE {state}); nothing was written")
+
+
+def outcome_unknown(where: str, backend_pid: int, node_id: str | None) -> OutcomeUnknown:
+    """The error for a connection lost once COMMIT was sent: it may have been done."""
+    check = f"store.node({node_id!r}) finds its last node" if node_id else "reading it back tells"
+    return OutcomeUnknown(
+        f"lost the connection to PostgreSQL at {where} while committing: the write may or may not"
+        f" have been saved ({check} if it was; if not, it never will be once server process"
+        f" {backend_pid} has ended)",
+        node_id=node_id,
+        backend_pid=backend_pid,
+    )
 
 
 def _first_line(error: BaseException) -> str:

@@ -68,7 +68,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from ..decisions import parse_decisions
-from ..errors import Busy, Conflict, NotFound, SessionTreeError, Unavailable
+from ..errors import Busy, Conflict, NotFound, OutcomeUnknown, SessionTreeError, Unavailable
 from ..loop import check_decisions, decide
 from ..model import Node
 from ..steps import Decision
@@ -380,6 +380,8 @@ def create_app(
             return JSON({"error": str(e)}, 404)
         except (Busy, Unavailable) as e:
             return _busy(e)
+        except OutcomeUnknown as e:  # not "try again": it may be recorded already
+            return JSON({"error": str(e), "decision": e.node_id}, 503)
         except Conflict as e:
             return JSON({"error": str(e)}, 409)
         except SessionTreeError as e:

@@ -1,0 +1,92 @@
+"""A TCP proxy in front of the test PostgreSQL server that drops a connection on cue.
+
+``DroppingProxy(server_url)`` listens on a free port of 127.0.0.1 and relays every
+connection to the server; ``proxy.url(schema)`` is the URL to give ``Store``.
+``proxy.drop_at(pattern, forward=...)`` arms it: the first message from a client
+that holds ``pattern`` (say ``b"COMMIT\\x00"``) ends that client's connection, either
+before the server sees it (``forward=False``) or once the server has answered it,
+without passing the answer on (``forward=True``: the server did the work, the client
+never hears so). ``proxy.dropped`` is set then. ``proxy.stop()`` ends it.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+from urllib.parse import urlsplit
+
+
+class DroppingProxy:
+    def __init__(self, server_url: str) -> None:
+        parts = urlsplit(server_url)
+        self.upstream = (parts.hostname or "127.0.0.1", parts.port or 5432)
+        self.user, self.database = parts.username or "postgres", parts.path.lstrip("/") or "postgres"
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.pattern: bytes | None = None
+        self.forward = False
+        self.dropped = threading.Event()
+        self._lock = threading.Lock()
+        self._open: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, schema: str) -> str:
+        return (
+            f"postgresql://{self.user}@127.0.0.1:{self.port}/{self.database}?sslmode=disable&schema={schema}"
+        )
+
+    def drop_at(self, pattern: bytes, *, forward: bool) -> None:
+        with self._lock:
+            self.pattern, self.forward = pattern, forward
+            self.dropped.clear()
+
+    def stop(self) -> None:
+        self.listener.close()
+        for sock in list(self._open):
+            sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:  # stopped
+                return
+            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+
+    def _armed(self, data: bytes) -> bool | None:
+        """The forward setting when ``data`` holds the pattern (disarming it), else None."""
+        with self._lock:
+            if self.pattern is None or self.pattern not in data:
+                return None
+            self.pattern = None
+            return self.forward
+
+    def _relay(self, client: socket.socket) -> None:
+        server = socket.create_connection(self.upstream)
+        self._open += [client, server]
+        try:
+            while True:
+                ready, _, _ = select.select([client, server], [], [])
+                if client in ready:
+                    data = client.recv(65536)
+                    if not data:
+                        return
+                    forward = self._armed(data)
+                    if forward is not None:
+                        if forward:
+                            server.sendall(data)
+                            server.recv(65536)  # its answer: the work is done, and swallowed
+                        self.dropped.set()
+                        return
+                    server.sendall(data)
+                if server in ready:
+                    data = server.recv(65536)
+                    if not data:
+                        return
+                    client.sendall(data)
+        except OSError:
+            return
+        finally:
+            client.close()
+            server.close()
