@@ -34,9 +34,11 @@ class SQLiteUpkeep(Storage):
     """Maintenance queries; mixed into ``SQLiteStorage``, whose attributes these are."""
 
     path: str
-    conn: sqlite3.Connection
-    db: sqlite_utils.Database
     cache: PathCache
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        raise NotImplementedError
 
     def check_writable(self) -> None:
         raise NotImplementedError
@@ -116,10 +118,13 @@ class SQLiteUpkeep(Storage):
 
     def stats(self) -> dict[str, Any]:
         """Counts, sizes, tables and per-model token usage of the whole database."""
-        q = self.conn.execute
+        conn = self.conn
+        q = conn.execute
         files = [self.path, self.path + "-wal"] if self.path != ":memory:" else []
-        # sqlite-utils introspects the schema: every table with its row count.
-        tables = {t.name: t.count for t in self.db.tables}
+        # sqlite-utils introspects the schema: every table with its row count. No plugins
+        # and no pragma changes on a connection that is ours.
+        db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+        tables = {t.name: t.count for t in db.tables}
         return {
             "file": self.path,
             "bytes": sum(os.path.getsize(f) for f in files if os.path.exists(f)),
