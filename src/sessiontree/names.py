@@ -60,12 +60,36 @@ def _generations(part: str) -> int:
 
 
 def check_text(text: str | None, what: str) -> str | None:
-    """Text every backend stores as it is: no lone surrogates (not UTF-8) and no NUL
-    (PostgreSQL's text refuses it; refused on SQLite too, so a copy never fails)."""
-    if isinstance(text, str) and any("\ud800" <= c <= "\udfff" for c in text):
+    """Text every backend stores as it is: a ``str`` (or None), no lone surrogates (not
+    UTF-8) and no NUL (PostgreSQL's text refuses it; refused on SQLite too, so a copy
+    never fails), at most ``MAX_VALUE_BYTES``."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise InvalidPayload(f"{what} must be text (a str) or None, not {type(text).__name__}")
+    if any("\ud800" <= c <= "\udfff" for c in text):
         raise InvalidPayload(f"{what} {shown(text)} holds a lone surrogate, which is not valid Unicode text")
-    if isinstance(text, str) and "\x00" in text:
+    if "\x00" in text:
         raise InvalidPayload(f"{what} {shown(text)} holds a NUL character, which a store cannot keep in text")
+    return check_size(text, what)
+
+
+MAX_VALUE_BYTES = 250_000_000
+"""Most UTF-8 bytes one stored value (a payload, a title, metadata, a run's field) may
+hold, on every backend, so a store copies from one to the other: SQLite keeps at most
+1,000,000,000 (its default limit), and PostgreSQL's search index cannot take a payload of
+more than about 268,000,000 (its regular expressions need four bytes a character, in at
+most 1 GiB)."""
+
+
+def check_size(text: str, what: str) -> str:
+    """``text``, or InvalidPayload naming ``what`` when it is over ``MAX_VALUE_BYTES``."""
+    if len(text) > MAX_VALUE_BYTES // 4:  # shorter texts cannot be over: no need to count
+        size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        if size > MAX_VALUE_BYTES:
+            raise InvalidPayload(
+                f"{what} is {size:,} bytes; a store keeps at most {MAX_VALUE_BYTES:,} bytes in one value"
+            )
     return text
 
 
