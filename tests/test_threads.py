@@ -269,3 +269,42 @@ def test_a_thread_kept_waiting_for_the_store_is_told_busy(where, tmp_path, monke
             thread.join()
         assert len(errors) == 1 and "nothing was written" in errors[0]
         assert [n.payload["content"] for n in session.path("main")] == ["holds the store"]
+
+
+def test_now_never_pairs_one_seconds_text_with_another_seconds_milliseconds(monkeypatch):
+    """``ids.now`` caches the text of the current second. Before, that cache was two
+    globals, read apart: a thread that had found the cached second to be its own, then
+    read the text after another thread had cached the next second, stamped the next
+    second's text with its own milliseconds (a timestamp a second off). The test stops
+    the first thread exactly there (its comparison of seconds runs the other thread)."""
+    import time as real
+
+    from sessiontree import ids
+
+    first, second = 1_700_000_000, 1_700_000_001
+    text = {s: real.strftime("%Y-%m-%dT%H:%M:%S", real.gmtime(s)) for s in (first, second)}
+    late_wrote = threading.Event()
+
+    class Second(int):
+        def __ne__(self, other: object) -> bool:  # the first thread, between look and read
+            if threading.current_thread().name == "early" and not late_wrote.is_set():
+                late = threading.Thread(target=lambda: stamps.append(ids.now()), name="late")
+                late.start()
+                late.join()
+                late_wrote.set()
+            return int(self) != other
+
+        __hash__ = int.__hash__
+
+    def clock_divmod(ms: int, by: int) -> tuple[int, int]:
+        at = second if threading.current_thread().name == "late" else first
+        return Second(at), 123
+
+    monkeypatch.setattr(ids, "divmod", clock_divmod, raising=False)
+    stamps: list[str] = []
+    ids.now()  # the cache holds the first second
+    early = threading.Thread(target=lambda: stamps.insert(0, ids.now()), name="early")
+    early.start()
+    early.join()
+    assert late_wrote.is_set()
+    assert stamps == [f"{text[first]}.123Z", f"{text[second]}.123Z"]

@@ -424,8 +424,9 @@ def encode_json(value: Any, what: str, **options: Any) -> str:
     """Strict JSON text SQLite can store, or InvalidPayload naming ``what``.
 
     Strict: no NaN or infinity (SQLite's JSON functions and our exports refuse
-    them), at most MAX_NESTING levels deep, at most ``names.MAX_VALUE_BYTES``. A lone surrogate cannot be stored as
-    UTF-8 text, so a value holding one is written with JSON's \\u escapes.
+    them), at most MAX_NESTING levels deep, at most ``names.MAX_VALUE_BYTES`` long.
+    A lone surrogate cannot be stored as UTF-8 text, so a value holding one is
+    written with JSON's \\u escapes.
     """
     try:
         # The payload encoder is built once: json.dumps with options builds one per call.
