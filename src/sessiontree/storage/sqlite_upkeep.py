@@ -77,14 +77,17 @@ class SQLiteUpkeep(Storage):
         if self.path == ":memory:":
             return None
         self.check_writable()
-        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        before = os.path.getsize(self.path)
+        conn = self.conn
+        # A full disk can stop any of the three: folding the log into a file that must grow
+        # to take its pages, the copy, the fold after. Each leaves what is stored as it was.
         try:
-            self.conn.execute("VACUUM")
-        except sqlite3.OperationalError as e:  # a full disk: the file is as it was
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            before = os.path.getsize(self.path)
+            conn.execute("VACUUM")
+            # In WAL mode VACUUM writes the new pages to the log; fold them back in.
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.OperationalError as e:
             raise _db.storage_error(e) from None
-        # In WAL mode VACUUM writes the new pages to the log; fold them back in.
-        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return before - os.path.getsize(self.path)
 
     def integrity_problems(self, session_key: int | None) -> list[tuple[str, str, str, str | None]]:
