@@ -10,6 +10,12 @@ be given to a new row. The rules (what may be
 written, compare-and-set decisions, error wording) live above, in ``Session``,
 ``Store`` and ``bulk``. Writes happen inside ``transaction()``. Integrity errors
 the schema raises come back as sessiontree errors naming the row.
+
+Threads may share a store: ``conn`` is the calling thread's connection (a file: one
+per thread; ``:memory:``: the one connection, serialised), and ``transaction()`` and
+``snapshot()`` hold what ``sqlite_threads`` says they must. The counters a commit
+keeps (commits since the log was measured, nodes not yet indexed) live with each
+connection, so threads never share one.
 """
 
 from __future__ import annotations
