@@ -116,9 +116,16 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
     def conn(self) -> sqlite3.Connection:
         """This thread's connection (see ``sqlite_threads``)."""
         try:
-            return self._local.slot.conn
-        except AttributeError:
+            return self._local.conn
+        except AttributeError:  # a thread new to this store
             return self._connections.slot().conn
+
+    @property
+    def _slot(self) -> Slot:
+        try:
+            return self._local.slot
+        except AttributeError:
+            return self._connections.slot()
 
     def close(self) -> None:
         unindexed = any(slot.unindexed for slot in self._connections.slots())
@@ -132,7 +139,7 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
         """One atomic write (``BEGIN IMMEDIATE``); nested use makes a savepoint."""
         self.check_writable()
         with self._connections.writing():
-            slot = self._connections.slot()
+            slot = self._slot
             outermost = not slot.conn.in_transaction
             with _db.transaction(slot.conn) as conn:
                 yield conn
@@ -300,7 +307,7 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
         """Insert nodes (``NodeRow``s) inside a transaction; return the last one's key. With
         ``keys_from``, row i gets key ``keys_from + i`` (so a chain can name its parents
         before they exist); without it, one row is inserted and gets the next free key."""
-        self._connections.slot().unindexed += len(rows)  # above the search watermark until a batch is indexed
+        self._slot.unindexed += len(rows)  # above the search watermark until a batch is indexed
         try:
             if keys_from is None:
                 (row,) = rows
