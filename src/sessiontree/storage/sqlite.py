@@ -30,6 +30,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import sqlite_utils
+
 from .. import db as _db
 from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeError
 from ..names import MIN_PREFIX
@@ -119,6 +121,12 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
             return self._local.conn
         except AttributeError:  # a thread new to this store
             return self._connections.slot().conn
+
+    @property
+    def db(self) -> sqlite_utils.Database:
+        """sqlite-utils on this thread's connection, for schema introspection (no plugins,
+        and no pragma changes on a connection that is ours)."""
+        return sqlite_utils.Database(self.conn, recursive_triggers=False, execute_plugins=False)
 
     @property
     def _slot(self) -> Slot:

@@ -40,6 +40,10 @@ class SQLiteUpkeep(Storage):
     def conn(self) -> sqlite3.Connection:
         raise NotImplementedError
 
+    @property
+    def db(self) -> sqlite_utils.Database:
+        raise NotImplementedError
+
     def check_writable(self) -> None:
         raise NotImplementedError
 
@@ -124,10 +128,8 @@ class SQLiteUpkeep(Storage):
         conn = self.conn
         q = conn.execute
         files = [self.path, self.path + "-wal"] if self.path != ":memory:" else []
-        # sqlite-utils introspects the schema: every table with its row count. No plugins
-        # and no pragma changes on a connection that is ours.
-        db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
-        tables = {t.name: t.count for t in db.tables}
+        # sqlite-utils introspects the schema: every table with its row count.
+        tables = {t.name: t.count for t in self.db.tables}
         return {
             "file": self.path,
             "bytes": sum(os.path.getsize(f) for f in files if os.path.exists(f)),
