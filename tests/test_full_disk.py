@@ -106,3 +106,37 @@ def test_a_disk_that_fills_under_an_open_store_loses_nothing(small_disk):
         assert store.verify().ok
         lines = list(export_native(store))
     assert lines[: len(acknowledged) - 1] == acknowledged[:-1]  # all but the branch line, which moved on
+
+
+def test_prune_vacuum_on_a_full_disk_is_disk_full_and_loses_nothing(small_disk):
+    """Before: a raw OperationalError ("internal error" in the CLI) when the log held pages
+    past the end of the file: folding it in, before the copy, needs the file to grow."""
+    db, _ = make_store(small_disk)
+
+    def grow_then_prune(store: Store) -> None:
+        session = store.session(store.sessions()[0].id)
+        session.fork("gone", at="main")
+        for _ in range(60):  # new pages, only in the log
+            session.append({"role": "user", "content": "z" * 3000}, branch="gone")
+        session.delete_branch("gone")
+        assert len(store.prune(dry_run=False, grace=0).node_ids) == 60
+
+    with Store(db) as store:
+        grow_then_prune(store)
+        kept = list(export_native(store))
+        filler = fill(small_disk)
+        with pytest.raises(DiskFull, match="the disk is full"):
+            store.prune(dry_run=False, vacuum=True, grace=0)
+        assert store.verify().ok and list(export_native(store)) == kept
+        filler.unlink()
+        grow_then_prune(store)
+        kept = list(export_native(store))
+        filler = fill(small_disk)
+    assert cli_run(db, "prune", "--vacuum", "--yes", "--grace", "0") == (
+        1,
+        "Error: the disk is full (or the database reached its size limit); nothing was written\n",
+    )
+    filler.unlink()
+    with Store(db) as store:
+        assert store.verify().ok and list(export_native(store)) == kept
+        assert store.prune(dry_run=False, vacuum=True, grace=0).bytes_freed > 0  # room again

@@ -24,11 +24,12 @@ from sessiontree import (
     ReadOnly,
     SessionTreeError,
     Store,
+    names,
 )
 from sessiontree.cli import cli
 from sessiontree.formats import export_native, import_file, import_native
 
-from conftest import assistant, user
+from conftest import assistant, public_rows_of, user
 
 ODD = [
     "\ud800",
@@ -510,3 +511,67 @@ def test_native_import_of_poisoned_payloads_fails_whole_and_readers_stay_fine(st
         with pytest.raises(SessionTreeError, match="string id"):
             import_file(other, tmp_path / "p.jsonl")
         assert other.sessions() == [] and other.verify().ok
+
+
+# -- values a backend cannot bind or hold: refused naming the field, on both backends --
+
+
+@pytest.mark.parametrize(
+    ("write", "message"),
+    [
+        (lambda st, s: s.append(user("x"), run={"model": {"a": 1}}), "run model must be text .* not dict"),
+        (lambda st, s: s.append(user("x"), run={"provider": 7}), "run provider must be text .* not int"),
+        (
+            lambda st, s: s.record_run({"finish_reason": ["stop"]}),
+            "run finish_reason must be text .* not list",
+        ),
+        (lambda st, s: st.create_session({"a": 1}), "session title must be text .* not dict"),
+        (lambda st, s: st.create_session(42), "session title must be text .* not int"),
+    ],
+)
+def test_a_value_that_is_not_text_where_text_belongs_is_refused(db_target, write, message):
+    """Before: sqlite3's "Error binding parameter 3: type 'dict' is not supported" (and on
+    PostgreSQL psycopg's "cannot adapt type 'dict'", or a list stored as '{stop}')."""
+    with Store(db_target) as store:
+        session = store.create_session("values")
+        session.append(user("hi"))
+        before = public_rows_of(store)
+        with pytest.raises(InvalidPayload, match=message):
+            write(store, session)
+        assert public_rows_of(store) == before
+
+
+@pytest.mark.parametrize(
+    ("write", "field"),
+    [
+        (lambda st, s, big: s.append(user(big)), "payload"),
+        (lambda st, s, big: st.create_session(big), "session title"),
+        (lambda st, s, big: st.create_session("t", {"notes": big}), "session metadata"),
+        (lambda st, s, big: s.append(user("x"), run={"model": "m", "params": {"p": big}}), "run params"),
+        (lambda st, s, big: s.fork("f", at="main", metadata={"m": big}), "branch metadata"),
+    ],
+)
+def test_a_value_over_the_size_limit_is_refused_naming_it(db_target, monkeypatch, write, field):
+    """The limit is ``names.MAX_VALUE_BYTES`` (250 MB) on both backends; lowered here so
+    the test need not hold a quarter of a gigabyte. Before: SQLite's DataError "string or
+    blob too big" past 1 GB, PostgreSQL's "invalid memory alloc request size" past 268 MB."""
+    monkeypatch.setattr(names, "MAX_VALUE_BYTES", 1000)
+    with Store(db_target) as store:
+        session = store.create_session("values")
+        session.append(user("hi"))
+        before = public_rows_of(store)
+        with pytest.raises(InvalidPayload, match=rf"^{field} is 1,\d\d\d bytes; a store keeps at most 1,000"):
+            write(store, session, "é" * 600)  # 600 characters, 1,200 bytes
+        assert public_rows_of(store) == before
+
+
+def test_a_value_over_sqlites_own_length_limit_is_invalid_payload(store, session):
+    """A connection whose limit is below ``MAX_VALUE_BYTES``: SQLite's own refusal, said
+    clearly (before: a raw sqlite3.DataError "string or blob too big")."""
+    session.append(user("hi"))
+    before = dump(store.conn)
+    store.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 10_000)
+    with pytest.raises(InvalidPayload, match="longer than this SQLite database's length limit"):
+        session.append(user("x" * 20_000))
+    store.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 1_000_000_000)
+    assert dump(store.conn) == before

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .errors import Busy, DiskFull, NotOurs, ReadOnly, SchemaTooNew, SessionTreeError
+from .errors import Busy, DiskFull, InvalidPayload, NotOurs, ReadOnly, SchemaTooNew, SessionTreeError
 
 BUSY_TIMEOUT_MS = 5_000
 PAGE_SIZE = 8_192
@@ -434,7 +434,13 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 
 def storage_error(error: BaseException) -> BaseException:
     """A clear sessiontree error for what SQLite reports about the file itself (read-only,
-    full); any other error as it is."""
+    full) or a value over its length limit (one lowered below ``names.MAX_VALUE_BYTES``,
+    which the API checks first); any other error as it is."""
+    if isinstance(error, sqlite3.DataError) and "too big" in str(error):
+        return InvalidPayload(
+            "a value is longer than this SQLite database's length limit (SQLITE_LIMIT_LENGTH);"
+            " nothing was written"
+        )
     if not isinstance(error, sqlite3.OperationalError):
         return error
     text = str(error)

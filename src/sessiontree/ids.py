@@ -61,14 +61,16 @@ def _next(ms: int) -> str:
     return f"{_prefix}{h[:4]}-{h[4:8]}-{h[8:]}"
 
 
-_second = -1
-_second_text = ""
+_second: tuple[int, str] = (-1, "")
+"""The last second formatted, and its text: one tuple, read once, so a thread never pairs
+one second's text with another's (no lock: replacing the tuple is atomic)."""
 
 
 def now() -> str:
     """The current UTC time as ISO 8601 with milliseconds, e.g. ``2026-11-30T09:14:15.123Z``."""
-    global _second, _second_text
+    global _second
     seconds, ms = divmod(time.time_ns() // 1_000_000, 1000)
-    if seconds != _second:  # formatting the date is most of the cost: once a second
-        _second_text, _second = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)), seconds
-    return f"{_second_text}.{ms:03d}Z"
+    cached = _second
+    if cached[0] != seconds:  # formatting the date is most of the cost: once a second
+        cached = _second = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
+    return f"{cached[1]}.{ms:03d}Z"

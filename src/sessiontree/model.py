@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidPayload
+from .names import check_size
 
 KINDS = frozenset({"message", "pause", "decision", "error", "tool_start", "note", "summary"})
 """Node kinds. Only ``message`` nodes reach a model; the rest are markers."""
@@ -423,8 +424,9 @@ def encode_json(value: Any, what: str, **options: Any) -> str:
     """Strict JSON text SQLite can store, or InvalidPayload naming ``what``.
 
     Strict: no NaN or infinity (SQLite's JSON functions and our exports refuse
-    them), at most MAX_NESTING levels deep. A lone surrogate cannot be stored as
-    UTF-8 text, so a value holding one is written with JSON's \\u escapes.
+    them), at most MAX_NESTING levels deep, at most ``names.MAX_VALUE_BYTES`` long.
+    A lone surrogate cannot be stored as UTF-8 text, so a value holding one is
+    written with JSON's \\u escapes.
     """
     try:
         # The payload encoder is built once: json.dumps with options builds one per call.
@@ -445,7 +447,7 @@ def encode_json(value: Any, what: str, **options: Any) -> str:
     # Counting brackets is cheap and almost always rules deep nesting out at once.
     if text.count("[") + text.count("{") > MAX_NESTING and _nesting(value) > MAX_NESTING:
         raise InvalidPayload(f"{what} is nested too deeply (more than {MAX_NESTING} levels)")
-    return text
+    return check_size(text, what)
 
 
 def _nesting(value: Any) -> int:

@@ -74,14 +74,18 @@ def unstorable(text: str) -> str | None:
 
 
 def check_text(text: str | None, what: str) -> str | None:
-    """Text every backend stores as it is: no lone surrogates (not UTF-8) and no NUL
-    (PostgreSQL's text refuses it; refused on SQLite too, so a copy never fails)."""
-    why = unstorable(text) if isinstance(text, str) else None
-    if why is None:
-        return text
-    assert isinstance(text, str)
-    because = "which is not valid Unicode text" if "surrogate" in why else "which a store cannot keep in text"
-    raise InvalidPayload(f"{what} {shown(text)} holds {why}, {because}")
+    """Text every backend stores as it is: a ``str`` (or None), no lone surrogates (not
+    UTF-8) and no NUL (PostgreSQL's text refuses it; refused on SQLite too, so a copy
+    never fails), at most ``MAX_VALUE_BYTES``."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise InvalidPayload(f"{what} must be text (a str) or None, not {type(text).__name__}")
+    why = unstorable(text)
+    if why is not None:
+        because = "which is not valid Unicode text" if "surrogate" in why else "which a store cannot keep in text"
+        raise InvalidPayload(f"{what} {shown(text)} holds {why}, {because}")
+    return check_size(text, what)
 
 
 def check_lookup(text: str, what: str, error: type[SessionTreeError] = NotFound) -> str:
@@ -97,6 +101,25 @@ def check_lookup(text: str, what: str, error: type[SessionTreeError] = NotFound)
     if "surrogate" in why:
         why += " (a byte that is not UTF-8, as in a command-line argument)"
     raise error(f"no {what} {shown(text)}: it holds {why}, which nothing stored holds")
+
+
+MAX_VALUE_BYTES = 250_000_000
+"""Most UTF-8 bytes one stored value (a payload, a title, metadata, a run's field) may
+hold, on every backend, so a store copies from one to the other: SQLite keeps at most
+1,000,000,000 (its default limit), and PostgreSQL's search index cannot take a payload of
+more than about 268,000,000 (its regular expressions need four bytes a character, in at
+most 1 GiB)."""
+
+
+def check_size(text: str, what: str) -> str:
+    """``text``, or InvalidPayload naming ``what`` when it is over ``MAX_VALUE_BYTES``."""
+    if len(text) > MAX_VALUE_BYTES // 4:  # shorter texts cannot be over: no need to count
+        size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        if size > MAX_VALUE_BYTES:
+            raise InvalidPayload(
+                f"{what} is {size:,} bytes; a store keeps at most {MAX_VALUE_BYTES:,} bytes in one value"
+            )
+    return text
 
 
 SHOWN = 60

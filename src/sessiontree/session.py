@@ -40,7 +40,7 @@ from .model import (
     encode_json,
     encode_payload,
 )
-from .names import FULL_ID, MIN_PREFIX, check_lookup, check_name, shown, split_ancestry
+from .names import FULL_ID, MIN_PREFIX, check_lookup, check_name, check_text, shown, split_ancestry
 from .storage import Storage
 
 Ref = str | Node
@@ -272,12 +272,12 @@ class Session:
             run_id,
             self._key,
             (
-                fields.get("model"),
-                fields.get("provider"),
+                check_text(fields.get("model"), "run model"),
+                check_text(fields.get("provider"), "run provider"),
                 encode_json(fields.get("params") or {}, "run params", default=str),
                 encode_json(fields.get("usage") or {}, "run usage", default=str),
                 check_latency(fields.get("latency_ms")),
-                fields.get("finish_reason"),
+                check_text(fields.get("finish_reason"), "run finish_reason"),
                 now(),
             ),
         )

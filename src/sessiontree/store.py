@@ -63,7 +63,8 @@ class Store:
 
     @property
     def conn(self) -> sqlite3.Connection:
-        """The raw SQLite connection, for inspection; write through the API."""
+        """This thread's SQLite connection, for inspection; write through the API. (On
+        ``:memory:`` the one connection every thread shares, each statement read whole.)"""
         if not isinstance(self.storage, SQLiteStorage):
             raise SessionTreeError(f"{self.path} is not a SQLite store: it has no SQLite connection")
         return self.storage.conn

@@ -379,33 +379,30 @@ class Storage(ABC):
 
     redaction_check_every: float = 0.0
     """Seconds between two looks at the redaction count (0: before every read of a path)."""
-    _redactions_seen: int | None = None  # None until the first look, which clears the cache
     _next_redaction_check = 0.0
 
     @abstractmethod
     def redaction_count(self) -> int:
         """How many redactions were ever recorded here (it never counts down)."""
 
-    def _drop_stale_paths(self) -> None:
+    def _drop_stale_paths(self) -> int:
         """Clear the cache if a redaction was recorded (by any process) since the last
         look: it is the one change a node may undergo, and a cached path would go on
-        holding the old payload."""
+        holding the old payload. The cache generation what this read puts must name
+        (``PathCache.agree``)."""
+        generation = self.cache.generation  # before the look: a clear after it voids this read
         now = time.monotonic()
         if now < self._next_redaction_check:
-            return
+            return generation
         self._next_redaction_check = now + self.redaction_check_every
-        count = self.redaction_count()
-        if count != self._redactions_seen:
-            self.cache.clear()
-            self._redactions_seen = count
+        return self.cache.agree(self.redaction_count())
 
     def path_to(self, key: int, node_id: str, session_id: str) -> tuple[Node, ...]:
         """Root-to-node: from the cache, or reading only the nodes after the nearest
         cached ancestor (see ``cache``)."""
-        self._drop_stale_paths()
-        return self._cached_path(key, node_id, session_id)
+        return self._cached_path(key, node_id, session_id, self._drop_stale_paths())
 
-    def _cached_path(self, key: int, node_id: str, session_id: str) -> tuple[Node, ...]:
+    def _cached_path(self, key: int, node_id: str, session_id: str, generation: int) -> tuple[Node, ...]:
         cached = self.cache.get(node_id)
         if cached is not None:
             return cached
@@ -426,17 +423,17 @@ class Storage(ABC):
                 for r, parent in zip(rows, ids[:-1], strict=True)
             ],
         )
-        self.cache.put(path, len(base))
+        self.cache.put(path, len(base), generation)
         return path
 
     def messages(self, key: int, node_id: str, session_id: str) -> list[dict[str, Any]]:
         """The projection of the path to a node (``compaction.project``), root first (the
         dicts are shared with the cache: read-only). Re-reading a grown path costs O(new
         nodes)."""
-        self._drop_stale_paths()
+        generation = self._drop_stale_paths()
         found = self.cache.messages(node_id)  # a new list
         if found is None:
-            path = self._cached_path(key, node_id, session_id)
+            path = self._cached_path(key, node_id, session_id, generation)
             found = self.cache.messages(node_id)
             if found is None:  # not cacheable (too big, or the cache is off)
                 return project(path)

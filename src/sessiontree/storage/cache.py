@@ -24,6 +24,11 @@ Contract:
   redaction count moves (``Storage._drop_stale_paths``: another process
   redacted); a fresh head never leads to a deleted node (prune keeps every
   ancestor of a ref).
+- Threads share one cache, and may read from different snapshots (a thread that
+  began reading before another committed a redaction). ``clear`` moves the cache to a
+  new *generation*; ``agree(redaction_count)`` clears it when the count a read
+  sees differs from the one it holds, and returns the generation that read must
+  ``put`` under: a path read before a clear (by a slower thread) is not cached after it.
 - ``heads(session_id)`` lists the cached path ends of a session (newest
   first), so the backend can read only the nodes between a new head and the
   nearest cached ancestor.
@@ -99,6 +104,8 @@ class PathCache:
         self.bytes = 0
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
+        self.generation = 0  # moves at every clear
+        self._redactions: int | None = None  # the redaction count the entries were read under
 
     def get(self, node_id: str) -> tuple[Node, ...] | None:
         with self._lock:
@@ -117,15 +124,25 @@ class PathCache:
             self._entries.move_to_end(node_id)
         return entry
 
-    def put(self, path: tuple[Node, ...], known: int = 0) -> None:
-        """Remember ``path`` (its end is the key). When its first ``known`` nodes are a cached
-        path, the rest extends that one."""
-        if not path or (known and self.extend(path[known - 1].id, path[known:])):
+    def put(self, path: tuple[Node, ...], known: int = 0, generation: int | None = None) -> None:
+        """Remember ``path`` (its end is the key), unless the cache was cleared since
+        ``generation`` (when given). When its first ``known`` nodes are a cached path, the
+        rest extends that one."""
+        if not path:
             return
+        if 0 < known < len(path):
+            added = _size(path[known:])
+            with self._lock:
+                if generation is not None and generation != self.generation:
+                    return  # read before a clear: it may hold what the clear was for
+                if self._extend(path[known - 1].id, path[known:], added):
+                    return
         size = _size(path)
         if size + ENTRY_BYTES > self.max_bytes:
             return
         with self._lock:
+            if generation is not None and generation != self.generation:
+                return
             self._add(path[-1].id, _Entry(_Chain(path[-1].session_id, list(path), size), len(path), size))
 
     def extend(self, parent_id: str, nodes: Sequence[Node]) -> bool:
@@ -135,20 +152,24 @@ class PathCache:
             return False
         added = _size(nodes)
         with self._lock:
-            parent = self._get(parent_id)  # the new path needs it: now the most recent
-            if parent is None:
-                return False
-            chain, size = parent.chain, parent.size + added
-            if size + ENTRY_BYTES > self.max_bytes:
-                return True  # too big to cache, like any path past the bound
-            if parent.length == len(chain.nodes):  # the end of its chain: grow it in place
-                chain.nodes.extend(nodes)
-                chain.size += added
-                self.bytes += added
-            else:  # a fork off the middle: a new chain, sharing the nodes above it
-                chain = _Chain(chain.session_id, chain.nodes[: parent.length] + list(nodes), size)
-            self._add(nodes[-1].id, _Entry(chain, parent.length + len(nodes), size))
-            return True
+            return self._extend(parent_id, nodes, added)
+
+    def _extend(self, parent_id: str, nodes: Sequence[Node], added: int) -> bool:
+        """``extend``, holding the lock; ``added`` is the payload bytes of ``nodes``."""
+        parent = self._get(parent_id)  # the new path needs it: now the most recent
+        if parent is None:
+            return False
+        chain, size = parent.chain, parent.size + added
+        if size + ENTRY_BYTES > self.max_bytes:
+            return True  # too big to cache, like any path past the bound
+        if parent.length == len(chain.nodes):  # the end of its chain: grow it in place
+            chain.nodes.extend(nodes)
+            chain.size += added
+            self.bytes += added
+        else:  # a fork off the middle: a new chain, sharing the nodes above it
+            chain = _Chain(chain.session_id, chain.nodes[: parent.length] + list(nodes), size)
+        self._add(nodes[-1].id, _Entry(chain, parent.length + len(nodes), size))
+        return True
 
     def _add(self, node_id: str, entry: _Entry) -> None:
         """Add an entry (hold the lock), then evict the least recently used past the bound."""
@@ -183,5 +204,18 @@ class PathCache:
 
     def clear(self) -> None:
         with self._lock:
-            self._entries.clear()
-            self.bytes = 0
+            self._clear()
+
+    def _clear(self) -> None:
+        self._entries.clear()
+        self.bytes = 0
+        self.generation += 1
+
+    def agree(self, redactions: int) -> int:
+        """A read sees ``redactions`` recorded: clear the cache if its entries were read
+        under another count. The generation that read's ``put`` must name."""
+        with self._lock:
+            if redactions != self._redactions:
+                self._clear()
+                self._redactions = redactions
+            return self.generation

@@ -10,6 +10,12 @@ be given to a new row. The rules (what may be
 written, compare-and-set decisions, error wording) live above, in ``Session``,
 ``Store`` and ``bulk``. Writes happen inside ``transaction()``. Integrity errors
 the schema raises come back as sessiontree errors naming the row.
+
+Threads may share a store: ``conn`` is the calling thread's connection (a file: one
+per thread; ``:memory:``: the one connection, serialised), and ``transaction()`` and
+``snapshot()`` hold what ``sqlite_threads`` says they must. The counters a commit
+keeps (commits since the log was measured, nodes not yet indexed) live with each
+connection, so threads never share one.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from .cache import DEFAULT_MAX_BYTES, PathCache
 from .reads import RUN_COLUMNS, SharedReads
 from .sqlite_retention import SQLiteRetention
 from .sqlite_search import SEARCH_BATCH, SQLiteSearch
+from .sqlite_threads import Connections, Slot
 from .sqlite_upkeep import TREE, SQLiteUpkeep
 
 WAL_LIMIT = 32 * 1024 * 1024
@@ -97,34 +104,59 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
         # A file this process cannot write is opened read-only; writes say why.
         self.why_readonly = None if readonly else _db.read_only_reason(self.path)
         self.readonly = readonly or self.why_readonly is not None
-        self.conn: sqlite3.Connection = _db.connect(self.path, readonly=self.readonly)
-        # sqlite-utils for schema introspection (and, later, its FTS helpers); no
-        # plugins and no pragma changes on a connection that is ours.
-        self.db = sqlite_utils.Database(self.conn, recursive_triggers=False, execute_plugins=False)
+        # The first connection is opened here, so a file that cannot be a store says so now.
+        self._connections = Connections(
+            _db.connect(self.path, readonly=self.readonly),
+            lambda: _db.connect(self.path, readonly=self.readonly),
+            memory=self.path == ":memory:",
+        )
+        self._local = self._connections.local
         self.cache = PathCache(cache_bytes)
         self.wal_limit = WAL_LIMIT
-        self._commits = 0
-        self._unindexed = 0  # nodes this store inserted since it last moved the search watermark
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """This thread's connection (see ``sqlite_threads``)."""
+        try:
+            return self._local.conn
+        except AttributeError:  # a thread new to this store
+            return self._connections.slot().conn
+
+    @property
+    def db(self) -> sqlite_utils.Database:
+        """sqlite-utils on this thread's connection, for schema introspection (no plugins,
+        and no pragma changes on a connection that is ours)."""
+        return sqlite_utils.Database(self.conn, recursive_triggers=False, execute_plugins=False)
+
+    @property
+    def _slot(self) -> Slot:
+        try:
+            return self._local.slot
+        except AttributeError:
+            return self._connections.slot()
 
     def close(self) -> None:
-        if self._unindexed and not self.readonly:  # what this store wrote, indexed for search
+        unindexed = any(slot.unindexed for slot in self._connections.slots())
+        if unindexed and not self.readonly:  # what this store wrote, indexed for search
             with contextlib.suppress(SessionTreeError, sqlite3.Error), self.transaction():
                 self.index_pending()
-        self.conn.close()
+        self._connections.close()
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """One atomic write (``BEGIN IMMEDIATE``); nested use makes a savepoint."""
         self.check_writable()
-        outermost = not self.conn.in_transaction
-        with _db.transaction(self.conn) as conn:
-            yield conn
-        if outermost:
-            self._bound_wal()
-            if self._unindexed >= SEARCH_BATCH:  # index a batch in one statement, not one per commit
-                self._unindexed = 0
-                with _db.transaction(self.conn):
-                    self.index_pending()
+        with self._connections.writing():
+            slot = self._slot
+            outermost = not slot.conn.in_transaction
+            with _db.transaction(slot.conn) as conn:
+                yield conn
+            if outermost:
+                self._bound_wal(slot)
+                if slot.unindexed >= SEARCH_BATCH:  # index a batch in one statement, not one per commit
+                    slot.unindexed = 0
+                    with _db.transaction(slot.conn):
+                        self.index_pending()
 
     def check_writable(self) -> None:
         """``ReadOnly`` when this store cannot write (opened so, or the file or its
@@ -134,7 +166,7 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
         if self.readonly:
             raise ReadOnly(f"{self.path} is open read-only; nothing was written")
 
-    def _bound_wal(self) -> None:
+    def _bound_wal(self, slot: Slot) -> None:
         """Keep the write-ahead log near ``wal_limit`` bytes.
 
         SQLite's automatic checkpoints are passive: while readers keep arriving,
@@ -146,8 +178,8 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
         log. New readers go on unimpeded; other writers wait for it. If it cannot
         finish in time, nothing is lost: a later check tries again.
         """
-        self._commits += 1
-        if self.path == ":memory:" or self._commits % WAL_CHECK_EVERY:
+        slot.commits += 1
+        if self.path == ":memory:" or slot.commits % WAL_CHECK_EVERY:
             return
         try:
             size = os.path.getsize(self.path + "-wal")
@@ -156,26 +188,29 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
         if size > self.wal_limit:
             # Other writers wait while this runs: wait for readers for a second at most,
             # well inside the writers' own busy timeout.
-            timeout = self.conn.execute("PRAGMA busy_timeout").fetchone()[0]
-            self.conn.execute(f"PRAGMA busy_timeout = {min(timeout, CHECKPOINT_WAIT_MS)}")
+            conn = slot.conn
+            timeout = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+            conn.execute(f"PRAGMA busy_timeout = {min(timeout, CHECKPOINT_WAIT_MS)}")
             try:
                 with contextlib.suppress(sqlite3.OperationalError):  # busy: try again later
-                    self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             finally:
-                self.conn.execute(f"PRAGMA busy_timeout = {timeout}")
+                conn.execute(f"PRAGMA busy_timeout = {timeout}")
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
         """Several reads from one consistent state (a deferred read transaction)."""
-        if self.conn.in_transaction:
-            yield
-            return
-        self.conn.execute("BEGIN")
-        try:
-            yield
-        finally:
-            if self.conn.in_transaction:
-                self.conn.execute("COMMIT")
+        with self._connections.reading():
+            conn = self.conn
+            if conn.in_transaction:
+                yield
+                return
+            conn.execute("BEGIN")
+            try:
+                yield
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
 
     @property
     def schema_version(self) -> int:
@@ -280,7 +315,7 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
         """Insert nodes (``NodeRow``s) inside a transaction; return the last one's key. With
         ``keys_from``, row i gets key ``keys_from + i`` (so a chain can name its parents
         before they exist); without it, one row is inserted and gets the next free key."""
-        self._unindexed += len(rows)  # above the search watermark until a batch is indexed
+        self._slot.unindexed += len(rows)  # above the search watermark until a batch is indexed
         try:
             if keys_from is None:
                 (row,) = rows

@@ -39,8 +39,11 @@ ORDER BY n.id
 class SQLiteRetention:
     """Trash and redactions; mixed into ``SQLiteStorage``, whose attributes these are."""
 
-    conn: sqlite3.Connection
     cache: PathCache
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        raise NotImplementedError
 
     def lock_sessions(self, session_ids: Sequence[str]) -> dict[str, int]:
         """The keys of those of these sessions that exist. Nothing to lock: inside

@@ -65,11 +65,14 @@ _REFS_CONTAINING = REFS_CONTAINING.format(wanted="id IN (SELECT value FROM json_
 class SQLiteSearch:
     """Full-text queries; mixed into ``SQLiteStorage``, whose attributes these are."""
 
-    conn: sqlite3.Connection
     path: str
     readonly: bool
     search_visible: str = ""
     """Extra SQL condition on ``s`` (the session) that a hit must meet (retention sets it)."""
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        raise NotImplementedError
 
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError

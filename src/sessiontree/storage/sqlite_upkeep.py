@@ -34,9 +34,15 @@ class SQLiteUpkeep(Storage):
     """Maintenance queries; mixed into ``SQLiteStorage``, whose attributes these are."""
 
     path: str
-    conn: sqlite3.Connection
-    db: sqlite_utils.Database
     cache: PathCache
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        raise NotImplementedError
+
+    @property
+    def db(self) -> sqlite_utils.Database:
+        raise NotImplementedError
 
     def check_writable(self) -> None:
         raise NotImplementedError
@@ -75,14 +81,17 @@ class SQLiteUpkeep(Storage):
         if self.path == ":memory:":
             return None
         self.check_writable()
-        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        before = os.path.getsize(self.path)
+        conn = self.conn
+        # A full disk can stop any of the three: folding the log into a file that must grow
+        # to take its pages, the copy, the fold after. Each leaves what is stored as it was.
         try:
-            self.conn.execute("VACUUM")
-        except sqlite3.OperationalError as e:  # a full disk: the file is as it was
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            before = os.path.getsize(self.path)
+            conn.execute("VACUUM")
+            # In WAL mode VACUUM writes the new pages to the log; fold them back in.
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.OperationalError as e:
             raise _db.storage_error(e) from None
-        # In WAL mode VACUUM writes the new pages to the log; fold them back in.
-        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return before - os.path.getsize(self.path)
 
     def integrity_problems(self, session_key: int | None) -> list[tuple[str, str, str, str | None]]:
@@ -116,7 +125,8 @@ class SQLiteUpkeep(Storage):
 
     def stats(self) -> dict[str, Any]:
         """Counts, sizes, tables and per-model token usage of the whole database."""
-        q = self.conn.execute
+        conn = self.conn
+        q = conn.execute
         files = [self.path, self.path + "-wal"] if self.path != ":memory:" else []
         # sqlite-utils introspects the schema: every table with its row count.
         tables = {t.name: t.count for t in self.db.tables}
