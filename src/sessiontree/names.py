@@ -83,7 +83,9 @@ def check_text(text: str | None, what: str) -> str | None:
         raise InvalidPayload(f"{what} must be text (a str) or None, not {type(text).__name__}")
     why = unstorable(text)
     if why is not None:
-        because = "which is not valid Unicode text" if "surrogate" in why else "which a store cannot keep in text"
+        because = "which is not valid Unicode text"
+        if "surrogate" not in why:
+            because = "which a store cannot keep in text"
         raise InvalidPayload(f"{what} {shown(text)} holds {why}, {because}")
     return check_size(text, what)
 
