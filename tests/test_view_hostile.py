@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 
 import pytest
 
@@ -483,7 +484,9 @@ def check_lookups(target: str, c) -> None:
     for bad in LOOKUPS:
         for url in [f"/s/{bad}", f"/api/sessions/{bad}/data", f"/api/sessions/{bad}/version"]:
             assert one_line_error(c.get(url), 404).startswith("no session ")
-        r = c.post(f"/api/pauses/{bad}/decision", json={"decisions": {"c1": {"action": "approve"}}}, headers=AUTH)
+        r = c.post(
+            f"/api/pauses/{bad}/decision", json={"decisions": {"c1": {"action": "approve"}}}, headers=AUTH
+        )
         assert one_line_error(r, 404).startswith("no node ")
         r = c.get(f"/api/search?q={bad}")
         if r.status_code != 200:
@@ -532,3 +535,128 @@ def test_sessiontree_errors_map_to_their_status(tmp_path, client, monkeypatch):
         for url in ["/api/search?q=x", "/s/0123"]:
             r = c.get(url)
             assert r.status_code == status and r.json()["error"].startswith(str(error)), (url, r.text)
+
+
+# -- 14. idle, half-open and slow connections ---------------------------------------------
+
+
+def closed_by_server(sockets, until: float) -> list[bool]:
+    """Which of ``sockets`` the server closed by the time ``until`` (monotonic) is reached
+    (a closed one reads end-of-file or a reset); returns as soon as all are closed."""
+    import selectors
+
+    closed = [False] * len(sockets)
+    with selectors.DefaultSelector() as selector:
+        for i, s in enumerate(sockets):
+            selector.register(s, selectors.EVENT_READ, i)
+        while selector.get_map() and (left := until - time.monotonic()) >= 0:
+            for key, _ in selector.select(min(left, 0.5)):
+                try:
+                    closed[key.data] = key.fileobj.recv(1024) == b""
+                except OSError:  # reset: closed as well
+                    closed[key.data] = True
+                if closed[key.data]:
+                    selector.unregister(key.fileobj)
+    return closed
+
+
+@pytest.mark.slow  # a real server process, and a timeout of seconds
+def test_idle_and_half_open_connections_neither_lock_clients_out_nor_stay(demo):
+    """300 sockets that send nothing or half a request line, to a server that may open
+    256 files (macOS's default): a real client still gets its page at once, at most
+    --max-connections stay open, and those are closed after --header-timeout."""
+    import socket
+
+    import httpx
+
+    from sessiontree.cli.view import MAX_CONNECTIONS
+    from test_view import first_answer, serve_process
+
+    db, _, _ = demo
+    timeout = 3.0
+    # (--allow-decide: serve_process reads the two lines it prints)
+    with serve_process(db, "--allow-decide", "--header-timeout", str(timeout), open_files=256) as (first, _):
+        url = first.split(" on ")[1].split()[0]
+        port = int(url.rsplit(":", 1)[1].strip("/"))
+        assert first_answer(url).status_code == 200
+        idle = []
+        try:
+            for i in range(300):
+                s = socket.create_connection(("127.0.0.1", port), timeout=10)
+                if i % 2:
+                    s.sendall(b"GET / HT")
+                idle.append(s)
+            opened = time.monotonic()
+            page = httpx.get(url, timeout=10)
+            assert page.status_code == 200 and "sessiontree" in page.text
+            assert time.monotonic() - opened < timeout  # not after the idle ones' timeout
+            # the oldest made room as the others came; the newest are still open ...
+            now = closed_by_server(idle, time.monotonic() + 0.2)
+            if time.monotonic() - opened < timeout - 0.5:  # (unless this machine stalled)
+                assert now[-(MAX_CONNECTIONS - 1) :] == [False] * (MAX_CONNECTIONS - 1)
+            assert sum(not c for c in now) <= MAX_CONNECTIONS - 1  # the page took a place
+            # ... until their time for a request is up
+            assert all(closed_by_server(idle, opened + timeout + 10))
+        finally:
+            for s in idle:
+                s.close()
+
+
+@pytest.mark.slow  # a real server process
+def test_a_connection_answering_a_request_is_never_closed_to_make_room(demo):
+    """With every place taken by a request in hand, a newcomer gets a 503 (Retry-After),
+    and the request in hand its answer; headers beyond the bound are a 400."""
+    import socket
+
+    from test_view import first_answer, serve_process
+
+    db, _, pause_id = demo
+    with serve_process(db, "--allow-decide", "--max-connections", "1") as (first, second):
+        url = first.split(" on ")[1].split()[0]
+        port = int(url.rsplit(":", 1)[1].strip("/"))
+        token = second.split("the token ")[1].split(":")[0]
+        assert first_answer(url).status_code == 200
+        body = json.dumps({"decisions": {CALL: {"action": "approve"}}}).encode()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as busy:
+            busy.sendall(
+                f"POST /api/pauses/{pause_id}/decision HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"X-Sessiontree-Token: {token}\r\nContent-Length: {len(body)}\r\n"
+                "Expect: 100-continue\r\n\r\n".encode()
+            )
+            # the server says to go on once the app reads the body: the request is in hand
+            assert busy.recv(4096) == b"HTTP/1.1 100 Continue\r\n\r\n"
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as newcomer:
+                refused = newcomer.recv(4096)
+            assert refused.startswith(b"HTTP/1.1 503 ") and b"retry-after: 5" in refused
+            busy.sendall(body)
+            answer = busy.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 200 "), answer
+        assert pending_ids(db) == []
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as big:
+            big.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"x" * 20_000)  # and on...
+            assert big.recv(4096).startswith(b"HTTP/1.1 400 ")
+
+
+def test_the_server_raises_its_open_files_limit_for_its_connections_or_says_why_not():
+    import subprocess
+    import sys
+
+    from sessiontree.view.guard import FILES_BESIDES, file_limit_problem
+    from test_view import limit_open_files
+
+    check = (
+        "import resource; from sessiontree.view.guard import file_limit_problem; "
+        "print(file_limit_problem(100), resource.getrlimit(resource.RLIMIT_NOFILE)[0])"
+    )
+
+    out = subprocess.run(
+        [sys.executable, "-c", check],
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=lambda: limit_open_files(256),
+    ).stdout
+    assert out == f"None {100 + FILES_BESIDES}\n"  # raised from 256, below the hard limit
+    problem = file_limit_problem(10**9)
+    assert problem is not None and problem.startswith("--max-connections 1000000000 needs ")
+    assert problem.endswith("(ulimit -n): lower --max-connections or raise the limit")
