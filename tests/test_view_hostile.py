@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from sessiontree import Store
+from sessiontree import Store, render_html
 from sessiontree.errors import Busy, OutcomeUnknown
 from sessiontree.testing import tool_call
 
@@ -402,6 +402,10 @@ def test_every_page_and_reply_redacts_each_kind_of_credential(db_target, client)
         leaked = [secret for secret in SECRETS if secret in r.text]
         assert not leaked, (url, leaked)
         assert "[redacted]" in r.text, url
+    with Store(db_target, readonly=True) as store:  # the file `sessiontree html` writes
+        for sid in ids:
+            html = render_html(store, sid)
+            assert "[redacted]" in html and not [secret for secret in SECRETS if secret in html]
     hits = c.get("/api/search", params={"q": "Bearer"}).json()
     assert hits and all("sk-plant" not in h["snippet"] for h in hits)
     assert any("[redacted]" in name for h in hits for name in h["branches"])
@@ -478,7 +482,7 @@ def one_line_error(r, status: int) -> str:
 
 def check_lookups(target: str, c) -> None:
     """NUL, a line break, a lone surrogate's bytes: 404 as a session, node or pause id, 400
-    or an answer as a query; never a 500."""
+    as a query when it holds NUL; never a 500."""
     with Store(target, readonly=True) as store:
         pause = store.pending()[0].id
     for bad in LOOKUPS:
@@ -488,12 +492,12 @@ def check_lookups(target: str, c) -> None:
             f"/api/pauses/{bad}/decision", json={"decisions": {"c1": {"action": "approve"}}}, headers=AUTH
         )
         assert one_line_error(r, 404).startswith("no node ")
-        r = c.get(f"/api/search?q={bad}")
-        if r.status_code != 200:
-            one_line_error(r, 400)
-        r = c.get(f"/api/search?q=key%20{bad}")
-        if r.status_code != 200:
-            one_line_error(r, 400)
+        for query in [bad, f"key%20{bad}"]:
+            r = c.get(f"/api/search?q={query}")
+            if "%00" in bad:
+                assert "it holds a NUL character" in one_line_error(r, 400)
+            else:  # U+FFFD is text, a line break alone no query
+                assert r.status_code == 200 and isinstance(r.json(), list), r.text
     for body in [
         b'{"decisions": {"\\ud800": {"action": "approve"}}}',  # no such call
         b'{"decisions": {"c1\\u0000": {"action": "approve"}}}',
@@ -507,10 +511,48 @@ def check_lookups(target: str, c) -> None:
             assert one_line_error(r, 400).startswith("bad decision: "), body
 
 
-def test_a_lookup_holding_nul_or_a_lone_surrogate_is_a_404_or_400_never_a_500(tmp_path, client):
-    db = str(tmp_path / "planted.db")
-    planted_store(db)
-    check_lookups(db, client(db, allow_decide=True, token=TOKEN))
+def test_a_lookup_holding_nul_or_a_lone_surrogate_is_a_404_or_400_never_a_500(db_target, client):
+    planted_store(db_target)
+    check_lookups(db_target, client(db_target, allow_decide=True, token=TOKEN))
+
+
+def asgi_get(app, path: str) -> tuple[int, bytes]:
+    """GET ``path`` as an ASGI server that passes any text would (httpx cannot send a lone
+    surrogate); returns the status and body."""
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode("utf-8", "surrogatepass"),
+        "query_string": b"",
+        "headers": [(b"host", b"127.0.0.1:8765")],
+        "server": ("127.0.0.1", 8765),
+        "client": ("127.0.0.1", 50000),
+        "root_path": "",
+    }
+    asyncio.run(app(scope, receive, send))
+    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def test_a_lone_surrogate_in_the_path_itself_is_a_404(db_target):
+    planted_store(db_target)
+    app = server.create_app(db_target)
+    for path in ["/s/\ud800", "/api/sessions/ab\udc00cd/data", "/api/sessions/\ud800\x00/version"]:
+        status, body = asgi_get(app, path)
+        assert status == 404, (path, body)
+        (error,) = json.loads(body).values()
+        assert error.startswith("no session ") and "\n" not in error
 
 
 def test_sessiontree_errors_map_to_their_status(tmp_path, client, monkeypatch):
