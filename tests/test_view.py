@@ -351,9 +351,9 @@ def test_create_app_refuses_decisions_without_a_token(demo):
 
 
 @contextmanager
-def serve_process(db, *options: str) -> Iterator[tuple[str, str]]:
-    """``sessiontree serve --port 0 OPTIONS`` in a process of its own: the first two
-    lines it prints; stopped after."""
+def serve_process(db, *options: str, open_files: int | None = None) -> Iterator[tuple[str, str]]:
+    """``sessiontree serve --port 0 OPTIONS`` in a process of its own (``open_files``: its
+    soft limit of open files): the first two lines it prints; stopped after."""
     import os
     import subprocess
     import sys
@@ -365,6 +365,7 @@ def serve_process(db, *options: str) -> Iterator[tuple[str, str]]:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=None if open_files is None else lambda: limit_open_files(open_files),
     ) as process:
         try:
             assert process.stdout is not None
@@ -372,6 +373,12 @@ def serve_process(db, *options: str) -> Iterator[tuple[str, str]]:
         finally:
             process.terminate()
             process.wait(10)
+
+
+def limit_open_files(soft: int) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
 
 def first_answer(url: str):

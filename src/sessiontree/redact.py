@@ -10,11 +10,15 @@ Contract:
   (``Authorization``, ``api-key``, ``x-api-key``: the value and each part after
   the scheme) in the forms a server may echo it: as is, JSON-escaped, with
   ``/`` written ``\\/``, percent-encoded. ``redactor(text)`` replaces each with
-  ``[redacted]``, as well as anything after ``Bearer`` or ``Authorization:``;
+  ``[redacted]``, as well as anything after ``Bearer`` or ``Authorization:``
+  (text already redacted stays as it is: a second pass changes nothing);
   ``redactor.credentials(text)`` replaces only the credentials (for replies
   that are kept: a server that echoes the key must not get it stored).
 - ``redactor.clip(text, limit)`` redacts *before* cutting to ``limit``
   characters, so a key that straddles the cut is never half left behind.
+- ``redactor.found(text)`` is what ``redactor(text)`` takes out: for a fragment
+  of a text (a search snippet) in which the patterns cannot see a credential
+  whole, because the fragment starts after ``Bearer`` or marks the word.
 """
 
 from __future__ import annotations
@@ -26,9 +30,15 @@ from collections.abc import Mapping
 
 CREDENTIAL_HEADERS = ("authorization", "api-key", "x-api-key")
 _SCHEMES = ("bearer", "basic", "token")
-_AUTH_FIELD = re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+(\s+[^\s\"',}]+)?")
+# "Authorization: x", authorization=x, "authorization": "x", and the last escaped in a JSON
+# text inside JSON (a tool call's arguments): the value stops before a quote or backslash.
+_AUTH_FIELD = re.compile(
+    r"(?i)(authorization\\?[\"']?\s*[:=]\s*\\?[\"']?)(?!\[redacted\])[^\s\"',}\\]+(\s+[^\s\"',}\\]+)?"
+)
 _BEARER = re.compile(r"(?i)\bbearer\s+(?!\[redacted\])\S+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_MENTION = re.compile(r"(?i)bearer|authorization")
+"""What either pattern needs: most text has neither word and is returned after one scan."""
 
 
 def check_header(what: str, value: str) -> None:
@@ -64,6 +74,8 @@ class Redactor:
 
     def __call__(self, text: str) -> str:
         text = self.credentials(text)
+        if not _MENTION.search(text):
+            return text
         text = _AUTH_FIELD.sub(r"\1[redacted]", text)
         return _BEARER.sub("Bearer [redacted]", text)
 
@@ -73,6 +85,14 @@ class Redactor:
         for form in self._forms:
             text = text.replace(form, "[redacted]")
         return text
+
+    def found(self, text: str) -> set[str]:
+        """The credentials in ``text``: each part ``self(text)`` replaces."""
+        parts = {form for form in self._forms if form in text}
+        if _MENTION.search(text):
+            parts |= {m.group(0)[len(m.group(1)) :] for m in _AUTH_FIELD.finditer(text)}
+            parts |= {m.group(0).split(None, 1)[1] for m in _BEARER.finditer(text)}
+        return parts
 
     def clip(self, text: str, limit: int) -> str:
         return self(text)[:limit]

@@ -3,7 +3,8 @@
 ``html`` writes one self-contained HTML file (no network, no extra needed).
 ``serve`` runs the local web app of ``view.server`` on 127.0.0.1 with uvicorn
 (the ``web`` extra): read-only unless ``--allow-decide``, which prints the token
-a browser needs to post decisions.
+a browser needs to post decisions; ``--max-connections`` and ``--header-timeout``
+are the limits of ``view.guard``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,13 @@ from ..view.page import view_page
 from . import complete
 from .common import abbreviations, db_path, db_url, echo_result, open_store, pick_session
 from .experiment import parse_price
+from .params import Seconds
+
+MAX_CONNECTIONS = 100
+"""serve's default: a browser opens at most six connections to a server, so a hundred
+serve a dozen users and stay far below any limit of open files."""
+HEADER_TIMEOUT = 10.0
+"""serve's default seconds to send a request's headers: a browser needs milliseconds."""
 
 
 @click.command()
@@ -81,6 +89,21 @@ def html(
 @click.option(
     "--price", "prices", multiple=True, help="MODEL=INPUT,OUTPUT in dollars per million tokens (repeatable)."
 )
+@click.option(
+    "--max-connections",
+    default=MAX_CONNECTIONS,
+    show_default=True,
+    type=click.IntRange(1, 1_000_000),
+    metavar="N",
+    help="Connections open at once; one more closes the one that has waited longest for its request.",
+)
+@click.option(
+    "--header-timeout",
+    default=HEADER_TIMEOUT,
+    show_default=True,
+    type=Seconds(0.1),
+    help="Seconds a connection has to send a request's headers, from its start or the last response.",
+)
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -89,20 +112,28 @@ def serve(
     allow_decide: bool,
     login: bool | None,
     prices: tuple[str, ...],
+    max_connections: int,
+    header_timeout: float,
 ) -> None:
     """Serve the sessions, their live trees and an inbox of pending pauses on HOST:PORT.
 
     Read-only unless --allow-decide. Beyond loopback every page needs the token printed
-    at start (--login). Needs the web extra: pip install 'sessiontree[web]'.
+    at start (--login). A connection that sends no request within --header-timeout is
+    closed, and idle ones make room when --max-connections are open, so idle sockets
+    cannot lock clients out. Needs the web extra: pip install 'sessiontree[web]'.
     """
     try:
         import uvicorn
 
+        from ..view.guard import file_limit_problem, server_config
         from ..view.server import create_app
     except ImportError:
         raise click.ClickException(
             "sessiontree serve needs the web extra: pip install 'sessiontree[web]'"
         ) from None
+    problem = file_limit_problem(max_connections)
+    if problem:
+        raise click.ClickException(problem)
     store = open_store(ctx)  # creates the default file on first use, checks the schema
     store.close()
     path = db_url(ctx) or str(db_path(ctx)[0])
@@ -134,7 +165,8 @@ def serve(
     elif token:
         click.echo(f"decisions allowed with the token {token}: open {url}#token={token}")
     click.echo("Ctrl-C stops the server", err=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    config = server_config(app, max_connections=max_connections, header_timeout=header_timeout)
+    server = uvicorn.Server(config)
     server.run(sockets=[sock])
 
 

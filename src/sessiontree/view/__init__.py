@@ -4,7 +4,8 @@
 Contract: ``render_html(store, session_id)`` returns one HTML file that works
 offline and escapes everything (see ``page``); ``write_html`` writes it;
 ``session_data`` is the JSON the page shows (see ``data``). The web server
-lives in ``view.server`` and needs the ``web`` extra; nothing here does.
+lives in ``view.server`` (its connection limits in ``view.guard``) and needs the
+``web`` extra; nothing here does.
 """
 
 from .data import inbox, session_data

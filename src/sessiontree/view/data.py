@@ -7,10 +7,17 @@ Contract:
   branches and checkpoints, the unresolved pauses, the runs' metrics and the
   width at which ids are shown. Nothing else of the store is included.
 - Secrets: a run contributes only its model, provider, token counts, latency
-  and finish reason (never its request parameters), and every string of every
-  payload goes through the same redaction as provider errors (anything after
-  ``Bearer`` or ``Authorization:``), so a key pasted into a conversation does
-  not travel into a shared HTML file.
+  and finish reason (never its request parameters). ``redacted(value)`` is the
+  one redaction of everything the view hands out, the same as provider errors
+  get (anything after ``Bearer`` or ``Authorization:``), so a key pasted into a
+  conversation, a title or a branch name travels neither into a shared HTML
+  file nor to a browser. It runs where data leaves: ``page.page`` (every page
+  and file) and ``sessiontree serve``'s JSON replies; the functions here
+  return strings as stored, so nothing is redacted twice.
+  ``scrubbed_snippet(snippet, payload)`` is for a search snippet, a fragment
+  in which a credential may be cut or marked so the patterns miss it: every
+  word of every credential of the node's payload is taken out of it (and the
+  snippet is then redacted where it leaves, as any string).
 - ``inbox(store)`` lists every unresolved pause of every session, oldest first,
   with its calls: what ``sessiontree serve`` shows as its inbox.
 - ``version(store, session_id)`` is a short text that changes whenever a node,
@@ -20,6 +27,8 @@ Contract:
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Iterator
 from typing import Any
 
 from ..bulk import read_session
@@ -27,6 +36,7 @@ from ..redact import Redactor
 from ..store import Store
 
 _REDACT = Redactor({})  # no known key: the patterns alone (Bearer ..., Authorization: ...)
+_WORD = re.compile(r"[^\W_]+")  # a word as the full-text index splits text (``_`` separates too)
 
 
 def redacted(value: Any) -> Any:
@@ -38,6 +48,28 @@ def redacted(value: Any) -> Any:
     if isinstance(value, list):
         return [redacted(v) for v in value]
     return value
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(k)
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def scrubbed_snippet(snippet: str, payload: Any) -> str:
+    """``snippet`` (of a node whose payload is ``payload``) with each word of each
+    credential in the payload replaced by ``[redacted]``."""
+    words = {w for text in _strings(payload) for secret in _REDACT.found(text) for w in _WORD.findall(secret)}
+    if words:
+        alternatives = "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+        snippet = re.sub(rf"(?<![^\W_])(?:{alternatives})(?![^\W_])", "[redacted]", snippet)
+    return snippet
 
 
 def _tokens(usage: dict[str, Any], *names: str) -> int | None:
@@ -72,7 +104,7 @@ def session_data(
     ids = [n.id for n in s.nodes]
     short = store.abbreviations(ids) if ids else {}
     return {
-        "session": {"id": s.id, "title": _REDACT(s.title or ""), "created_at": s.created_at},
+        "session": {"id": s.id, "title": s.title or "", "created_at": s.created_at},
         "short": len(next(iter(short.values()))) if short else 8,
         "nodes": [
             {
@@ -81,7 +113,7 @@ def session_data(
                 "kind": n.kind,
                 "at": n.created_at,
                 "run": n.run_id,
-                "payload": redacted(n.payload),
+                "payload": n.payload,
             }
             for n in s.nodes
         ],
@@ -104,10 +136,10 @@ def inbox(store: Store) -> list[dict[str, Any]]:
             "pause": p.id,
             "short": short[p.id],
             "session": p.session_id,
-            "title": _REDACT(titles.get(p.session_id) or ""),
+            "title": titles.get(p.session_id) or "",
             "at": p.created_at,
-            "reason": redacted(p.payload.get("reason")),
-            "calls": redacted(p.payload.get("calls", [])),
+            "reason": p.payload.get("reason"),
+            "calls": p.payload.get("calls", []),
         }
         for p in pauses
     ]

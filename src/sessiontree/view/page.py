@@ -13,6 +13,8 @@ Contract:
   fresh nonce per page backs this up: only the page's own scripts run.
 - ``page(kind, title, data, config)`` assembles any page (the session view or
   the server's index) from the same parts; ``sessiontree serve`` uses it.
+  Every string of the title, the data and the config goes through
+  ``data.redacted`` here, so no page or file shows a credential the view redacts.
   ``view_page(data, config)`` is the session view of data already read.
 """
 
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..store import Store
-from .data import session_data
+from .data import redacted, session_data
 
 # Which static files each page inlines, in order (common.js first: the others use it).
 SCRIPTS = {
@@ -62,11 +64,11 @@ def page(kind: str, title: str, data: Any, config: dict[str, Any] | None = None)
     """One complete HTML document: ``kind`` names the scripts (see ``SCRIPTS``)."""
     nonce = secrets.token_urlsafe(16)
     slots = {
-        "title": _html_text(title),
+        "title": _html_text(redacted(title)),
         "nonce": nonce,
         "css": static("view.css"),
-        "data": embed_json(data),
-        "config": embed_json({"page": kind.split("+")[0], **(config or {})}),
+        "data": embed_json(redacted(data)),
+        "config": embed_json(redacted({"page": kind.split("+")[0], **(config or {})})),
         "js": "\n".join(static(name) for name in SCRIPTS[kind]),
     }
     # One pass over the template: a slot's value is never scanned for further slots.

@@ -39,11 +39,21 @@ Contract:
   is interrupted and answered 400 too, so no request holds a thread (or delays a
   shutdown) for longer, whether or not its client is still there.
 - Every request opens its own ``Store`` (SQLite connections stay in one thread)
-  and closes it; a sessiontree error becomes a JSON ``{"error": ...}`` reply
-  (404 for what does not exist, 503 with Retry-After for a busy or unreachable
-  database, 400 otherwise). JSON replies are written like the page's embedded
-  data (``page.embed_json``): a lone surrogate in a stored payload, which the
-  store accepts, is a ``\\u`` escape, not a failed reply.
+  and closes it; a sessiontree error becomes a one-line JSON ``{"error": ...}``
+  reply (``failure``: 404 for what does not exist, 503 with Retry-After for a
+  busy or unreachable database, 400 otherwise: an invalid query, a malformed
+  id or name). JSON replies are written like the page's embedded data
+  (``page.embed_json``): a lone surrogate in a stored payload, which the store
+  accepts, is a ``\\u`` escape, not a failed reply.
+- One redaction for everything served: every JSON reply (``JSON``) and every
+  page (``page.page``) passes each string through ``data.redacted`` as it is
+  written, so a credential in a title, a branch name, a snippet, a pause's
+  reason or an error message is shown as ``[redacted]`` wherever it appears; a
+  search snippet is first scrubbed of the words of its node's credentials
+  (``data.scrubbed_snippet``), which it may show cut or marked.
+- No response is cached: each carries ``Cache-Control: no-store`` and
+  ``Vary: Cookie`` (``_Private``), so what a logged-in browser read is neither
+  kept on disk nor answered from a cache to a request without the cookie.
 """
 
 from __future__ import annotations
@@ -61,11 +71,13 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import MutableHeaders
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..decisions import parse_decisions
 from ..errors import Busy, Conflict, NotFound, OutcomeUnknown, SessionTreeError, Unavailable
@@ -74,7 +86,7 @@ from ..model import Node
 from ..steps import Decision
 from ..storage import SQLiteStorage, is_postgres_url
 from ..store import Store
-from .data import inbox, session_data, version
+from .data import inbox, redacted, scrubbed_snippet, session_data, version
 from .page import embed_json, page, render_html
 
 TOKEN_HEADER = "X-Sessiontree-Token"
@@ -98,12 +110,30 @@ _WORD = re.compile(r"\w+")
 
 
 class JSON(JSONResponse):
-    """A JSON reply that any stored value can travel in: written by ``embed_json``, which
-    falls back to ``\\u`` escapes for a lone surrogate (UTF-8 cannot carry one, and
-    Starlette's own rendering would fail with UnicodeEncodeError)."""
+    """A JSON reply that any stored value can travel in, redacted: written by
+    ``embed_json``, which falls back to ``\\u`` escapes for a lone surrogate (UTF-8
+    cannot carry one, and Starlette's own rendering would fail with UnicodeEncodeError)."""
 
     def render(self, content: Any) -> bytes:
-        return embed_json(content).encode("utf-8")
+        return embed_json(redacted(content)).encode("utf-8")
+
+
+class _Private:
+    """ASGI middleware: ``Cache-Control: no-store`` and ``Vary: Cookie`` on every response,
+    errors and redirects included (what a page shows depends on the login cookie)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers["Cache-Control"] = "no-store"
+                headers.add_vary_header("Cookie")
+            await send(message)
+
+        await self.app(scope, receive, sending if scope["type"] == "http" else send)
 
 
 class _BadRequest(Exception):
@@ -197,8 +227,15 @@ async def _body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _busy(e: SessionTreeError) -> Response:
-    return JSON({"error": f"{e}; try again later"}, 503, headers={"Retry-After": RETRY_AFTER})
+def failure(e: SessionTreeError) -> Response:
+    """The reply to a sessiontree error: 404 for what does not exist (``NotFound``), 503
+    with Retry-After for a database that is busy or unreachable, 400 for the rest (an
+    ``InvalidQuery``, a malformed ref, ...)."""
+    if isinstance(e, NotFound):
+        return JSON({"error": str(e)}, 404)
+    if isinstance(e, (Busy, Unavailable)):
+        return JSON({"error": f"{e}; try again later"}, 503, headers={"Retry-After": RETRY_AFTER})
+    return JSON({"error": str(e)}, 400)
 
 
 def create_app(
@@ -246,12 +283,8 @@ def create_app(
                     return handler(shared, request)
                 with Store(path, readonly=True) as store:
                     return handler(store, request)
-            except NotFound as e:
-                return JSON({"error": str(e)}, status_code=404)
-            except (Busy, Unavailable) as e:
-                return _busy(e)
             except SessionTreeError as e:
-                return JSON({"error": str(e)}, status_code=400)
+                return failure(e)
 
         return endpoint
 
@@ -312,7 +345,7 @@ def create_app(
                     "session": h.session_id,
                     "title": titles.get(h.session_id, ""),
                     "kind": h.node.kind,
-                    "snippet": h.snippet,
+                    "snippet": scrubbed_snippet(h.snippet, h.node.payload),
                     "branches": h.branches,
                     "checkpoints": h.checkpoints,
                     # the view opens the node on its branch: /s/<session>#node=<id>
@@ -376,16 +409,12 @@ def create_app(
             node = await run_in_threadpool(record, request.path_params["pause"], decisions, by)
         except _BadRequest as e:
             return JSON({"error": f"bad decision: {e}"}, 400)
-        except NotFound as e:
-            return JSON({"error": str(e)}, 404)
-        except (Busy, Unavailable) as e:
-            return _busy(e)
         except OutcomeUnknown as e:  # not "try again": it may be recorded already
             return JSON({"error": str(e), "decision": e.node_id}, 503)
-        except Conflict as e:
+        except Conflict as e:  # a second decision
             return JSON({"error": str(e)}, 409)
         except SessionTreeError as e:
-            return JSON({"error": str(e)}, 400)
+            return failure(e)
         return JSON({"decision": node.id, "pause": node.parent_id})
 
     routes = [
@@ -400,4 +429,7 @@ def create_app(
         Route("/login", login_page),
     ]
     allowed = hosts or ["127.0.0.1", "localhost"]
-    return Starlette(routes=routes, middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=allowed)])
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(_Private), Middleware(TrustedHostMiddleware, allowed_hosts=allowed)],
+    )
