@@ -4,15 +4,17 @@ Contract:
 - ``session_data(store, session_id, prices=None)`` reads one session whole, in
   one consistent snapshot (``bulk.read_session``), and returns a dict the page's
   script understands: the nodes (id, parent, kind, time, run, payload), the
-  branches and checkpoints, the unresolved pauses, the runs' metrics and the
+  branches and checkpoints, the pauses a human can decide (undecided, a branch
+  at them), the runs' metrics and the
   width at which ids are shown. Nothing else of the store is included.
 - Secrets: a run contributes only its model, provider, token counts, latency
   and finish reason (never its request parameters), and every string of every
   payload goes through the same redaction as provider errors (anything after
   ``Bearer`` or ``Authorization:``), so a key pasted into a conversation does
   not travel into a shared HTML file.
-- ``inbox(store)`` lists every unresolved pause of every session, oldest first,
-  with its calls: what ``sessiontree serve`` shows as its inbox.
+- ``inbox(store)`` lists every pause a human can decide (``Store.pending``: no
+  decision yet, a branch stands at it, not in the trash), oldest first, with its
+  calls: what ``sessiontree serve`` shows as its inbox.
 - ``version(store, session_id)`` is a short text that changes whenever a node,
   a branch head or a checkpoint of the session changes; the live view polls it.
 """
@@ -64,8 +66,10 @@ def session_data(
         }
         for r in s.runs
     }
+    # As ``Store.pending`` has it: undecided, and a branch stands at it (so it can go on).
     decided = {n.parent_id for n in s.nodes if n.kind == "decision"}
-    pending = [n.id for n in s.nodes if n.kind == "pause" and n.id not in decided]
+    heads = {b.node_id for b in s.branches}
+    pending = [n.id for n in s.nodes if n.kind == "pause" and n.id in heads and n.id not in decided]
     branches = sorted(s.branches, key=lambda b: b.updated_at or "", reverse=True)
     names = {b.name for b in branches}
     current = "main" if "main" in names else (branches[0].name if branches else None)
@@ -95,7 +99,7 @@ def session_data(
 
 
 def inbox(store: Store) -> list[dict[str, Any]]:
-    """Every unresolved pause in the store, oldest first, with its session and calls."""
+    """Every pause a human can decide, oldest first, with its session and calls."""
     titles = {info.id: info.title for info in store.sessions(include_archived=True)}
     pauses = store.pending()
     short = store.abbreviations([p.id for p in pauses]) if pauses else {}
