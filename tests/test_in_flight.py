@@ -291,6 +291,51 @@ def test_a_run_cut_off_inside_an_idempotent_tool_is_run_again_by_a_worker(db_tar
         assert store.pending() == [] and cut_off(store) == []
 
 
+def test_a_run_cut_off_between_two_calls_of_a_batch_is_found_at_its_tool_result(db_target):
+    with Store(db_target) as store:
+        session = store.create_session("batch")
+        session.append({"role": "user", "content": "look up, then pay"})
+        session.append(
+            reply(
+                None, tool_call("lookup", {"key": "a"}, id="l"), tool_call("transfer", {"amount": 2}, id="t")
+            )
+        )
+        calls = [
+            {"id": "l", "name": "lookup", "arguments": "{}"},
+            {"id": "t", "name": "transfer", "arguments": "{}"},
+        ]
+        session.append({"calls": calls}, kind="tool_start")
+        answered = session.append({"role": "tool", "tool_call_id": "l", "content": "value of a"})
+        assert cut_off(store) == [Recovering(session.id, "main", answered.id)]
+        steps = list(
+            work(store, until_idle=True, call=ScriptedModel([]), tools=[workers.lookup, workers.transfer])
+        )
+        assert [type(s).__name__ for s in steps] == ["Recovering", "Paused", "Final"]
+        assert [c["id"] for c in steps[1].node.payload["calls"]] == ["t"]
+
+
+def test_a_worker_waits_for_a_server_it_cannot_reach_and_looks_again(db_target):
+    from sessiontree import Unavailable
+
+    with Store(db_target) as store:
+        session, pause = paused(store)
+        decide(store, pause.id, {"e": Approve()})
+        looks = Looks(store, waits=5)
+        real = store.storage.resumable
+
+        def away_once():
+            if looks.looks == 0:
+                looks.looks += 1
+                raise Unavailable("cannot reach the server (a restart)")
+            return real()
+
+        store.storage.resumable = away_once  # type: ignore[method-assign]
+        steps = work(store, poll=60, call=ScriptedModel([reply("paid")]), tools=[workers.transfer])
+        assert next(steps) == Resuming(pause.id, session.id)
+        assert looks.waits == 2  # the first look failed: it waited, then looked again
+        steps.close()
+
+
 def test_a_cut_off_call_to_a_tool_the_run_does_not_know_waits_for_a_human(store):
     session = store.create_session("unknown")
     session.append({"role": "user", "content": "pay"})
