@@ -74,8 +74,10 @@ def hold(db_path: str, session_key: int) -> Iterator[None]:
     with _guard:
         lock = _file(db_path)
         if lock.fd is not None and not lock.held[session_key]:
-            # Waits only while another process looks at this byte (``free``): a moment.
-            fcntl.lockf(lock.fd, fcntl.LOCK_SH, 1, session_key)
+            # Waits only while another process looks at this byte (``free``): a moment. A
+            # file system without record locks (ENOLCK) must not stop the run: it runs unleased.
+            with contextlib.suppress(OSError):
+                fcntl.lockf(lock.fd, fcntl.LOCK_SH, 1, session_key)
         lock.held[session_key] += 1
     try:
         yield
@@ -85,7 +87,8 @@ def hold(db_path: str, session_key: int) -> Iterator[None]:
             if not lock.held[session_key]:
                 del lock.held[session_key]
                 if lock.fd is not None:
-                    fcntl.lockf(lock.fd, fcntl.LOCK_UN, 1, session_key)
+                    with contextlib.suppress(OSError):
+                        fcntl.lockf(lock.fd, fcntl.LOCK_UN, 1, session_key)
 
 
 def free(db_path: str, session_keys: Iterable[int]) -> set[int]:
