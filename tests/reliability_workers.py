@@ -17,6 +17,7 @@ import json
 import os
 import random
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -204,6 +205,29 @@ def pause_worker(
                 carried.append(step.pause_id)
                 Path(out_dir, f"work-{who}.json").write_text(json.dumps(carried))
     Path(out_dir, f"work-{who}.json").write_text(json.dumps(carried))
+
+
+INSIDE_ENV = "RELIABILITY_INSIDE"
+
+
+@tool(idempotent=False)
+def stuck_transfer(amount: int) -> str:
+    """Move money, then never return: records the execution in $RELIABILITY_TOOL_LOG, says
+    it is inside the tool by writing its pid to $RELIABILITY_INSIDE, and waits to be killed."""
+    transfer(amount, "stuck")
+    Path(os.environ[INSIDE_ENV]).write_text(str(os.getpid()))
+    threading.Event().wait()
+    return "never"
+
+
+def stuck_worker(db: str, tool_log: str, inside: str) -> None:
+    """A ``work`` loop whose only tool hangs inside its call: the test kills it there."""
+    from sessiontree import work
+
+    os.environ[TOOL_LOG_ENV], os.environ[INSIDE_ENV] = tool_log, inside
+    with Store(db) as store:
+        for _ in work(store, poll=0.2, call=lambda m, t: reply("done"), tools=[stuck_transfer]):
+            pass
 
 
 def _drain(steps):

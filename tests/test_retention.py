@@ -168,7 +168,13 @@ def test_cli_retention_trash_and_empty_trash(tmp_path):
         "would move 0 session(s) to the trash; would strip 1 tool result(s), 14,000 bytes\n"
     )
     data = json.loads(invoke("retention", "--drop-older-than", "0s", "--dry-run", "--json"))
-    assert data == {"dry_run": True, "trashed": sorted([s.id, idle.id]), "stripped": [], "bytes_stripped": 0}
+    assert data == {
+        "dry_run": True,
+        "trashed": sorted([s.id, idle.id]),
+        "kept_in_flight": [],
+        "stripped": [],
+        "bytes_stripped": 0,
+    }
     assert invoke("delete", idle.id).startswith(f"moved session {idle.id} (1 node(s)) to the trash")
     assert idle.id in invoke("trash")
     assert invoke("empty-trash", "--older-than", "30d") == "removed 0 session(s) from the trash\n"

@@ -347,6 +347,9 @@ def test_prune_keeps_refs_and_unresolved_pauses_and_vacuums(store, session):
         assert report.bytes_freed is None  # VACUUM keeps the space for reuse: nothing to count
     else:
         assert report.bytes_freed > 100_000
+    assert store.node(pause.id).kind == "pause"  # kept: it may get a branch again
+    assert store.pending() == []  # but no branch stands at it: nothing to decide
+    session.fork("again", at=pause.id)
     assert [n.id for n in store.pending()] == [pause.id]
 
 
@@ -505,8 +508,8 @@ def test_a_decision_no_run_has_carried_on_from_is_never_pruned(store, session):
     pause = session.append(
         {"reason": "r", "calls": [{"id": "c", "name": "pay", "arguments": "{}"}]}, kind="pause"
     )
-    session.move("main", to="main~1")  # the branch moved away from the pause
     decision = decide(store, pause, {"c": Approve()})
+    session.move("main", to="main~2")  # the branch moved away from the decision
     assert store.prune(dry_run=False, grace=0).node_ids == []
     assert store.node(decision.id).kind == "decision" and store.node(pause.id).kind == "pause"
 

@@ -285,6 +285,25 @@ def test_serve_decisions_need_the_flag_and_the_token(demo, client):
     assert c.get("/api/inbox").json() == []
 
 
+def test_serve_refuses_a_pause_its_branch_moved_away_from(demo, client):
+    """Before: the inbox kept listing it, the decision was written (under no branch), and
+    resuming it then said it "was already resumed"."""
+    db, session_id, pause_id = demo
+    c = client(db, allow_decide=True, token="t0k")
+    with Store(db) as store:
+        session = store.session(session_id)
+        for name in session.branches_at(pause_id):
+            session.append({"role": "user", "content": "never mind"}, branch=name)
+    assert c.get("/api/inbox").json() == []
+    assert c.get(f"/api/sessions/{session_id}/data").json()["pending"] == []
+    body = {"decisions": {"call_send_email": {"action": "approve"}}}
+    refused = c.post(f"/api/pauses/{pause_id}/decision", json=body, headers={"X-Sessiontree-Token": "t0k"})
+    assert refused.status_code == 409
+    assert "no branch stands at it any more" in refused.json()["error"]
+    with Store(db) as store:
+        assert [n.kind for n in store.session(session_id).children(pause_id)] == ["message"]
+
+
 def test_serve_edit_decision_stores_the_new_arguments(demo, client):
     db, _, pause_id = demo
     c = client(db, allow_decide=True, token="t0k")

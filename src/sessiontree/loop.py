@@ -13,6 +13,9 @@ Contract:
   calls start. A call that started and has no answer on the path was cut off
   (crash, kill, cancel); an idempotent tool is simply run again, any other
   pauses with reason ``interrupted`` for a human. Nothing runs twice silently.
+  From before the ``tool_start`` until the batch's last result the run holds
+  the session's tool lease (``Session.tool_lease``), which its process gives up
+  by dying: that is how a worker tells a run cut off from one still running.
 - ``call(messages, tools)`` may be sync or async and may return an assistant
   message dict, a ``Completion``, or an (async) iterator of text deltas ending
   with one of those (the streaming form).
@@ -323,7 +326,8 @@ async def _answer_calls(
         decided = {k: v for k, v in decided.items() if isinstance(v, Reject)}
     for call in action.calls:
         tool = registry.get(call.name)
-        if call.id in action.interrupted and tool is not None and not tool.idempotent:
+        # A tool this run does not know is not known to be safe to run twice either.
+        if call.id in action.interrupted and (tool is None or not tool.idempotent):
             for_human.append(
                 (
                     call,
@@ -363,15 +367,19 @@ async def _answer_calls(
         node = cursor.append({"role": "tool", "tool_call_id": call.id, "content": f"{said} {reason}".strip()})
         yield ToolEnd(call, node, ok=False)
     if to_run:
-        marker = cursor.append(
-            {"calls": [{"id": c.id, "name": c.name, "arguments": a} for c, a in to_run]}, kind="tool_start"
-        )
-        for call, _ in to_run:
-            yield ToolStart(call, marker)
-        for call, arguments in to_run:
-            content, ok = await _execute(registry, call, arguments, cursor)
-            node = cursor.append({"role": "tool", "tool_call_id": call.id, "content": content})
-            yield ToolEnd(call, node, ok)
+        # Held from before the marker until the last result: while it is, a worker does not
+        # take this branch for a run cut off inside a tool (see ``worker.cut_off``).
+        with cursor.session.tool_lease():
+            marker = cursor.append(
+                {"calls": [{"id": c.id, "name": c.name, "arguments": a} for c, a in to_run]},
+                kind="tool_start",
+            )
+            for call, _ in to_run:
+                yield ToolStart(call, marker)
+            for call, arguments in to_run:
+                content, ok = await _execute(registry, call, arguments, cursor)
+                node = cursor.append({"role": "tool", "tool_call_id": call.id, "content": content})
+                yield ToolEnd(call, node, ok)
     if for_human:
         pause = cursor.append(
             {
@@ -556,7 +564,8 @@ def decide(store: Store, pause: Ref, decisions: dict[str, Decision], *, by: str 
     ``decisions`` maps call ids of the pause to Approve(), Reject(reason) or
     Edit(arguments). Calls left out are asked about again on resume. Every
     branch whose head is the pause moves to the decision. A pause takes one
-    decision: a second decider gets ``Conflict``.
+    decision: a second decider gets ``Conflict``, and so does the decider of a
+    pause no branch stands at any more (nothing could carry the decision on).
     """
     pause = store.node(pause)
     check_decisions(pause, decisions)
@@ -564,6 +573,12 @@ def decide(store: Store, pause: Ref, decisions: dict[str, Decision], *, by: str 
     session = store.session(pause.session_id)
     with store.transaction():
         at_pause = session.branches_at(pause)
+        # (A decided pause is left to the store, which says it already has a decision.)
+        if not at_pause and not any(n.kind == "decision" for n in session.children(pause)):
+            raise Conflict(
+                f"pause {pause.id}: no branch stands at it any more ({_why_left(store, pause)});"
+                " nothing was written"
+            )
         node = session.append(
             payload, kind="decision", parent=pause, branch=at_pause[0] if at_pause else None
         )
@@ -577,7 +592,8 @@ def aresume(store: Store, pause: Ref, **kwargs: Any) -> AsyncIterator[Step]:
     several at its decision, the oldest.
 
     Raises ``Conflict`` when the node is not a pause, when the pause has no decision
-    yet, or when it was already resumed (a node follows the decision, on any branch).
+    yet, when it was already resumed (a node follows the decision, on any branch), or
+    when no branch stands at its decision any more (moved back, or deleted).
     """
     pause = store.node(pause)
     if pause.kind != "pause":
@@ -586,12 +602,25 @@ def aresume(store: Store, pause: Ref, **kwargs: Any) -> AsyncIterator[Step]:
     decision = next((n for n in session.children(pause) if n.kind == "decision"), None)
     if decision is None:
         raise Conflict(f"pause {pause.id} has no decision yet: decide it first")
-    branches = session.branches_at(decision)
-    if not branches or session.children(decision):  # other branches there stay for `run`
+    if session.children(decision):  # other branches still there stay for `run`
         raise Conflict(f"pause {pause.id} was already resumed: its decision {decision.id} has been acted on")
+    branches = session.branches_at(decision)
+    if not branches:
+        raise Conflict(
+            f"pause {pause.id}: no branch stands at its decision {decision.id} any more"
+            f" ({_why_left(store, decision)}); nothing was run"
+        )
     if len(branches) > 1:  # forks made at the pause are younger than the branch that paused
         branches.sort(key=lambda name: session.branch(name).created_at)
     return arun(store, session, branches[0], expect_head=decision.id, **kwargs)
+
+
+def _why_left(store: Store, node: Node) -> str:
+    """Why no branch stands at ``node``: which moved on past it, or that none has it."""
+    passed, _ = store.storage.refs_containing([node.id]).get(node.id, ([], []))
+    if passed:
+        return f"{', '.join(passed)} moved on"
+    return "no branch has it on its path: a branch moved back or was deleted"
 
 
 def resume(store: Store, pause: Ref, **kwargs: Any) -> Iterator[Step]:

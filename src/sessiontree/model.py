@@ -327,11 +327,13 @@ class Stripped:
 
 @dataclass(frozen=True)
 class RetentionReport:
-    """What a retention run moved to the trash and stripped, or would on a dry run."""
+    """What a retention run moved to the trash and stripped, or would on a dry run, and
+    the idle sessions a drop left alone because work is in flight in them (``kept``)."""
 
     trashed: list[str]
     stripped: list[Stripped]
     dry_run: bool
+    kept: list[str] = field(default_factory=list)
 
     @property
     def bytes_stripped(self) -> int:
@@ -341,6 +343,7 @@ class RetentionReport:
         return {
             "dry_run": self.dry_run,
             "trashed": self.trashed,
+            "kept_in_flight": self.kept,
             "stripped": [s.__dict__ for s in self.stripped],
             "bytes_stripped": self.bytes_stripped,
         }

@@ -9,10 +9,13 @@ Contract:
   session but ``delete(permanently=True)``.
 - ``apply`` runs the policies a user chose, each optional, in one transaction:
   *drop* moves to the trash the sessions with no activity for ``drop_older_than``
-  seconds, unless a checkpoint marks them or a pause in them waits for a
-  human; *strip* replaces the text of tool results of at least
-  ``strip_min_bytes`` bytes, older than ``strip_older_than`` seconds, by a
-  marker that says what was removed, its size, when and why; user, assistant
+  seconds, unless a checkpoint marks them or work is in flight in them: a branch
+  stands at a pause (waiting for a human), a decision (waiting for a worker) or
+  a ``tool_start`` (a run cut off inside a tool, which a worker turns into a
+  pause); the report names those it left alone (``kept``); *strip* replaces
+  the text of tool results of at least ``strip_min_bytes`` bytes, older than
+  ``strip_older_than`` seconds, by a marker that says what was removed, its
+  size, when and why; user, assistant
   and system messages are never touched. Each strip is recorded in the
   ``redactions`` table, the only change the schema lets a node undergo, so it is
   never a silent rewrite: the projection, ``log`` and every export show the
@@ -104,21 +107,23 @@ def apply(
         strip_cutoff = iso_ago(strip_older_than)
         reason = f"strip tool results of {strip_min_bytes:,}+ bytes older than {_days(strip_older_than)}"
 
-    def candidates() -> tuple[list[str], list[tuple[str, str, int]]]:
-        """(sessions to trash, tool results to strip) as the store holds them now."""
+    def candidates() -> tuple[list[str], list[str], list[tuple[str, str, int]]]:
+        """(sessions to trash, idle ones left for their work in flight, tool results to
+        strip) as the store holds them now."""
         droppable = [] if drop_cutoff is None else storage.droppable_sessions(drop_cutoff)
         strippable = [] if strip_cutoff is None else storage.strippable_results(strip_cutoff, strip_min_bytes)
-        return [session_id for session_id, _ in droppable], strippable
+        going = [session_id for session_id, _, in_flight in droppable if not in_flight]
+        return going, [session_id for session_id, _, in_flight in droppable if in_flight], strippable
 
     keys: dict[str, int] = {}
     with storage.snapshot() if dry_run else storage.transaction():
         when = now()
-        trashed, strippable = candidates()
+        trashed, kept, strippable = candidates()
         if not dry_run and (trashed or strippable):
             # Listed again under the sessions' locks: a session that got a checkpoint, a
             # pause or a write since the first look is left alone, as the policy says.
             keys = storage.lock_sessions(sorted({*trashed, *(row[1] for row in strippable)}))
-            trashed, strippable = candidates()
+            trashed, kept, strippable = candidates()
             trashed = [session_id for session_id in trashed if session_id in keys]
             strippable = [row for row in strippable if row[1] in keys]
         going = set(trashed)  # to the trash whole: left as they are
@@ -128,7 +133,7 @@ def apply(
                 storage.redact(item.node_id, "content", marker(item.bytes, when, reason), reason, when)
             for session_id in trashed:
                 storage.set_trashed(keys[session_id], when)
-    return RetentionReport(trashed, stripped, dry_run)
+    return RetentionReport(trashed, stripped, dry_run, kept)
 
 
 POLICY_SETTINGS = ("drop_older_than", "strip_older_than", "strip_min_bytes")

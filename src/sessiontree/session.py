@@ -22,6 +22,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 from . import compaction, maintenance
@@ -384,8 +385,13 @@ class Session:
         return self.storage.leaves(self._key)
 
     def pending(self) -> list[Node]:
-        """This session's unresolved pauses."""
+        """This session's pauses a human can decide (see ``Store.pending``)."""
         return self.storage.pending(self._key)
+
+    def tool_lease(self) -> AbstractContextManager[None]:
+        """Held by a run while it is inside tool calls of this session: what tells a live
+        run from one cut off (see ``Storage.tool_lease``)."""
+        return self.storage.tool_lease(self._key)
 
     def common_ancestor(self, a: Ref, b: Ref) -> Node | None:
         """The deepest node on both paths, or None when they share no root."""

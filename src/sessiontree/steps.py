@@ -104,6 +104,18 @@ class Resuming:
 
 
 @dataclass(frozen=True)
+class Recovering:
+    """A worker picks up a run cut off inside a tool (its process died there): the run's
+    steps follow, by the loop's own rule (an ``interrupted`` pause for a call that is
+    not safe to run twice; an idempotent one runs again)."""
+
+    session_id: str
+    branch: str
+    head_id: str
+    node: None = None
+
+
+@dataclass(frozen=True)
 class Approve:
     """Run the call as the model asked."""
 

@@ -222,7 +222,9 @@ class Store:
         return self.storage.run(check_lookup(run_id, "run"))
 
     def pending(self, session_id: str | None = None) -> list[Node]:
-        """Unresolved pauses (no decision yet) across all sessions (or one), oldest first."""
+        """Pauses a human can decide across all sessions (or one), oldest first: no decision
+        yet, a branch stands at it (a pause the branch moved away from cannot be carried on),
+        and its session is not in the trash."""
         if session_id is not None:
             return self.session(session_id).pending()
         return self.storage.pending()

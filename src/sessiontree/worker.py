@@ -7,7 +7,13 @@ Contract:
   only wakes it; it re-reads what is resumable, and a poll every ``poll``
   seconds covers a missed signal), a plain poll on SQLite. It yields
   ``Resuming(pause, session)`` before each run's steps. ``until_idle=True``
-  returns once nothing is left instead of waiting. ``work`` is its sync twin.
+  returns once a look finds nothing it can carry on instead of waiting. ``work`` is
+  its sync twin.
+- It also carries on the runs ``cut_off`` lists: cut off inside a tool (their
+  process died there), yielding ``Recovering(session, branch, head)`` first. The
+  loop's own rule then applies: a call not safe to run twice becomes an
+  ``interrupted`` pause, which ``pending`` and the inbox show a human; an
+  idempotent one runs again.
 - At most once per pause, with any number of workers: every run's first write
   after a decision is a compare-and-set on the decision (the ``tool_start``
   marker, or a rejection), committed before any tool runs. The worker that
@@ -16,6 +22,11 @@ Contract:
   adapter raising, say) is reported as a ``Final("error")`` step and not
   retried by this worker; a decision that stays unresumed stays visible to
   ``resumable`` for another worker, or a human, to look at.
+- It never spins: a look after which nothing ran (whatever was listed could not be
+  carried on: another worker took it, or it raised ``Conflict``) is followed by a
+  wait of ``poll`` seconds, or until a signal. A server that cannot be reached
+  (``Unavailable``: a restart, a failover) is waited for the same way: the worker
+  looks again after the wait, and a dropped ``LISTEN`` connection is opened again.
 - Stopping (Ctrl-C, or closing the iterator) takes at most ``WAIT_SLICE`` seconds
   while it waits, whatever ``poll`` is.
 """
@@ -28,9 +39,10 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from . import bridge
-from .errors import Conflict
-from .loop import aresume
-from .steps import Final, Resuming, Step
+from .errors import Busy, Conflict, Unavailable
+from .loop import aresume, arun
+from .plan import next_action
+from .steps import Final, Recovering, Resuming, Step
 from .store import Store
 
 DEFAULT_POLL = 5.0
@@ -39,6 +51,39 @@ WAIT_SLICE = 0.25
 """Longest single wait in a thread: a stopped worker (Ctrl-C) is gone within this, not
 after a whole ``poll`` (asyncio waits for a running thread before it shuts down)."""
 
+Item = Resuming | Recovering
+
+
+def cut_off(store: Store) -> list[Recovering]:
+    """Runs cut off inside a tool, oldest first: a branch whose head is a ``tool_start`` or
+    a tool result, with a call started and never answered (no human decision since), in a
+    session whose tool lease no live run holds (``Session.tool_lease``), outside the trash.
+
+    The heads are read before the leases: a run holds its lease before it writes its
+    ``tool_start``, so a head seen while its run lives is seen with the lease held; a run
+    that ended in between has moved its branch on, and carrying on from the head seen
+    loses the compare-and-set.
+    """
+    heads = store.storage.tool_heads()
+    free = store.storage.unleased(sorted({key for key, *_ in heads})) if heads else set()
+    found = []
+    for key, session_id, branch, head_id in heads:
+        if key in free and next_action(store.session(session_id).path(head_id)).interrupted:
+            found.append(Recovering(session_id, branch, head_id))
+    return found
+
+
+def _look(store: Store) -> list[Item]:
+    """What can be carried on now: decided pauses, then runs cut off inside a tool."""
+    decided: list[Item] = [Resuming(p, s) for p, s in store.storage.resumable()]
+    return decided + cut_off(store)
+
+
+def _steps(store: Store, item: Item, run_options: dict[str, Any]) -> AsyncIterator[Step]:
+    if isinstance(item, Resuming):
+        return aresume(store, item.pause_id, **run_options)
+    return arun(store, item.session_id, item.branch, expect_head=item.head_id, **run_options)
+
 
 async def awork(
     store: Store,
@@ -46,36 +91,41 @@ async def awork(
     poll: float = DEFAULT_POLL,
     until_idle: bool = False,
     **run_options: Any,
-) -> AsyncIterator[Step | Resuming]:
+) -> AsyncIterator[Step | Resuming | Recovering]:
     """Resume decided pauses as they come (``arun`` keyword arguments apply: ``call``,
     ``tools``, ``approve``, ``max_steps``)."""
-    failed: set[str] = set()
+    failed: set[Item] = set()
     if not until_idle:  # start listening before the first look, so no decision slips between
         await asyncio.to_thread(store.storage.wait_for_decisions, 0)
     while True:
-        found = False
-        for pause_id, session_id in store.storage.resumable():
-            if pause_id in failed:
-                continue
-            found = True
+        ran = False
+        try:
+            items = [item for item in _look(store) if item not in failed]
+        except (Unavailable, Busy):
+            items = []  # the server is away or busy: look again after the wait
+        for item in items:
             started = False
             try:
-                async for step in aresume(store, pause_id, **run_options):
+                async for step in _steps(store, item, run_options):
                     if not started:
-                        yield Resuming(pause_id, session_id)
-                        started = True
+                        yield item
+                        started = ran = True
                     yield step
             except Conflict:
                 continue  # another worker carried it on first (BranchMoved), or just did
+            except (Unavailable, Busy):
+                break  # the server is away: wait, then look again (nothing is marked failed)
             except Exception as e:  # noqa: BLE001 - reported, and the other pauses go on
-                failed.add(pause_id)
+                failed.add(item)
                 if not started:
-                    yield Resuming(pause_id, session_id)
+                    yield item
                 yield Final("error", None, f"{type(e).__name__}: {e}")
-        if until_idle and not found:
+                ran = True
+        if ran:
+            continue
+        if until_idle:
             return
-        if not found:
-            await _wait_for_decisions(store, poll)
+        await _wait_for_decisions(store, poll)
 
 
 async def _wait_for_decisions(store: Store, poll: float) -> None:
@@ -86,6 +136,6 @@ async def _wait_for_decisions(store: Store, poll: float) -> None:
             return
 
 
-def work(store: Store, **options: Any) -> Iterator[Step | Resuming]:
+def work(store: Store, **options: Any) -> Iterator[Step | Resuming | Recovering]:
     """``awork`` for callers without asyncio: the same steps, as a plain iterator."""
     return bridge.iterate(awork(store, **options))

@@ -97,7 +97,9 @@ def empty_trash(ctx: click.Context, older_than: float, dry_run: bool, as_json: b
 
 @click.command()
 @click.option(
-    "--drop-older-than", type=AGE, help="Trash sessions idle this long, unless checkpointed or paused."
+    "--drop-older-than",
+    type=AGE,
+    help="Trash sessions idle this long, unless checkpointed or with work in flight.",
 )
 @click.option("--strip-older-than", type=AGE, help="Strip large tool results older than this.")
 @click.option(
@@ -122,10 +124,12 @@ def retention(
 ) -> None:
     """Apply retention policies: trash idle sessions, strip large old tool results.
 
-    Sessions a checkpoint marks, or with a pause waiting for a human, are never
-    trashed; user, assistant and system messages are never stripped. A stripped
-    tool result keeps a marker saying what was removed, its size, when and why.
-    With --save the policy is stored instead; without a policy of its own the
+    Sessions a checkpoint marks, or with work in flight (a branch at a pause waiting
+    for a human, at a decision waiting for a worker, or at a tool call a run was cut
+    off in), are never trashed, and the report names them; user, assistant and
+    system messages are never stripped. A stripped tool result keeps a marker saying
+    what was removed, its size, when and why. With --save the policy is stored
+    instead; without a policy of its own the
     command runs the saved one.
     """
     given = drop_older_than is not None or strip_older_than is not None
@@ -159,6 +163,10 @@ def retention(
     would = "would " if dry_run else ""
     for session_id in report.trashed:
         click.echo(f"{would}trash session {session_id}")
+    for session_id in report.kept:
+        click.echo(
+            f"keep session {session_id}: work in flight (a branch at a pause, a decision or a tool call)"
+        )
     for s in report.stripped:
         click.echo(f"{would}strip {s.bytes:,} bytes from tool result {s.node_id}")
     click.echo(

@@ -362,7 +362,7 @@ def resume(
     show_default=True,
     help="Seconds between looks for new decisions, at least 0.05 (PostgreSQL is also woken by NOTIFY).",
 )
-@click.option("--until-idle", is_flag=True, help="Stop once no decided pause is left, instead of waiting.")
+@click.option("--until-idle", is_flag=True, help="Stop once nothing is left to carry on, instead of waiting.")
 @json_steps_option
 @click.pass_context
 def worker(
@@ -380,7 +380,12 @@ def worker(
     as_json: bool,
 ) -> None:
     """Resume every decided pause, then wait for more (Ctrl-C or SIGTERM stops). Several
-    workers, on any machines sharing the store, carry on each pause exactly once."""
+    workers, on any machines sharing the store, carry on each pause exactly once.
+
+    A run whose process died inside a tool is carried on too: a call not safe to run
+    twice becomes an 'interrupted' pause for a human (see `pending`), an idempotent one
+    runs again.
+    """
     call = make_call(base_url, model, api_key_env, not no_stream, params)
     tools = load_tools(tool_specs)
     store = open_store(ctx, write=True)

@@ -14,7 +14,18 @@ from typing import Any
 
 import click
 
-from ..steps import Assistant, Compacted, Final, Paused, Resuming, Token, ToolCall, ToolEnd, ToolStart
+from ..steps import (
+    Assistant,
+    Compacted,
+    Final,
+    Paused,
+    Recovering,
+    Resuming,
+    Token,
+    ToolCall,
+    ToolEnd,
+    ToolStart,
+)
 from .render import call_line, calls_text, json_safe, one_line, safe
 
 
@@ -51,6 +62,8 @@ def step_dict(step: Any) -> dict[str, Any]:
         return {"step": "token", "text": step.text}
     if isinstance(step, Resuming):
         return {"step": "resuming", "pause": step.pause_id, "session": step.session_id}
+    if isinstance(step, Recovering):
+        return {"step": "recovering", "session": step.session_id, "branch": step.branch, "head": step.head_id}
     if isinstance(step, Assistant):
         return {
             "step": "assistant",
@@ -98,6 +111,11 @@ def echo_step(step: Any, streamed: bool = False) -> None:
     stay on one line through ``one_line``."""
     if isinstance(step, Resuming):
         click.echo(f"resuming pause {step.pause_id} (session {step.session_id})")
+    elif isinstance(step, Recovering):
+        click.echo(
+            f"recovering branch {one_line(step.branch, None)} of session {step.session_id}:"
+            f" a run was cut off inside a tool at {step.head_id}"
+        )
     elif isinstance(step, Token):
         click.echo(safe(step.text), nl=False)
     elif isinstance(step, Assistant):

@@ -159,12 +159,33 @@ class Storage(ABC):
 
     @abstractmethod
     def pending(self, session_key: int | None = None) -> list[Node]:
-        """Pauses without a decision, oldest first."""
+        """Pauses without a decision that a branch stands at (its head), outside the
+        trash, oldest first: the pauses a human can still decide."""
 
     @abstractmethod
     def resumable(self) -> list[tuple[str, str]]:
         """(pause id, session id) of every decided pause whose decision is still a branch
-        head and has no child: decided, and not yet carried on by any run. Oldest first."""
+        head and has no child, outside the trash: decided, and not yet carried on by any
+        run. Oldest first."""
+
+    @abstractmethod
+    def tool_heads(self) -> list[tuple[int, str, str, str]]:
+        """(session key, session id, branch, head id) of every branch, outside the trash,
+        whose head is a ``tool_start`` or a tool message: where a run cut off inside a tool
+        stopped (or a live one is), oldest head first."""
+
+    @abstractmethod
+    def tool_lease(self, session_key: int) -> AbstractContextManager[None]:
+        """Held by a run while it is inside tool calls of the session, from before its
+        ``tool_start`` is written until its last result is; shared, so any number of runs
+        hold it at once. Given up when the process dies, however it dies (SQLite: a lock
+        the operating system drops, see ``leases``; PostgreSQL: an advisory lock of a
+        connection of its own, which the server drops)."""
+
+    @abstractmethod
+    def unleased(self, session_keys: Sequence[int]) -> set[int]:
+        """The keys of the sessions whose ``tool_lease`` no live run holds, in any
+        process (this one included). When a backend cannot tell, a session is not in it."""
 
     @abstractmethod
     def common_ancestor(self, a: int, b: int) -> Node | None: ...
@@ -306,9 +327,10 @@ class Storage(ABC):
         """(session id, title, trashed_at, nodes) in the trash (before ``before``), oldest first."""
 
     @abstractmethod
-    def droppable_sessions(self, cutoff: str) -> list[tuple[str, str]]:
-        """(session id, last activity) of sessions a drop policy may trash: not trashed, no
-        checkpoint, no unresolved pause, nothing written since ``cutoff``."""
+    def droppable_sessions(self, cutoff: str) -> list[tuple[str, str, bool]]:
+        """(session id, last activity, work in flight) of sessions a drop policy looks at:
+        not trashed, no checkpoint, nothing written since ``cutoff``. Work is in flight when a
+        branch stands at a pause, a decision or a ``tool_start``; the policy leaves those."""
 
     @abstractmethod
     def strippable_results(self, cutoff: str, min_bytes: int) -> list[tuple[str, str, int]]:

@@ -29,13 +29,20 @@ the thread that opened it; any other read borrows one for a single statement.
 A connection lost before a write's COMMIT is ``Unavailable`` (the server rolls
 it back); lost once COMMIT was sent, ``OutcomeUnknown``, naming the last node the
 write inserted and the server process, by which a caller learns what happened.
-``wait_for_decisions`` LISTENs on a connection of its own.
+``wait_for_decisions`` LISTENs on a connection of its own, opened again when it drops
+(a restart, a failover, an idle timeout): the caller's poll covers the gap, and a
+reopened listener says a decision may have come meanwhile. ``tool_lease`` holds an
+advisory lock (shared; ``_tool_lock`` names it) on another connection of its own,
+which the server gives up when the process dies; ``unleased`` tries the exclusive
+lock on a pooled connection, for the length of one statement.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -45,7 +52,7 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeError
+from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeError, Unavailable
 from ..names import MIN_PREFIX
 from . import postgres_db as pgdb
 from .base import SESSION_GONE, PathRow
@@ -82,6 +89,8 @@ class _Held(threading.local):
 class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
     """One PostgreSQL schema (``?schema=`` in the URL, default ``sessiontree``)."""
 
+    is_tool_message = "sessiontree_json(h.payload) ->> 'role' = 'tool'"
+
     # A look at the redaction count is a round trip here: at most one a second, so
     # another process's redaction reaches this store's cached reads within a second.
     redaction_check_every = 1.0
@@ -94,6 +103,9 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         self.cache = PathCache(cache_bytes)
         self._held = _Held()
         self._listener: psycopg.Connection[Any] | None = None
+        self._relisten = False  # the listener dropped: signals may have been missed
+        self._leaser: psycopg.Connection[Any] | None = None
+        self._leaser_lock = threading.Lock()
         with pgdb.connect(self.target) as conn, pgdb.clear_errors(self.url):
             if readonly:
                 waiting = pgdb.pending(conn, self.target.schema)
@@ -123,8 +135,9 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
 
     def close(self) -> None:
         self.pool.close()
-        if self._listener is not None:
-            self._listener.close()
+        for own in (self._listener, self._leaser):
+            if own is not None:
+                own.close()
 
     # -- transactions and statements --------------------------------------------
 
@@ -398,17 +411,73 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
 
     def wait_for_decisions(self, timeout: float) -> bool:
         """LISTEN for the trigger's NOTIFY; a missed signal costs one ``timeout``."""
+        if self._listener is None:
+            try:
+                self._listener = self._listen()
+            except Unavailable:  # the server is away: wait as a poll would, try again next time
+                time.sleep(timeout)
+                return False
+            if self._relisten:  # listening again: what came while nobody listened is unknown
+                self._relisten = False
+                return True
+        try:
+            with pgdb.clear_errors(self.url):
+                return any(True for _ in self._listener.notifies(timeout=timeout, stop_after=1))
+        except Unavailable:  # the connection dropped: the next call opens another
+            with contextlib.suppress(psycopg.Error):
+                self._listener.close()
+            self._listener, self._relisten = None, True
+            return False
+
+    def _listen(self) -> psycopg.Connection[Any]:
         with pgdb.clear_errors(self.url):
-            if self._listener is None:
-                listener = pgdb.connect(self.target)
-                # The trigger's own derivation: a channel name fits in 63 bytes.
-                channel = listener.execute(
-                    "SELECT sessiontree_decision_channel(%s)", (self.target.schema,)
-                ).fetchone()
-                assert channel is not None
-                listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel[0])))
-                self._listener = listener
-            return any(True for _ in self._listener.notifies(timeout=timeout, stop_after=1))
+            listener = pgdb.connect(self.target)
+            # The trigger's own derivation: a channel name fits in 63 bytes.
+            channel = listener.execute(
+                "SELECT sessiontree_decision_channel(%s)", (self.target.schema,)
+            ).fetchone()
+            assert channel is not None
+            listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel[0])))
+        return listener
+
+    def _tool_lock(self, session_key: int) -> tuple[int, int]:
+        """A session's tool lease, as an advisory lock key: the store's lock class, and a
+        second half below the ones taken (a session's write lock is its key modulo 2**31,
+        never negative; -1 and -2 are the migration and store locks)."""
+        return self.lock_class, -3 - session_key % (2**31 - 3)
+
+    @contextmanager
+    def tool_lease(self, session_key: int) -> Iterator[None]:
+        lock = self._tool_lock(session_key)
+        self._on_leaser("SELECT pg_advisory_lock_shared(%s, %s)", lock, reconnect=True)
+        try:
+            yield
+        finally:  # a leaser that dropped meanwhile holds nothing any more: nothing to undo
+            with contextlib.suppress(Unavailable):
+                self._on_leaser("SELECT pg_advisory_unlock_shared(%s, %s)", lock, reconnect=False)
+
+    def _on_leaser(self, statement: str, params: tuple[int, int], *, reconnect: bool) -> None:
+        """Run ``statement`` on the connection that holds this store's tool leases."""
+        with self._leaser_lock, pgdb.clear_errors(self.url):
+            if self._leaser is not None and self._leaser.broken and reconnect:
+                self._leaser = None  # its leases went with it
+            if self._leaser is None:
+                if not reconnect:
+                    return
+                self._leaser = pgdb.connect(self.target)
+            self._leaser.execute(statement, params)
+
+    def unleased(self, session_keys: Sequence[int]) -> set[int]:
+        if not session_keys:
+            return set()
+        by_lock = {self._tool_lock(key)[1]: key for key in session_keys}
+        with pgdb.clear_errors(self.url), self.pool.connection() as conn:
+            # autocommit: each transaction-level lock taken here is given back as the statement ends
+            rows = conn.execute(
+                "SELECT k FROM unnest(%s::int[]) AS k WHERE pg_try_advisory_xact_lock(%s, k)",
+                (list(by_lock), self.lock_class),
+            ).fetchall()
+        return {by_lock[r[0]] for r in rows}
 
     def nodes_by_ids(self, ids: Sequence[str]) -> dict[str, tuple[int, str, str | None, str, str, int]]:
         rows = self._all(

@@ -175,8 +175,8 @@ class PostgresFind(Storage):
         )
         return [(r[0], r[1], r[2], int(r[3])) for r in rows]
 
-    def droppable_sessions(self, cutoff: str) -> list[tuple[str, str]]:
-        return [(r[0], r[1]) for r in self._all(_DROPPABLE, {"cutoff": cutoff})]
+    def droppable_sessions(self, cutoff: str) -> list[tuple[str, str, bool]]:
+        return [(r[0], r[1], bool(r[2])) for r in self._all(_DROPPABLE, {"cutoff": cutoff})]
 
     def strippable_results(self, cutoff: str, min_bytes: int) -> list[tuple[str, str, int]]:
         rows = self._all(_STRIPPABLE, {"cutoff": cutoff, "min_bytes": min_bytes})

@@ -20,7 +20,7 @@ from typing import Any
 from ..errors import NotFound
 from ..model import Branch, Checkpoint, ModelUsage, Node, Run, SessionInfo, Usage
 from .base import RUN_FIELDS, Storage, decode_run
-from .shared_sql import TREE
+from .shared_sql import TOOL_HEADS, TREE
 
 # A node as a Node: its own columns, then the ids of its session, parent and run.
 NODE = "n.key, n.id, s.id, p.id, n.depth, n.kind, n.payload, n.created_at, r.id"
@@ -44,6 +44,9 @@ def _branch(row: Sequence[Any], session_id: str) -> Branch:
 
 class SharedReads(Storage):
     """Portable reads; mixed into each backend, which supplies ``_rows``."""
+
+    is_tool_message: str
+    """The dialect's condition "node ``h`` (a message) is a tool result", for ``TOOL_HEADS``."""
 
     @abstractmethod
     def _rows(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
@@ -91,9 +94,11 @@ class SharedReads(Storage):
         )
 
     def pending(self, session_key: int | None = None) -> list[Node]:
+        # Driven from the branches: a pause counts only while a branch stands at it.
         return self._nodes(
             f"SELECT {NODE} FROM nodes n {NODE_JOINS}"
-            " WHERE n.kind = 'pause' AND (CAST(:s AS BIGINT) IS NULL OR n.session = :s) AND NOT EXISTS ("
+            " WHERE n.key IN (SELECT head FROM branches WHERE CAST(:s AS BIGINT) IS NULL OR session = :s)"
+            " AND n.kind = 'pause' AND s.trashed_at IS NULL AND NOT EXISTS ("
             " SELECT 1 FROM nodes d WHERE d.parent = n.key AND d.kind = 'decision') ORDER BY n.id",
             {"s": session_key},
         )
@@ -103,9 +108,14 @@ class SharedReads(Storage):
             "SELECT DISTINCT p.id, s.id FROM branches b"
             " JOIN nodes d ON d.key = b.head AND d.kind = 'decision'"
             " JOIN nodes p ON p.key = d.parent JOIN sessions s ON s.key = p.session"
-            " WHERE NOT EXISTS (SELECT 1 FROM nodes c WHERE c.parent = d.key) ORDER BY p.id"
+            " WHERE s.trashed_at IS NULL AND NOT EXISTS (SELECT 1 FROM nodes c WHERE c.parent = d.key)"
+            " ORDER BY p.id"
         )
         return [(r[0], r[1]) for r in rows]
+
+    def tool_heads(self) -> list[tuple[int, str, str, str]]:
+        rows = self._rows(TOOL_HEADS.format(is_tool=self.is_tool_message))
+        return [(int(r[0]), r[1], r[2], r[3]) for r in rows]
 
     def common_ancestor(self, a: int, b: int) -> Node | None:
         row = self._first(

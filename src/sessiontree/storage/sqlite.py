@@ -26,7 +26,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ import sqlite_utils
 from .. import db as _db
 from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeError
 from ..names import MIN_PREFIX
+from . import leases
 from .base import SESSION_GONE, PathRow
 from .cache import DEFAULT_MAX_BYTES, PathCache
 from .reads import RUN_COLUMNS, SharedReads
@@ -96,6 +97,7 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
     """One SQLite database file (or ``:memory:``)."""
 
     search_visible = "AND s.trashed_at IS NULL"  # search never shows the trash
+    is_tool_message = "json_valid(h.payload) AND json_extract(h.payload, '$.role') = 'tool'"
 
     def __init__(
         self, path: str | Path, *, readonly: bool = False, cache_bytes: int = DEFAULT_MAX_BYTES
@@ -355,6 +357,12 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
 
     def redaction_count(self) -> int:
         return int(self._one("SELECT redactions FROM change_counts"))
+
+    def tool_lease(self, session_key: int) -> AbstractContextManager[None]:
+        return leases.hold(self.path, session_key)
+
+    def unleased(self, session_keys: Sequence[int]) -> set[int]:
+        return leases.free(self.path, session_keys)
 
     def wait_for_decisions(self, timeout: float) -> bool:
         # SQLite has no way to signal another process: the caller polls ``resumable``.

@@ -78,9 +78,9 @@ class SQLiteRetention:
         )
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
-    def droppable_sessions(self, cutoff: str) -> list[tuple[str, str]]:
+    def droppable_sessions(self, cutoff: str) -> list[tuple[str, str, bool]]:
         """(session id, last activity) of sessions a drop policy may trash (see ``shared_sql.DROPPABLE``)."""
-        return [(r[0], r[1]) for r in self.conn.execute(DROPPABLE, {"cutoff": cutoff})]
+        return [(r[0], r[1], bool(r[2])) for r in self.conn.execute(DROPPABLE, {"cutoff": cutoff})]
 
     def strippable_results(self, cutoff: str, min_bytes: int) -> list[tuple[str, str, int]]:
         """(node id, session id, bytes) of tool results a strip policy may redact."""

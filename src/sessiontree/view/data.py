@@ -4,7 +4,8 @@ Contract:
 - ``session_data(store, session_id, prices=None)`` reads one session whole, in
   one consistent snapshot (``bulk.read_session``), and returns a dict the page's
   script understands: the nodes (id, parent, kind, time, run, payload), the
-  branches and checkpoints, the unresolved pauses, the runs' metrics and the
+  branches and checkpoints, the pauses a human can decide (undecided, a branch
+  at them), the runs' metrics and the
   width at which ids are shown. Nothing else of the store is included.
 - Secrets: a run contributes only its model, provider, token counts, latency
   and finish reason (never its request parameters). ``redacted(value)`` is the
@@ -18,8 +19,9 @@ Contract:
   in which a credential may be cut or marked so the patterns miss it: every
   word of every credential of the node's payload is taken out of it (and the
   snippet is then redacted where it leaves, as any string).
-- ``inbox(store)`` lists every unresolved pause of every session, oldest first,
-  with its calls: what ``sessiontree serve`` shows as its inbox.
+- ``inbox(store)`` lists every pause a human can decide (``Store.pending``: no
+  decision yet, a branch stands at it, not in the trash), oldest first, with its
+  calls: what ``sessiontree serve`` shows as its inbox.
 - ``version(store, session_id)`` is a short text that changes whenever a node,
   a branch head or a checkpoint of the session changes; the live view polls it.
 """
@@ -96,8 +98,10 @@ def session_data(
         }
         for r in s.runs
     }
+    # As ``Store.pending`` has it: undecided, and a branch stands at it (so it can go on).
     decided = {n.parent_id for n in s.nodes if n.kind == "decision"}
-    pending = [n.id for n in s.nodes if n.kind == "pause" and n.id not in decided]
+    heads = {b.node_id for b in s.branches}
+    pending = [n.id for n in s.nodes if n.kind == "pause" and n.id in heads and n.id not in decided]
     branches = sorted(s.branches, key=lambda b: b.updated_at or "", reverse=True)
     names = {b.name for b in branches}
     current = "main" if "main" in names else (branches[0].name if branches else None)
@@ -127,7 +131,7 @@ def session_data(
 
 
 def inbox(store: Store) -> list[dict[str, Any]]:
-    """Every unresolved pause in the store, oldest first, with its session and calls."""
+    """Every pause a human can decide, oldest first, with its session and calls."""
     titles = {info.id: info.title for info in store.sessions(include_archived=True)}
     pauses = store.pending()
     short = store.abbreviations([p.id for p in pauses]) if pauses else {}
