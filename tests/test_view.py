@@ -185,7 +185,7 @@ def test_html_command_errors_are_one_line(demo, tmp_path):
 
 def test_html_never_overwrites_the_store_it_reads(demo):
     db, session_id, _ = demo
-    for target in (db, f"{db}-wal", f"{db}-shm"):
+    for target in (db, f"{db}-wal", f"{db}-shm", f"{db}-tools"):  # -tools: the tool leases
         result = CliRunner().invoke(cli, ["--db", str(db), "html", session_id, "-o", str(target)])
         assert result.exit_code == 1
         assert (

@@ -48,7 +48,18 @@ from pathlib import Path
 from .errors import Busy, DiskFull, InvalidPayload, NotOurs, ReadOnly, SchemaTooNew, SessionTreeError
 
 BUSY_TIMEOUT_MS = 5_000
+TOOLS_SUFFIX = "-tools"
+COMPANIONS = ("-wal", "-shm", "-journal", TOOLS_SUFFIX)
+"""The files a store keeps beside its database file: SQLite's log, shared memory and
+rollback journal, and the tool leases (``storage.leases``)."""
 PAGE_SIZE = 8_192
+
+
+def companions(path: str | Path) -> list[Path]:
+    """The companion files (``COMPANIONS``) of the database file at ``path``."""
+    return [Path(f"{path}{end}") for end in COMPANIONS]
+
+
 """Page size of a new database file (SQLite's default is 4,096). Messages of about 1 KB
 fill a 4 KB page three to a page and waste a fifth of it; 8 KB pages hold seven with
 little waste (``docs/performance.md``). An existing file keeps the page size it has."""

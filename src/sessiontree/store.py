@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from . import db as _db
 from . import maintenance, retention, search
 from .errors import Conflict, NotFound, SessionTreeError
 from .ids import new_id, now
@@ -71,13 +72,13 @@ class Store:
 
     def check_output(self, path: str | Path) -> None:
         """``Conflict`` when writing ``path`` would overwrite this store's own file or its
-        companions (``-wal``, ``-shm``, ``-journal``): an export or a page written there
+        companions (``db.COMPANIONS``): an export or a page written there
         would destroy what it was made from."""
         if not isinstance(self.storage, SQLiteStorage) or self.path == ":memory:":
             return
         ours = Path(self.path).resolve()
         target = Path(path).resolve()
-        if target in {ours, *(ours.with_name(ours.name + end) for end in ("-wal", "-shm", "-journal"))}:
+        if target in {ours, *_db.companions(ours)}:
             raise Conflict(f"{path} is this store's own database file; choose another file to write")
 
     # -- lifecycle -------------------------------------------------------

@@ -197,7 +197,7 @@ def import_(ctx: click.Context, file: str, fmt: str, skip_invalid: bool, as_json
         except BaseException:
             if created:
                 store.close()
-                for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+                for leftover in (path, *_db.companions(path)):
                     leftover.unlink(missing_ok=True)
             raise
     if as_json:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import click
 
+from .. import db as _db
+
 
 def is_blank(path: Path) -> bool:
     """Whether an existing file holds no database yet: empty, or SQLite with no table
@@ -74,7 +76,7 @@ def remove_new_databases(ctx: click.Context) -> None:
     for path, made, blank in ctx.meta.pop(_NEW_DATABASES, []):
         if _holds_sessions(path):
             continue
-        for leftover in (path, *(Path(f"{path}{end}") for end in ("-wal", "-shm", "-journal"))):
+        for leftover in (path, *_db.companions(path)):
             if leftover == path and blank is not None:
                 with contextlib.suppress(OSError):
                     path.write_bytes(blank)

@@ -33,6 +33,8 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
+from ..db import TOOLS_SUFFIX
+
 MEMORY = ":memory:"
 
 
@@ -43,7 +45,7 @@ class _LockFile:
         if path != MEMORY:
             # Where it cannot be made: leases within this process only (``free`` cannot tell).
             with contextlib.suppress(OSError):  # the mode less the umask, as SQLite makes -wal
-                self.fd = os.open(path + "-tools", os.O_RDWR | os.O_CREAT, 0o666)
+                self.fd = os.open(path + TOOLS_SUFFIX, os.O_RDWR | os.O_CREAT, 0o666)
 
 
 _files: dict[str, _LockFile] = {}
