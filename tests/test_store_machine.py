@@ -58,9 +58,14 @@ class StoreMachine(RuleBasedStateMachine):
             current = self.parent[current]
         return path[::-1]
 
-    def unresolved_pauses(self) -> set[str]:
+    def undecided_pauses(self) -> set[str]:
+        """Pauses with no decision: prune keeps them all, a branch at them or not."""
         decided = {self.parent[n] for n, k in self.kind.items() if k == "decision"}
         return {n for n, k in self.kind.items() if k == "pause" and n not in decided}
+
+    def unresolved_pauses(self) -> set[str]:
+        """What ``pending`` lists: an undecided pause some branch stands at."""
+        return self.undecided_pauses() & set(self.branches.values())
 
     def record(self, node) -> None:
         self.parent[node.id] = node.parent_id
@@ -189,7 +194,7 @@ class StoreMachine(RuleBasedStateMachine):
         refs = [
             *self.branches.values(),
             *self.checkpoints.values(),
-            *self.unresolved_pauses(),
+            *self.undecided_pauses(),
             *pending_decisions,
         ]
         for ref in refs:
