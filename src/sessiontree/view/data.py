@@ -21,7 +21,8 @@ Contract:
   snippet is then redacted where it leaves, as any string).
 - ``inbox(store)`` lists every pause a human can decide (``Store.pending``: no
   decision yet, a branch stands at it, not in the trash), oldest first, with its
-  calls: what ``sessiontree serve`` shows as its inbox.
+  calls, its ``state`` (``pending``, or ``expired`` once its deadline has passed: see
+  ``deadlines``) and ``expires_at``: what ``sessiontree serve`` shows as its inbox.
 - ``version(store, session_id)`` is a short text that changes whenever a node,
   a branch head or a checkpoint of the session changes; the live view polls it.
 """
@@ -33,6 +34,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from .. import deadlines
 from ..bulk import read_session
 from ..redact import Redactor
 from ..store import Store
@@ -144,6 +146,7 @@ def inbox(store: Store) -> list[dict[str, Any]]:
             "at": p.created_at,
             "reason": p.payload.get("reason"),
             "calls": p.payload.get("calls", []),
+            **deadlines.about(p),
         }
         for p in pauses
     ]
