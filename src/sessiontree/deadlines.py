@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from .model import Node
+    from .model import ImportedNode, Node
     from .session import Session
 
 clock: Callable[[], float] = time.time
@@ -52,12 +52,12 @@ def deadline(expires_in: float | None) -> str | None:
     return None if expires_in is None else stamp(clock() + expires_in)
 
 
-def expires_at(pause: Node) -> str | None:
+def expires_at(pause: Node | ImportedNode) -> str | None:
     value = pause.payload.get("expires_at") if pause.kind == "pause" else None
     return value if isinstance(value, str) else None
 
 
-def is_expired(pause: Node) -> bool:
+def is_expired(pause: Node | ImportedNode) -> bool:
     """Whether ``pause`` has a deadline and it has passed (decided or not)."""
     at = expires_at(pause)
     return at is not None and parse(at) <= clock()

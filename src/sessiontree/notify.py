@@ -103,7 +103,9 @@ class Webhook:
         self._queue.put((pause_document(pause), time.monotonic() + self.deadline))
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._deliver_all, name="sessiontree-webhook", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._deliver_all, name="sessiontree-webhook", daemon=True
+                )
                 self._thread.start()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -132,7 +134,9 @@ class Webhook:
                     else:
                         self.failed += 1
                 if problem is not None:
-                    log.warning("webhook %s: pause %s not delivered: %s", self.url, document["pause"], problem)
+                    log.warning(
+                        "webhook %s: pause %s not delivered: %s", self.url, document["pause"], problem
+                    )
             finally:
                 self._queue.task_done()
 

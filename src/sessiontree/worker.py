@@ -44,8 +44,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from . import bridge
-from . import deadlines
+from . import bridge, deadlines
 from .errors import Busy, Conflict, Unavailable
 from .loop import aresume, arun, reject_expired
 from .plan import next_action

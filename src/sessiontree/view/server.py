@@ -432,7 +432,9 @@ def create_app(
             return JSON({"error": f"bad decision: {e}"}, 400)
         if decider is not None:
             if by not in (None, decider):
-                return JSON({"error": f"bad decision: 'by' is your decider name here ({decider}); leave it out"}, 400)
+                return JSON(
+                    {"error": f"bad decision: 'by' is your decider name here ({decider}); leave it out"}, 400
+                )
             by = decider
         try:
             # In a worker thread: a write waits for the database's lock, and the event
