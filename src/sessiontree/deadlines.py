@@ -23,7 +23,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from .model import ImportedNode, Node
+    from .bulk import ImportedNode
+    from .model import Node
     from .session import Session
 
 clock: Callable[[], float] = time.time
