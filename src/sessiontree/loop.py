@@ -663,6 +663,8 @@ def reject_expired(store: Store, pause: Ref) -> Node:
     }
     session = store.session(pause.session_id)
     with store.transaction():
+        if any(n.kind == "decision" for n in session.children(pause)):
+            raise Conflict(f"pause {pause.id} already has a decision; nothing was written")
         at_pause = session.branches_at(pause)
         if not at_pause:
             raise Conflict(f"pause {pause.id}: no branch stands at it any more; nothing was written")

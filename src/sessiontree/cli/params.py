@@ -71,10 +71,9 @@ class Duration(Seconds):
 
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
         text = str(value).strip().lower()
-        if text[-1:] in _UNITS:
-            try:
-                number = float(text[:-1])
-            except ValueError:
-                self.fail(f"{shown(str(value))} is not a duration (e.g. 90, 90s, 15m, 1h, 2d)", param, ctx)
-            return super().convert(number * _UNITS[text[-1]], param, ctx)
-        return super().convert(value, param, ctx)
+        unit = _UNITS.get(text[-1:], 1)
+        try:
+            number = float(text[:-1] if text[-1:] in _UNITS else text)
+        except ValueError:
+            self.fail(f"{shown(str(value))} is not a duration (e.g. 90, 90s, 15m, 1h, 2d)", param, ctx)
+        return super().convert(number * unit, param, ctx)
