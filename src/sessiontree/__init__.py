@@ -46,7 +46,7 @@ from .experiments import (
 )
 from .formats import detect_format, export_file, import_file
 from .ids import new_id
-from .loop import aresume, arun, decide, resume, run
+from .loop import aresume, arun, decide, reject_expired, resume, run
 from .model import (
     Branch,
     Checkpoint,
@@ -87,6 +87,7 @@ from .store import Store
 from .tools import Tool, ToolContext, tool
 from .transfer import copy_sessions
 from .view import render_html, write_html
+from .notify import Webhook
 from .worker import awork, work
 
 __version__ = "0.1.0"
@@ -114,6 +115,7 @@ __all__ = [
     "Recovering",
     "Unavailable",
     "OutcomeUnknown",
+    "Webhook",
     "awork",
     "work",
     "copy_sessions",
@@ -174,6 +176,7 @@ __all__ = [
     "render_html",
     "replay",
     "rerun",
+    "reject_expired",
     "resume",
     "run",
     "tool",
