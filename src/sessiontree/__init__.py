@@ -65,6 +65,7 @@ from .model import (
     Usage,
     VerifyReport,
 )
+from .notify import Webhook
 from .session import Session
 from .steps import (
     Approve,
@@ -87,7 +88,6 @@ from .store import Store
 from .tools import Tool, ToolContext, tool
 from .transfer import copy_sessions
 from .view import render_html, write_html
-from .notify import Webhook
 from .worker import awork, work
 
 __version__ = "0.1.0"

@@ -557,7 +557,8 @@
       var i = byId.get(id);
       if (i === undefined) return;
       ui.pinned.appendChild(h("div", { class: "pinned-pause", onclick: function () { select(i); } },
-        h("span", { class: "badge pending", text: "‖ pending" }), h("span", { class: "sid", text: short(id) }),
+        expired.has(id) ? h("span", { class: "badge expired", text: "‖ expired" }) : h("span", { class: "badge pending", text: "‖ pending" }),
+        h("span", { class: "sid", text: short(id) }),
         h("span", { class: "label", text: ST.oneLine(label(N[i]), 140) }), h("span", { class: "time", text: ST.time(N[i].at) })));
     });
   }
