@@ -412,3 +412,28 @@ def test_cli_webhook_flag(tmp_path, receiver, monkeypatch):
     assert result.exit_code == 0, result.output
     ((headers, body),) = r.posts
     assert verify(SECRET, body, headers[SIGNATURE_HEADER])
+
+
+def test_cli_worker_on_expiry_reject(db_target, clock, tmp_path):
+    with Store(db_target) as store:
+        model = ScriptedModel([reply("Wiring.", tool_call("wire_money", {"amount": 5}))])
+        session, pause = paused(store, model, tools=[wire_money], pause_expires=60)
+    clock.now += 61
+    script = tmp_path / "script.jsonl"
+    # a script's reply k+1 follows k assistant messages since the user's: line 1 was "Wiring."
+    lines = [
+        reply("Wiring.", tool_call("wire_money", {"amount": 5})),
+        reply("No answer, so nothing was wired."),
+    ]
+    script.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    base = ["--db", db_target, "worker", "--until-idle", "--model", f"script:{script}"]
+    kept = CliRunner().invoke(cli, [*base, "--tools", "test_approvals:wire_money"])
+    assert kept.exit_code == 0, kept.output
+    with Store(db_target) as store:
+        assert store.session(session.id).children(pause.id) == []  # keep: left expired
+    result = CliRunner().invoke(cli, [*base, "--tools", "test_approvals:wire_money", "--on-expiry", "reject"])
+    assert result.exit_code == 0, result.output
+    assert "No answer, so nothing was wired." in result.output
+    with Store(db_target) as store:
+        (decision,) = store.session(session.id).children(pause.id)
+        assert decision.payload["by"] == "system" and decision.payload["reason"] == "expired"
