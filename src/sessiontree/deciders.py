@@ -50,8 +50,9 @@ def name_problem(name: str) -> str | None:
     return None
 
 
-def load(path: str | Path) -> dict[str, str]:
-    """The deciders of the file at ``path`` (see the module docstring)."""
+def load(path: str | Path, *, allow_empty: bool = False) -> dict[str, str]:
+    """The deciders of the file at ``path`` (see the module docstring); one naming nobody
+    is refused unless ``allow_empty`` (a server must not fall back to no deciders)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -75,7 +76,7 @@ def load(path: str | Path) -> dict[str, str]:
         if name in found:
             raise ValueError(f"{where}: the decider {name!r} is named twice")
         found[name] = digest
-    if not found:
+    if not found and not allow_empty:
         raise ValueError(f"the deciders file {path} names no decider")
     return found
 

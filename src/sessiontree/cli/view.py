@@ -238,7 +238,11 @@ def decider_token(name: str, path: str | None) -> None:
         raise click.BadParameter(str(e), param_hint="NAME") from None
     if path is not None:
         target = Path(path)
-        if target.exists() and name in deciders_file.load(target):
+        try:
+            known = deciders_file.load(target, allow_empty=True) if target.exists() else {}
+        except ValueError as e:  # a file it cannot read, or one holding what is not a hash
+            raise click.ClickException(str(e)) from None
+        if name in known:
             raise click.ClickException(f"{path} names {name} already: remove that line first")
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with os.fdopen(fd, "a", encoding="utf-8") as f:
