@@ -95,6 +95,12 @@ BAD = [
     ["retention", "--save", "--drop-older-than", "9999999999999999999999d"],
     ["retention", "--strip-older-than", "99999999999999d", "--dry-run"],
     ["empty-trash", "--older-than", "99999999999999999999d"],
+    ["decider-token", "two words"],
+    ["decider-token", "alice", "--file", "{tmp}/missing-dir/deciders"],
+    ["serve", "--deciders", "{tmp}/garbage.json"],
+    ["run", "--pause-expires", "-1h", *MODEL, "hi"],
+    ["run", "--webhook", "ftp://example.com/x", *MODEL, "hi"],
+    ["worker", "--on-expiry", "approve", *MODEL],
 ]
 
 

@@ -206,6 +206,8 @@ def test_run_and_resume_print_json_lines(endpoint, tmp_path, stream):
                     "reason": "send_email requires approval",
                 }
             ],
+            "state": "pending",
+            "expires_at": None,
         },
         {
             "step": "final",

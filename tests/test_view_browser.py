@@ -454,3 +454,83 @@ def test_serve_view_says_its_session_is_gone_and_stops_polling(page, served):
     page.page.wait_for_timeout(3500)  # two more polling intervals: none is sent
     assert len(polls) == asked
     assert page.page.inner_text("#notice") == "this session no longer exists"
+
+
+@pytest.fixture
+def serve_app():
+    """``serve_app(app)``: the URL of ``app`` served on a free port, in a thread."""
+    import uvicorn
+
+    servers = []
+
+    def start(app) -> str:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        deadline = time.monotonic() + 10
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.started
+        return f"http://127.0.0.1:{port}/"
+
+    yield start
+    for server, thread in servers:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_serve_decider_token_from_the_page(page, serve_app, tmp_path):
+    from sessiontree.deciders import line
+    from sessiontree.view.server import create_app
+
+    db = tmp_path / "serve.db"
+    session_id, pause_id = off_loop(demo_store, db)
+    name, digest = line("alice", "alice-token-123").split()
+    page.open(serve_app(create_app(db, token="server-token", deciders={name: digest})))
+    assert page.page.query_selector("#by") is None  # no free-text name: the token says who
+    page.page.fill("#decider-token", "wrong")
+    page.page.dispatch_event("#decider-token", "change")
+    page.page.click(".inbox-item button.approve")
+    page.page.wait_for_selector(".inbox-item .status.error", timeout=10_000)
+    assert "matches no decider" in page.page.inner_text(".inbox-item .status")
+    page.page.fill("#decider-token", "alice-token-123")
+    page.page.dispatch_event("#decider-token", "change")
+    page.page.click(".inbox-item button.approve")
+    page.page.wait_for_selector("#inbox .empty", timeout=10_000)
+    with Store(db, readonly=True) as store:
+        (decision,) = store.session(session_id).children(pause_id)
+        assert decision.payload["by"] == "alice"
+
+
+def test_serve_shows_an_expired_pause_without_buttons(page, serve_app, tmp_path):
+    from sessiontree import Pause, run
+    from sessiontree.testing import ScriptedModel, reply, tool_call
+    from sessiontree.view.server import create_app
+
+    from viewdata import TOOLS
+
+    db = tmp_path / "expired.db"
+
+    def make() -> str:
+        with Store(db) as store:
+            session = store.create_session("late")
+            session.append({"role": "user", "content": "email eve"})
+            model = ScriptedModel(
+                [reply(None, tool_call("send_email", {"to": "e", "subject": "s", "body": "b"}))]
+            )
+            steps = list(
+                run(store, session, call=model, tools=TOOLS, approve=lambda c: Pause("ask", expires_in=0))
+            )
+            return steps[-1].node.id
+
+    pause_id = off_loop(make)
+    page.open(serve_app(create_app(db, allow_decide=True, token="t0k")) + "#token=t0k")
+    assert "expired at" in page.page.inner_text(".inbox-item")
+    assert page.page.query_selector(".inbox-item button.approve") is None
+    page.page.click(".inbox-item a")
+    page.page.wait_for_selector(".badge.expired", timeout=10_000)
+    assert pause_id

@@ -46,7 +46,7 @@ from .experiments import (
 )
 from .formats import detect_format, export_file, import_file
 from .ids import new_id
-from .loop import aresume, arun, decide, resume, run
+from .loop import aresume, arun, decide, reject_expired, resume, run
 from .model import (
     Branch,
     Checkpoint,
@@ -65,6 +65,7 @@ from .model import (
     Usage,
     VerifyReport,
 )
+from .notify import Webhook
 from .session import Session
 from .steps import (
     Approve,
@@ -114,6 +115,7 @@ __all__ = [
     "Recovering",
     "Unavailable",
     "OutcomeUnknown",
+    "Webhook",
     "awork",
     "work",
     "copy_sessions",
@@ -174,6 +176,7 @@ __all__ = [
     "render_html",
     "replay",
     "rerun",
+    "reject_expired",
     "resume",
     "run",
     "tool",

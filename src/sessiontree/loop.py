@@ -32,6 +32,14 @@ Contract:
   ``CancelledError`` (a cancel is never swallowed).
   Bad tool calls (unknown tool, bad JSON, bad arguments, a raising tool) never
   end the run: the model gets a tool message saying exactly what was wrong.
+- A pause may carry a deadline (``expires_at``, see ``deadlines``): from the approver's
+  ``Pause(expires_in=...)``, else the tool's ``approval_timeout``, else the run's
+  ``pause_expires``. ``decide`` refuses an expired pause; ``reject_expired`` continues
+  it as a rejection by the system.
+- ``on_pause(node)`` (sync or async) is called with each pause this run writes, after
+  its commit and before its ``Paused`` step; what it raises is logged
+  (``sessiontree.notify``), never raised: a notification cannot undo or stop a pause.
+  ``notify.Webhook`` is one (it only queues the delivery).
 """
 
 from __future__ import annotations
@@ -40,11 +48,12 @@ import asyncio
 import contextlib
 import inspect
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
-from . import bridge, compaction
+from . import bridge, compaction, deadlines
 from .errors import BranchMoved, Conflict, InvalidPayload, ModelOutputError, SessionTreeError
 from .ids import new_id, now
 from .model import Completion, Node, completion_problem
@@ -78,6 +87,8 @@ ModelCall = Callable[[list[dict[str, Any]], list[dict[str, Any]]], Any]
 Approver = Callable[[ToolCall], Any]
 Summarizer = Callable[[list[dict[str, Any]]], Any]
 TokenCounter = Callable[[list[dict[str, Any]]], int]
+PauseHook = Callable[[Node], Any]
+_log = logging.getLogger("sessiontree.notify")
 
 SUMMARY_PROMPT = (
     "Summarise the conversation above for your own later use: the user's goals, what was "
@@ -100,6 +111,8 @@ async def arun(
     summarize: Summarizer | None = None,
     keep_last: int = 4,
     count_tokens: TokenCounter | None = None,
+    pause_expires: float | None = None,
+    on_pause: PauseHook | None = None,
 ) -> AsyncIterator[Step]:
     """Advance ``branch`` until the model is done, a human is needed, or a limit is hit.
 
@@ -109,8 +122,11 @@ async def arun(
     every call. With ``expect_head`` (a ``Node`` or an id) the run refuses
     (``BranchMoved``) to start unless the branch is still at that node. With
     ``context_budget`` the branch is compacted before a model call that would exceed
-    it (see the module docstring).
+    it (see the module docstring). ``pause_expires`` (seconds) is the deadline of a
+    pause neither the approver nor the tool gives one; ``on_pause`` is told of each pause
+    written (see the module docstring).
     """
+    pause_expires = deadlines.validate(pause_expires, "pause_expires")
     session = session if isinstance(session, Session) else store.session(session)
     registry = as_tools(tools)
     specs = [t.spec() for t in registry.values()]
@@ -155,8 +171,10 @@ async def arun(
                 continue
             pause = None
             try:
-                async for step in _resolve_calls(cursor, action, registry, approve):
-                    pause = step.node if isinstance(step, Paused) else pause
+                async for step in _resolve_calls(cursor, action, registry, approve, pause_expires):
+                    if isinstance(step, Paused):
+                        pause = step.node
+                        await _tell(on_pause, pause)
                     yield step
             except SessionTreeError:
                 raise  # a lost compare-and-set: another run owns the branch now
@@ -280,8 +298,22 @@ async def _compact(
     return cursor.append(planned.payload(text), kind="summary", run=completion)
 
 
+async def _tell(on_pause: PauseHook | None, pause: Node) -> None:
+    """Tell ``on_pause`` of a committed pause; its failure is logged, not raised."""
+    if on_pause is None:
+        return
+    try:
+        await _maybe_await(on_pause(pause))
+    except Exception:  # noqa: BLE001 - the pause is written; a hook cannot take it back
+        _log.exception("on_pause failed for pause %s", pause.id)
+
+
 async def _resolve_calls(
-    cursor: _BranchCursor, action: Action, registry: dict[str, Tool], approve: Approver | None
+    cursor: _BranchCursor,
+    action: Action,
+    registry: dict[str, Tool],
+    approve: Approver | None,
+    pause_expires: float | None = None,
 ) -> AsyncIterator[Step]:
     """Answer, run or pause the unanswered calls of the last assistant message.
 
@@ -295,11 +327,13 @@ async def _resolve_calls(
     spent = decision is not None and bool(cursor.session.children(decision))
     cursor.claiming = None if spent else decision
     try:
-        async for step in _answer_calls(cursor, action, registry, approve, spent=decision if spent else None):
+        async for step in _answer_calls(
+            cursor, action, registry, approve, pause_expires, spent=decision if spent else None
+        ):
             yield step
     except _DecisionTaken:  # another branch claimed it between our look and our first write
         assert decision is not None
-        async for step in _answer_calls(cursor, action, registry, approve, spent=decision):
+        async for step in _answer_calls(cursor, action, registry, approve, pause_expires, spent=decision):
             yield step
     finally:
         cursor.claiming = None
@@ -314,6 +348,7 @@ async def _answer_calls(
     action: Action,
     registry: dict[str, Tool],
     approve: Approver | None,
+    pause_expires: float | None,
     *,
     spent: Node | None,
 ) -> AsyncIterator[Step]:
@@ -321,13 +356,18 @@ async def _answer_calls(
     to_run: list[tuple[ToolCall, str]] = []
     rejected: list[tuple[ToolCall, str]] = []
     for_human: list[tuple[ToolCall, str]] = []
+    waits: list[float] = []  # the deadline, in seconds, of each call for a human that has one
     decided = action.decided
     if spent is not None:  # a rejection still holds: running nothing cannot happen twice
         decided = {k: v for k, v in decided.items() if isinstance(v, Reject)}
     for call in action.calls:
         tool = registry.get(call.name)
         # A tool this run does not know is not known to be safe to run twice either.
+        default_wait = tool.approval_timeout if tool is not None else None
+        default_wait = pause_expires if default_wait is None else default_wait
         if call.id in action.interrupted and (tool is None or not tool.idempotent):
+            if default_wait is not None:
+                waits.append(default_wait)
             for_human.append(
                 (
                     call,
@@ -351,6 +391,10 @@ async def _answer_calls(
         elif isinstance(answer, Reject):
             rejected.append((call, answer.reason))
         elif isinstance(answer, Pause):
+            wait = deadlines.validate(answer.expires_in, f"Pause(expires_in=) for {call.name}")
+            wait = default_wait if wait is None else wait
+            if wait is not None:
+                waits.append(wait)
             for_human.append((call, answer.reason))
         else:
             raise TypeError(
@@ -381,14 +425,14 @@ async def _answer_calls(
                 node = cursor.append({"role": "tool", "tool_call_id": call.id, "content": content})
                 yield ToolEnd(call, node, ok)
     if for_human:
-        pause = cursor.append(
-            {
-                "reason": "; ".join(sorted({r for _, r in for_human if r})) or "approval needed",
-                "assistant_id": action.assistant.id if action.assistant else None,
-                "calls": [{**c.to_dict(), "reason": r} for c, r in for_human],
-            },
-            kind="pause",
-        )
+        payload: dict[str, Any] = {
+            "reason": "; ".join(sorted({r for _, r in for_human if r})) or "approval needed",
+            "assistant_id": action.assistant.id if action.assistant else None,
+            "calls": [{**c.to_dict(), "reason": r} for c, r in for_human],
+        }
+        if waits:  # of several deadlines, the earliest: a human must answer the whole pause
+            payload["expires_at"] = deadlines.deadline(min(waits))
+        pause = cursor.append(payload, kind="pause")
         yield Paused(pause)
 
 
@@ -498,7 +542,7 @@ def _error_payload(error: BaseException, during: str) -> dict[str, Any]:
 def default_approval(call: ToolCall, tool: Tool | None) -> Approve | Pause:
     """The rule with no approver: pause calls to tools that require approval, run the rest."""
     if tool is not None and tool.requires_approval:
-        return Pause(f"{call.name} requires approval")
+        return Pause(f"{call.name} requires approval", expires_in=tool.approval_timeout)
     return Approve()
 
 
@@ -520,6 +564,8 @@ def run(
     summarize: Summarizer | None = None,
     keep_last: int = 4,
     count_tokens: TokenCounter | None = None,
+    pause_expires: float | None = None,
+    on_pause: PauseHook | None = None,
 ) -> Iterator[Step]:
     """``arun`` for callers without asyncio: the same steps, as a plain iterator."""
     return bridge.iterate(
@@ -536,6 +582,8 @@ def run(
             summarize=summarize,
             keep_last=keep_last,
             count_tokens=count_tokens,
+            pause_expires=pause_expires,
+            on_pause=on_pause,
         )
     )
 
@@ -565,7 +613,8 @@ def decide(store: Store, pause: Ref, decisions: dict[str, Decision], *, by: str 
     Edit(arguments). Calls left out are asked about again on resume. Every
     branch whose head is the pause moves to the decision. A pause takes one
     decision: a second decider gets ``Conflict``, and so does the decider of a
-    pause no branch stands at any more (nothing could carry the decision on).
+    pause no branch stands at any more (nothing could carry the decision on), and of
+    a pause whose deadline has passed (``expired``: see ``reject_expired``).
     """
     pause = store.node(pause)
     check_decisions(pause, decisions)
@@ -573,8 +622,14 @@ def decide(store: Store, pause: Ref, decisions: dict[str, Decision], *, by: str 
     session = store.session(pause.session_id)
     with store.transaction():
         at_pause = session.branches_at(pause)
+        decided = any(n.kind == "decision" for n in session.children(pause))
+        if not decided and deadlines.is_expired(pause):
+            raise Conflict(
+                f"pause {pause.id} expired at {deadlines.expires_at(pause)} with no decision;"
+                " nothing was written"
+            )
         # (A decided pause is left to the store, which says it already has a decision.)
-        if not at_pause and not any(n.kind == "decision" for n in session.children(pause)):
+        if not at_pause and not decided:
             raise Conflict(
                 f"pause {pause.id}: no branch stands at it any more ({_why_left(store, pause)});"
                 " nothing was written"
@@ -582,6 +637,38 @@ def decide(store: Store, pause: Ref, decisions: dict[str, Decision], *, by: str 
         node = session.append(
             payload, kind="decision", parent=pause, branch=at_pause[0] if at_pause else None
         )
+        for name in at_pause[1:]:
+            session.move(name, to=node, expect_head=pause.id)
+    return node
+
+
+def reject_expired(store: Store, pause: Ref) -> Node:
+    """Continue an expired pause as a rejection by the system: a decision node that
+    rejects every call, ``{"by": "system", "reason": "expired"}``; return it.
+
+    ``Conflict`` when the pause has no deadline, it has not passed, or the pause is
+    decided already (a human was first) or no branch stands at it; nothing is written.
+    """
+    pause = store.node(pause)
+    check_decisions(pause, {c["id"]: Reject() for c in pause.payload.get("calls", [])})
+    at = deadlines.expires_at(pause)
+    if at is None or not deadlines.is_expired(pause):
+        raise Conflict(f"pause {pause.id} has not expired ({'expires ' + at if at else 'no deadline'})")
+    said = f"no decision was made before the pause expired at {at}"
+    payload = {
+        "decisions": {c["id"]: decision_to_dict(Reject(said)) for c in pause.payload["calls"]},
+        "by": deadlines.SYSTEM,
+        "reason": "expired",
+        "at": now(),
+    }
+    session = store.session(pause.session_id)
+    with store.transaction():
+        if any(n.kind == "decision" for n in session.children(pause)):
+            raise Conflict(f"pause {pause.id} already has a decision; nothing was written")
+        at_pause = session.branches_at(pause)
+        if not at_pause:
+            raise Conflict(f"pause {pause.id}: no branch stands at it any more; nothing was written")
+        node = session.append(payload, kind="decision", parent=pause, branch=at_pause[0])
         for name in at_pause[1:]:
             session.move(name, to=node, expect_head=pause.id)
     return node
@@ -600,6 +687,11 @@ def aresume(store: Store, pause: Ref, **kwargs: Any) -> AsyncIterator[Step]:
         raise Conflict(f"node {pause.id} is a {pause.kind} node, not a pause")
     session = store.session(pause.session_id)
     decision = next((n for n in session.children(pause) if n.kind == "decision"), None)
+    if decision is None and deadlines.is_expired(pause):
+        raise Conflict(
+            f"pause {pause.id} expired at {deadlines.expires_at(pause)} with no decision; nothing was run"
+            " (a worker with --on-expiry reject continues it as a rejection)"
+        )
     if decision is None:
         raise Conflict(f"pause {pause.id} has no decision yet: decide it first")
     if session.children(decision):  # other branches still there stay for `run`

@@ -129,9 +129,11 @@ class Reject:
 
 @dataclass(frozen=True)
 class Pause:
-    """Ask a human: the loop writes a pause node and stops."""
+    """Ask a human: the loop writes a pause node and stops. With ``expires_in``
+    (seconds) the pause has a deadline, after which it is ``expired`` (see ``deadlines``)."""
 
     reason: str = ""
+    expires_in: float | None = None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ Contract:
   the run has no approver (the library's and the CLI's default). It defaults
   to ``not idempotent``: a tool that is unsafe to repeat is also not run
   without a human's yes, unless it says ``requires_approval=False``.
+- ``approval_timeout`` (seconds) is the deadline of a pause for a call to the tool
+  (see ``deadlines``): after it the pause is ``expired``, not waiting.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, is_typeddict
 
+from .deadlines import validate
 from .errors import ToolArgumentError
 
 if typing.TYPE_CHECKING:
@@ -215,8 +218,10 @@ class Tool:
         description: str | None = None,
         idempotent: bool = True,
         requires_approval: bool | None = None,
+        approval_timeout: float | None = None,
     ) -> None:
         self.fn = fn
+        self.approval_timeout = validate(approval_timeout, f"approval_timeout of tool {fn.__name__}")
         self.name = name or fn.__name__
         summary, param_docs = _docstring_parts(fn)
         self.description = description if description is not None else summary
@@ -312,12 +317,18 @@ def tool(
     description: str | None = None,
     idempotent: bool = True,
     requires_approval: bool | None = None,
+    approval_timeout: float | None = None,
 ) -> Any:
     """Make a function a ``Tool``: ``@tool`` or ``@tool(idempotent=False, requires_approval=True)``."""
 
     def wrap(f: Callable[..., Any]) -> Tool:
         return Tool(
-            f, name=name, description=description, idempotent=idempotent, requires_approval=requires_approval
+            f,
+            name=name,
+            description=description,
+            idempotent=idempotent,
+            requires_approval=requires_approval,
+            approval_timeout=approval_timeout,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -27,6 +27,12 @@ Contract:
   wait of ``poll`` seconds, or until a signal. A server that cannot be reached
   (``Unavailable``: a restart, a failover) is waited for the same way: the worker
   looks again after the wait, and a dropped ``LISTEN`` connection is opened again.
+- With ``on_expiry="reject"`` each look first continues every expired pause (its
+  deadline passed with no decision, see ``deadlines``) as a rejection by the system
+  (``loop.reject_expired``: a decision ``by: "system"``, ``reason: "expired"``), which it
+  then resumes like any decided pause; a deadline is noticed within ``poll`` seconds.
+  The default, ``"keep"``, leaves an expired pause as it is: ``expired``, for a human
+  to see, and never resumed.
 - Stopping (Ctrl-C, or closing the iterator) takes at most ``WAIT_SLICE`` seconds
   while it waits, whatever ``poll`` is.
 """
@@ -38,9 +44,9 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from . import bridge
+from . import bridge, deadlines
 from .errors import Busy, Conflict, Unavailable
-from .loop import aresume, arun
+from .loop import aresume, arun, reject_expired
 from .plan import next_action
 from .steps import Final, Recovering, Resuming, Step
 from .store import Store
@@ -73,6 +79,20 @@ def cut_off(store: Store) -> list[Recovering]:
     return found
 
 
+def expire_pauses(store: Store) -> list[str]:
+    """Continue every expired pause as a rejection by the system; the pause ids done
+    (one another process continued first, or a human decided, is skipped)."""
+    done = []
+    for pause in store.pending():
+        if deadlines.is_expired(pause):
+            try:
+                reject_expired(store, pause.id)
+            except Conflict:
+                continue
+            done.append(pause.id)
+    return done
+
+
 def _look(store: Store) -> list[Item]:
     """What can be carried on now: decided pauses, then runs cut off inside a tool."""
     decided: list[Item] = [Resuming(p, s) for p, s in store.storage.resumable()]
@@ -90,16 +110,21 @@ async def awork(
     *,
     poll: float = DEFAULT_POLL,
     until_idle: bool = False,
+    on_expiry: str = "keep",
     **run_options: Any,
 ) -> AsyncIterator[Step | Resuming | Recovering]:
     """Resume decided pauses as they come (``arun`` keyword arguments apply: ``call``,
-    ``tools``, ``approve``, ``max_steps``)."""
+    ``tools``, ``approve``, ``max_steps``, ``pause_expires``, ``on_pause``)."""
+    if on_expiry not in ("keep", "reject"):
+        raise ValueError(f"on_expiry must be 'keep' or 'reject', not {on_expiry!r}")
     failed: set[Item] = set()
     if not until_idle:  # start listening before the first look, so no decision slips between
         await asyncio.to_thread(store.storage.wait_for_decisions, 0)
     while True:
         ran = False
         try:
+            if on_expiry == "reject":
+                expire_pauses(store)
             items = [item for item in _look(store) if item not in failed]
         except (Unavailable, Busy):
             items = []  # the server is away or busy: look again after the wait

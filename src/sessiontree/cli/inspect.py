@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from .. import deadlines
 from ..errors import NotFound
 from ..model import Diff
 from ..names import looks_like_id
@@ -113,6 +114,8 @@ def show(ctx: click.Context, node: str, session: str | None, as_json: bool) -> N
     children = s.children(n)
     run = store.run(n.run_id) if n.run_id else None
     data = {**n.to_dict(), "children": [c.id for c in children], "run": run.__dict__ if run else None}
+    if n.kind == "pause":
+        data["state"] = deadlines.pause_state(s, n)
     if as_json:
         echo_json(data)
         return
@@ -121,6 +124,8 @@ def show(ctx: click.Context, node: str, session: str | None, as_json: bool) -> N
     click.echo(f"kind     {n.kind}    depth {n.depth}    created {n.created_at}")
     click.echo(f"parent   {n.parent_id or '(root)'}")
     click.echo(f"children {', '.join(c.id for c in children) or '(none)'}")
+    if n.kind == "pause":
+        click.echo(f"state    {pause_line(data['state'], deadlines.expires_at(n))}")
     if run:
         click.echo(
             f"run      {run.model or '?'} via {run.provider or '?'}, usage {run.usage}, "
@@ -128,6 +133,13 @@ def show(ctx: click.Context, node: str, session: str | None, as_json: bool) -> N
         )
     click.echo(summary(n))
     echo_json(n.payload)
+
+
+def pause_line(state: str, expires_at: str | None) -> str:
+    """A pause's state as ``show`` and ``pending`` print it, with its deadline."""
+    if state == "expired":
+        return f"expired at {expires_at}: it can no longer be decided"
+    return state + (f" (expires {expires_at})" if expires_at else "")
 
 
 def _is_node(store: Store, ref: str) -> bool:
@@ -232,13 +244,15 @@ def pending(ctx: click.Context, as_json: bool) -> None:
     store = open_store(ctx)
     pauses = store.pending()
     if as_json:
-        echo_json([p.to_dict() for p in pauses])
+        echo_json([{**p.to_dict(), **deadlines.about(p)} for p in pauses])
         return
     if not pauses:
         click.echo("Nothing is waiting for a human.")
         return
     for p in pauses:
-        click.echo(f"pause {p.id}  session {p.session_id}  {p.created_at}")
+        state = deadlines.about(p)
+        said = "" if state["expires_at"] is None else f"  {pause_line(state['state'], state['expires_at'])}"
+        click.echo(f"pause {p.id}  session {p.session_id}  {p.created_at}{said}")
         for call in p.payload.get("calls", []):
             click.echo(call_line(call))
 

@@ -5,7 +5,8 @@ far from the typo that caused it).
 
 Contract: ``Seconds(minimum)`` (and ``SECONDS``, minimum 0) is a click type for a
 finite number of seconds up to ``MAX_SECONDS``; ``check_seconds`` says why a number is
-not one; ``MAX_COUNT`` bounds counts (bytes, results).
+not one; ``Duration`` takes a unit too (``15m``, ``1h``, ``2d``); ``MAX_COUNT`` bounds
+counts (bytes, results).
 """
 
 from __future__ import annotations
@@ -58,3 +59,21 @@ SECONDS = Seconds()
 MAX_COUNT = 2**53
 """The largest count (bytes, results) an option takes: a float holds it exactly, and a
 database integer does too."""
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+class Duration(Seconds):
+    """Seconds, or a number with a unit: ``90``, ``90s``, ``15m``, ``1h``, ``2d``."""
+
+    name = "duration"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        text = str(value).strip().lower()
+        unit = _UNITS.get(text[-1:], 1)
+        try:
+            number = float(text[:-1] if text[-1:] in _UNITS else text)
+        except ValueError:
+            self.fail(f"{shown(str(value))} is not a duration (e.g. 90, 90s, 15m, 1h, 2d)", param, ctx)
+        return super().convert(number * unit, param, ctx)

@@ -1,6 +1,8 @@
 """Commands that run the agent loop: run, resume and worker. ``make_call`` turns
 ``--base-url``/``--model`` into the model call (``script:PATH`` is a script file);
-rerun and replay use it too."""
+rerun and replay use it too. ``--pause-expires``, ``--webhook`` and
+``--webhook-secret-env`` (``pause_options``) give a run's pauses a deadline and a
+notification; ``worker --on-expiry reject`` continues expired pauses."""
 
 from __future__ import annotations
 
@@ -18,12 +20,13 @@ from typing import Any
 import click
 
 from ..loop import aresume, arun
+from ..notify import Webhook
 from ..steps import Approve, Final, Pause, ToolCall
 from ..tools import Tool, as_tools
 from ..worker import DEFAULT_POLL, awork
 from . import complete
 from .common import open_store, pick_session
-from .params import Seconds
+from .params import Duration, Seconds
 from .refs import require_branch, require_settled
 from .render import one_line
 from .stepview import print_steps
@@ -150,6 +153,51 @@ rerun_options = options(
 )
 
 
+pause_options = options(
+    click.option(
+        "--pause-expires",
+        type=Duration(),
+        help="Deadline of a pause whose tool sets none, e.g. 90s, 15m, 1h, 2d: after it the pause "
+        "is 'expired' and can no longer be decided (see worker --on-expiry).",
+    ),
+    click.option(
+        "--webhook",
+        "webhook_url",
+        metavar="URL",
+        help="POST each pause to URL as JSON, signed (X-Sessiontree-Signature: sha256=HMAC of the "
+        "body), after it is committed; retried, given up after 30 s, failures logged.",
+    ),
+    click.option(
+        "--webhook-secret-env",
+        default="SESSIONTREE_WEBHOOK_SECRET",
+        show_default=True,
+        help="Environment variable holding the webhook's signing secret.",
+    ),
+)
+
+
+def make_webhook(url: str | None, secret_env: str) -> Webhook | None:
+    """``--webhook URL`` signed with the secret in ``$secret_env``, or None."""
+    if url is None:
+        return None
+    secret = os.environ.get(secret_env)
+    if not secret:
+        raise click.UsageError(
+            f"--webhook needs a signing secret: set ${secret_env}"
+            " (or name another variable with --webhook-secret-env)"
+        )
+    try:
+        return Webhook(url, secret)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--webhook") from None
+
+
+def finish_deliveries(hook: Webhook | None) -> None:
+    """Before the command exits: let the queued deliveries end, within their deadline."""
+    if hook is not None and not hook.wait(hook.deadline + 1):
+        click.echo("webhook: a delivery was still under way when the command ended", err=True)
+
+
 # Request fields that options of their own set (or that the adapter fills in).
 OWN_OPTIONS = {
     "model": "use --model",
@@ -244,6 +292,7 @@ def request_params(params: tuple[tuple[str, str], ...], adapter: Callable[..., A
     help="Messages a compaction leaves as they are.",
 )
 @model_options
+@pause_options
 @json_steps_option
 @click.pass_context
 def run(
@@ -263,6 +312,9 @@ def run(
     policy: str,
     max_steps: int,
     params: tuple[tuple[str, str], ...],
+    pause_expires: float | None,
+    webhook_url: str | None,
+    webhook_secret_env: str,
     as_json: bool,
 ) -> None:
     """Add PROMPT (if given) to a branch and run the agent loop on an OpenAI-compatible model
@@ -275,6 +327,7 @@ def run(
         raise click.ClickException("give -s SESSION or --new, not both")
     call = make_call(base_url, model, api_key_env, not no_stream, params)
     tools = load_tools(tool_specs)
+    hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
     new = new or (not session and not store.sessions())
     if new:
@@ -304,10 +357,13 @@ def run(
             max_steps=max_steps,
             context_budget=context_budget,
             keep_last=keep_last,
+            pause_expires=pause_expires,
+            on_pause=hook,
         ),
         as_json,
         lambda final: {"session": s.id, "branch": branch},
     )
+    finish_deliveries(hook)
     if final is not None and final.reason == "error":
         ctx.exit(1)
 
@@ -315,6 +371,7 @@ def run(
 @click.command()
 @click.argument("pause", shell_complete=complete.resumable)
 @model_options
+@pause_options
 @json_steps_option
 @click.pass_context
 def resume(
@@ -328,11 +385,15 @@ def resume(
     policy: str,
     max_steps: int,
     params: tuple[tuple[str, str], ...],
+    pause_expires: float | None,
+    webhook_url: str | None,
+    webhook_secret_env: str,
     as_json: bool,
 ) -> None:
     """Continue the branch of a decided PAUSE."""
     call = make_call(base_url, model, api_key_env, not no_stream, params)
     tools = load_tools(tool_specs)
+    hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
     node = store.node(pause)
 
@@ -345,16 +406,35 @@ def resume(
         return {"session": node.session_id, "branch": heads[0] if heads else None}
 
     final = print_steps(
-        aresume(store, node.id, call=call, tools=tools, approve=approver(policy), max_steps=max_steps),
+        aresume(
+            store,
+            node.id,
+            call=call,
+            tools=tools,
+            approve=approver(policy),
+            max_steps=max_steps,
+            pause_expires=pause_expires,
+            on_pause=hook,
+        ),
         as_json,
         about,
     )
+    finish_deliveries(hook)
     if final is not None and final.reason == "error":
         ctx.exit(1)
 
 
 @click.command()
 @model_options
+@pause_options
+@click.option(
+    "--on-expiry",
+    type=click.Choice(["keep", "reject"]),
+    default="keep",
+    show_default=True,
+    help="What becomes of a pause past its deadline: keep: it stays 'expired' for a human to see; "
+    "reject: the worker continues it as a rejection by the system (by: system, reason: expired).",
+)
 @click.option(
     "--poll",
     type=Seconds(minimum=0.05),
@@ -375,6 +455,10 @@ def worker(
     policy: str,
     max_steps: int,
     params: tuple[tuple[str, str], ...],
+    pause_expires: float | None,
+    webhook_url: str | None,
+    webhook_secret_env: str,
+    on_expiry: str,
     poll: float,
     until_idle: bool,
     as_json: bool,
@@ -388,6 +472,7 @@ def worker(
     """
     call = make_call(base_url, model, api_key_env, not no_stream, params)
     tools = load_tools(tool_specs)
+    hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
     stopped_by = signal.SIGINT
 
@@ -410,9 +495,13 @@ def worker(
                 tools=tools,
                 approve=approver(policy),
                 max_steps=max_steps,
+                pause_expires=pause_expires,
+                on_pause=hook,
+                on_expiry=on_expiry,
             ),
             as_json,
         )
+        finish_deliveries(hook)
     except KeyboardInterrupt:
         # A requested stop, not a failure: one line, and the shell's code for the signal.
         click.echo(f"worker stopped ({stopped_by.name})", err=True)

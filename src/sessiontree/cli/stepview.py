@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from .. import deadlines
 from ..steps import (
     Assistant,
     Compacted,
@@ -87,6 +88,7 @@ def step_dict(step: Any) -> dict[str, Any]:
             "node": step.node.id,
             "reason": step.node.payload.get("reason"),
             "calls": step.calls,
+            **deadlines.about(step.node),
         }
     if isinstance(step, Compacted):
         return {
@@ -137,9 +139,14 @@ def echo_step(step: Any, streamed: bool = False) -> None:
         click.echo(f"paused: {one_line(step.node.payload.get('reason'), None)}")
         for call in step.calls:
             click.echo(call_line(call, reason=False))
+        state = deadlines.about(step.node)
+        if state["state"] == "expired":  # a run stopped at an old pause: nobody can decide it
+            click.echo(f"expired at {state['expires_at']}: it can no longer be decided")
+            return
         click.echo(
             f"decide with: sessiontree approve {step.node.id}   "
             f"(or: sessiontree reject {step.node.id} --reason ...)"
+            + (f"  before {state['expires_at']}" if state["expires_at"] else "")
         )
         click.echo(f"then resume: sessiontree resume {step.node.id}")
     elif isinstance(step, Compacted):

@@ -3,19 +3,23 @@
 ``html`` writes one self-contained HTML file (no network, no extra needed).
 ``serve`` runs the local web app of ``view.server`` on 127.0.0.1 with uvicorn
 (the ``web`` extra): read-only unless ``--allow-decide``, which prints the token
-a browser needs to post decisions; ``--max-connections`` and ``--header-timeout``
-are the limits of ``view.guard``.
+a browser needs to post decisions; ``--deciders FILE`` lets named people decide,
+each with a token of their own (``sessiontree decider-token NAME`` makes one and the
+file's line for it); ``--max-connections`` and ``--header-timeout`` are the limits of
+``view.guard``.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import secrets
 import socket
 from pathlib import Path
 
 import click
 
+from .. import deciders as deciders_file
 from ..view import session_data
 from ..view.page import view_page
 from . import complete
@@ -81,6 +85,14 @@ def html(
     help="Let the inbox approve, reject and edit pauses (needs the token printed at start).",
 )
 @click.option(
+    "--deciders",
+    "deciders_path",
+    type=click.Path(dir_okay=False),
+    help="Only the people this file names may decide, each with their own token (Authorization: "
+    "Bearer TOKEN), and the decision records who; lines are 'NAME sha256:HASH' "
+    "(sessiontree decider-token NAME). Implies --allow-decide.",
+)
+@click.option(
     "--login/--no-login",
     default=None,
     help="Need the token printed at start for every page, not only decisions "
@@ -110,6 +122,7 @@ def serve(
     host: str,
     port: int,
     allow_decide: bool,
+    deciders_path: str | None,
     login: bool | None,
     prices: tuple[str, ...],
     max_connections: int,
@@ -131,6 +144,13 @@ def serve(
         raise click.ClickException(
             "sessiontree serve needs the web extra: pip install 'sessiontree[web]'"
         ) from None
+    deciders = None
+    if deciders_path is not None:
+        try:
+            deciders = deciders_file.load(deciders_path)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--deciders") from None
+        allow_decide = True
     problem = file_limit_problem(max_connections)
     if problem:
         raise click.ClickException(problem)
@@ -157,11 +177,16 @@ def serve(
         prices=dict(parse_price(p) for p in prices) or None,
         hosts=host_names(host),
         login=login,
+        deciders=deciders,
     )
     url = f"http://{shown}:{port}/"
     click.echo(f"serving {store.path} on {url}" + ("" if allow_decide else " (read-only)"))
     if login:
         click.echo(f"every page needs the token: log in at {url}login?token={token}")
+    elif deciders:
+        click.echo(
+            f"decisions allowed to {', '.join(sorted(deciders))}, each with their own token: open {url}"
+        )
     elif token:
         click.echo(f"decisions allowed with the token {token}: open {url}#token={token}")
     click.echo("Ctrl-C stops the server", err=True)
@@ -195,4 +220,37 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-COMMANDS = [html, serve]
+@click.command(name="decider-token")
+@click.argument("name")
+@click.option(
+    "--file",
+    "path",
+    type=click.Path(dir_okay=False),
+    help="Add the line to this deciders file (made if missing, readable by you only).",
+)
+def decider_token(name: str, path: str | None) -> None:
+    """Make a decider token for NAME (for serve --deciders): prints the token, to give to NAME,
+    and the file's line, which holds only its hash."""
+    token = deciders_file.new_token()
+    try:
+        entry = deciders_file.line(name, token)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="NAME") from None
+    if path is not None:
+        target = Path(path)
+        try:
+            known = deciders_file.load(target, allow_empty=True) if target.exists() else {}
+        except ValueError as e:  # a file it cannot read, or one holding what is not a hash
+            raise click.ClickException(str(e)) from None
+        if name in known:
+            raise click.ClickException(f"{path} names {name} already: remove that line first")
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
+            f.write(entry + "\n")
+        click.echo(f"added {name} to {path}", err=True)
+    else:
+        click.echo(f"add this line to the deciders file: {entry}", err=True)
+    click.echo(token)
+
+
+COMMANDS = [html, serve, decider_token]

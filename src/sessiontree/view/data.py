@@ -5,7 +5,7 @@ Contract:
   one consistent snapshot (``bulk.read_session``), and returns a dict the page's
   script understands: the nodes (id, parent, kind, time, run, payload), the
   branches and checkpoints, the pauses a human can decide (undecided, a branch
-  at them), the runs' metrics and the
+  at them; ``expired`` names those past their deadline), the runs' metrics and the
   width at which ids are shown. Nothing else of the store is included.
 - Secrets: a run contributes only its model, provider, token counts, latency
   and finish reason (never its request parameters). ``redacted(value)`` is the
@@ -21,7 +21,8 @@ Contract:
   snippet is then redacted where it leaves, as any string).
 - ``inbox(store)`` lists every pause a human can decide (``Store.pending``: no
   decision yet, a branch stands at it, not in the trash), oldest first, with its
-  calls: what ``sessiontree serve`` shows as its inbox.
+  calls, its ``state`` (``pending``, or ``expired`` once its deadline has passed: see
+  ``deadlines``) and ``expires_at``: what ``sessiontree serve`` shows as its inbox.
 - ``version(store, session_id)`` is a short text that changes whenever a node,
   a branch head or a checkpoint of the session changes; the live view polls it.
 """
@@ -33,6 +34,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from .. import deadlines
 from ..bulk import read_session
 from ..redact import Redactor
 from ..store import Store
@@ -101,7 +103,9 @@ def session_data(
     # As ``Store.pending`` has it: undecided, and a branch stands at it (so it can go on).
     decided = {n.parent_id for n in s.nodes if n.kind == "decision"}
     heads = {b.node_id for b in s.branches}
-    pending = [n.id for n in s.nodes if n.kind == "pause" and n.id in heads and n.id not in decided]
+    waiting = [n for n in s.nodes if n.kind == "pause" and n.id in heads and n.id not in decided]
+    pending = [n.id for n in waiting]
+    expired = [n.id for n in waiting if deadlines.is_expired(n)]
     branches = sorted(s.branches, key=lambda b: b.updated_at or "", reverse=True)
     names = {b.name for b in branches}
     current = "main" if "main" in names else (branches[0].name if branches else None)
@@ -125,6 +129,7 @@ def session_data(
         "branches": [{"name": b.name, "head": b.node_id} for b in branches if b.node_id],
         "checkpoints": [{"name": c.name, "node": c.node_id} for c in s.checkpoints],
         "pending": pending,
+        "expired": expired,  # of the pending ones, those past their deadline: not decidable
         "current": current,
         "prices": prices or {},
     }
@@ -144,6 +149,7 @@ def inbox(store: Store) -> list[dict[str, Any]]:
             "at": p.created_at,
             "reason": p.payload.get("reason"),
             "calls": p.payload.get("calls", []),
+            **deadlines.about(p),
         }
         for p in pauses
     ]

@@ -24,6 +24,14 @@ Contract:
   token reaches the page in the URL fragment printed at start (``#token=...``),
   which is never sent to the server or shown to other sites. Requests whose
   ``Host`` is not this server's are refused (DNS rebinding).
+- With ``deciders`` (name -> token hash, ``sessiontree.deciders``; it implies
+  ``allow_decide``) a decision needs ``Authorization: Bearer <decider token>`` instead
+  of the server's token: none is a 401, one matching no decider a 403, and the
+  decision records the decider's name as ``by`` (a body whose ``by`` names someone
+  else is a 400). A header too, so the cross-site reasoning above holds. Without
+  ``deciders`` ``by`` is the free text the body gives (``"sessiontree serve"`` if none).
+- An expired pause (its deadline passed, see ``deadlines``) is listed in the inbox
+  with ``state: "expired"``; deciding it is a 409 and writes nothing.
 - With ``login`` every request needs the token too (reading included): in the
   ``X-Sessiontree-Token`` header, or a login cookie ``/login?token=...`` sets
   (HttpOnly, SameSite=Strict, so another site's page cannot send it). The
@@ -79,6 +87,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .. import deciders as deciders_file
 from ..decisions import parse_decisions
 from ..errors import Busy, Conflict, NotFound, OutcomeUnknown, SessionTreeError, Unavailable
 from ..loop import check_decisions, decide
@@ -246,8 +255,10 @@ def create_app(
     prices: dict[str, dict[str, float]] | None = None,
     hosts: list[str] | None = None,
     login: bool = False,
+    deciders: dict[str, str] | None = None,
 ) -> Starlette:
     """The app (see the module docstring); ``hosts`` are the Host names it answers to."""
+    allow_decide = allow_decide or bool(deciders)
     if (allow_decide or login) and not token:
         raise ValueError("allow_decide and login need a token")
     secret = read_secret(token) if token else None
@@ -268,7 +279,11 @@ def create_app(
         return Response(NOT_LOGGED_IN + "\n", 401, media_type="text/plain")
 
     path = str(db)
-    decide_config = {"url": "/api/pauses/{pause}/decision", "header": TOKEN_HEADER} if allow_decide else None
+    decide_config = (
+        {"url": "/api/pauses/{pause}/decision", "header": TOKEN_HEADER, "deciders": bool(deciders)}
+        if allow_decide
+        else None
+    )
 
     # A SQLite file is opened per request (cheap, and always the file's latest state); a
     # server store once, for its connection pool, which is shared by the request threads.
@@ -388,8 +403,20 @@ def create_app(
     async def api_decide(request: Request) -> Response:
         if not allow_decide:
             return JSON({"error": "this server is read-only (start it with --allow-decide)"}, 403)
+        decider = None
+        if deciders:  # who decides is who the token says, not what the body says
+            scheme, _, given = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not given.strip():
+                return JSON(
+                    {"error": "a decision here needs 'Authorization: Bearer <your decider token>'"},
+                    401,
+                    headers={"WWW-Authenticate": 'Bearer realm="sessiontree"'},
+                )
+            decider = deciders_file.who(deciders, given.strip())
+            if decider is None:
+                return JSON({"error": "the decider token matches no decider of this server"}, 403)
         # The token itself, never the login cookie's secret: a cookie is sent by any page.
-        if not matches(request.headers.get(TOKEN_HEADER), token):
+        elif not matches(request.headers.get(TOKEN_HEADER), token):
             return JSON({"error": f"missing or wrong {TOKEN_HEADER} header"}, 403)
         try:
             body = await _body(request, MAX_BODY)
@@ -403,6 +430,12 @@ def create_app(
             return JSON({"error": "bad decision: the body is nested too deeply"}, 400)
         except ValueError as e:  # not JSON, not UTF-8, or not a decision
             return JSON({"error": f"bad decision: {e}"}, 400)
+        if decider is not None:
+            if by not in (None, decider):
+                return JSON(
+                    {"error": f"bad decision: 'by' is your decider name here ({decider}); leave it out"}, 400
+                )
+            by = decider
         try:
             # In a worker thread: a write waits for the database's lock, and the event
             # loop must keep answering everyone else meanwhile.

@@ -3,7 +3,9 @@
  * Contract: STDecide.controls({pause, calls}, done) returns the buttons for one pause.
  * A decision is one POST of {decisions: {call id: {action, reason?, arguments?}}, by}
  * with the token in a header; the token comes from the URL fragment #token=...
- * printed by `sessiontree serve` and is kept in this tab's sessionStorage. */
+ * printed by `sessiontree serve` and is kept in this tab's sessionStorage. With --deciders
+ * (conf.deciders) the header is "Authorization: Bearer <decider token>" instead, the token
+ * typed into the page, and no "by" is sent: the server records the token's name. */
 var STDecide = (function () {
   var h = ST.h;
   var CONFIG = ST.readJSON("st-config") || {};
@@ -18,13 +20,19 @@ var STDecide = (function () {
   }
   function token() { return sessionStorage.getItem("st-token") || ""; }
   function by() { return sessionStorage.getItem("st-by") || "web"; }
+  function deciderToken() { return sessionStorage.getItem("st-decider") || ""; }
+  function headers() {
+    var x = { "Content-Type": "application/json" };
+    if (conf.deciders) x.Authorization = "Bearer " + deciderToken(); else x[conf.header] = token();
+    return x;
+  }
 
   function post(pause, decisions, status, done) {
     status.textContent = "sending…";
     fetch(conf.url.replace("{pause}", encodeURIComponent(pause)), {
       method: "POST", cache: "no-store",
-      headers: (function () { var x = { "Content-Type": "application/json" }; x[conf.header] = token(); return x; })(),
-      body: JSON.stringify({ decisions: decisions, by: by() })
+      headers: headers(),
+      body: JSON.stringify(conf.deciders ? { decisions: decisions } : { decisions: decisions, by: by() })
     }).then(function (r) {
       return r.json().then(function (body) {
         if (!r.ok) throw new Error(body.error || r.statusText);
@@ -70,8 +78,8 @@ var STDecide = (function () {
         status),
       edits);
     box.addEventListener("click", function (e) { e.stopPropagation(); });
-    if (!token()) status.textContent = "no token: open the URL printed by `sessiontree serve --allow-decide`";
+    if (!conf.deciders && !token()) status.textContent = "no token: open the URL printed by `sessiontree serve --allow-decide`";
     return box;
   }
-  return { controls: controls, token: token, by: by };
+  return { controls: controls, token: token, by: by, deciderToken: deciderToken, named: !!conf.deciders };
 })();

@@ -6,14 +6,18 @@
   var CONFIG = ST.readJSON("st-config") || {};
   var data = ST.readJSON("st-data");
   var app = document.getElementById("app");
-  var byInput = h("input", { id: "by", type: "text", value: window.STDecide ? STDecide.by() : "", placeholder: "your name",
-    onchange: function () { sessionStorage.setItem("st-by", byInput.value || "web"); } });
+  var named = window.STDecide && STDecide.named;  // --deciders: who decides is who the token says
+  var byInput = named
+    ? h("input", { id: "decider-token", type: "password", value: STDecide.deciderToken(), placeholder: "your decider token",
+        onchange: function () { sessionStorage.setItem("st-decider", byInput.value); } })
+    : h("input", { id: "by", type: "text", value: window.STDecide ? STDecide.by() : "", placeholder: "your name",
+        onchange: function () { sessionStorage.setItem("st-by", byInput.value || "web"); } });
   var inboxEl = h("section", { id: "inbox" }), sessionsEl = h("section", { id: "sessions" });
   var hitsEl = h("section", { id: "hits" });
   var searchInput = h("input", { id: "search-all", type: "search", placeholder: "search every session",
     onkeydown: function (e) { if (e.key === "Enter") search(searchInput.value); } });
   app.appendChild(h("header", {}, h("h1", { text: "sessiontree" }), searchInput, h("span", { class: "spacer" }),
-    window.STDecide ? h("label", {}, "deciding as ", byInput) : h("span", { class: "muted", text: "read-only (start with --allow-decide to decide here)" })));
+    window.STDecide ? h("label", {}, named ? "decider token " : "deciding as ", byInput) : h("span", { class: "muted", text: "read-only (start with --allow-decide to decide here)" })));
   app.appendChild(hitsEl);
   app.appendChild(h("div", { class: "index" }, inboxEl, sessionsEl));
 
@@ -53,7 +57,9 @@
         h("div", {}, h("a", { href: "/s/" + encodeURIComponent(item.session) + "#node=" + encodeURIComponent(item.pause), text: item.title || item.session }),
           "  ", h("span", { class: "sid", text: item.short }), "  ", h("span", { class: "time", text: ST.time(item.at) })),
         item.reason ? h("div", { text: String(item.reason) }) : null, calls,
-        window.STDecide ? STDecide.controls({ pause: item.pause, calls: item.calls || [] }, refresh) : null));
+        item.state === "expired" ? h("div", { class: "expired", text: "expired at " + ST.time(item.expires_at) + ": it can no longer be decided" })
+          : item.expires_at ? h("div", { class: "muted", text: "expires " + ST.time(item.expires_at) }) : null,
+        item.state !== "expired" && window.STDecide ? STDecide.controls({ pause: item.pause, calls: item.calls || [] }, refresh) : null));
     });
   }
   function drawSessions(list) {

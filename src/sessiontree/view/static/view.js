@@ -20,7 +20,7 @@
   var PATH_CARDS = 120;  // path cards drawn before "show earlier"
   var MAX_INDENT = 16;   // fork levels drawn; deeper ones stay in the last column
 
-  var D, N, byId, roots, headsAt, cpsAt, pending, onCurrent, rows, rowOf, leaves;
+  var D, N, byId, roots, headsAt, cpsAt, pending, expired, onCurrent, rows, rowOf, leaves;
   var state = {
     selected: -1, pathSet: new Set(), trail: -1, filter: "all", folds: new Map(), query: "", matches: [], matchSet: new Set(),
     matchPos: -1, current: null, compare: null, showAll: false
@@ -40,6 +40,7 @@
     D = data;
     N = []; byId = new Map(); roots = []; headsAt = new Map(); cpsAt = new Map();
     pending = new Set(D.pending);
+    expired = new Set(D.expired || []);
     D.nodes.forEach(function (raw, i) {
       N.push({ i: i, id: raw.id, parentId: raw.parent, parent: -1, kind: raw.kind, at: raw.at, run: raw.run,
                payload: raw.payload || {}, kids: [], depth: 0, own: null, sub: metrics(), text: null });
@@ -208,7 +209,8 @@
     (cpsAt.get(n.id) || []).forEach(function (name) {
       into.push(h("span", { class: "badge checkpoint", title: "checkpoint: " + name, text: "⚑ " + name }));
     });
-    if (pending.has(n.id)) into.push(h("span", { class: "badge pending", text: "‖ pending" }));
+    if (expired.has(n.id)) into.push(h("span", { class: "badge expired", text: "‖ expired" }));
+    else if (pending.has(n.id)) into.push(h("span", { class: "badge pending", text: "‖ pending" }));
     return into;
   }
   function rowElement(r, index) {
@@ -345,11 +347,12 @@
       pauseCalls(n.i).forEach(function (c) {
         out.push(details("‖ " + (c.name || "?") + "(" + ST.oneLine(ST.args(c.arguments), 80) + ")  [" + c.id + "]", ST.pretty(c.arguments), "tool"));
       });
-      if (pending.has(n.id) && window.STDecide) out.push(STDecide.controls({ pause: n.id, calls: pauseCalls(n.i) }, poll));
+      if (expired.has(n.id)) out.push(h("div", { class: "expired", text: "expired at " + ST.time(p.expires_at) + ": it can no longer be decided" }));
+      else if (pending.has(n.id) && window.STDecide) out.push(STDecide.controls({ pause: n.id, calls: pauseCalls(n.i) }, poll));
     } else if (n.kind === "decision") {
       var names = Object.create(null);  // call ids are data: "__proto__" must stay a key
       if (n.parent >= 0) pauseCalls(n.parent).forEach(function (c) { names[c.id] = c.name; });
-      out.push(h("div", { class: "decided", text: "decided by " + (p.by || "(nobody named)") + " at " + ST.time(p.at || n.at) }));
+      out.push(h("div", { class: "decided", text: (p.reason === "expired" ? "expired, rejected by the system" : "decided by " + (p.by || "(nobody named)")) + " at " + ST.time(p.at || n.at) }));
       var ds = p.decisions || {};
       Object.keys(ds).forEach(function (id) {
         var d = ds[id], what = (names[id] || id) + " [" + id + "]: " + d.action;
@@ -554,7 +557,8 @@
       var i = byId.get(id);
       if (i === undefined) return;
       ui.pinned.appendChild(h("div", { class: "pinned-pause", onclick: function () { select(i); } },
-        h("span", { class: "badge pending", text: "‖ pending" }), h("span", { class: "sid", text: short(id) }),
+        expired.has(id) ? h("span", { class: "badge expired", text: "‖ expired" }) : h("span", { class: "badge pending", text: "‖ pending" }),
+        h("span", { class: "sid", text: short(id) }),
         h("span", { class: "label", text: ST.oneLine(label(N[i]), 140) }), h("span", { class: "time", text: ST.time(N[i].at) })));
     });
   }
