@@ -178,6 +178,28 @@ class Completion:
     latency_ms: float | None = None
 
 
+RAW = "raw"
+"""The key of a message payload that is kept, searched and exported but never sent to a
+model: ``{"raw": {KIND: ...}}`` holds what one API returned in its own shape (Anthropic's
+content blocks, signed thinking among them), for the adapter of that ``KIND`` alone."""
+
+
+def sendable(messages: list[dict[str, Any]], kind: str | None = None) -> list[dict[str, Any]]:
+    """``messages`` without their ``raw`` field, or with only ``raw[kind]`` when ``kind`` is
+    given (the adapter that wrote it). Messages without one are passed as they are (shared)."""
+    out = []
+    for message in messages:
+        raw = message.get(RAW) if isinstance(message, dict) else None
+        if raw is None:
+            out.append(message)
+            continue
+        message = {k: v for k, v in message.items() if k != RAW}
+        if kind is not None and isinstance(raw, dict) and kind in raw:
+            message[RAW] = {kind: raw[kind]}
+        out.append(message)
+    return out
+
+
 def completion_problem(completion: Completion) -> str | None:
     """Why ``completion`` cannot be stored as an assistant message and its run, or None.
 
