@@ -14,7 +14,6 @@ import pytest
 from sessiontree.errors import ProviderError
 from sessiontree.model import Completion
 from sessiontree.providers import http as http_mod
-from sessiontree.providers import openai as openai_mod
 from sessiontree.providers import openai_compatible
 from sessiontree.providers.sse import Event, iter_events
 

@@ -19,7 +19,6 @@ import pytest
 from sessiontree.errors import ProviderError
 from sessiontree.model import Completion
 from sessiontree.providers import http as http_mod
-from sessiontree.providers import openai as openai_mod
 from sessiontree.providers import openai_compatible
 
 pytestmark = pytest.mark.slow  # starts fakellm and llmock servers
