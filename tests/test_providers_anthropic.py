@@ -473,3 +473,28 @@ def test_fakellm_tool_loop(fakellm, tmp_path, stream):
     assert steps[-1].reason == "completed"
     assert session.messages()[-1]["content"] == "It is rainy in Lyon."
     store.close()
+
+
+def test_cache_tokens_are_summed_and_priced_on_both_backends(any_store):
+    session = any_store.create_session("cost")
+    session.append({"role": "user", "content": "hi"})
+    cached = {
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "cache_creation_input_tokens": 1000,
+        "cache_read_input_tokens": 2000,
+    }
+    for usage in (cached, {"prompt_tokens": 7, "completion_tokens": 3}):
+        reply = {"role": "assistant", "content": "x"}
+        session.append(reply, run=Completion(reply, model="claude", usage=usage))
+    used = session.usage("main")
+    assert (used.input_tokens, used.cache_creation_input_tokens, used.cache_read_input_tokens) == (
+        17,
+        1000,
+        2000,
+    )
+    assert used.to_dict()["by_model"]["claude"]["cache_read_input_tokens"] == 2000
+    per_million = 17 * 3 + 8 * 15 + 1000 * 3.75 + 2000 * 0.3
+    assert used.cost({"claude": {"input": 3.0, "output": 15.0}}) == pytest.approx(per_million / 1e6)
+    explicit = {"claude": {"input": 3.0, "output": 15.0, "cache_write": 6.0, "cache_read": 0.0}}
+    assert used.cost(explicit) == pytest.approx((17 * 3 + 8 * 15 + 1000 * 6.0) / 1e6)
