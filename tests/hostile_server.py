@@ -16,6 +16,10 @@ modes:
 - ``echo-escaped``: a 401 whose (not quite JSON) body echoes the key with ``/``
   written ``\\/``.
 - ``reply-<name>``: a 200 with the odd reply ``REPLIES[name]``.
+- ``anthropic-<name>``: the recorded Messages stream ``fixtures/anthropic/<name>.sse``
+  (``<name>-continued.sse`` when the request ends with an assistant turn, as a
+  continued ``pause_turn`` does); ``anthropic-echo``: a 401 that echoes ``x-api-key``.
+  ``server.bodies`` holds every request body received, parsed.
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 HOST = "127.0.0.1"
+RECORDED = Path(__file__).parent / "fixtures" / "anthropic"
 
 
 def _reply(message: dict[str, Any], **top: Any) -> dict[str, Any]:
@@ -76,7 +82,9 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length") or 0))
+        raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+        with contextlib.suppress(ValueError):
+            self.server.bodies.append(json.loads(raw))  # type: ignore[attr-defined]
         mode = self.path.strip("/").split("/")[0]
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up
             getattr(self, "_" + mode.replace("-", "_").split("_")[0])(mode)
@@ -144,11 +152,33 @@ class _Handler(BaseHTTPRequestHandler):
         self._head(200, "application/json", len(body))
         self.wfile.write(body)
 
+    def _anthropic(self, mode: str) -> None:
+        name = mode.removeprefix("anthropic-")
+        if name == "echo":
+            key = self.headers.get("x-api-key", "")
+            body = json.dumps(
+                {
+                    "type": "error",
+                    "error": {"type": "authentication_error", "message": "invalid x-api-key: " + key},
+                }
+            ).encode()
+            self._head(401, "application/json", len(body))
+            self.wfile.write(body)
+            return
+        messages = self.server.bodies[-1].get("messages") or [{}]  # type: ignore[attr-defined]
+        if messages[-1].get("role") == "assistant":
+            name += "-continued"
+        body = (RECORDED / f"{name}.sse").read_bytes()
+        self._head(200, "text/event-stream", len(body))
+        self.wfile.write(body)
+
 
 class HostileServer:
     def __init__(self) -> None:
         _bomb()  # before any test measures memory
         self._server = ThreadingHTTPServer((HOST, 0), _Handler)
+        self.bodies: list[Any] = []
+        self._server.bodies = self.bodies  # type: ignore[attr-defined]
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

@@ -13,7 +13,7 @@ import pytest
 
 from sessiontree.errors import ProviderError
 from sessiontree.model import Completion
-from sessiontree.providers import openai as openai_mod
+from sessiontree.providers import http as http_mod
 from sessiontree.providers import openai_compatible
 from sessiontree.providers.sse import Event, iter_events
 
@@ -118,7 +118,7 @@ def sleeps(monkeypatch):
     async def fake_sleep(seconds: float) -> None:
         delays.append(seconds)
 
-    monkeypatch.setattr(openai_mod, "_sleep", fake_sleep)
+    monkeypatch.setattr(http_mod, "_sleep", fake_sleep)
     return delays
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from sessiontree.errors import ProviderError
 from sessiontree.model import Completion
-from sessiontree.providers import openai as openai_mod
+from sessiontree.providers import http as http_mod
 from sessiontree.providers import openai_compatible
 
 pytestmark = pytest.mark.slow  # starts fakellm and llmock servers
@@ -121,7 +121,7 @@ def sleeps(monkeypatch):
         if delays.real:
             await real_sleep(seconds)
 
-    monkeypatch.setattr(openai_mod, "_sleep", fake_sleep)
+    monkeypatch.setattr(http_mod, "_sleep", fake_sleep)
     return delays
 
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from sessiontree import Approve, Pause, ReadOnly, Store, decide, export_file, import_file, run
-from sessiontree.providers import openai, openai_compatible
+from sessiontree.providers import http, openai_compatible
 from sessiontree.testing import tool_call
 
 from conftest import user
@@ -59,7 +59,7 @@ def _instant_retries(monkeypatch):
     async def no_sleep(seconds):
         return None
 
-    monkeypatch.setattr(openai, "_sleep", no_sleep)
+    monkeypatch.setattr(http, "_sleep", no_sleep)
 
 
 def file_bytes(*paths: Path) -> bytes:

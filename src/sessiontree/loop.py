@@ -18,7 +18,8 @@ Contract:
   by dying: that is how a worker tells a run cut off from one still running.
 - ``call(messages, tools)`` may be sync or async and may return an assistant
   message dict, a ``Completion``, or an (async) iterator of text deltas ending
-  with one of those (the streaming form).
+  with one of those (the streaming form). It never sees a message's ``raw`` field
+  unless it has a ``raw_kind`` attribute naming an entry of it (``model.sendable``).
 - With ``context_budget`` (tokens), before a model call whose messages would
   exceed it the branch is compacted (``Session.compact``: a ``summary`` node
   that stands for all but the last ``keep_last`` messages in the projection;
@@ -56,7 +57,7 @@ from typing import Any
 from . import bridge, compaction, deadlines
 from .errors import BranchMoved, Conflict, InvalidPayload, ModelOutputError, SessionTreeError
 from .ids import new_id, now
-from .model import Completion, Node, completion_problem
+from .model import Completion, Node, completion_problem, sendable
 from .plan import Action, next_action
 from .redact import Redactor
 from .session import Ref, Session, summary_text
@@ -237,8 +238,10 @@ async def _model_step(
     completion = None
     started = time.perf_counter()
     try:
-        # A new list (the call may keep it) of the payloads, shared and read-only.
-        async for item in _stream(call, list(cursor.messages), specs):
+        # A new list (the call may keep it) of the payloads, shared and read-only; a
+        # message's "raw" goes only to a call of the kind that wrote it (``model.sendable``).
+        messages = sendable(cursor.messages, getattr(call, "raw_kind", None))
+        async for item in _stream(call, messages, specs):
             if not isinstance(item, str):
                 completion = item
             elif item:
@@ -288,7 +291,7 @@ async def _compact(
     if summarize is not None:
         result = await _maybe_await(summarize(planned.messages))
     else:  # ask the model itself
-        asked = [*planned.messages, {"role": "user", "content": SUMMARY_PROMPT}]
+        asked = [*sendable(planned.messages), {"role": "user", "content": SUMMARY_PROMPT}]
         reply = None
         async for item in _stream(call, asked, []):
             if not isinstance(item, str):

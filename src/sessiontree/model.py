@@ -178,6 +178,28 @@ class Completion:
     latency_ms: float | None = None
 
 
+RAW = "raw"
+"""The key of a message payload that is kept, searched and exported but never sent to a
+model: ``{"raw": {KIND: ...}}`` holds what one API returned in its own shape (Anthropic's
+content blocks, signed thinking among them), for the adapter of that ``KIND`` alone."""
+
+
+def sendable(messages: list[dict[str, Any]], kind: str | None = None) -> list[dict[str, Any]]:
+    """``messages`` without their ``raw`` field, or with only ``raw[kind]`` when ``kind`` is
+    given (the adapter that wrote it). Messages without one are passed as they are (shared)."""
+    out = []
+    for message in messages:
+        raw = message.get(RAW) if isinstance(message, dict) else None
+        if raw is None:
+            out.append(message)
+            continue
+        message = {k: v for k, v in message.items() if k != RAW}
+        if kind is not None and isinstance(raw, dict) and kind in raw:
+            message[RAW] = {kind: raw[kind]}
+        out.append(message)
+    return out
+
+
 def completion_problem(completion: Completion) -> str | None:
     """Why ``completion`` cannot be stored as an assistant message and its run, or None.
 
@@ -232,6 +254,10 @@ def tool_calls_problem(calls: Any, *, text_arguments: bool = False) -> str | Non
     return None
 
 
+CACHE_WRITE, CACHE_READ = 1.25, 0.1
+"""The default price of a cache write and a cache read, as a multiple of the input price."""
+
+
 @dataclass(frozen=True)
 class ModelUsage:
     """Model calls of one model, summed."""
@@ -240,6 +266,10 @@ class ModelUsage:
     input_tokens: int = 0
     output_tokens: int = 0
     latency_ms: float = 0.0
+    # Anthropic's prompt caching: tokens written to and read from the cache, which its
+    # input_tokens leaves out (OpenAI's prompt_tokens counts its cached tokens in).
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -264,16 +294,30 @@ class Usage:
     def latency_ms(self) -> float:
         return sum(m.latency_ms for m in self.by_model.values())
 
+    @property
+    def cache_creation_input_tokens(self) -> int:
+        return sum(m.cache_creation_input_tokens for m in self.by_model.values())
+
+    @property
+    def cache_read_input_tokens(self) -> int:
+        return sum(m.cache_read_input_tokens for m in self.by_model.values())
+
     def cost(self, prices: dict[str, dict[str, float]]) -> float | None:
         """Cost from ``{model: {"input": per_million, "output": per_million}}``; None when a
-        model that was used has no price."""
+        model that was used has no price. Cache writes cost ``"cache_write"`` per million
+        (default 1.25 x input) and cache reads ``"cache_read"`` (default 0.1 x input),
+        Anthropic's multipliers for its 5-minute cache."""
         total = 0.0
         for model, used in self.by_model.items():
             price = prices.get(model)
             if price is None:
                 return None
+            per_input = price.get("input", 0.0)
             total += (
-                used.input_tokens * price.get("input", 0.0) + used.output_tokens * price.get("output", 0.0)
+                used.input_tokens * per_input
+                + used.output_tokens * price.get("output", 0.0)
+                + used.cache_creation_input_tokens * price.get("cache_write", per_input * CACHE_WRITE)
+                + used.cache_read_input_tokens * price.get("cache_read", per_input * CACHE_READ)
             ) / 1_000_000
         return total
 
@@ -282,6 +326,8 @@ class Usage:
             "calls": self.calls,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
             "latency_ms": self.latency_ms,
             "by_model": {k: v.__dict__ for k, v in self.by_model.items()},
         }

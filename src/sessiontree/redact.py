@@ -13,7 +13,8 @@ Contract:
   ``[redacted]``, as well as anything after ``Bearer`` or ``Authorization:``
   (text already redacted stays as it is: a second pass changes nothing);
   ``redactor.credentials(text)`` replaces only the credentials (for replies
-  that are kept: a server that echoes the key must not get it stored).
+  that are kept: a server that echoes the key must not get it stored);
+  ``redactor.credentials_in(value)`` does it to every string of a JSON value.
 - ``redactor.clip(text, limit)`` redacts *before* cutting to ``limit``
   characters, so a key that straddles the cut is never half left behind.
 - ``redactor.found(text)`` is what ``redactor(text)`` takes out: for a fragment
@@ -27,6 +28,7 @@ import json
 import re
 import urllib.parse
 from collections.abc import Mapping
+from typing import Any
 
 CREDENTIAL_HEADERS = ("authorization", "api-key", "x-api-key")
 _SCHEMES = ("bearer", "basic", "token")
@@ -85,6 +87,16 @@ class Redactor:
         for form in self._forms:
             text = text.replace(form, "[redacted]")
         return text
+
+    def credentials_in(self, value: Any) -> Any:
+        """``credentials`` applied to every string in a JSON value (keys included), a new value."""
+        if isinstance(value, str):
+            return self.credentials(value)
+        if isinstance(value, list):
+            return [self.credentials_in(v) for v in value]
+        if isinstance(value, dict):
+            return {self.credentials_in(k): self.credentials_in(v) for k, v in value.items()}
+        return value
 
     def found(self, text: str) -> set[str]:
         """The credentials in ``text``: each part ``self(text)`` replaces."""

@@ -3,6 +3,7 @@
 See ``docs/providers.md``.
 """
 
+from .anthropic import Anthropic, anthropic
 from .openai import OpenAICompatible, openai_compatible
 
-__all__ = ["OpenAICompatible", "openai_compatible"]
+__all__ = ["Anthropic", "OpenAICompatible", "anthropic", "openai_compatible"]

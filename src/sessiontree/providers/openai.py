@@ -29,39 +29,23 @@ Contract:
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import copy
 import json
 import os
-import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import httpx
 
-from ..errors import ProviderError
-from ..model import Completion, completion_problem
-from ..redact import Redactor, check_header
-from .body import ACCEPT_ENCODING, decoded
-from .failures import Failures
+from ..model import Completion, completion_problem, sendable
+from ..redact import check_header
+from .body import ACCEPT_ENCODING
+from .http import DEFAULT_DEADLINE, DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_RESPONSE_BYTES, Endpoint
 from .reply import StreamState, error_text, tool_call
-from .retry import Budget, retry_after
-from .sse import aiter_events
 
 PROVIDER = "openai-compatible"
-RETRYABLE_STATUS = frozenset({408, 409, 429})  # and every 5xx
 _RESERVED = frozenset({"messages", "tools", "model", "stream", "stream_options"})
-_BACKOFF_BASE, _BACKOFF_CAP = 0.5, 8.0
-DEFAULT_DEADLINE = 600.0  # seconds for a whole call, retries included
-DEFAULT_MAX_RESPONSE_BYTES = 32 * 2**20  # one response body or stream, decoded
-DEFAULT_MAX_LINE_BYTES = 4 * 2**20  # one SSE line
-_ERROR_BODY_BYTES = 64 * 1024  # what is read of an error response; the rest is dropped
-
-# Module-level hooks so tests can make retries instant and deterministic.
-_sleep = asyncio.sleep
-_random = random.Random()
 
 
 def openai_compatible(
@@ -132,12 +116,7 @@ class OpenAICompatible:
         self.base_url, self.model, self.stream = base_url.rstrip("/"), model, bool(stream)
         self.url = self.base_url + "/chat/completions"
         self.params = dict(params)
-        self.max_retries, self.max_retry_time = max_retries, max_retry_time
-        self.deadline = float(deadline)
-        self.max_response_bytes, self.max_line_bytes = max_response_bytes, max_line_bytes
-        self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
-        self._transport = transport
-        self._headers = httpx.Headers(
+        headers_sent = httpx.Headers(
             {
                 "Accept": "text/event-stream" if stream else "application/json",
                 "Accept-Encoding": ACCEPT_ENCODING,  # what body.Inflater decodes
@@ -145,13 +124,27 @@ class OpenAICompatible:
         )
         for name, value in (headers or {}).items():
             check_header(f"the {name} header", value)
-        self._headers.update(headers or {})
+        headers_sent.update(headers or {})
         if api_key:
             check_header("the API key", api_key)
-            self._headers["Authorization"] = f"Bearer {api_key}"  # replaces any given one
-        # Every credential, scrubbed from every error message and every reply kept.
-        self._redact = Redactor(self._headers)
-        self._error = Failures(f"{PROVIDER} ({self.model}): ", self._redact)
+            headers_sent["Authorization"] = f"Bearer {api_key}"  # replaces any given one
+        self._endpoint = Endpoint(
+            self.url,
+            headers_sent,
+            f"{PROVIDER} ({self.model}): ",
+            timeout=timeout,
+            max_retries=max_retries,
+            max_retry_time=max_retry_time,
+            deadline=deadline,
+            max_response_bytes=max_response_bytes,
+            max_line_bytes=max_line_bytes,
+            transport=transport,
+        )
+        self._redact, self._error = self._endpoint.redact, self._endpoint.error
+
+    @property
+    def deadline(self) -> float:
+        return self._endpoint.deadline
 
     def with_params(self, **params: Any) -> OpenAICompatible:
         """The same endpoint and model with these request parameters added or replaced."""
@@ -168,7 +161,8 @@ class OpenAICompatible:
     def __call__(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
     ) -> Awaitable[Completion] | AsyncIterator[str | Completion]:
-        body: dict[str, Any] = {"model": self.model, "messages": messages, **self.params}
+        # A message's "raw" (another API's own record of it) is kept, never sent.
+        body: dict[str, Any] = {"model": self.model, "messages": sendable(messages), **self.params}
         if tools:
             body["tools"] = tools
         if self.stream:
@@ -180,28 +174,8 @@ class OpenAICompatible:
     # -- one call ------------------------------------------------------------
 
     async def _complete(self, body: dict[str, Any]) -> Completion:
-        budget = Budget(time.monotonic(), self.deadline)
-        async with self._client() as client:
-            while True:
-                response = await self._send(client, body, budget, stream=True)
-                try:
-                    raw = b"".join([chunk async for chunk in self._body(response, budget)])
-                    break
-                except httpx.HTTPError as exc:  # the connection dropped or stalled mid-body
-                    failure = self._error.transport(exc, "reading the response")
-                except ProviderError as exc:  # a limit, the deadline, a body that does not decode
-                    if not exc.retryable:
-                        raise self._error(str(exc), status=exc.status) from None
-                    failure = self._error(f"reading the response: {exc}", retryable=True)
-                finally:
-                    await response.aclose()
-                await self._pause(failure, None, budget)
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError) as exc:
-            text = raw[:4096].decode(errors="replace")
-            problem = "nested too deeply" if isinstance(exc, RecursionError) else "not JSON"
-            raise self._error(f"response is {problem}: ", detail=text, limit=200, quote=True) from None
+        raw, budget = await self._endpoint.read(body)
+        data = self._endpoint.parse(raw)
         if isinstance(data, dict) and data.get("error"):
             raise self._error("error in response: ", detail=error_text(data))
         choices = data.get("choices") if isinstance(data, dict) else None
@@ -224,37 +198,13 @@ class OpenAICompatible:
         )
 
     async def _streamed(self, body: dict[str, Any]) -> AsyncIterator[str | Completion]:
-        budget = Budget(time.monotonic(), self.deadline)
-        # The client and response are context managers so that cancelling the
-        # task, or closing this generator early, closes the connection.
-        async with self._client() as client:
-            while True:
-                response = await self._send(client, body, budget, stream=True)
-                state = StreamState()
-                try:
-                    async for event in aiter_events(self._body(response, budget), self.max_line_bytes):
-                        if (delta := state.feed(event, self._error)) is not None:
-                            # shown as it comes; a key split across two deltas is caught
-                            # only in the message kept (``_completion``)
-                            yield self._redact.credentials(delta)
-                        if state.done:
-                            break
-                    break
-                except httpx.HTTPError as exc:  # the connection dropped or stalled
-                    failure = self._error.transport(
-                        exc, f"stream interrupted after {len(state.text)} text chunks", bool(state.text)
-                    )
-                except ProviderError as exc:  # a limit, the deadline, a body that does not decode
-                    if not exc.retryable:
-                        raise self._error(str(exc), status=exc.status) from None
-                    failure = self._error(
-                        f"stream interrupted after {len(state.text)} text chunks: {exc}",
-                        retryable=not state.text,
-                    )
-                finally:
-                    await response.aclose()
-                # Only when nothing reached the caller yet: a restart is then invisible.
-                await self._pause(failure, None, budget)
+        budget = self._endpoint.budget()
+        state = StreamState()
+        async for item in self._endpoint.events(body, StreamState, budget):
+            if isinstance(item, str):
+                yield item
+            else:
+                state = item
         if state.finish is None and not state.done:
             raise self._error("stream ended without a finish_reason or [DONE]: truncated")
         try:
@@ -270,114 +220,6 @@ class OpenAICompatible:
             budget.started,
             lambda: repr(state),
         )
-
-    # -- HTTP and retries ----------------------------------------------------
-
-    @contextlib.asynccontextmanager
-    async def _client(self) -> AsyncIterator[httpx.AsyncClient]:
-        # A client per call: an AsyncClient is bound to the event loop that
-        # first used it, and callers may run each call under asyncio.run().
-        client = httpx.AsyncClient(timeout=self._timeout, transport=self._transport)
-        try:
-            yield client
-        finally:
-            if self._transport is None:  # a transport passed in is the caller's to close
-                await client.aclose()
-
-    async def _send(
-        self, client: httpx.AsyncClient, body: dict[str, Any], budget: Budget, *, stream: bool = False
-    ) -> httpx.Response:
-        """POST until a 2xx arrives, retrying what is worth retrying.
-
-        Returns the open response; with ``stream=True`` its body is not read yet
-        and the caller must close it.
-        """
-        try:
-            request = client.build_request("POST", self.url, json=body, headers=self._headers)
-        except (httpx.InvalidURL, httpx.HTTPError) as exc:
-            raise self._error(f"cannot POST {self.url}: {type(exc).__name__}: {exc}") from None
-        while True:
-            wait: float | None = None
-            try:
-                response = await self._within(budget, client.send(request, stream=stream))
-            except httpx.HTTPError as exc:
-                failure = self._error.transport(exc, f"POST {self.url}")
-            else:
-                if response.is_success:
-                    return response
-                try:
-                    text = await self._error_body(response, budget)
-                finally:
-                    await response.aclose()
-                status = response.status_code
-                retryable = status in RETRYABLE_STATUS or status >= 500
-                failure = self._error(
-                    f"HTTP {status} from POST {self.url}: ",
-                    detail=error_text(text),
-                    status=status,
-                    retryable=retryable,
-                )
-                wait = retry_after(response.headers)
-            await self._pause(failure, wait, budget)
-
-    async def _body(
-        self, response: httpx.Response, budget: Budget, limit: int | None = None
-    ) -> AsyncIterator[bytes]:
-        """The decoded body, chunk by chunk, each read within what is left of the deadline.
-
-        More than ``limit`` bytes (default ``max_response_bytes``) raise, unless
-        ``limit`` was given: then the body is cut there.
-        """
-        cap = self.max_response_bytes if limit is None else limit
-        try:
-            async for chunk in decoded(
-                response, lambda step: self._within(budget, step), cap, limit is not None
-            ):
-                yield chunk
-        except ProviderError as e:
-            raise self._error(str(e), retryable=e.retryable) from None
-
-    async def _error_body(self, response: httpx.Response, budget: Budget) -> str:
-        """The first bytes of an error response, as text; a body that cannot be read is "(unreadable)"."""
-        try:
-            data = b"".join([c async for c in self._body(response, budget, _ERROR_BODY_BYTES)])
-        except (ProviderError, httpx.HTTPError):
-            return "(unreadable body)"
-        return data.decode(response.encoding or "utf-8", errors="replace")
-
-    async def _within(self, budget: Budget, awaitable: Awaitable[Any]) -> Any:
-        """Await ``awaitable``, or raise the deadline's ProviderError when the call's time is up."""
-        try:
-            async with asyncio.timeout(max(0.0, budget.remaining())):
-                return await awaitable
-        except TimeoutError:
-            raise self._deadline_error(budget, "") from None
-
-    def _deadline_error(self, budget: Budget, why: str) -> ProviderError:
-        """The call's deadline is up (``attempts`` counts the failed ones, so a running one is +1)."""
-        attempts = max(budget.attempts, 1) if why else budget.attempts + 1
-        return self._error(
-            f"deadline of {self.deadline:g}s for the whole call exceeded after {attempts} attempt(s){why}"
-        )
-
-    async def _pause(self, failure: ProviderError, wait: float | None, budget: Budget) -> None:
-        """Sleep before the next attempt, or raise ``failure`` when it must not be retried."""
-        budget.attempts += 1
-        if not failure.retryable:
-            raise failure
-        if wait is None:  # full jitter: anywhere in [0, base * 2^n], capped
-            wait = _random.uniform(0, min(_BACKOFF_CAP, _BACKOFF_BASE * 2 ** (budget.attempts - 1)))
-        elapsed = time.monotonic() - budget.started
-        if budget.attempts > self.max_retries or elapsed + wait > self.max_retry_time:
-            raise ProviderError(
-                f"{failure} (gave up after {budget.attempts} attempt(s) in "
-                f"{elapsed:.1f}s; next wait would be {wait:.1f}s)",
-                status=failure.status,
-                retryable=True,
-            )
-        if wait >= budget.remaining():
-            raise self._deadline_error(budget, f"; next wait would be {wait:.1f}s after: {failure}")
-        await _sleep(wait)
 
     def _completion(
         self,

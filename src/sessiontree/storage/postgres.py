@@ -90,6 +90,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
     """One PostgreSQL schema (``?schema=`` in the URL, default ``sessiontree``)."""
 
     is_tool_message = "sessiontree_json(h.payload) ->> 'role' = 'tool'"
+    usage_number = "sessiontree_usage_tokens(r.usage, '{name}', '{name}')"
 
     # A look at the redaction count is a round trip here: at most one a second, so
     # another process's redaction reaches this store's cached reads within a second.

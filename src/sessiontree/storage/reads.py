@@ -46,6 +46,8 @@ class SharedReads(Storage):
     """Portable reads; mixed into each backend, which supplies ``_rows``."""
 
     is_tool_message: str
+    usage_number: str
+    """The dialect's "the number ``usage.{name}`` of run ``r``, else NULL" (a format string)."""
     """The dialect's condition "node ``h`` (a message) is a tool result", for ``TOOL_HEADS``."""
 
     @abstractmethod
@@ -173,18 +175,25 @@ class SharedReads(Storage):
         )
 
     def _usage(self, picked_cte: str, params: dict[str, Any]) -> Usage:
+        # Cache tokens are read from the usage JSON: only Anthropic's runs have them.
+        cache_write = self.usage_number.format(name="cache_creation_input_tokens")
+        cache_read = self.usage_number.format(name="cache_read_input_tokens")
         rows = self._rows(
             picked_cte
-            + """
+            + f"""
             SELECT coalesce(r.model, '?'), count(*), coalesce(sum(r.input_tokens), 0),
-                   coalesce(sum(r.output_tokens), 0), coalesce(sum(r.latency_ms), 0.0)
+                   coalesce(sum(r.output_tokens), 0), coalesce(sum(r.latency_ms), 0.0),
+                   coalesce(sum({cache_write}), 0), coalesce(sum({cache_read}), 0)
             FROM (SELECT DISTINCT run FROM picked WHERE run IS NOT NULL) p
             JOIN runs r ON r.key = p.run
             GROUP BY 1 ORDER BY 1""",
             params,
         )
         return Usage(
-            {m: ModelUsage(int(calls), int(tin), int(tout), float(ms)) for m, calls, tin, tout, ms in rows}
+            {
+                m: ModelUsage(int(calls), int(tin), int(tout), float(ms), int(cw), int(cr))
+                for m, calls, tin, tout, ms, cw, cr in rows
+            }
         )
 
     # -- branches, checkpoints, sessions, runs ---------------------------------------

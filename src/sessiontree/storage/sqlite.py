@@ -98,6 +98,7 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
 
     search_visible = "AND s.trashed_at IS NULL"  # search never shows the trash
     is_tool_message = "json_valid(h.payload) AND json_extract(h.payload, '$.role') = 'tool'"
+    usage_number = "CAST(json_extract(r.usage, '$.{name}') AS INTEGER)"
 
     def __init__(
         self, path: str | Path, *, readonly: bool = False, cache_bytes: int = DEFAULT_MAX_BYTES

@@ -1,0 +1,251 @@
+"""Chat messages to Anthropic Messages content blocks and back. Pure functions, no I/O.
+
+Contract:
+
+- ``request_parts(messages, tools)`` is ``(system, messages, tools)`` for a
+  Messages request: every ``system``/``developer`` message's text goes, in
+  order, to the top-level ``system`` blocks; user text and image parts become
+  ``text``/``image`` blocks; an assistant message becomes ``text`` and
+  ``tool_use`` blocks (``input`` the parsed arguments; arguments that are not a
+  JSON object are sent as ``{"_unparsed_arguments": <the text>}``, so the model
+  sees what it wrote and the tool result that refused it); consecutive ``tool``
+  messages become one user message of ``tool_result`` blocks; messages of one
+  role in a row are merged into one. A message that cannot be sent (an unknown
+  role, a content part of an unknown type) raises ``ValueError`` naming it.
+- An assistant message with ``raw["anthropic"]["content"]`` (the blocks the API
+  returned, kept by ``reply_message``) is sent as those blocks verbatim, signed
+  ``thinking`` and ``redacted_thinking`` included, when their text and tool
+  calls are still those of the message; when the message was changed since (an
+  edited call), its thinking blocks are sent verbatim, then blocks built from
+  the message as it is now.
+- ``with_cache(system, messages, tools, control)`` puts ``cache_control`` on the
+  last system block, the last tool and the last block of the newest message
+  (thinking blocks excepted), on copies.
+- ``reply_message(blocks, stop_reason, stop_sequence, arguments)`` is the
+  OpenAI-shaped assistant message for a reply, with the blocks kept under
+  ``raw["anthropic"]``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+KIND = "anthropic"
+UNPARSED = "_unparsed_arguments"
+THINKING = ("thinking", "redacted_thinking")
+_NATIVE_PARTS = ("image", "document", "text", "search_result")
+_ERROR_PREFIXES = ("Error:", "Rejected:")  # what the agent loop writes for a call that failed
+
+
+def tool_input(arguments: Any) -> dict[str, Any]:
+    """A tool call's arguments as the object ``tool_use.input`` must be."""
+    if isinstance(arguments, dict):
+        return arguments
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        value = None
+    return value if isinstance(value, dict) else {UNPARSED: text}
+
+
+def _text_of(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return json.dumps(content, ensure_ascii=False)
+
+
+def _user_blocks(content: Any, where: str) -> list[dict[str, Any]]:
+    if content is None or content == "":
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        return [{"type": "text", "text": json.dumps(content, ensure_ascii=False)}]
+    blocks = []
+    for n, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if isinstance(part, str):
+            part, kind = {"type": "text", "text": part}, "text"
+        if kind == "text":
+            if part.get("text"):
+                blocks.append({"type": "text", "text": part["text"]})
+        elif kind == "image_url":
+            url = part.get("image_url")
+            url = url.get("url") if isinstance(url, dict) else url
+            blocks.append({"type": "image", "source": _image_source(str(url), where)})
+        elif kind in _NATIVE_PARTS:
+            blocks.append(part)
+        else:
+            raise ValueError(f"{where}: content part {n} of type {kind!r} has no Messages API equivalent")
+    return blocks
+
+
+def _image_source(url: str, where: str) -> dict[str, Any]:
+    if url.startswith("data:"):
+        head, sep, data = url[5:].partition(",")
+        media, _, encoding = head.partition(";")
+        if not sep or encoding != "base64":
+            raise ValueError(f"{where}: an image data URL must be base64")
+        return {"type": "base64", "media_type": media, "data": data}
+    return {"type": "url", "url": url}
+
+
+def _tool_result(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    flag = message.get("is_error")
+    text = _text_of(content)
+    is_error = flag if isinstance(flag, bool) else text.startswith(_ERROR_PREFIXES)
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": str(message.get("tool_call_id") or "")}
+    if isinstance(content, list):
+        block["content"] = _user_blocks(content, "a tool result")
+    elif text:
+        block["content"] = text
+    if is_error:
+        block["is_error"] = True
+    return block
+
+
+def _built(message: dict[str, Any]) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if text := _text_of(message.get("content")):
+        blocks.append({"type": "text", "text": text})
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": call.get("id"),
+                "name": function.get("name"),
+                "input": tool_input(function.get("arguments")),
+            }
+        )
+    return blocks
+
+
+def _gist(blocks: list[dict[str, Any]]) -> tuple[str, list[tuple[Any, Any, Any]]]:
+    """What a message says, whatever its block boundaries: its text and its calls."""
+    text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+    calls = [(b.get("id"), b.get("name"), b.get("input")) for b in blocks if b.get("type") == "tool_use"]
+    return text, calls
+
+
+def _assistant_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    built = _built(message)
+    raw = message.get("raw")
+    kept = raw.get(KIND) if isinstance(raw, dict) else None
+    blocks = kept.get("content") if isinstance(kept, dict) else None
+    if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
+        return built
+    if _gist(blocks) == _gist(built):
+        return [dict(b) for b in blocks]  # verbatim: signatures and server-tool blocks too
+    return [dict(b) for b in blocks if b.get("type") in THINKING] + built
+
+
+def request_parts(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(system blocks, messages, tools) of a Messages request (see the module docstring)."""
+    system: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if not blocks:
+            return
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": list(blocks)})
+
+    for i, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, dict) else None
+        where = f"message {i} ({role})"
+        if role in ("system", "developer"):
+            if text := _text_of(message.get("content")):
+                system.append({"type": "text", "text": text})
+        elif role == "user":
+            add("user", _user_blocks(message.get("content"), where))
+        elif role == "tool":
+            add("user", [_tool_result(message)])
+        elif role == "assistant":
+            add("assistant", _assistant_blocks(message))
+        else:
+            raise ValueError(f"message {i} has the role {role!r}, which the Messages API has no place for")
+    return system, out, [_tool(t) for t in tools or []]
+
+
+def _tool(spec: dict[str, Any]) -> dict[str, Any]:
+    if spec.get("type") != "function" or "function" not in spec:
+        return spec  # already an Anthropic tool (or a server tool such as web search)
+    function = spec["function"]
+    tool = {
+        "name": function.get("name"),
+        "input_schema": function.get("parameters") or {"type": "object", "properties": {}},
+    }
+    if function.get("description"):
+        tool["description"] = function["description"]
+    return tool
+
+
+def with_cache(
+    system: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    control: dict[str, Any],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Copies with ``cache_control`` breakpoints on system, tools and the newest turn."""
+    system, tools = list(system), list(tools)
+    if system:
+        system[-1] = {**system[-1], "cache_control": control}
+    if tools:
+        tools[-1] = {**tools[-1], "cache_control": control}
+    if messages:
+        last = messages[-1]
+        content = list(last["content"])
+        for j in range(len(content) - 1, -1, -1):
+            if content[j].get("type") not in THINKING:
+                content[j] = {**content[j], "cache_control": control}
+                break
+        messages = [*messages[:-1], {**last, "content": content}]
+    return system, messages, tools
+
+
+def reply_message(
+    blocks: list[dict[str, Any]],
+    stop_reason: str | None,
+    stop_sequence: str | None,
+    arguments: dict[int, str] | None = None,
+) -> dict[str, Any]:
+    """The assistant message for a reply's content blocks (``arguments``: a streamed
+    tool_use's JSON text by block position, kept as the model wrote it)."""
+    text = "".join(b["text"] for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str))
+    calls = []
+    for n, block in enumerate(blocks):
+        if block.get("type") != "tool_use":
+            continue
+        given = (arguments or {}).get(n)
+        calls.append(
+            {
+                "id": block.get("id"),
+                "type": "function",
+                "function": {
+                    "name": block.get("name"),
+                    "arguments": given if given else json.dumps(block.get("input") or {}),
+                },
+            }
+        )
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        message["tool_calls"] = calls
+    kept: dict[str, Any] = {"content": blocks, "stop_reason": stop_reason}
+    if stop_sequence is not None:
+        kept["stop_sequence"] = stop_sequence
+    message["raw"] = {KIND: kept}
+    return message
