@@ -252,6 +252,22 @@ def test_the_loop_estimates_tokens_from_recorded_usage(store, session):
     assert len(seen) == 1  # the last call recorded 501 tokens: over the budget
 
 
+def test_cached_prompt_tokens_count_toward_the_budget(store, session):
+    # Anthropic's input_tokens leaves the cached part of the prompt out: 3 in, 1,000 read
+    # from the cache is a 1,004-token context, over a budget of 100.
+    session.append(user("one two three"))
+    reply = Completion(
+        {"role": "assistant", "content": "ok"},
+        usage={"input_tokens": 3, "output_tokens": 1, "cache_read_input_tokens": 1000},
+    )
+    list(run(store, session, call=ScriptedModel([reply]), context_budget=100))
+    session.append(user("again"))
+    seen = []
+    summarize = lambda ms: seen.append(ms) or "S"  # noqa: E731
+    list(run(store, session, call=ScriptedModel(["fine"]), context_budget=100, keep_last=1, summarize=summarize))
+    assert len(seen) == 1
+
+
 def test_a_failing_summary_ends_the_run_with_an_error(store, session):
     session.append(user("hi"))
     session.append(assistant("hello"))

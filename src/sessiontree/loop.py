@@ -275,6 +275,10 @@ def _tokens(cursor: _BranchCursor, count_tokens: TokenCounter | None) -> int:
         used_in = usage.get("prompt_tokens", usage.get("input_tokens"))
         used_out = usage.get("completion_tokens", usage.get("output_tokens"))
         if isinstance(used_in, int) and isinstance(used_out, int):
+            # Anthropic's input_tokens leaves out what the prompt cache wrote and read.
+            for cached in ("cache_creation_input_tokens", "cache_read_input_tokens"):
+                if isinstance(usage.get(cached), int):
+                    used_in += usage[cached]
             since = [n.payload for n in cursor.path[i + 1 :] if n.kind == "message"]
             return used_in + used_out + compaction.estimate_tokens(since)
         break
