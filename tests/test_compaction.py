@@ -264,7 +264,11 @@ def test_cached_prompt_tokens_count_toward_the_budget(store, session):
     session.append(user("again"))
     seen = []
     summarize = lambda ms: seen.append(ms) or "S"  # noqa: E731
-    list(run(store, session, call=ScriptedModel(["fine"]), context_budget=100, keep_last=1, summarize=summarize))
+    list(
+        run(
+            store, session, call=ScriptedModel(["fine"]), context_budget=100, keep_last=1, summarize=summarize
+        )
+    )
     assert len(seen) == 1
 
 
