@@ -75,6 +75,8 @@ __all__ = [
     "export_file",
     "export_native",
     "export_openai",
+    "export_yoagent",
+    "export_yoagent_messages",
     "import_file",
     "import_native",
     "import_openai",
