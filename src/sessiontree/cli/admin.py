@@ -246,9 +246,13 @@ def export(ctx: click.Context, sessions: tuple[str, ...], output: str | None, fm
     single = fmt != "native"
     if single and len(sessions) > 1:
         raise click.UsageError(f"--format {fmt} exports one session: give one SESSION, not {len(sessions)}")
-    if fmt in ("native", "yoagent") and ctx.get_parameter_source("branch") is not click.core.ParameterSource.DEFAULT:
+    if (
+        fmt in ("native", "yoagent")
+        and ctx.get_parameter_source("branch") is not click.core.ParameterSource.DEFAULT
+    ):
         raise click.UsageError(
-            f"-b/--branch only applies with --format openai or yoagent-messages ({fmt} exports whole sessions)"
+            f"-b/--branch only applies with --format openai or yoagent-messages"
+            f" ({fmt} exports whole sessions)"
         )
     store = open_store(ctx)
     ids = [store.resolve_session_id(s) for s in sessions] or None

@@ -58,7 +58,10 @@ from .pi import parse_pi, stream_pi
 from .yoagent import (
     export_yoagent,
     export_yoagent_messages,
-    is_entry, is_message, parse_yoagent, parse_yoagent_messages,
+    is_entry,
+    is_message,
+    parse_yoagent,
+    parse_yoagent_messages,
     stream_yoagent,
 )
 
@@ -411,7 +414,9 @@ def export_file(
     elif format == "yoagent-messages":
         ids = list(session_ids or [])
         if len(ids) != 1:
-            raise FormatError(f"the yoagent-messages format holds one branch of one session; got {len(ids)} session ids")
+            raise FormatError(
+                f"the yoagent-messages format holds one branch of one session; got {len(ids)} session ids"
+            )
         lines = [export_yoagent_messages(store, ids[0], branch)]
     else:
         raise FormatError(f"cannot export to {format!r}; export formats: {', '.join(EXPORT_FORMATS)}")

@@ -79,8 +79,16 @@ def is_message(record: Any) -> bool:
     if not isinstance(record, dict):
         return False
     role = record.get("role")
-    return role in ROLES and isinstance(record.get("content"), list) and "timestamp" in record or (
-        "kind" in record and "data" in record and isinstance(role, str) and role not in ("user", "assistant")
+    return (
+        role in ROLES
+        and isinstance(record.get("content"), list)
+        and "timestamp" in record
+        or (
+            "kind" in record
+            and "data" in record
+            and isinstance(role, str)
+            and role not in ("user", "assistant")
+        )
     )
 
 
@@ -173,7 +181,13 @@ class _Reader:
         if run is not None:
             self.sink.run(self.session.id, run)
         node = ImportedNode(
-            own, self.node_id(parent) if parent else None, kind, payload, at, run.id if run else None, source=where
+            own,
+            self.node_id(parent) if parent else None,
+            kind,
+            payload,
+            at,
+            run.id if run else None,
+            source=where,
         )
         if label is not None:
             self.labels.pop(label, None)
@@ -201,7 +215,10 @@ def _normalised(message: dict[str, Any], where: str) -> dict[str, Any]:
 
     def rename(value: Any, depth: int = 0) -> Any:
         if isinstance(value, dict):
-            return {LEGACY.get(k, k): rename(v, depth + 1) if k in ("usage", "content") else v for k, v in value.items()}
+            return {
+                LEGACY.get(k, k): rename(v, depth + 1) if k in ("usage", "content") else v
+                for k, v in value.items()
+            }
         if isinstance(value, list):
             return [{LEGACY.get(k, k): v for k, v in b.items()} if isinstance(b, dict) else b for b in value]
         return value
@@ -333,7 +350,12 @@ def _export(s: ImportedSession) -> Iterator[str]:
         message = _message(n, runs)
         stamp = n.payload.get("yoagent_timestamp")
         line = '{"id":' + _dump(entry_id) + ',"parent_id":' + _dump(parent)
-        line += ',"message":' + message + ',"timestamp":' + str(stamp if type(stamp) is int else _ms(n.created_at) or 0)
+        line += (
+            ',"message":'
+            + message
+            + ',"timestamp":'
+            + str(stamp if type(stamp) is int else _ms(n.created_at) or 0)
+        )
         label = n.payload.get("yoagent_label")
         label = label if isinstance(label, str) else labels.get(n.id)
         if label is not None:
@@ -389,8 +411,10 @@ def _from_chat(n: ImportedNode, runs: dict[str, Any]) -> dict[str, Any]:
                 args = json.loads(fn.get("arguments") or "{}")
             except ValueError:
                 args = fn.get("arguments")
-            blocks.append({"type": "toolCall", "id": call.get("id"), "name": fn.get("name"), "arguments": args})
-        run = runs.get(n.run_id)
+            blocks.append(
+                {"type": "toolCall", "id": call.get("id"), "name": fn.get("name"), "arguments": args}
+            )
+        run = runs.get(n.run_id) if n.run_id else None
         usage = run.usage if run is not None else {}
         return {
             "role": "assistant",
@@ -410,7 +434,11 @@ def _from_chat(n: ImportedNode, runs: dict[str, Any]) -> dict[str, Any]:
 def _struct(obj: dict[str, Any], fields: tuple[str, ...], values: bool = False) -> str:
     parts = []
     for field in fields:
-        if field not in obj or obj[field] is None and field in ("errorMessage", "signature", "providerMetadata"):
+        if (
+            field not in obj
+            or obj[field] is None
+            and field in ("errorMessage", "signature", "providerMetadata")
+        ):
             if field in ("cacheRead", "cacheWrite", "totalTokens"):
                 parts.append(f'"{field}":0')
             continue
@@ -418,9 +446,7 @@ def _struct(obj: dict[str, Any], fields: tuple[str, ...], values: bool = False) 
         if field == "content" and isinstance(value, list):
             text = "[" + ",".join(_block(b) for b in value) + "]"
         elif field == "usage" and isinstance(value, dict):
-            text = "{" + ",".join(
-                f'"{k}":{_value(value.get(k, 0))}' for k in _USAGE
-            ) + "}"
+            text = "{" + ",".join(f'"{k}":{_value(value.get(k, 0))}' for k in _USAGE) + "}"
         else:
             text = _value(value)
         parts.append(f"{_dump(field)}:{text}")
@@ -457,7 +483,7 @@ def _float(f: float) -> str:
     digits, exp = _shortest(f)
     sign = "-" if f < 0 else ""
     kk = len(digits) + exp
-    if 0 <= exp and kk <= 16:
+    if exp >= 0 and kk <= 16:
         return sign + digits + "0" * exp + ".0"
     if 0 < kk <= 16:
         return sign + digits[:kk] + "." + digits[kk:]
