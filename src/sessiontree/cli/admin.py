@@ -244,15 +244,16 @@ def export(ctx: click.Context, sessions: tuple[str, ...], output: str | None, fm
     from ..formats import export_file, export_native, export_openai, export_yoagent, export_yoagent_messages
 
     single = fmt != "native"
+    one_branch = fmt in ("openai", "yoagent-messages")
     if single and len(sessions) > 1:
-        raise click.UsageError(f"--format {fmt} exports one session: give one SESSION, not {len(sessions)}")
-    if (
-        fmt in ("native", "yoagent")
-        and ctx.get_parameter_source("branch") is not click.core.ParameterSource.DEFAULT
-    ):
+        what = "one branch of one session" if one_branch else "one session"
+        raise click.UsageError(f"--format {fmt} exports {what}: give one SESSION, not {len(sessions)}")
+    if not one_branch and ctx.get_parameter_source("branch") is not click.core.ParameterSource.DEFAULT:
         raise click.UsageError(
             f"-b/--branch only applies with --format openai or yoagent-messages"
             f" ({fmt} exports whole sessions)"
+            if fmt != "native"
+            else "-b/--branch only applies with --format openai (native exports whole sessions)"
         )
     store = open_store(ctx)
     ids = [store.resolve_session_id(s) for s in sessions] or None
