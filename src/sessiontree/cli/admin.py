@@ -155,7 +155,20 @@ def migrate(ctx: click.Context, list_only: bool) -> None:
     "fmt",
     default="auto",
     show_default=True,
-    type=click.Choice(["auto", "native", "openai", "chatgpt", "librechat", "openwebui", "claude-code", "pi"]),
+    type=click.Choice(
+        [
+            "auto",
+            "native",
+            "openai",
+            "chatgpt",
+            "librechat",
+            "openwebui",
+            "claude-code",
+            "pi",
+            "yoagent",
+            "yoagent-messages",
+        ]
+    ),
 )
 @click.option(
     "--skip-invalid",
@@ -210,31 +223,41 @@ def import_(ctx: click.Context, file: str, fmt: str, skip_invalid: bool, as_json
 @click.command()
 @click.argument("sessions", nargs=-1, shell_complete=complete.sessions)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="File (default: stdout).")
-@click.option("--format", "fmt", default="native", show_default=True, type=click.Choice(["native", "openai"]))
+@click.option(
+    "--format",
+    "fmt",
+    default="native",
+    show_default=True,
+    type=click.Choice(["native", "openai", "yoagent", "yoagent-messages"]),
+)
 @click.option(
     "-b",
     "--branch",
     default="main",
     show_default=True,
-    help="Branch (--format openai only).",
+    help="Branch (--format openai and yoagent-messages only).",
     shell_complete=complete.branches,
 )
 @click.pass_context
 def export(ctx: click.Context, sessions: tuple[str, ...], output: str | None, fmt: str, branch: str) -> None:
-    """Export sessions (all by default) as native JSONL, or one branch as OpenAI messages."""
-    from ..formats import export_file, export_native, export_openai
+    """Export sessions (all by default) as native JSONL, or one as OpenAI messages or yoagent."""
+    from ..formats import export_file, export_native, export_openai, export_yoagent, export_yoagent_messages
 
-    if fmt == "openai" and len(sessions) > 1:
+    single = fmt != "native"
+    one_branch = fmt in ("openai", "yoagent-messages")
+    if single and len(sessions) > 1:
+        what = "one branch of one session" if one_branch else "one session"
+        raise click.UsageError(f"--format {fmt} exports {what}: give one SESSION, not {len(sessions)}")
+    if not one_branch and ctx.get_parameter_source("branch") is not click.core.ParameterSource.DEFAULT:
         raise click.UsageError(
-            f"--format openai exports one branch of one session: give one SESSION, not {len(sessions)}"
-        )
-    if fmt == "native" and ctx.get_parameter_source("branch") is not click.core.ParameterSource.DEFAULT:
-        raise click.UsageError(
-            "-b/--branch only applies with --format openai (native exports whole sessions)"
+            f"-b/--branch only applies with --format openai or yoagent-messages"
+            f" ({fmt} exports whole sessions)"
+            if fmt != "native"
+            else "-b/--branch only applies with --format openai (native exports whole sessions)"
         )
     store = open_store(ctx)
     ids = [store.resolve_session_id(s) for s in sessions] or None
-    if fmt == "openai" and not ids:
+    if single and not ids:
         ids = [pick_session(store, None).id]
     if output:
         export_file(store, output, fmt, session_ids=ids, branch=branch)
@@ -242,6 +265,12 @@ def export(ctx: click.Context, sessions: tuple[str, ...], output: str | None, fm
     elif fmt == "native":
         for line in export_native(store, ids):
             click.echo(line, nl=False)
+    elif fmt == "yoagent":
+        assert ids  # one session, picked above
+        click.echo(json_safe("\n".join(export_yoagent(store, ids[0]))), nl=False)
+    elif fmt == "yoagent-messages":
+        assert ids
+        click.echo(json_safe(export_yoagent_messages(store, ids[0], branch)), nl=False)
     else:
         assert ids  # openai: one session, picked above
         messages = export_openai(store.session(ids[0]), branch)

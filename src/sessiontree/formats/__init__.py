@@ -15,9 +15,9 @@ Contract:
   or a missing path first, naming it as given.
 - ``detect_format(path)`` names the format from the file's first bytes and
   shape: ``native``, ``openai``, ``chatgpt``, ``librechat``, ``openwebui``,
-  ``claude-code`` or ``pi``.
-- ``export_file`` writes ``native`` (any number of sessions) or ``openai`` (one
-  branch of one session) atomically: a temporary file renamed into place.
+  ``claude-code``, ``pi``, ``yoagent`` or ``yoagent-messages``.
+- ``export_file`` writes ``native`` (any number of sessions), ``openai`` (one
+  branch of one session) or ``yoagent`` (one session) atomically: a temporary file renamed into place.
 - ``progress(done, total)`` is called with node counts as nodes are written;
   a streamed import does not know its total until the end and passes 0 until then.
 - ``skip_invalid=True`` leaves out a conversation that fails to parse (files
@@ -55,6 +55,15 @@ from .openai import export_openai, parse_openai
 from .openwebui import parse_openwebui
 from .pi import is_header as is_pi_header
 from .pi import parse_pi, stream_pi
+from .yoagent import (
+    export_yoagent,
+    export_yoagent_messages,
+    is_entry,
+    is_message,
+    parse_yoagent,
+    parse_yoagent_messages,
+    stream_yoagent,
+)
 
 if TYPE_CHECKING:
     from ..session import Session
@@ -69,6 +78,8 @@ __all__ = [
     "export_file",
     "export_native",
     "export_openai",
+    "export_yoagent",
+    "export_yoagent_messages",
     "import_file",
     "import_native",
     "import_openai",
@@ -77,17 +88,27 @@ __all__ = [
 ]
 
 Progress = Callable[[int, int], None]
-JSONL_FORMATS = {"native": parse_native, "claude-code": parse_claude_code, "pi": parse_pi}
+JSONL_FORMATS = {
+    "native": parse_native,
+    "claude-code": parse_claude_code,
+    "pi": parse_pi,
+    "yoagent": parse_yoagent,
+}
 # Written as they are read (see import_file); their parsers answer open calls themselves.
-STREAMED: dict[str, Callable[[Iterable[str], Sink], None]] = {"native": stream_native, "pi": stream_pi}
+STREAMED: dict[str, Callable[[Iterable[str], Sink], None]] = {
+    "native": stream_native,
+    "pi": stream_pi,
+    "yoagent": stream_yoagent,
+}
 JSON_FORMATS: dict[str, Callable[[Any], Any]] = {
     "openai": partial(parse_openai, copy_messages=False),  # the decoded file is ours alone
     "chatgpt": parse_chatgpt,
     "librechat": parse_librechat,
     "openwebui": parse_openwebui,
+    "yoagent-messages": parse_yoagent_messages,
 }
 FORMATS = (*JSONL_FORMATS, *JSON_FORMATS)
-EXPORT_FORMATS = ("native", "openai")
+EXPORT_FORMATS = ("native", "openai", "yoagent", "yoagent-messages")
 CLAUDE_CODE_TYPES = {
     "user",
     "assistant",
@@ -195,6 +216,8 @@ def _jsonl_kind(record: dict[str, Any]) -> str | None:
     kind = record.get("type")
     if record.get("format") == "sessiontree":
         return "native"
+    if is_entry(record):
+        return "yoagent"
     if is_pi_header(record) and "history" not in record:
         return "pi"
     if kind == "session" and "created_at" in record:
@@ -222,6 +245,8 @@ def _json_kind(data: Any) -> str | None:
         return None
     if "mapping" in sample:
         return "chatgpt"
+    if isinstance(data, list) and is_message(sample):
+        return "yoagent-messages"
     if "history" in sample or isinstance(sample.get("chat"), dict):
         return "openwebui"
     if "conversationId" in sample and isinstance(sample.get("messagesTree"), list):
@@ -348,6 +373,12 @@ def import_openai(store: Store, messages: Any, title: str | None = None) -> Sess
     return write(store, [parse_openai(messages, title)])[0]
 
 
+def _joined(lines: Iterable[str]) -> Iterator[str]:
+    """Lines joined by newlines, none after the last (as yoagent's ``to_jsonl``)."""
+    for i, line in enumerate(lines):
+        yield ("\n" if i else "") + line
+
+
 def export_file(
     store: Store,
     path: str | Path,
@@ -375,6 +406,18 @@ def export_file(
         except UnicodeEncodeError:  # a lone surrogate survives only as a \u escape
             text = json.dumps(messages, ensure_ascii=True, indent=2)
         lines = [text + "\n"]
+    elif format == "yoagent":
+        ids = list(session_ids or [])
+        if len(ids) != 1:
+            raise FormatError(f"the yoagent format holds one session; got {len(ids)} session ids")
+        lines = _joined(export_yoagent(store, ids[0]))
+    elif format == "yoagent-messages":
+        ids = list(session_ids or [])
+        if len(ids) != 1:
+            raise FormatError(
+                f"the yoagent-messages format holds one branch of one session; got {len(ids)} session ids"
+            )
+        lines = [export_yoagent_messages(store, ids[0], branch)]
     else:
         raise FormatError(f"cannot export to {format!r}; export formats: {', '.join(EXPORT_FORMATS)}")
     try:
