@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from sessiontree import Store
+from sessiontree import Store, run
 from sessiontree.formats import FormatError, detect_format, export_file, import_file
+from sessiontree.formats.openai import export_openai
+from sessiontree.testing import ScriptedModel
 
 FIXTURES = Path(__file__).parent / "fixtures" / "yoagent"
 CURRENT, LEGACY, MESSAGES = FIXTURES / "current.jsonl", FIXTURES / "legacy.jsonl", FIXTURES / "messages.json"
@@ -39,7 +41,7 @@ def test_the_same_file_imports_to_the_same_ids(any_store, tmp_path):
 
 def test_the_tree_maps_onto_branches_checkpoints_runs_and_notes(any_store):
     (s,) = import_file(any_store, CURRENT)
-    nodes = {n.payload["yoagent_id"]: n for n in s.tree()}
+    nodes = {n.payload["raw"]["yoagent"]["id"]: n for n in s.tree()}
     assert s.branch("main").head_id == nodes["e6"].id
     assert {b.name: b.head_id for b in s.branches()}["leaf-e4"] == nodes["e4"].id
     # "start" labels e1 and e3; the checkpoint names the entry created last
@@ -73,7 +75,7 @@ def test_flat_message_array_round_trips(any_store, tmp_path):
 
 def test_export_refuses_a_main_head_with_children(any_store, tmp_path):
     (s,) = import_file(any_store, CURRENT)
-    nodes = {n.payload["yoagent_id"]: n for n in s.tree()}
+    nodes = {n.payload["raw"]["yoagent"]["id"]: n for n in s.tree()}
     s.move("main", to=nodes["e3"].id)
     with pytest.raises(FormatError, match="main's head .* has children"):
         export_file(any_store, tmp_path / "out.jsonl", "yoagent", session_ids=[s.id])
@@ -121,3 +123,13 @@ def test_bad_utf8_is_located(any_store, tmp_path):
     with pytest.raises(FormatError, match=r"bad.jsonl line 2: not UTF-8"):
         import_file(any_store, bad, "yoagent")
     assert any_store.sessions() == []
+
+
+def test_what_the_import_keeps_is_never_sent_to_a_model(any_store):
+    (s,) = import_file(any_store, CURRENT)
+    model = ScriptedModel(["carried on"])
+    s.append({"role": "user", "content": "go on"})
+    list(run(any_store, s, call=model))
+    sent = json.dumps(model.calls[0]["messages"])
+    assert "yoagent" not in sent and '"raw"' not in sent
+    assert "yoagent" not in json.dumps(export_openai(s))

@@ -2,7 +2,8 @@
 
 Contract:
 - ``export_openai(session, branch)`` is the chat-completions ``messages`` of the
-  branch: the ``message`` payloads on its path, as copies (markers left out).
+  branch: the ``message`` payloads on its path, as copies (markers left out, and the
+  never-sent ``raw`` field of each, as ``model.sendable`` leaves it out of a request).
 - ``parse_openai(data)`` accepts a list of messages or ``{"messages": [...]}``
   (an optional ``"title"`` is used when no title is given) and builds one new
   session whose ``main`` branch is the messages in order. Every message must
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..bulk import ImportedNode, ImportedRef, ImportedSession
 from ..errors import FormatError, NotFound
 from ..ids import new_id, now
+from ..model import sendable
 
 if TYPE_CHECKING:
     from ..session import Session
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 def export_openai(session: Session, branch: str = "main") -> list[dict[str, Any]]:
     """The chat messages of ``branch`` (any ref works), in the shape the API takes."""
     try:
-        return copy.deepcopy(session.messages(branch))
+        return copy.deepcopy(sendable(session.messages(branch)))
     except NotFound:
         if any(b.name == branch and b.head_id is None for b in session.branches()):
             return []  # a branch with no node yet holds no messages

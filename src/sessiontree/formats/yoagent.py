@@ -14,8 +14,9 @@ Contract:
   JSON-encoded arguments; model, provider, usage and stop reason as a run);
   ``toolResult`` -> ``tool`` (``tool_call_id``, ``name``); an extension message (any
   other role) -> a ``note``, never sent to a model. Every node keeps yoagent's message
-  under ``payload["yoagent"]`` (the five legacy snake_case keys renamed), which the
-  export writes back.
+  (the five legacy snake_case keys renamed), entry id, label and timestamp under
+  ``payload["raw"]["yoagent"]``, never sent to a model (``model.sendable``), which
+  the export writes back.
 - ``label`` -> a checkpoint (see ``pi._label_name`` for labels that are no valid
   name; a label used twice names the entry created last, as ``seek_checkpoint``);
   the head is ``main``, every other leaf gets ``leaf-<entry id>``.
@@ -41,6 +42,7 @@ from ..bulk import ImportedNode, ImportedRef, ImportedSession
 from ..bulk_stream import Collector, Sink
 from ..errors import FormatError
 from ..ids import now
+from ..model import RAW
 from .common import (
     OpenCalls,
     jsonl_records,
@@ -57,7 +59,7 @@ from .pi import _label_name
 if TYPE_CHECKING:
     from ..store import Store
 
-KEY = "yoagent"  # the payload key holding yoagent's own message
+KEY = "yoagent"  # the entry of a payload's never-sent ``raw`` field holding what yoagent wrote
 LEGACY = {
     "cache_read": "cacheRead",
     "cache_write": "cacheWrite",
@@ -172,12 +174,13 @@ class _Reader:
         kept = _normalised(message, where)
         own = self.node_id(eid)
         kind, payload, run = _convert(kept, own, at, where)
-        payload[KEY] = kept
-        payload["yoagent_id"] = eid
+        # Kept for the export, never sent to a model (``model.sendable``).
+        yo: dict[str, Any] = {"message": kept, "id": eid}
         if label is not None:
-            payload["yoagent_label"] = label
+            yo["label"] = label
         if stamp != _ms(at):
-            payload["yoagent_timestamp"] = stamp
+            yo["timestamp"] = stamp
+        payload.setdefault(RAW, {})[KEY] = yo
         if run is not None:
             self.sink.run(self.session.id, run)
         node = ImportedNode(
@@ -335,7 +338,9 @@ def _export(s: ImportedSession) -> Iterator[str]:
     runs = {r.id: r for r in s.runs}
     ids = {n.id: f"e{i}" for i, n in enumerate(s.nodes, 1)}
     # Answers the import synthesised for calls the file left open were never entries.
-    skipped = {n.id: n.parent_id for n in s.nodes if n.payload.get("synthesised") and KEY not in n.payload}
+    skipped = {
+        n.id: n.parent_id for n in s.nodes if n.payload.get("synthesised") and "message" not in _kept(n)
+    }
     # Creation order (a yoagent file's order), parents first, main's head last.
     created = sorted(s.nodes, key=lambda n: n.created_at)
     ranked = parents_first({n.id: n.parent_id for n in created}, str)
@@ -348,7 +353,7 @@ def _export(s: ImportedSession) -> Iterator[str]:
             up = skipped[up]
         parent = _entry_id(_by_id(s, up), ids) if up else None
         message = _message(n, runs)
-        stamp = n.payload.get("yoagent_timestamp")
+        stamp = _kept(n).get("timestamp")
         line = '{"id":' + _dump(entry_id) + ',"parent_id":' + _dump(parent)
         line += (
             ',"message":'
@@ -356,11 +361,18 @@ def _export(s: ImportedSession) -> Iterator[str]:
             + ',"timestamp":'
             + str(stamp if type(stamp) is int else _ms(n.created_at) or 0)
         )
-        label = n.payload.get("yoagent_label")
+        label = _kept(n).get("label")
         label = label if isinstance(label, str) else labels.get(n.id)
         if label is not None:
             line += ',"label":' + _dump(label)
         yield line + "}"
+
+
+def _kept(n: ImportedNode) -> dict[str, Any]:
+    """What the import kept of yoagent's entry (message, id, label, timestamp), or {}."""
+    raw = n.payload.get(RAW)
+    kept = raw.get(KEY) if isinstance(raw, dict) else None
+    return kept if isinstance(kept, dict) else {}
 
 
 def _by_id(s: ImportedSession, node_id: str | None) -> ImportedNode:
@@ -372,12 +384,12 @@ def _by_id(s: ImportedSession, node_id: str | None) -> ImportedNode:
 
 
 def _entry_id(n: ImportedNode, ids: dict[str, str]) -> str:
-    original = n.payload.get("yoagent_id")
+    original = _kept(n).get("id")
     return original if isinstance(original, str) else ids[n.id]
 
 
 def _message(n: ImportedNode, runs: dict[str, Any]) -> str:
-    kept = n.payload.get(KEY)
+    kept = _kept(n).get("message")
     if not isinstance(kept, dict):
         kept = _from_chat(n, runs)
     role = kept.get("role")
@@ -513,7 +525,7 @@ def export_yoagent_messages(store: Store, session_id: str, branch: str = "main")
     path: list[ImportedNode] = []
     while head is not None:
         node = _by_id(s, head)
-        if not (node.payload.get("synthesised") and KEY not in node.payload):
+        if not (node.payload.get("synthesised") and "message" not in _kept(node)):
             path.append(node)
         head = node.parent_id
     return "[" + ",".join(_message(n, runs) for n in reversed(path)) + "]"
