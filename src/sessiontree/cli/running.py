@@ -12,6 +12,7 @@ import inspect
 import json
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -33,28 +34,66 @@ from .stepview import print_steps
 
 
 def load_tools(specs: tuple[str, ...]) -> list[Tool]:
-    """Tools from ``module``, ``module:attribute`` or ``path/to/file.py`` specs."""
-    found: list[Tool] = []
+    """Tools from ``module``, ``module:attribute`` or ``path/to/file.py`` specs.
+
+    A whole module offers its ``Tool`` objects (``@tool`` functions, and lists of them: the
+    same tool found twice is one); a module with none is refused rather than offering no
+    tools. ``:attribute`` may also name a plain function (or a list), which becomes a tool.
+    Modules are imported with the current directory on ``sys.path``, as ``python -m`` does.
+    """
+    found: list[Tool | Callable[..., Any]] = []
     for spec in specs:
         target, _, attribute = spec.partition(":")
-        try:
-            if target.endswith(".py"):
-                module_spec = importlib.util.spec_from_file_location(Path(target).stem, target)
-                if module_spec is None or module_spec.loader is None:
-                    raise ImportError(f"cannot load {target}")
-                module = importlib.util.module_from_spec(module_spec)
-                module_spec.loader.exec_module(module)
-            else:
-                module = importlib.import_module(target)
-        except (ImportError, OSError, SyntaxError) as e:
-            raise click.BadParameter(f"cannot import {target}: {e}", param_hint="--tools") from None
+        module = _import_tools_module(target)
         if attribute and not hasattr(module, attribute):
             raise click.BadParameter(f"{target} has no attribute {attribute!r}", param_hint="--tools")
-        values = [getattr(module, attribute)] if attribute else list(vars(module).values())
-        for value in values:
-            items = value if isinstance(value, list | tuple) else [value]
-            found += [item for item in items if isinstance(item, Tool)]
-    return list(as_tools(found).values())
+        if attribute:
+            value = getattr(module, attribute)
+            items = list(value) if isinstance(value, list | tuple) else [value]
+            if not items or not all(isinstance(item, Tool) or inspect.isfunction(item) for item in items):
+                raise click.BadParameter(
+                    f"{spec} is not a tool, a function or a list of them", param_hint="--tools"
+                )
+            found += items
+            continue
+        tools = [
+            item
+            for value in vars(module).values()
+            for item in (value if isinstance(value, list | tuple) else [value])
+            if isinstance(item, Tool)
+        ]
+        if not tools:
+            raise click.BadParameter(
+                f"{target} has no tools: mark its functions with @tool (from sessiontree import tool),"
+                f" or name one as {target}:FUNCTION",
+                param_hint="--tools",
+            )
+        found += tools
+    try:
+        return list(as_tools(found).values())
+    except ValueError as e:  # two different tools of one name
+        raise click.BadParameter(str(e), param_hint="--tools") from None
+
+
+def _import_tools_module(target: str) -> Any:
+    try:
+        if target.endswith(".py"):
+            module_spec = importlib.util.spec_from_file_location(Path(target).stem, target)
+            if module_spec is None or module_spec.loader is None:
+                raise ImportError(f"cannot load {target}")
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+            return module
+        added = os.getcwd() not in sys.path and "" not in sys.path
+        if added:
+            sys.path.insert(0, os.getcwd())
+        try:
+            return importlib.import_module(target)
+        finally:
+            if added:
+                sys.path.remove(os.getcwd())
+    except (ImportError, OSError, SyntaxError) as e:
+        raise click.BadParameter(f"cannot import {target}: {e}", param_hint="--tools") from None
 
 
 APPROVE_POLICIES = ("default", "all", "none")

@@ -1,0 +1,105 @@
+"""The newcomer's frictions with the command line (issue 25, item 6), each as a user meets it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sessiontree import Store
+from sessiontree.cli import cli
+
+TOOLS_WITH_LIST = '''\
+from sessiontree import tool
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Weather for a city."""
+    return f"Sunny in {city}"
+
+
+TOOLS = [get_weather]
+'''
+PLAIN_TOOLS = '''\
+def plain(city: str) -> str:
+    """Weather for a city."""
+    return f"Rain in {city}"
+'''
+
+
+def invoke(db: str, *args: str, code: int = 0, input: str | None = None) -> str:
+    result = CliRunner().invoke(cli, ["--db", db, *args], input=input)
+    assert result.exit_code == code, result.output
+    return result.output
+
+
+def script(path: Path, *replies: dict) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in replies), "utf-8")
+    return f"script:{path}"
+
+
+def calls(name: str) -> dict:
+    return {"content": None, "tool_calls": [{"id": "c1", "function": {"name": name, "arguments": {"city": "Paris"}}}]}
+
+
+def stdout_of(db: str, *args: str, code: int = 0) -> str:
+    result = CliRunner().invoke(cli, ["--db", db, *args])
+    assert result.exit_code == code, result.output
+    return result.stdout
+
+
+# -- (2, 13) tools files -------------------------------------------------------------
+
+
+def test_a_tool_listed_in_tools_is_one_tool(db_target, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tools_with_list.py").write_text(TOOLS_WITH_LIST)
+    model = script(tmp_path / "s.jsonl", calls("get_weather"), {"content": "done"})
+    out = stdout_of(db_target, "run", "--new", "hi", "--model", model, "--tools", "tools_with_list.py")
+    assert out == (
+        'assistant -> get_weather({"city": "Paris"})\n'
+        "  running get_weather [c1]\n"
+        "  ok get_weather: Sunny in Paris\n"
+        "done\n"
+    )
+
+
+def test_the_demo_tools_module_loads(db_target, tmp_path):
+    model = script(tmp_path / "s.jsonl", {"content": "done"})
+    assert stdout_of(db_target, "run", "--new", "hi", "--model", model, "--tools", "sessiontree.cli.demo") == "done\n"
+
+
+def test_a_tools_file_of_plain_functions_is_refused_and_writes_nothing(db_target, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plain_tools.py").write_text(PLAIN_TOOLS)
+    Store(db_target).close()
+    model = script(tmp_path / "s.jsonl", {"content": "done"})
+    out = invoke(db_target, "run", "--new", "hi", "--model", model, "--tools", "plain_tools.py", code=2)
+    assert out.splitlines()[-1] == (
+        "Error: Invalid value for --tools: plain_tools.py has no tools: mark its functions with @tool"
+        " (from sessiontree import tool), or name one as plain_tools.py:FUNCTION"
+    )
+    with Store(db_target) as store:
+        assert store.sessions() == []
+
+
+def test_module_attr_finds_a_module_in_the_current_directory_and_wraps_a_function(db_target, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plain_tools_cwd.py").write_text(PLAIN_TOOLS)
+    model = script(tmp_path / "s.jsonl", calls("plain"), {"content": "done"})
+    out = stdout_of(db_target, "run", "--new", "hi", "--model", model, "--tools", "plain_tools_cwd:plain")
+    assert out == 'assistant -> plain({"city": "Paris"})\n  running plain [c1]\n  ok plain: Rain in Paris\ndone\n'
+
+
+def test_two_different_tools_of_one_name_are_a_one_line_error(db_target, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_tools.py").write_text(TOOLS_WITH_LIST)
+    (tmp_path / "b_tools.py").write_text(TOOLS_WITH_LIST)
+    model = script(tmp_path / "s.jsonl", {"content": "done"})
+    out = invoke(
+        db_target, "run", "--new", "hi", "--model", model, "--tools", "a_tools.py", "--tools", "b_tools.py", code=2
+    )
+    assert out.splitlines()[-1] == "Error: Invalid value for --tools: two tools are named 'get_weather'"
