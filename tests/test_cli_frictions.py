@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from sessiontree import Store
@@ -42,7 +41,10 @@ def script(path: Path, *replies: dict) -> str:
 
 
 def calls(name: str) -> dict:
-    return {"content": None, "tool_calls": [{"id": "c1", "function": {"name": name, "arguments": {"city": "Paris"}}}]}
+    return {
+        "content": None,
+        "tool_calls": [{"id": "c1", "function": {"name": name, "arguments": {"city": "Paris"}}}],
+    }
 
 
 def stdout_of(db: str, *args: str, code: int = 0) -> str:
@@ -69,7 +71,10 @@ def test_a_tool_listed_in_tools_is_one_tool(db_target, tmp_path, monkeypatch):
 
 def test_the_demo_tools_module_loads(db_target, tmp_path):
     model = script(tmp_path / "s.jsonl", {"content": "done"})
-    assert stdout_of(db_target, "run", "--new", "hi", "--model", model, "--tools", "sessiontree.cli.demo") == "done\n"
+    assert (
+        stdout_of(db_target, "run", "--new", "hi", "--model", model, "--tools", "sessiontree.cli.demo")
+        == "done\n"
+    )
 
 
 def test_a_tools_file_of_plain_functions_is_refused_and_writes_nothing(db_target, tmp_path, monkeypatch):
@@ -86,12 +91,17 @@ def test_a_tools_file_of_plain_functions_is_refused_and_writes_nothing(db_target
         assert store.sessions() == []
 
 
-def test_module_attr_finds_a_module_in_the_current_directory_and_wraps_a_function(db_target, tmp_path, monkeypatch):
+def test_module_attr_finds_a_module_in_the_current_directory_and_wraps_a_function(
+    db_target, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "plain_tools_cwd.py").write_text(PLAIN_TOOLS)
     model = script(tmp_path / "s.jsonl", calls("plain"), {"content": "done"})
     out = stdout_of(db_target, "run", "--new", "hi", "--model", model, "--tools", "plain_tools_cwd:plain")
-    assert out == 'assistant -> plain({"city": "Paris"})\n  running plain [c1]\n  ok plain: Rain in Paris\ndone\n'
+    assert (
+        out
+        == 'assistant -> plain({"city": "Paris"})\n  running plain [c1]\n  ok plain: Rain in Paris\ndone\n'
+    )
 
 
 def test_two_different_tools_of_one_name_are_a_one_line_error(db_target, tmp_path, monkeypatch):
@@ -100,6 +110,16 @@ def test_two_different_tools_of_one_name_are_a_one_line_error(db_target, tmp_pat
     (tmp_path / "b_tools.py").write_text(TOOLS_WITH_LIST)
     model = script(tmp_path / "s.jsonl", {"content": "done"})
     out = invoke(
-        db_target, "run", "--new", "hi", "--model", model, "--tools", "a_tools.py", "--tools", "b_tools.py", code=2
+        db_target,
+        "run",
+        "--new",
+        "hi",
+        "--model",
+        model,
+        "--tools",
+        "a_tools.py",
+        "--tools",
+        "b_tools.py",
+        code=2,
     )
     assert out.splitlines()[-1] == "Error: Invalid value for --tools: two tools are named 'get_weather'"
