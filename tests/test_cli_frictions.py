@@ -123,3 +123,54 @@ def test_two_different_tools_of_one_name_are_a_one_line_error(db_target, tmp_pat
         code=2,
     )
     assert out.splitlines()[-1] == "Error: Invalid value for --tools: two tools are named 'get_weather'"
+
+
+# -- (21) exit codes -----------------------------------------------------------------
+
+RISKY = '''\
+from sessiontree import tool
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Weather for a city."""
+    return f"Sunny in {city}"
+
+
+@tool(idempotent=False)
+def send_email(to: str) -> str:
+    """Send an email."""
+    return f"sent to {to}"
+'''
+
+
+def test_run_exits_3_when_paused_4_at_max_steps_and_resume_0_when_completed(db_target, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "risky.py").write_text(RISKY)
+    email = {
+        "content": None,
+        "tool_calls": [{"id": "e1", "function": {"name": "send_email", "arguments": {"to": "bob"}}}],
+    }
+    model = script(tmp_path / "s.jsonl", email, {"content": "sent"})
+    out = stdout_of(db_target, "run", "--new", "mail bob", "--model", model, "--tools", "risky.py", code=3)
+    assert "paused: send_email requires approval" in out
+    (pause,) = [p["id"] for p in json.loads(invoke(db_target, "pending", "--json"))]
+    invoke(db_target, "approve", pause)
+    assert stdout_of(db_target, "resume", pause, "--model", model, "--tools", "risky.py") == (
+        "  running send_email [e1]\n  ok send_email: sent to bob\nsent\n"
+    )
+    looping = script(tmp_path / "loop.jsonl", *[calls("get_weather")] * 3)
+    out = stdout_of(
+        db_target,
+        "run",
+        "--new",
+        "loop",
+        "--model",
+        looping,
+        "--tools",
+        "risky.py",
+        "--max-steps",
+        "2",
+        code=4,
+    )
+    assert out.endswith("stopped: max_steps\n")

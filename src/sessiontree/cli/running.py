@@ -30,7 +30,7 @@ from .common import open_store, pick_session
 from .params import Duration, Seconds
 from .refs import require_branch, require_settled
 from .render import one_line
-from .stepview import print_steps
+from .stepview import exit_code, print_steps
 
 
 def load_tools(specs: tuple[str, ...]) -> list[Tool]:
@@ -360,7 +360,8 @@ def run(
     (or, with --model script:PATH, on a file of replies: no server needed).
 
     Continues -s SESSION, else the most recently active session; --new (or an
-    empty store) starts a new session.
+    empty store) starts a new session. Exits 0 when the run completed, 3 when it paused
+    for a human, 4 when it stopped at --max-steps, 1 on an error.
     """
     if new and session:
         raise click.ClickException("give -s SESSION or --new, not both")
@@ -403,8 +404,7 @@ def run(
         lambda final: {"session": s.id, "branch": branch},
     )
     finish_deliveries(hook)
-    if final is not None and final.reason == "error":
-        ctx.exit(1)
+    ctx.exit(exit_code(final))
 
 
 @click.command()
@@ -429,7 +429,10 @@ def resume(
     webhook_secret_env: str,
     as_json: bool,
 ) -> None:
-    """Continue the branch of a decided PAUSE."""
+    """Continue the branch of a decided PAUSE.
+
+    Exits as `run` does: 0 completed, 3 paused again, 4 stopped at --max-steps, 1 error.
+    """
     call = make_call(base_url, model, api_key_env, not no_stream, params)
     tools = load_tools(tool_specs)
     hook = make_webhook(webhook_url, webhook_secret_env)
@@ -459,8 +462,7 @@ def resume(
         about,
     )
     finish_deliveries(hook)
-    if final is not None and final.reason == "error":
-        ctx.exit(1)
+    ctx.exit(exit_code(final))
 
 
 @click.command()
