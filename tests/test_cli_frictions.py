@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -174,3 +177,22 @@ def test_run_exits_3_when_paused_4_at_max_steps_and_resume_0_when_completed(db_t
         code=4,
     )
     assert out.endswith("stopped: max_steps\n")
+
+
+# -- (17) a reader that goes away --------------------------------------------------
+
+
+def test_log_into_a_closed_pipe_is_silent(tmp_path):
+    db = tmp_path / "pipe.db"
+    with Store(db) as store:
+        s = store.create_session("long")
+        for i in range(50):
+            s.append({"role": "user", "content": "\n".join(f"line {i}.{j}" for j in range(200))})
+    env = {**os.environ, "SESSIONTREE_DB": str(db)}
+    sessiontree = str(Path(sys.executable).parent / "sessiontree")
+    proc = subprocess.Popen([sessiontree, "log"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(b"user ")
+    proc.stdout.close()  # as `head` does once it has its lines
+    with proc.stderr:
+        assert proc.stderr.read() == b""
+    assert proc.wait(timeout=60) == 0

@@ -201,6 +201,11 @@ class SessionTreeGroup(click.Group):
             return super().invoke(ctx)
         except SessionTreeError as e:
             raise click.ClickException(clip(str(e))) from None
+        except BrokenPipeError:
+            # The reader went away (`log | head`): stop quietly, as git does. stdout is
+            # pointed at /dev/null so that Python's flush at exit does not complain again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise click.exceptions.Exit(0) from None
         except OSError as e:  # a file the user named: missing directory, no permission, full disk
             where = f"{e.filename}: " if e.filename else ""
             raise click.ClickException(clip(f"{where}{e.strerror or e}")) from None
