@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -196,3 +197,25 @@ def test_log_into_a_closed_pipe_is_silent(tmp_path):
     with proc.stderr:
         assert proc.stderr.read() == b""
     assert proc.wait(timeout=60) == 0
+
+
+# -- (5) one "latest session" --------------------------------------------------------
+
+
+def test_sessions_lists_by_last_activity_and_implicit_writes_name_their_session(db_target):
+    with Store(db_target) as store:
+        old = store.create_session("old")
+        old.append({"role": "user", "content": "first"})
+        new = store.create_session("new")
+        new.append({"role": "user", "content": "second"})
+        time.sleep(0.005)  # node times have millisecond resolution: let the clock tick
+        old.append({"role": "user", "content": "old is active again"})
+    listed = json.loads(invoke(db_target, "sessions", "--json"))
+    assert [s["title"] for s in listed] == ["old", "new"]  # by activity, not creation
+    assert json.loads(invoke(db_target, "tree", "--json"))["session"] == old.id
+    result = CliRunner().invoke(cli, ["--db", db_target, "append", "note to self"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("branch main -> ")
+    assert result.stderr == f"in session {old.id} (the most recently active; -s SESSION picks another)\n"
+    named = CliRunner().invoke(cli, ["--db", db_target, "append", "-s", new.id, "to new"])
+    assert named.exit_code == 0 and named.stderr == ""

@@ -379,7 +379,7 @@ def run(
     else:
         if system:
             raise click.ClickException("--system only applies to a new session (add --new)")
-        s = pick_session(store, session)
+        s = pick_session(store, session, announce=False)  # named below with its branch
         require_branch(s, branch)
         if prompt:
             require_settled(s, branch)
