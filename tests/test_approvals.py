@@ -190,7 +190,7 @@ def test_cli_pause_expires_takes_a_unit(tmp_path, clock):
             "1h",
         ],
     )
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # paused
     with Store(db) as store:
         (pause,) = store.pending()
     assert pause.payload["expires_at"] == deadlines.stamp(clock.now + 3600)
@@ -409,7 +409,7 @@ def test_cli_webhook_flag(tmp_path, receiver, monkeypatch):
     assert missing.exit_code == 2 and "SESSIONTREE_WEBHOOK_SECRET" in missing.output
     monkeypatch.setenv("HOOK_SECRET", SECRET)
     result = CliRunner().invoke(cli, [*base, "--webhook", r.url, "--webhook-secret-env", "HOOK_SECRET"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # paused
     ((headers, body),) = r.posts
     assert verify(SECRET, body, headers[SIGNATURE_HEADER])
 

@@ -189,9 +189,9 @@ def test_tree_log_show_branches_diff_pending(invoke, small):
 
 
 def test_fork_checkpoint_edit(invoke, small, db, monkeypatch, tmp_path):
-    assert normalise(invoke("fork", "again", "--at", "greeted").output) == "branch again -> <id>"
+    assert normalise(invoke("fork", "again", "--at", "greeted").stdout) == "branch again -> <id>"
     assert (
-        normalise(invoke("checkpoint", "start", "--at", small["question"]).output)
+        normalise(invoke("checkpoint", "start", "--at", small["question"]).stdout)
         == "checkpoint start -> <id>"
     )
     invoke("edit", small["question"], "-b", "polite", "--text", "Hello, please?")

@@ -64,7 +64,7 @@ def test_append_refuses_unanswered_tool_calls_and_says_how_to_answer_them(invoke
         " (sessiontree run -b calls)\n"
     )
     verify_ok(invoke)
-    assert normalise(invoke("append", "go on").output) == "branch main -> <id>"  # main is settled
+    assert normalise(invoke("append", "go on").stdout) == "branch main -> <id>"  # main is settled
 
 
 def test_edit_refuses_a_copy_below_an_undecided_pause(invoke, small, db):  # noqa: F811

@@ -13,15 +13,15 @@ from test_cli import db, invoke, normalise, small  # noqa: F401 - fixtures
 
 
 def test_write_commands_print_what_they_made_as_json(invoke, small, db):  # noqa: F811
-    forked = json.loads(invoke("fork", "again", "--at", "greeted", "--json").output)
+    forked = json.loads(invoke("fork", "again", "--at", "greeted", "--json").stdout)
     with Store(db) as store:
         greeted = store.session(small["session"]).node("greeted").id
     assert forked["name"] == "again" and forked["head_id"] == greeted
     assert forked["session_id"] == small["session"]
-    cp = json.loads(invoke("checkpoint", "start", "--at", small["question"], "--json").output)
+    cp = json.loads(invoke("checkpoint", "start", "--at", small["question"], "--json").stdout)
     assert (cp["name"], cp["node_id"], cp["session_id"]) == ("start", small["question"], small["session"])
     edited = json.loads(
-        invoke("edit", small["question"], "-b", "polite", "--text", "Hi, please?", "--json").output
+        invoke("edit", small["question"], "-b", "polite", "--text", "Hi, please?", "--json").stdout
     )
     assert edited["node"]["payload"] == {"role": "user", "content": "Hi, please?"}
     assert edited["node"]["parent_id"] is None  # a sibling of the root question
@@ -37,19 +37,19 @@ def test_write_commands_print_what_they_made_as_json(invoke, small, db):  # noqa
 
 def test_rename_move_and_delete_branches_and_checkpoints(invoke, small, db):  # noqa: F811
     s, q = small["session"], small["question"]
-    assert normalise(invoke("rename-branch", "alt", "risky").output) == "renamed branch alt to risky -> <id>"
+    assert normalise(invoke("rename-branch", "alt", "risky").stdout) == "renamed branch alt to risky -> <id>"
     assert invoke("rename-branch", "main", "greeted", code=1).output == (
         f"Error: a checkpoint named 'greeted' already exists in session {s}\n"
     )
     assert invoke("rename-branch", "alt", "x", code=1).output == f"Error: no branch 'alt' in session {s}\n"
 
-    assert invoke("move-branch", "main", q[:20]).output == f"branch main -> {q}\n"
+    assert invoke("move-branch", "main", q[:20]).stdout == f"branch main -> {q}\n"
     with Store(db) as store:
         greeted = store.session(s).node("greeted").id
     assert invoke("move-branch", "main", "greeted", "--expect", greeted, code=1).output == (
         f"Error: branch 'main' moved: expected head {greeted}, found {q}\n"
     )
-    moved = json.loads(invoke("move-branch", "main", "greeted", "--expect", q, "--json").output)
+    moved = json.loads(invoke("move-branch", "main", "greeted", "--expect", q, "--json").stdout)
     assert (moved["name"], moved["head_id"]) == ("main", greeted)
     assert invoke("move-branch", "greeted", "main", code=1).output == (
         "Error: 'greeted' is a checkpoint, and checkpoints never move; fork a branch from it\n"
@@ -58,10 +58,10 @@ def test_rename_move_and_delete_branches_and_checkpoints(invoke, small, db):  # 
     assert invoke("delete-branch", "greeted", code=1).output == (
         "Error: 'greeted' is a checkpoint, not a branch; use `sessiontree delete-checkpoint`\n"
     )
-    assert invoke("delete-branch", "risky").output == (
+    assert invoke("delete-branch", "risky").stdout == (
         "deleted branch risky (prune removes nodes nothing reaches any more)\n"
     )
-    assert json.loads(invoke("delete-checkpoint", "greeted", "--json").output) == {
+    assert json.loads(invoke("delete-checkpoint", "greeted", "--json").stdout) == {
         "session": s,
         "deleted_checkpoint": "greeted",
     }
@@ -80,11 +80,11 @@ def test_rename_move_and_delete_branches_and_checkpoints(invoke, small, db):  # 
 
 
 def test_append(invoke, small, db):  # noqa: F811
-    assert normalise(invoke("append", "Thanks!").output) == "branch main -> <id>"
+    assert normalise(invoke("append", "Thanks!").stdout) == "branch main -> <id>"
     invoke("fork", "side", "--at", small["question"])
     invoke("append", "-", "--role", "system", "-b", "side", input="From stdin\n")
     added = json.loads(
-        invoke("append", "Sure.", "--role", "assistant", "-s", small["session"][:13], "--json").output
+        invoke("append", "Sure.", "--role", "assistant", "-s", small["session"][:13], "--json").stdout
     )
     assert added["node"]["payload"] == {"role": "assistant", "content": "Sure."}
     assert added["branch"]["head_id"] == added["node"]["id"]

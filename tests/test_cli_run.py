@@ -40,7 +40,7 @@ def test_run_pauses_then_approve_and_resume(agent_fakellm, tmp_path, monkeypatch
     extra = [] if stream else ["--no-stream"]
     prompt = f"What is the weather in Paris? Email bob. ({uuid.uuid4().hex})"
     result = runner.invoke(cli, ["--db", db, "run", prompt, "--tools", FLOWS, *extra])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # paused: waiting for a human
     assert normalise(re.sub(r"call_[0-9a-f]+", "call_<id>", result.output)) == EXPECTED_RUN
     pause = re.search(r"sessiontree approve (\S+)", result.output)[1]
 
@@ -161,7 +161,7 @@ def test_run_and_resume_print_json_lines(endpoint, tmp_path, stream):
     db = tmp_path / "run.db"
     extra = [] if stream else ["--no-stream"]
     prompt = f"What is the weather in Paris? Email bob. ({uuid.uuid4().hex})"
-    result = cli_run(db, "run", prompt, "--tools", FLOWS, "--json", *extra)
+    result = cli_run(db, "run", prompt, "--tools", FLOWS, "--json", *extra, code=3)
     assert result.stderr.startswith("session ")  # the note is not on stdout
     assert json_lines(result.stdout) == [
         {
@@ -268,7 +268,9 @@ def test_run_and_resume_print_json_lines(endpoint, tmp_path, stream):
 
 def test_approve_policies(endpoint, tmp_path):
     prompt = f"What is the weather in Paris? Email bob. ({uuid.uuid4().hex})"
-    result = cli_run(tmp_path / "all.db", "run", prompt, "--tools", FLOWS, "--approve", "all", "--no-stream")
+    result = cli_run(
+        tmp_path / "all.db", "run", prompt, "--tools", FLOWS, "--approve", "all", "--no-stream", code=3
+    )
     assert "paused: --approve all: get_weather needs a human" in result.stdout
     result = cli_run(
         tmp_path / "none.db", "run", prompt, "--tools", FLOWS, "--approve", "none", "--no-stream"

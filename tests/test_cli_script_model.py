@@ -78,7 +78,7 @@ def test_run_pause_approve_resume_on_a_script_model(db_target, tmp_path, monkeyp
     offline_env(monkeypatch, sent)
     model = write_script(tmp_path / "replies.jsonl", SCRIPT)
     out = invoke(
-        db_target, "run", "--new", "Weather in Paris? Email bob.", "--model", model, "--tools", FLOWS
+        db_target, "run", "--new", "Weather in Paris? Email bob.", "--model", model, "--tools", FLOWS, code=3
     )
     assert normalise(out) == RUN_OUTPUT
     pause = re.search(r"sessiontree approve (\S+)", out)[1]
@@ -108,14 +108,14 @@ def test_run_and_resume_in_separate_processes_share_one_script(tmp_path):
     env.update(SENT_LOG=str(sent), SESSIONTREE_DB=db)
     sessiontree = str(Path(sys.executable).parent / "sessiontree")
 
-    def shell(*args: str) -> str:
+    def shell(*args: str, code: int = 0) -> str:
         result = subprocess.run(
             [sessiontree, *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
         )
-        assert result.returncode == 0, result.stdout + result.stderr
+        assert result.returncode == code, result.stdout + result.stderr
         return result.stdout
 
-    out = shell("run", "--new", "Weather in Paris? Email bob.", "--model", model, "--tools", FLOWS)
+    out = shell("run", "--new", "Weather in Paris? Email bob.", "--model", model, "--tools", FLOWS, code=3)
     assert normalise(out) == RUN_OUTPUT.split("\n", 1)[1]  # the session line goes to stderr
     pause = re.search(r"sessiontree approve (\S+)", out)[1]
     shell("approve", pause, "--by", "alice")
@@ -129,7 +129,9 @@ def test_worker_rerun_and_compaction_run_on_a_script_model(tmp_path, monkeypatch
     offline_env(monkeypatch, sent)
     db = str(tmp_path / "x.db")
     model = write_script(tmp_path / "replies.jsonl", SCRIPT)
-    out = invoke(db, "run", "--new", "Weather? Email bob.", "--model", model, "--tools", FLOWS, "--no-stream")
+    out = invoke(
+        db, "run", "--new", "Weather? Email bob.", "--model", model, "--tools", FLOWS, "--no-stream", code=3
+    )
     pause = re.search(r"sessiontree approve (\S+)", out)[1]
     invoke(db, "approve", pause)
     out = invoke(db, "worker", "--until-idle", "--model", model, "--tools", FLOWS, "--no-stream")

@@ -166,7 +166,7 @@ def test_cli_replay_reports_each_turn(tmp_path, monkeypatch):
     three_turns(db)
     runner = CliRunner()
     result = runner.invoke(cli, ["--db", str(db), "replay", "main"])
-    assert (result.exit_code, result.output) == (
+    assert (result.exit_code, result.stdout) == (
         0,
         "replayed main into main-replay: all 5 message(s) of 3 turn(s) matched (completed)\n",
     )

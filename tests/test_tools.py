@@ -159,3 +159,15 @@ def test_valid_scalars_round_trip(i, s, b, f):
         """Scalars."""
 
     assert scalars.parse({"i": i, "s": s, "b": b, "f": f}) == {"i": i, "s": s, "b": b, "f": float(f)}
+
+
+def test_the_same_tool_given_twice_is_one_tool():
+    from sessiontree.tools import as_tools
+
+    @tool
+    def twice(x: int) -> int:
+        return x
+
+    assert list(as_tools([twice, twice])) == ["twice"]
+    with pytest.raises(ValueError, match="two tools are named 'twice'"):
+        as_tools([twice, tool(twice.fn)])

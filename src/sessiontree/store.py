@@ -129,7 +129,8 @@ class Store:
         return self.storage.resolve_id("sessions", "session", check_lookup(id_or_prefix, "session"))
 
     def sessions(self, *, include_archived: bool = False) -> list[SessionInfo]:
-        """All sessions, newest first, with their node counts and last activity."""
+        """All sessions, most recently active first (the last node written; the creation
+        for an empty one), with their node counts and last activity."""
         return self.storage.sessions(include_archived=include_archived)
 
     def archive_session(self, session_id: str, *, archived: bool = True) -> None:

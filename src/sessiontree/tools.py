@@ -335,11 +335,15 @@ def tool(
 
 
 def as_tools(tools: typing.Iterable[Tool | Callable[..., Any]]) -> dict[str, Tool]:
-    """Tools by name; plain functions are wrapped. Duplicate names are an error."""
+    """Tools by name; plain functions are wrapped. The same tool (or function) given twice
+    counts once, as a module's ``@tool`` function and its ``TOOLS = [...]`` list are the
+    same objects; two different tools of one name are an error."""
     by_name: dict[str, Tool] = {}
     for item in tools:
         t = item if isinstance(item, Tool) else Tool(item)
         if t.name in by_name:
+            if by_name[t.name] is item or by_name[t.name].fn is item:
+                continue
             raise ValueError(f"two tools are named {t.name!r}")
         by_name[t.name] = t
     return by_name

@@ -86,17 +86,26 @@ def open_store(ctx: click.Context, *, write: bool = False) -> Store:
     return store
 
 
-def latest_session(store: Store) -> Session:
+def latest_session(store: Store, *, announce: bool = True) -> Session:
+    """The session commands use when none is named: the first one `sessions` lists.
+
+    A command that may write to it names it on stderr when it succeeds, so that a write
+    never lands in a session the user did not see (``announce=False``: the command names
+    it itself).
+    """
     sessions = store.sessions()
     if not sessions:
         raise click.ClickException("the database has no sessions yet")
-    latest = max(sessions, key=lambda s: (s.last_activity or "", s.id))
-    return store.session(latest.id)
+    latest = store.session(sessions[0].id)
+    ctx = click.get_current_context(silent=True)
+    if announce and not store.readonly and ctx is not None:
+        ctx.find_root().meta["sessiontree.implicit"] = latest.id  # named once the command succeeds
+    return latest
 
 
-def pick_session(store: Store, session: str | None) -> Session:
-    """``--session`` if given, else the most recently active session."""
-    return store.session(session) if session else latest_session(store)
+def pick_session(store: Store, session: str | None, *, announce: bool = True) -> Session:
+    """``--session`` if given, else the most recently active session (see ``latest_session``)."""
+    return store.session(session) if session else latest_session(store, announce=announce)
 
 
 def target(store: Store, ref: str, session: str | None) -> tuple[Session, str]:
@@ -187,7 +196,13 @@ class SessionTreeGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return self._invoke(ctx)
+            result = self._invoke(ctx)
+            if "sessiontree.implicit" in ctx.meta:
+                implicit = ctx.meta["sessiontree.implicit"]
+                click.echo(
+                    f"in session {implicit} (the most recently active; -s SESSION picks another)", err=True
+                )
+            return result
         except click.exceptions.Exit as e:
             if e.exit_code:
                 remove_new_databases(ctx)
@@ -201,6 +216,11 @@ class SessionTreeGroup(click.Group):
             return super().invoke(ctx)
         except SessionTreeError as e:
             raise click.ClickException(clip(str(e))) from None
+        except BrokenPipeError:
+            # The reader went away (`log | head`): stop quietly, as git does. stdout is
+            # pointed at /dev/null so that Python's flush at exit does not complain again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise click.exceptions.Exit(0) from None
         except OSError as e:  # a file the user named: missing directory, no permission, full disk
             where = f"{e.filename}: " if e.filename else ""
             raise click.ClickException(clip(f"{where}{e.strerror or e}")) from None

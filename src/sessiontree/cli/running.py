@@ -12,6 +12,7 @@ import inspect
 import json
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -29,32 +30,70 @@ from .common import open_store, pick_session
 from .params import Duration, Seconds
 from .refs import require_branch, require_settled
 from .render import one_line
-from .stepview import print_steps
+from .stepview import exit_code, print_steps
 
 
 def load_tools(specs: tuple[str, ...]) -> list[Tool]:
-    """Tools from ``module``, ``module:attribute`` or ``path/to/file.py`` specs."""
-    found: list[Tool] = []
+    """Tools from ``module``, ``module:attribute`` or ``path/to/file.py`` specs.
+
+    A whole module offers its ``Tool`` objects (``@tool`` functions, and lists of them: the
+    same tool found twice is one); a module with none is refused rather than offering no
+    tools. ``:attribute`` may also name a plain function (or a list), which becomes a tool.
+    Modules are imported with the current directory on ``sys.path``, as ``python -m`` does.
+    """
+    found: list[Tool | Callable[..., Any]] = []
     for spec in specs:
         target, _, attribute = spec.partition(":")
-        try:
-            if target.endswith(".py"):
-                module_spec = importlib.util.spec_from_file_location(Path(target).stem, target)
-                if module_spec is None or module_spec.loader is None:
-                    raise ImportError(f"cannot load {target}")
-                module = importlib.util.module_from_spec(module_spec)
-                module_spec.loader.exec_module(module)
-            else:
-                module = importlib.import_module(target)
-        except (ImportError, OSError, SyntaxError) as e:
-            raise click.BadParameter(f"cannot import {target}: {e}", param_hint="--tools") from None
+        module = _import_tools_module(target)
         if attribute and not hasattr(module, attribute):
             raise click.BadParameter(f"{target} has no attribute {attribute!r}", param_hint="--tools")
-        values = [getattr(module, attribute)] if attribute else list(vars(module).values())
-        for value in values:
-            items = value if isinstance(value, list | tuple) else [value]
-            found += [item for item in items if isinstance(item, Tool)]
-    return list(as_tools(found).values())
+        if attribute:
+            value = getattr(module, attribute)
+            items = list(value) if isinstance(value, list | tuple) else [value]
+            if not items or not all(isinstance(item, Tool) or inspect.isfunction(item) for item in items):
+                raise click.BadParameter(
+                    f"{spec} is not a tool, a function or a list of them", param_hint="--tools"
+                )
+            found += items
+            continue
+        tools = [
+            item
+            for value in vars(module).values()
+            for item in (value if isinstance(value, list | tuple) else [value])
+            if isinstance(item, Tool)
+        ]
+        if not tools:
+            raise click.BadParameter(
+                f"{target} has no tools: mark its functions with @tool (from sessiontree import tool),"
+                f" or name one as {target}:FUNCTION",
+                param_hint="--tools",
+            )
+        found += tools
+    try:
+        return list(as_tools(found).values())
+    except ValueError as e:  # two different tools of one name
+        raise click.BadParameter(str(e), param_hint="--tools") from None
+
+
+def _import_tools_module(target: str) -> Any:
+    try:
+        if target.endswith(".py"):
+            module_spec = importlib.util.spec_from_file_location(Path(target).stem, target)
+            if module_spec is None or module_spec.loader is None:
+                raise ImportError(f"cannot load {target}")
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+            return module
+        added = os.getcwd() not in sys.path and "" not in sys.path
+        if added:
+            sys.path.insert(0, os.getcwd())
+        try:
+            return importlib.import_module(target)
+        finally:
+            if added:
+                sys.path.remove(os.getcwd())
+    except (ImportError, OSError, SyntaxError) as e:
+        raise click.BadParameter(f"cannot import {target}: {e}", param_hint="--tools") from None
 
 
 APPROVE_POLICIES = ("default", "all", "none")
@@ -321,7 +360,8 @@ def run(
     (or, with --model script:PATH, on a file of replies: no server needed).
 
     Continues -s SESSION, else the most recently active session; --new (or an
-    empty store) starts a new session.
+    empty store) starts a new session. Exits 0 when the run completed, 3 when it paused
+    for a human, 4 when it stopped at --max-steps, 1 on an error.
     """
     if new and session:
         raise click.ClickException("give -s SESSION or --new, not both")
@@ -339,7 +379,7 @@ def run(
     else:
         if system:
             raise click.ClickException("--system only applies to a new session (add --new)")
-        s = pick_session(store, session)
+        s = pick_session(store, session, announce=False)  # named below with its branch
         require_branch(s, branch)
         if prompt:
             require_settled(s, branch)
@@ -364,8 +404,7 @@ def run(
         lambda final: {"session": s.id, "branch": branch},
     )
     finish_deliveries(hook)
-    if final is not None and final.reason == "error":
-        ctx.exit(1)
+    ctx.exit(exit_code(final))
 
 
 @click.command()
@@ -390,7 +429,10 @@ def resume(
     webhook_secret_env: str,
     as_json: bool,
 ) -> None:
-    """Continue the branch of a decided PAUSE."""
+    """Continue the branch of a decided PAUSE.
+
+    Exits as `run` does: 0 completed, 3 paused again, 4 stopped at --max-steps, 1 error.
+    """
     call = make_call(base_url, model, api_key_env, not no_stream, params)
     tools = load_tools(tool_specs)
     hook = make_webhook(webhook_url, webhook_secret_env)
@@ -420,8 +462,7 @@ def resume(
         about,
     )
     finish_deliveries(hook)
-    if final is not None and final.reason == "error":
-        ctx.exit(1)
+    ctx.exit(exit_code(final))
 
 
 @click.command()

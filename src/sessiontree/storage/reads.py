@@ -240,7 +240,7 @@ class SharedReads(Storage):
             LEFT JOIN (SELECT session, count(*) AS n, max(created_at) AS last FROM nodes GROUP BY session) c
               ON c.session = s.key
             {where}
-            ORDER BY s.created_at DESC, s.id DESC
+            ORDER BY coalesce(c.last, s.created_at) DESC, s.id DESC
             """
         )
         return [
