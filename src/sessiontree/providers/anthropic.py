@@ -51,7 +51,7 @@ from .anthropic_blocks import reply_message as _reply_message
 from .body import ACCEPT_ENCODING
 from .failures import Failures
 from .http import DEFAULT_DEADLINE, DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_RESPONSE_BYTES, Endpoint
-from .reply import error_text
+from .reply import data_object, error_text
 from .retry import Budget
 from .sse import Event
 
@@ -320,13 +320,7 @@ class MessageStream:
         data = event.data.strip()
         if not data:
             return None
-        try:
-            chunk = json.loads(data)
-        except (ValueError, RecursionError) as exc:
-            problem = "JSON nested too deeply" if isinstance(exc, RecursionError) else "malformed JSON"
-            raise error(f"{problem} in stream data line: ", detail=data, limit=200, quote=True) from None
-        if not isinstance(chunk, dict):
-            raise error("stream data line is not a JSON object: ", detail=data, limit=200, quote=True)
+        chunk = data_object(data, error)
         kind = chunk.get("type") or event.event
         if kind == "error" or event.event == "error":
             found = chunk.get("error")

@@ -38,13 +38,7 @@ class StreamState:
         if data == "[DONE]":
             self.done = True
             return None
-        try:
-            chunk = json.loads(data)
-        except (ValueError, RecursionError) as exc:
-            problem = "JSON nested too deeply" if isinstance(exc, RecursionError) else "malformed JSON"
-            raise error(f"{problem} in stream data line: ", detail=data, limit=200, quote=True) from None
-        if not isinstance(chunk, dict):
-            raise error("stream data line is not a JSON object: ", detail=data, limit=200, quote=True)
+        chunk = data_object(data, error)
         if chunk.get("error") or event.event == "error":
             raise error("error in stream: ", detail=error_text(chunk))
         try:
@@ -71,6 +65,19 @@ class StreamState:
                 merge_tool_call(self.calls, part)
             self.finish = choice.get("finish_reason") or self.finish
         return delta_text
+
+
+def data_object(data: str, error: Any) -> dict[str, Any]:
+    """A stream's data line as the JSON object every streaming API sends, or ``error``
+    (a ``Failures``) saying what it is instead."""
+    try:
+        chunk = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        problem = "JSON nested too deeply" if isinstance(exc, RecursionError) else "malformed JSON"
+        raise error(f"{problem} in stream data line: ", detail=data, limit=200, quote=True) from None
+    if not isinstance(chunk, dict):
+        raise error("stream data line is not a JSON object: ", detail=data, limit=200, quote=True)
+    return chunk
 
 
 def merge_tool_call(calls: dict[int, dict[str, Any]], part: dict[str, Any]) -> None:
