@@ -545,3 +545,39 @@ def test_a_tool_result_that_is_not_json_is_a_tool_error_not_a_failed_run(store, 
     assert kinds(steps) == ["Assistant", "ToolStart", "ToolEnd", "Assistant", "Final"]
     assert steps[2].ok is False and "cannot be sent as JSON" in steps[2].node.payload["content"]
     assert steps[-1].reason == "completed"
+
+
+@pytest.mark.parametrize("given", [[], [get_weather]], ids=["no-tools", "other-tools"])
+def test_a_resume_without_the_approved_tool_refuses_and_the_decision_stays_usable(any_store, given):
+    session = any_store.create_session()
+    session.append(user("Email bob."))
+    model = ScriptedModel(
+        [reply(None, tool_call("send_email", {"to": "bob", "body": "hi"}, id="e1")), "Done: sent."]
+    )
+    steps = list(run(any_store, session, model, tools=[send_email]))
+    pause_id = steps[-2].node.id
+    decide(any_store, pause_id, {"e1": Approve()}, by="alice")
+    before = [n.id for n in session.tree()]
+    CALLED.clear()
+    with pytest.raises(sessiontree.ToolMissing) as refused:
+        resume(any_store, pause_id, call=model, tools=given)
+    assert str(refused.value) == (
+        f"pause {pause_id}: the decided call e1 needs the tool 'send_email', which this run was not"
+        " given; nothing was run and the decision stays usable (give the tool: tools=..., or --tools"
+        " on the command line)"
+    )
+    assert [n.id for n in session.tree()] == before and CALLED == []
+    assert [p for p, _ in any_store.storage.resumable()] == [pause_id]
+    steps = list(resume(any_store, pause_id, call=model, tools=[send_email]))
+    assert steps[-1].reason == "completed"
+    assert CALLED == [("send_email", {"to": "bob", "body": "hi"})]
+    assert any_store.verify().ok
+
+
+def test_a_rejected_call_needs_no_tool_to_resume(any_store):
+    session = any_store.create_session()
+    session.append(user("Email bob."))
+    model = ScriptedModel([reply(None, tool_call("send_email", {"to": "bob", "body": "hi"}, id="e1")), "OK."])
+    pause_id = list(run(any_store, session, model, tools=[send_email]))[-2].node.id
+    decide(any_store, pause_id, {"e1": Reject("no")}, by="alice")
+    assert list(resume(any_store, pause_id, call=model))[-1].reason == "completed"

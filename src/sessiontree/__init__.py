@@ -29,6 +29,7 @@ from .errors import (
     SearchIndexOff,
     SessionTreeError,
     ToolArgumentError,
+    ToolMissing,
     Unavailable,
 )
 from .experiments import (
@@ -155,6 +156,7 @@ __all__ = [
     "TurnReport",
     "Tool",
     "ToolArgumentError",
+    "ToolMissing",
     "ToolCall",
     "ToolContext",
     "ToolEnd",

@@ -127,6 +127,11 @@ class ToolArgumentError(SessionTreeError, ValueError):
     """Arguments a model sent that do not fit the tool's signature."""
 
 
+class ToolMissing(SessionTreeError, LookupError):
+    """A decided call needs a tool the resuming run was not given: refused before anything
+    is written, so the decision stays usable once the tool is given."""
+
+
 class InvalidTree(SessionTreeError, ValueError):
     """Import input that is not a tree: a missing parent, a cycle, a bad payload or depth."""
 

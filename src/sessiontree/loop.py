@@ -55,7 +55,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 from . import bridge, compaction, deadlines
-from .errors import BranchMoved, Conflict, InvalidPayload, ModelOutputError, SessionTreeError
+from .errors import BranchMoved, Conflict, InvalidPayload, ModelOutputError, SessionTreeError, ToolMissing
 from .ids import new_id, now
 from .model import Completion, Node, completion_problem, sendable
 from .plan import Action, next_action
@@ -687,7 +687,9 @@ def aresume(store: Store, pause: Ref, **kwargs: Any) -> AsyncIterator[Step]:
 
     Raises ``Conflict`` when the node is not a pause, when the pause has no decision
     yet, when it was already resumed (a node follows the decision, on any branch), or
-    when no branch stands at its decision any more (moved back, or deleted).
+    when no branch stands at its decision any more (moved back, or deleted); and
+    ``ToolMissing`` when an approved or edited call's tool is not among ``tools``.
+    Each is raised before anything is written, so the decision stays usable.
     """
     pause = store.node(pause)
     if pause.kind != "pause":
@@ -709,9 +711,26 @@ def aresume(store: Store, pause: Ref, **kwargs: Any) -> AsyncIterator[Step]:
             f"pause {pause.id}: no branch stands at its decision {decision.id} any more"
             f" ({_why_left(store, decision)}); nothing was run"
         )
+    _require_tools(pause, decision, as_tools(kwargs.get("tools") or []))
     if len(branches) > 1:  # forks made at the pause are younger than the branch that paused
         branches.sort(key=lambda name: session.branch(name).created_at)
     return arun(store, session, branches[0], expect_head=decision.id, **kwargs)
+
+
+def _require_tools(pause: Node, decision: Node, tools: dict[str, Tool]) -> None:
+    """``ToolMissing`` when a call the decision lets run (approved or edited) has no tool
+    among ``tools``: checked before the run writes its ``tool_start``, which would use the
+    decision up on a call that can only fail."""
+    actions = decision.payload.get("decisions") or {}
+    for call in pause.payload.get("calls") or []:
+        action = actions.get(call.get("id"))
+        runs = isinstance(action, dict) and action.get("action") in ("approve", "edit")
+        if runs and call.get("name") not in tools:
+            raise ToolMissing(
+                f"pause {pause.id}: the decided call {call.get('id')} needs the tool {call.get('name')!r},"
+                " which this run was not given; nothing was run and the decision stays usable"
+                " (give the tool: tools=..., or --tools on the command line)"
+            )
 
 
 def _why_left(store: Store, node: Node) -> str:
