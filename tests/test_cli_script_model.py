@@ -16,6 +16,7 @@ from sessiontree import InvalidScript, ScriptExhausted, Store
 from sessiontree.cli import cli
 from sessiontree.providers.script import assistants_since_last_user, script_model
 
+from conftest import public_rows_of
 from test_cli import normalise
 
 FLOWS = str(Path(__file__).parent / "flows.py")
@@ -274,3 +275,29 @@ def test_the_reply_is_chosen_from_the_conversation_not_the_process(tmp_path):
     assert streamed[-1].message["content"] == "Emailed Bob: sunny in Paris."
     with pytest.raises(InvalidScript):
         script_model(tmp_path / "missing.jsonl")
+
+
+def test_resume_as_printed_without_tools_refuses_and_keeps_the_decision(db_target, tmp_path, monkeypatch):
+    # The newcomer's journey: `resume P` pasted as printed, without --tools, used to run the
+    # approved call with no tool, fail, and use the human's approval up.
+    sent = tmp_path / "sent.log"
+    offline_env(monkeypatch, sent)
+    model = write_script(tmp_path / "replies.jsonl", SCRIPT)
+    out = invoke(
+        db_target, "run", "--new", "Weather in Paris? Email bob.", "--model", model, "--tools", FLOWS, code=3
+    )
+    pause = re.search(r"sessiontree approve (\S+)", out)[1]
+    invoke(db_target, "approve", pause, "--by", "alice")
+    with Store(db_target) as store:
+        before = public_rows_of(store)
+    refused = invoke(db_target, "resume", pause, "--model", model, code=1)
+    call_id = re.search(r"decided call (\S+) needs", refused)[1]
+    assert refused == (
+        f"Error: pause {pause}: the decided call {call_id} needs the tool 'send_email', which this run"
+        " was not given; nothing was run and the decision stays usable (give the tool: tools=..., or"
+        " --tools on the command line)\n"
+    )
+    with Store(db_target) as store:
+        assert public_rows_of(store) == before
+    assert invoke(db_target, "resume", pause, "--model", model, "--tools", FLOWS) == RESUME_OUTPUT
+    assert sent.read_text().splitlines() == ['{"to": "bob@example.com", "body": "Sunny"}']
