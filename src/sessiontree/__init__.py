@@ -67,6 +67,7 @@ from .model import (
     VerifyReport,
 )
 from .notify import Webhook
+from .scoring import Judgement, Promotion, Score, promote, score
 from .session import Session
 from .steps import (
     Approve,
@@ -126,6 +127,7 @@ __all__ = [
     "InvalidQuery",
     "InvalidScript",
     "InvalidTree",
+    "Judgement",
     "ModelOutputError",
     "Node",
     "NotFound",
@@ -133,6 +135,7 @@ __all__ = [
     "Pause",
     "Paused",
     "Problem",
+    "Promotion",
     "ProviderError",
     "PruneReport",
     "ReadOnly",
@@ -142,6 +145,7 @@ __all__ = [
     "RerunResult",
     "Run",
     "SchemaTooNew",
+    "Score",
     "SearchHit",
     "SearchIndex",
     "SearchIndexOff",
@@ -175,12 +179,14 @@ __all__ = [
     "export_file",
     "import_file",
     "new_id",
+    "promote",
     "render_html",
     "replay",
     "rerun",
     "reject_expired",
     "resume",
     "run",
+    "score",
     "tool",
     "write_html",
 ]
