@@ -47,6 +47,7 @@ from .experiments import (
 )
 from .formats import detect_format, export_file, import_file
 from .ids import new_id
+from .limits import Limits
 from .loop import aresume, arun, decide, reject_expired, resume, run
 from .model import (
     Branch,
@@ -128,6 +129,7 @@ __all__ = [
     "InvalidScript",
     "InvalidTree",
     "Judgement",
+    "Limits",
     "ModelOutputError",
     "Node",
     "NotFound",

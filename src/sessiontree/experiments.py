@@ -53,23 +53,13 @@ def free_branch_name(session: Session, wanted: str) -> str:
     return name
 
 
-def _canonical(arguments: str) -> str:
-    try:
-        return json.dumps(json.loads(arguments), sort_keys=True, ensure_ascii=False)
-    except (ValueError, TypeError):
-        return arguments
-
-
 def _event(node: Node) -> tuple | None:
     """What a replay compares about a node (None: not compared)."""
     if node.kind != "message":
         return None
     p = node.payload
     if p.get("role") == "assistant":
-        calls = tuple(
-            (c["function"]["name"], _canonical(c["function"].get("arguments") or ""))
-            for c in p.get("tool_calls") or []
-        )
+        calls = tuple(ToolCall.from_message(c).signature for c in p.get("tool_calls") or [])
         return ("assistant", p.get("content"), calls)
     if p.get("role") == "tool":
         return ("tool", p.get("tool_call_id"), p.get("content"))

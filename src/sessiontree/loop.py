@@ -57,6 +57,7 @@ from typing import Any
 from . import bridge, compaction, deadlines
 from .errors import BranchMoved, Conflict, InvalidPayload, ModelOutputError, SessionTreeError, ToolMissing
 from .ids import new_id, now
+from .limits import Budget, Limits
 from .model import Completion, Node, completion_problem, sendable
 from .plan import Action, next_action
 from .redact import Redactor
@@ -68,6 +69,7 @@ from .steps import (
     Decision,
     Edit,
     Final,
+    FinalReason,
     Pause,
     Paused,
     Reject,
@@ -114,6 +116,8 @@ async def arun(
     count_tokens: TokenCounter | None = None,
     pause_expires: float | None = None,
     on_pause: PauseHook | None = None,
+    limits: Limits | None = None,
+    parallel_tools: int = 4,
 ) -> AsyncIterator[Step]:
     """Advance ``branch`` until the model is done, a human is needed, or a limit is hit.
 
@@ -125,9 +129,14 @@ async def arun(
     ``context_budget`` the branch is compacted before a model call that would exceed
     it (see the module docstring). ``pause_expires`` (seconds) is the deadline of a
     pause neither the approver nor the tool gives one; ``on_pause`` is told of each pause
-    written (see the module docstring).
+    written (see the module docstring). ``limits`` are this run's budgets (``Limits``:
+    tokens, seconds, cost, repeated calls); ``parallel_tools`` bounds how many calls of one
+    batch run at once (1: one after another).
     """
     pause_expires = deadlines.validate(pause_expires, "pause_expires")
+    if isinstance(parallel_tools, bool) or not isinstance(parallel_tools, int) or parallel_tools < 1:
+        raise ValueError(f"parallel_tools must be a whole number of at least 1, got {parallel_tools!r:.40}")
+    budget = Budget(limits) if limits is not None else None
     session = session if isinstance(session, Session) else store.session(session)
     registry = as_tools(tools)
     specs = [t.spec() for t in registry.values()]
@@ -136,6 +145,7 @@ async def arun(
     if expected is not None and head != expected:
         raise BranchMoved(branch, expected, head)
     cursor = _BranchCursor(store, session, branch, session.path(head) if head else [])
+    cursor.parallel_tools, cursor.budget = parallel_tools, budget
     model_calls = 0
     try:
         while True:
@@ -154,6 +164,10 @@ async def arun(
                 if model_calls >= max_steps:
                     yield Final("max_steps", path[-1])
                     return
+                over = budget.before_model_call() if budget else None
+                if over is not None:
+                    yield cursor.stop(*over)
+                    return
                 model_calls += 1
                 if context_budget is not None and _tokens(cursor, count_tokens) > context_budget:
                     try:
@@ -170,6 +184,10 @@ async def arun(
                     if isinstance(step, Final):
                         return
                 continue
+            over = budget.before_tools(path) if budget else None
+            if over is not None:
+                yield cursor.stop(*over)
+                return
             pause = None
             try:
                 async for step in _resolve_calls(cursor, action, registry, approve, pause_expires):
@@ -201,6 +219,8 @@ class _BranchCursor:
         self.messages = compaction.project(path)
         # A decision at the head that the next append claims (see ``_resolve_calls``).
         self.claiming: Node | None = None
+        self.parallel_tools = 1  # how many calls of a batch run at once
+        self.budget: Budget | None = None  # what this run may still spend
 
     @property
     def head(self) -> str | None:
@@ -224,6 +244,11 @@ class _BranchCursor:
         elif kind == "summary":
             self.messages = compaction.project(self.path)
         return node
+
+    def stop(self, reason: FinalReason, message: str) -> Final:
+        """Record that a budget ran out in a ``note`` node (see ``limits``); the Final step."""
+        node = self.append({"type": "limit", "limit": reason, "message": message}, kind="note")
+        return Final(reason, node, message)
 
     def fail(self, error: Exception, during: str) -> Final:
         """Record why the run stops in an ``error`` node; the Final step that says so."""
@@ -252,6 +277,8 @@ async def _model_step(
         return
     if completion.latency_ms is None:  # the call did not time itself
         completion.latency_ms = round((time.perf_counter() - started) * 1000, 3)
+    if cursor.budget is not None:
+        cursor.budget.spend(completion)
     try:
         node = cursor.append(completion.message, run=completion)
     except InvalidPayload as e:  # NaN in the usage, a reply nested absurdly deep, ...
@@ -302,6 +329,8 @@ async def _compact(
                 reply = item
         result = _as_completion(reply)
     text, completion = summary_text(result)
+    if cursor.budget is not None and completion is not None:
+        cursor.budget.spend(completion)
     return cursor.append(planned.payload(text), kind="summary", run=completion)
 
 
@@ -427,8 +456,7 @@ async def _answer_calls(
             )
             for call, _ in to_run:
                 yield ToolStart(call, marker)
-            for call, arguments in to_run:
-                content, ok = await _execute(registry, call, arguments, cursor)
+            async for call, content, ok in _run_batch(registry, to_run, cursor):
                 node = cursor.append({"role": "tool", "tool_call_id": call.id, "content": content})
                 yield ToolEnd(call, node, ok)
     if for_human:
@@ -441,6 +469,40 @@ async def _answer_calls(
             payload["expires_at"] = deadlines.deadline(min(waits))
         pause = cursor.append(payload, kind="pause")
         yield Paused(pause)
+
+
+async def _run_batch(
+    registry: dict[str, Tool], to_run: list[tuple[ToolCall, str]], cursor: _BranchCursor
+) -> AsyncIterator[tuple[ToolCall, str, bool]]:
+    """Each call's (call, content, ok), in call order. Calls run concurrently, at most
+    ``cursor.parallel_tools`` at once, except that a tool marked ``parallel=False`` runs
+    alone: the calls before it finish first and the calls after it wait for it. A result
+    is yielded (and so committed) as soon as it and every result before it are in."""
+    bound = asyncio.Semaphore(cursor.parallel_tools)
+
+    async def one(call: ToolCall, arguments: str) -> tuple[str, bool]:
+        async with bound:
+            return await _execute(registry, call, arguments, cursor)
+
+    groups: list[list[tuple[ToolCall, str]]] = []
+    shared = False  # whether the last group takes more calls
+    for item in to_run:
+        tool = registry.get(item[0].name)
+        alone = cursor.parallel_tools == 1 or (tool is not None and not tool.parallel)
+        if alone or not shared:
+            groups.append([item])
+            shared = not alone
+        else:
+            groups[-1].append(item)
+    for group in groups:
+        tasks = [asyncio.ensure_future(one(call, arguments)) for call, arguments in group]
+        try:
+            for (call, _), task in zip(group, tasks, strict=True):
+                content, ok = await task
+                yield call, content, ok
+        finally:  # cancelled, or the consumer stopped: no call outlives its batch
+            for task in tasks:
+                task.cancel()
 
 
 async def _execute(
@@ -573,6 +635,8 @@ def run(
     count_tokens: TokenCounter | None = None,
     pause_expires: float | None = None,
     on_pause: PauseHook | None = None,
+    limits: Limits | None = None,
+    parallel_tools: int = 4,
 ) -> Iterator[Step]:
     """``arun`` for callers without asyncio: the same steps, as a plain iterator."""
     return bridge.iterate(
@@ -591,6 +655,8 @@ def run(
             count_tokens=count_tokens,
             pause_expires=pause_expires,
             on_pause=on_pause,
+            limits=limits,
+            parallel_tools=parallel_tools,
         )
     )
 
