@@ -691,9 +691,8 @@ def check_decisions(pause: Node, decisions: dict[str, Decision]) -> None:
         if isinstance(edit, Edit) and isinstance(schema, dict):
             found = schema_check.problems(edit.arguments, schema, "arguments")
             if found:
-                raise ToolArgumentError(
-                    f"edit of call {call['id']} ({call.get('name')}): {'; '.join(found)} (nothing was written)"
-                )
+                what = f"edit of call {call['id']} ({call.get('name')})"
+                raise ToolArgumentError(f"{what}: {'; '.join(found)} (nothing was written)")
 
 
 def decide(store: Store, pause: Ref, decisions: dict[str, Decision], *, by: str | None = None) -> Node:

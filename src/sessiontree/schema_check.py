@@ -36,6 +36,7 @@ _NAMES = {
     "null": "null",
 }
 _NULL = {"type": "null"}
+_LENGTHS = {str: ("minLength", "maxLength", "characters"), list: ("minItems", "maxItems", "items")}
 
 
 def check(value: Any, schema: dict[str, Any], where: str = "arguments") -> None:
@@ -55,10 +56,9 @@ def problems(value: Any, schema: Any, where: str = "arguments") -> list[str]:
         known = [n for n in names if n in _NAMES]
         if known and not any(_is(value, n) for n in known):
             return [_wrong(where, " or ".join(_NAMES[n] for n in known), value)]
-    if "enum" in schema and isinstance(schema["enum"], list):
-        if not any(_same(value, option) for option in schema["enum"]):
-            options = ", ".join(json.dumps(option) for option in schema["enum"])
-            return [_wrong(where, f"one of {options}", value)]
+    enum = schema.get("enum")
+    if isinstance(enum, list) and not any(_same(value, option) for option in enum):
+        return [_wrong(where, "one of " + ", ".join(json.dumps(option) for option in enum), value)]
     if "const" in schema and not _same(value, schema["const"]):
         return [_wrong(where, json.dumps(schema["const"]), value)]
     found = _bounds(value, schema, where)
@@ -126,19 +126,20 @@ def _bounds(value: Any, schema: dict[str, Any], where: str) -> list[str]:
             bound = schema.get(keyword)
             if _is(bound, "number") and fails(value, bound):
                 found.append(_wrong(where, f"a number {words} {json.dumps(bound)}", value))
-    for keyword, words, measure in (
-        ("minLength", "at least", str),
-        ("maxLength", "at most", str),
-        ("minItems", "at least", list),
-        ("maxItems", "at most", list),
-    ):
-        bound = schema.get(keyword)
-        if isinstance(value, measure) and _is(bound, "integer"):
-            short = keyword.startswith("min")
-            if len(value) < bound if short else len(value) > bound:
-                unit = "characters" if measure is str else "items"
-                found.append(_wrong(where, f"{words} {json.dumps(bound)} {unit}", value))
+    for kind, (low, high, unit) in _LENGTHS.items():
+        if not isinstance(value, kind):
+            continue
+        if (least := _count(schema, low)) is not None and len(value) < least:
+            found.append(_wrong(where, f"at least {least} {unit}", value))
+        if (most := _count(schema, high)) is not None and len(value) > most:
+            found.append(_wrong(where, f"at most {most} {unit}", value))
     return found
+
+
+def _count(schema: dict[str, Any], keyword: str) -> int | None:
+    """A length bound of ``schema``, when it has a usable one."""
+    bound: Any = schema.get(keyword)
+    return int(bound) if _is(bound, "integer") else None
 
 
 def _is(value: Any, name: str) -> bool:
