@@ -109,7 +109,7 @@ def _options(value: Any, options: list[Any], where: str, *, exactly_one: bool) -
     if fits == 1 or fits > 1 and not exactly_one:
         return []
     if fits > 1:
-        return [f"{where}: fits more than one of the options of a oneOf, got {json.dumps(value)[:80]}"]
+        return [f"{where}: fits more than one of the options of a oneOf, got {_shown(value)}"]
     told = [r for option, r in zip(options, results, strict=True) if option != _NULL] or results
     return [" or ".join("; ".join(r) for r in told)]
 
@@ -168,4 +168,12 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _wrong(where: str, expected: str, value: Any) -> str:
-    return f"{where}: expected {expected}, got {json.dumps(value)[:80]}"
+    return f"{where}: expected {expected}, got {_shown(value)}"
+
+
+def _shown(value: Any) -> str:
+    """``value`` as JSON, cut short; a library caller's edit may hold what JSON cannot."""
+    try:
+        return json.dumps(value)[:80]
+    except (TypeError, ValueError, RecursionError):
+        return f"a Python {type(value).__name__}"
