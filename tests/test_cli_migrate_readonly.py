@@ -66,8 +66,7 @@ def test_a_fresh_postgres_schema_read_only_says_to_run_migrate(pg_url):
     refused = runner.invoke(cli, ["--db", pg_url, "sessions"])
     assert refused.exit_code == 1
     assert refused.output == (
-        f"Error: {shown}: no sessiontree store in schema {schema} yet;"
-        " create it with `sessiontree migrate`\n"
+        f"Error: {shown}: no sessiontree store in schema {schema} yet; create it with `sessiontree migrate`\n"
     )
     migrated = runner.invoke(cli, ["--db", pg_url, "migrate"])
     assert migrated.exit_code == 0, migrated.output
