@@ -257,3 +257,23 @@ def test_the_temporary_copy_is_removed(tmp_path, monkeypatch, suffix):
     source = chatgpt_zip(tmp_path / "export.zip") if suffix == ".zip" else SHORT
     run(str(tmp_path / "s.db"), "-", input=source.read_bytes())
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_full_disk_while_decompressing_is_one_line_and_imports_nothing(tmp_path, monkeypatch):
+    """The temporary copy fills a 1 MB file system: DiskFull, naming the file."""
+    import tempfile
+
+    from conftest import tmpfs
+
+    big = SHORT.read_bytes() * 200  # some 2 MB of text: the copy cannot fit
+    packed = tmp_path / "big.jsonl.gz"
+    packed.write_bytes(gzip.compress(big))
+    db = tmp_path / "s.db"
+    with tmpfs(tmp_path / "small", "1m") as small:
+        monkeypatch.setenv("TMPDIR", str(small))
+        monkeypatch.setattr(tempfile, "tempdir", None)
+        result = run(str(db), str(packed), code=1)
+        assert error(result).startswith("Error: cannot copy big.jsonl.gz to ")
+        assert error(result).endswith(": the disk is full; nothing was imported")
+        assert list(small.iterdir()) == []
+    assert not db.exists()
