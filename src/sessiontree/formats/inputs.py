@@ -25,6 +25,7 @@ import errno
 import glob
 import gzip
 import os
+import re
 import sys
 import tempfile
 import zipfile
@@ -45,6 +46,7 @@ CHATGPT_MEMBER = "conversations.json"
 MAX_RATIO = 200
 ALLOWANCE = 64 * CHUNK
 GZIP_MAGIC, ZIP_MAGIC = b"\x1f\x8b", b"PK\x03\x04"
+PATTERN = re.compile(r"[*?[]")  # what makes an argument a glob pattern
 
 
 class _Readable(Protocol):
@@ -67,7 +69,7 @@ def expand(arguments: list[str] | tuple[str, ...]) -> list[Input]:
             found.append(Input(STDIN, "stdin"))
             continue
         path = Path(argument)
-        if not path.exists() and glob.has_magic(argument):
+        if not path.exists() and PATTERN.search(argument):
             matches = sorted(glob.glob(argument, recursive=True))
             if not matches:
                 raise FormatError(f"{argument}: no file matches this pattern")
