@@ -52,7 +52,8 @@ def tool_input(arguments: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {UNPARSED: text}
 
 
-def _text_of(content: Any) -> str:
+def text_of(content: Any) -> str:
+    """The text of a message's content: a string, or the texts of its parts joined."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -101,7 +102,7 @@ def _image_source(url: str, where: str) -> dict[str, Any]:
 def _tool_result(message: dict[str, Any]) -> dict[str, Any]:
     content = message.get("content")
     flag = message.get("is_error")
-    text = _text_of(content)
+    text = text_of(content)
     is_error = flag if isinstance(flag, bool) else text.startswith(_ERROR_PREFIXES)
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": str(message.get("tool_call_id") or "")}
     if isinstance(content, list):
@@ -115,7 +116,7 @@ def _tool_result(message: dict[str, Any]) -> dict[str, Any]:
 
 def _built(message: dict[str, Any]) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
-    if text := _text_of(message.get("content")):
+    if text := text_of(message.get("content")):
         blocks.append({"type": "text", "text": text})
     for call in message.get("tool_calls") or []:
         function = call.get("function") or {}
@@ -168,7 +169,7 @@ def request_parts(
         role = message.get("role") if isinstance(message, dict) else None
         where = f"message {i} ({role})"
         if role in ("system", "developer"):
-            if text := _text_of(message.get("content")):
+            if text := text_of(message.get("content")):
                 system.append({"type": "text", "text": text})
         elif role == "user":
             add("user", _user_blocks(message.get("content"), where))
