@@ -148,8 +148,9 @@ def parse_variant(spec: str) -> tuple[str, str, dict]:
     "variant_specs",
     multiple=True,
     required=True,
-    help="NAME=MODEL[:key=value,...] (repeatable); key system=... sets a system prompt; MODEL "
-    "script:PATH plays a script file with no server (see run --model).",
+    help="NAME=MODEL[:key=value,...] (repeatable); MODEL is PROVIDER/MODEL as for run --model "
+    "(anthropic/..., responses/..., openai/..., script:PATH); key system=... sets a system "
+    "prompt, key base_url=... this variant's endpoint instead of --base-url.",
 )
 @click.option(
     "-n", "repetitions", default=1, show_default=True, type=click.IntRange(min=1), help="Runs per variant."
@@ -185,8 +186,10 @@ def rerun(
                 f"two variants are named {shown(name)}: each needs a name of its own", param_hint="--variant"
             )
         system = variant_params.pop("system", None)
+        # Variants of several providers each need their own endpoint (a mock's, say).
+        variant_url = variant_params.pop("base_url", None) or base_url
         # Never streamed: concurrent runs would interleave their tokens on one terminal.
-        call = make_call(base_url, variant_model, api_key_env, False, params)
+        call = make_call(variant_url, variant_model, api_key_env, False, params)
         variants.append(Variant(name, call, variant_params, system))
     store = open_store(ctx, write=True)
     s, ref = target(store, at, session)

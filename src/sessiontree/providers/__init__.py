@@ -5,6 +5,7 @@ See ``docs/providers.md``.
 """
 
 from .anthropic import Anthropic, anthropic
+from .naming import model
 from .openai import OpenAICompatible, openai_compatible
 from .responses import OpenAIResponses, openai_responses
 
@@ -13,6 +14,7 @@ __all__ = [
     "OpenAICompatible",
     "OpenAIResponses",
     "anthropic",
+    "model",
     "openai_compatible",
     "openai_responses",
 ]
