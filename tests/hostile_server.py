@@ -20,6 +20,9 @@ modes:
   (``<name>-continued.sse`` when the request ends with an assistant turn, as a
   continued ``pause_turn`` does); ``anthropic-echo``: a 401 that echoes ``x-api-key``.
   ``server.bodies`` holds every request body received, parsed.
+- ``responses-<name>``: the recorded Responses stream ``fixtures/responses/<name>.sse``
+  (``<name>-continued.sse`` when the input ends with a ``function_call_output``); a
+  request without ``stream`` gets the final response object of that stream as JSON.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import Any
 
 HOST = "127.0.0.1"
 RECORDED = Path(__file__).parent / "fixtures" / "anthropic"
+RECORDED_RESPONSES = Path(__file__).parent / "fixtures" / "responses"
 
 
 def _reply(message: dict[str, Any], **top: Any) -> dict[str, Any]:
@@ -170,6 +174,23 @@ class _Handler(BaseHTTPRequestHandler):
             name += "-continued"
         body = (RECORDED / f"{name}.sse").read_bytes()
         self._head(200, "text/event-stream", len(body))
+        self.wfile.write(body)
+
+    def _responses(self, mode: str) -> None:
+        name = mode.removeprefix("responses-")
+        request = self.server.bodies[-1]  # type: ignore[attr-defined]
+        items = request.get("input") or [{}]
+        if items[-1].get("type") == "function_call_output":
+            name += "-continued"
+        body = (RECORDED_RESPONSES / f"{name}.sse").read_bytes()
+        if request.get("stream"):
+            self._head(200, "text/event-stream", len(body))
+            self.wfile.write(body)
+            return
+        last = json.loads(body.decode().strip().split("\n\n")[-1].split("data: ", 1)[1])
+        status = 500 if last["type"] == "error" else 200
+        body = json.dumps(last if status == 500 else last["response"]).encode()
+        self._head(status, "application/json", len(body))
         self.wfile.write(body)
 
 

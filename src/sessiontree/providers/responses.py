@@ -211,7 +211,9 @@ class OpenAIResponses:
         if error or response.get("status") == "failed" or response.get("type") == "error":
             found = error if isinstance(error, dict) else response
             retryable = found.get("code") in _RETRYABLE_ERRORS
-            raise self._error("error in response: ", detail=error_text(error or response), retryable=retryable)
+            raise self._error(
+                "error in response: ", detail=error_text(error or response), retryable=retryable
+            )
 
     def _completion(
         self, response: dict[str, Any], output: list[dict[str, Any]], started: float, raw: Callable[[], str]

@@ -89,7 +89,9 @@ def _gist(items: list[dict[str, Any]]) -> tuple[str, list[tuple[Any, Any, Any]]]
     """What a turn says, whatever its item boundaries: its text and its calls."""
     text = "".join(_item_text(i) for i in items if i.get("type") == "message")
     calls = [
-        (i.get("call_id"), i.get("name"), i.get("arguments")) for i in items if i.get("type") == "function_call"
+        (i.get("call_id"), i.get("name"), i.get("arguments"))
+        for i in items
+        if i.get("type") == "function_call"
     ]
     return text, calls
 
@@ -134,7 +136,9 @@ def request_parts(
             if text := text_of(message.get("content")):
                 instructions.append(text)
         elif role == "user":
-            items.append({"type": "message", "role": "user", "content": _user_parts(message.get("content"), where)})
+            items.append(
+                {"type": "message", "role": "user", "content": _user_parts(message.get("content"), where)}
+            )
         elif role == "assistant":
             for item in _assistant_items(message):
                 if item.get("type") == "function_call":
@@ -157,7 +161,9 @@ def request_parts(
             raise ValueError(f"message {i} has the role {role!r}, which the Responses API has no place for")
     if unanswered:
         call_id, i = next(iter(unanswered.items()))
-        raise ValueError(f"message {i} (assistant) has the tool call {call_id[:100]!r} with no result after it")
+        raise ValueError(
+            f"message {i} (assistant) has the tool call {call_id[:100]!r} with no result after it"
+        )
     return "\n\n".join(instructions) or None, items, [_tool(t) for t in tools or []]
 
 
