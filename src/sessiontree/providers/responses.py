@@ -55,7 +55,7 @@ from .body import ACCEPT_ENCODING
 from .failures import Failures
 from .http import DEFAULT_DEADLINE, DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_RESPONSE_BYTES, Endpoint
 from .reply import data_object, error_text
-from .responses_items import KIND, request_parts, reply_message
+from .responses_items import KIND, reply_message, request_parts
 from .sse import Event
 
 PROVIDER = "openai-responses"
