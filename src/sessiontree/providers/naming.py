@@ -59,12 +59,13 @@ def parse(name: str) -> tuple[str, str, bool]:
 
 def adapter(provider: str) -> Callable[..., Any]:
     """The function that builds a call of ``provider`` (for its signature, say)."""
-    return {
+    builders: dict[str, Callable[..., Any]] = {
         "openai": openai_compatible,
         "responses": openai_responses,
         "anthropic": anthropic,
         "script": script_model,
-    }[provider]
+    }
+    return builders[provider]
 
 
 def model(name: str, base_url: str | None = None, api_key: str | None = None, **params: Any) -> Any:
