@@ -76,7 +76,10 @@ def test_model_builds_each_provider_at_its_own_endpoint(tmp_path):
     assert isinstance(gpt, OpenAIResponses) and gpt.url == "https://api.openai.com/v1/responses"
     assert isinstance(chat, OpenAICompatible) and chat.url == "https://api.openai.com/v1/chat/completions"
     local = model("Qwen/Qwen2.5-7B-Instruct", "http://127.0.0.1:8000/v1", temperature=0)
-    assert isinstance(local, OpenAICompatible) and (local.model, local.params) == ("Qwen/Qwen2.5-7B-Instruct", {"temperature": 0})
+    assert isinstance(local, OpenAICompatible) and (local.model, local.params) == (
+        "Qwen/Qwen2.5-7B-Instruct",
+        {"temperature": 0},
+    )
     (tmp_path / "r.jsonl").write_text('{"content": "hi"}\n')
     assert isinstance(model(f"script:{tmp_path / 'r.jsonl'}"), ScriptModel)
     assert model("anthropic/m", "http://127.0.0.1:9/anthropic", max_tokens=99).max_tokens == 99
@@ -132,7 +135,12 @@ def test_run_names_the_provider_and_reads_its_key(hostile, tmp_path, monkeypatch
     monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-cli")
     db = tmp_path / "s.db"
     hostile.headers.clear()
-    claude = ["--model", "anthropic/claude-sonnet-4-5", "--base-url", hostile.url("anthropic-redacted-thinking")]
+    claude = [
+        "--model",
+        "anthropic/claude-sonnet-4-5",
+        "--base-url",
+        hostile.url("anthropic-redacted-thinking"),
+    ]
     invoke(db, "run", "--new", "hi", *claude)
     gpt = ["--model", "responses/gpt-5", "--base-url", hostile.url("responses-incomplete"), "--no-stream"]
     invoke(db, "run", "more", *gpt)
@@ -155,7 +163,9 @@ def test_a_bare_name_still_needs_a_base_url_and_a_bad_one_is_named(tmp_path):
     assert "give --base-url (or SESSIONTREE_BASE_URL), or name the provider: --model openai/gpt-4o" in out
     out = invoke(tmp_path / "s.db", "run", "--new", "hi", "--model", "responses/", code=2)
     assert "'responses/' names the provider responses but no model" in out
-    out = invoke(tmp_path / "s.db", "run", "--new", "hi", "--model", "anthropic/m", "-o", "cache", "false", code=2)
+    out = invoke(
+        tmp_path / "s.db", "run", "--new", "hi", "--model", "anthropic/m", "-o", "cache", "false", code=2
+    )
     assert "'cache' is not a request parameter: it is a setting of the adapter (anthropic in Python)" in out
 
 
@@ -196,22 +206,54 @@ def test_the_cross_provider_rerun_tutorial_runs_against_llmock(llmock, tmp_path)
         LLMOCK=llmock.url,
     )
     done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", tutorial()], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        ["bash", "-euo", "pipefail", "-c", tutorial()],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     records = servers.llmock_requests(llmock)
-    assert sorted(r["path"] for r in records) == ["/anthropic/v1/messages", "/v1/chat/completions", "/v1/responses"]
+    assert sorted(r["path"] for r in records) == [
+        "/anthropic/v1/messages",
+        "/v1/chat/completions",
+        "/v1/responses",
+    ]
     assert all(r["status"] == 200 for r in records)
     with Store(tmp_path / "t.db") as store:
         session = store.session(store.sessions()[0].id)
         branches = {b.name: b for b in session.branches()}
-        for name, provider in (("claude", "anthropic"), ("gpt", "openai-compatible"), ("gpt5", "openai-responses")):
+        for name, provider in (
+            ("claude", "anthropic"),
+            ("gpt", "openai-compatible"),
+            ("gpt5", "openai-responses"),
+        ):
             last = session.path(name)[-1]
             assert last.payload["role"] == "assistant" and store.run(last.run_id).provider == provider
             assert branches[name].metadata["variant"] == name
-    compared = json.loads(subprocess.run(
-        ["sessiontree", "compare", "main", "claude", "gpt", "gpt5", "--json",
-         "--price", "claude-sonnet-4-5=3,15", "--price", "gpt-4o-mini=0.15,0.6", "--price", "gpt-5=1.25,10"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, check=True,
-    ).stdout)
+    compared = json.loads(
+        subprocess.run(
+            [
+                "sessiontree",
+                "compare",
+                "main",
+                "claude",
+                "gpt",
+                "gpt5",
+                "--json",
+                "--price",
+                "claude-sonnet-4-5=3,15",
+                "--price",
+                "gpt-4o-mini=0.15,0.6",
+                "--price",
+                "gpt-5=1.25,10",
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     assert "claude" in json.dumps(compared) and "cost" in json.dumps(compared)
