@@ -44,8 +44,8 @@ from .running import api_key_option, approver, base_url_option, load_tools, make
 @click.option(
     "-m",
     "--model",
-    help="Replay against this model instead of the recorded replies: a name on --base-url, or "
-    "script:PATH (a file of replies, see run --model). Never read from SESSIONTREE_MODEL.",
+    help="Replay against this model instead of the recorded replies: PROVIDER/MODEL as for run "
+    "--model, or script:PATH (a file of replies). Never read from SESSIONTREE_MODEL.",
 )
 @base_url_option
 @api_key_option
