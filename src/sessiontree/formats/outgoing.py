@@ -6,7 +6,8 @@ Contract:
   holds its nodes parents first, with ``branch`` given only the nodes on that
   ref's path (then ``main`` is its head). Tool answers the importers synthesised
   (``common.answer_open_calls``) are left out where the same importer would make
-  them again, with the same id, from the file: their children hang from their parent.
+  them again, with the same id, from the file, and nodes of the kinds in ``markers``
+  that have children: their children hang from their parent.
 - ``main`` is the head the file must end on; ``leaves`` the other heads a file
   expresses as its leaves. ``check_branches(format)`` refuses (``FormatError``)
   a branch other than ``main`` whose head is not a leaf: a file of a format that
@@ -44,7 +45,9 @@ class Outgoing:
     names: dict[str, str] = field(default_factory=dict)  # tool call id -> tool name
 
     @classmethod
-    def read(cls, store: Store, session_id: str, branch: str | None = None) -> Outgoing:
+    def read(
+        cls, store: Store, session_id: str, branch: str | None = None, markers: frozenset[str] = frozenset()
+    ) -> Outgoing:
         s = bulk.read_session(store, store.resolve_session_id(session_id))
         nodes = s.nodes
         main = next((b.node_id for b in s.branches if b.name == "main"), None)
@@ -62,7 +65,7 @@ class Outgoing:
             while up is not None and up not in out.parent:  # left out: its parent instead
                 left = by_id.get(up)
                 up = left.parent_id if left is not None else None
-            if n.id in parents and _regenerated(n, up, by_id):
+            if n.id in parents and (n.kind in markers or _regenerated(n, up, by_id)):
                 continue
             out.parent[n.id] = up
             out.nodes.append(n)

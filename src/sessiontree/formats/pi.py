@@ -25,8 +25,9 @@ child of the one before, as pi's own migration does). Entries become:
   clashes with a branch gets a derived one, see ``_label_name``); ``session_info`` -> the
   session title (the last one wins); a ``custom`` entry of type ``sessiontree``
   (what ``pi_export`` writes for a node pi cannot hold) -> that node again;
-  other ``custom`` entries (extension state) and unknown types are skipped. Skipped entries create no node: entries hanging from
-  them re-attach to the nearest kept ancestor, so they fork nothing.
+  other ``custom`` entries (extension state) and unknown types are skipped.
+  Skipped entries create no node: entries hanging from them re-attach to the
+  nearest kept ancestor, so they fork nothing.
 - ``main`` is the path to the last entry of the file (pi's leaf when it opens
   the file); every other leaf gets a branch ``leaf-<first 8 chars of its id>``.
 - The header needs an ``id`` string, a ``timestamp`` and an integer ``version``

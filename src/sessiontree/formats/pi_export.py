@@ -105,7 +105,11 @@ def _message(tree: Outgoing, n: ImportedNode) -> dict[str, Any]:
     p, at = n.payload, ms(n.created_at)
     role = p["role"]
     if role == "user":
-        return {"role": "user", "content": [{"type": "text", "text": text(p.get("content"))}], "timestamp": at}
+        return {
+            "role": "user",
+            "content": [{"type": "text", "text": text(p.get("content"))}],
+            "timestamp": at,
+        }
     if role == "tool":
         return {
             "role": "toolResult",
