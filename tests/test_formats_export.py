@@ -161,10 +161,18 @@ def test_real_files_go_import_export_import_to_the_same_tree(tmp_path, path):
 def test_claude_code_refuses_results_out_of_call_order(store, tmp_path):
     s = store.create_session()
     s.append({"role": "user", "content": "go"})
-    s.append({"role": "assistant", "content": None, "tool_calls": [tool_call("add", id="a"), tool_call("add", id="b")]})
+    s.append(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [tool_call("add", id="a"), tool_call("add", id="b")],
+        }
+    )
     s.append({"role": "tool", "tool_call_id": "b", "content": "2"})
     s.append({"role": "tool", "tool_call_id": "a", "content": "1"})
-    with pytest.raises(FormatError, match=r"do not follow it in call order \(tool result .* out of call order\)"):
+    with pytest.raises(
+        FormatError, match=r"do not follow it in call order \(tool result .* out of call order\)"
+    ):
         exported(store, s, "claude-code", tmp_path)
     assert list(tmp_path.glob("out.*")) == []
     exported(store, s, "pi", tmp_path)  # pi keeps parents as they are
@@ -185,7 +193,9 @@ def test_claude_code_refuses_a_main_head_with_children(store, tmp_path):
 def test_a_branch_ending_inside_the_tree_is_refused(store, tmp_path, fmt):
     s = forked(store)
     s.fork("inner", at=s.path("main")[2].id)
-    with pytest.raises(FormatError, match=rf"branch 'inner' ends at node .* which has children; a {fmt} file"):
+    with pytest.raises(
+        FormatError, match=rf"branch 'inner' ends at node .* which has children; a {fmt} file"
+    ):
         exported(store, s, fmt, tmp_path)
     exported(store, s, fmt, tmp_path, branch="inner")  # its path alone is fine
 
@@ -200,7 +210,13 @@ def test_pi_refuses_two_checkpoints_on_one_node(store, tmp_path):
 def test_a_bad_sessiontree_entry_is_one_located_error(store, tmp_path):
     bad = tmp_path / "bad.jsonl"
     header = {"type": "session", "version": 3, "id": "s1", "timestamp": "2026-01-01T00:00:00Z"}
-    entry = {"type": "custom", "customType": "sessiontree", "id": "x", "parentId": None, "data": {"kind": "nope"}}
+    entry = {
+        "type": "custom",
+        "customType": "sessiontree",
+        "id": "x",
+        "parentId": None,
+        "data": {"kind": "nope"},
+    }
     bad.write_text(json.dumps(header) + "\n" + json.dumps(entry) + "\n")
     with pytest.raises(FormatError, match=r"^bad.jsonl line 2: a 'sessiontree' custom entry needs data"):
         import_file(store, bad, "pi")
@@ -222,8 +238,16 @@ def test_messages_has_a_line_per_leaf_with_tool_calls_in_openai_shape(store, tmp
             "role": "assistant",
             "content": "Adding.",
             "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}},
-                {"id": "c2", "type": "function", "function": {"name": "add", "arguments": '{"a": 3, "b": 4}'}},
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'},
+                },
+                {
+                    "id": "c2",
+                    "type": "function",
+                    "function": {"name": "add", "arguments": '{"a": 3, "b": 4}'},
+                },
             ],
         },
         {"role": "tool", "content": "3", "tool_call_id": "c1"},
@@ -249,7 +273,10 @@ def test_sharegpt_turns(store, tmp_path):
         "gpt",
     ]
     calls = json.loads(record["conversations"][2]["value"])
-    assert calls == [{"name": "add", "arguments": {"a": 1, "b": 2}}, {"name": "add", "arguments": {"a": 3, "b": 4}}]
+    assert calls == [
+        {"name": "add", "arguments": {"a": 1, "b": 2}},
+        {"name": "add", "arguments": {"a": 3, "b": 4}},
+    ]
 
 
 def _json_types(value, path="$"):

@@ -156,13 +156,23 @@ def migrate(ctx: click.Context, list_only: bool) -> None:
     default="native",
     show_default=True,
     type=click.Choice(
-        ["native", "openai", "yoagent", "yoagent-messages", "pi", "claude-code", "messages", "sharegpt"]
+        [
+            "native",
+            "openai",
+            "yoagent",
+            "yoagent-messages",
+            "pi",
+            "claude-code",
+            "messages",
+            "sharegpt",
+            "yieldagent",
+        ]
     ),
 )
 @click.option(
     "-b",
     "--branch",
-    help="Branch or node whose path to write: openai and yoagent-messages (default: main);"
+    help="Branch or node whose path to write: openai, yoagent-messages, yieldagent (default: main);"
     " pi, claude-code, messages, sharegpt (default: the whole tree).",
     shell_complete=complete.branches,
 )
@@ -178,7 +188,7 @@ def export(
     ctx: click.Context, sessions: tuple[str, ...], output: str | None, fmt: str, branch: str | None, per: str
 ) -> None:
     """Export sessions (all by default) as native JSONL or a fine-tuning dataset (messages,
-    sharegpt), or one session for another agent (pi, claude-code, yoagent, openai).
+    sharegpt), or one session for another agent (pi, claude-code, yoagent, yieldagent, openai).
 
     pi and claude-code write the whole tree, forks included, unless -b picks one path.
     """

@@ -15,9 +15,13 @@ Contract:
   or a missing path first, naming it as given.
 - ``detect_format(path)`` names the format from the file's first bytes and
   shape: ``native``, ``openai``, ``chatgpt``, ``librechat``, ``openwebui``,
-  ``claude-code``, ``pi``, ``yoagent`` or ``yoagent-messages``.
-- ``export_file`` writes ``native`` (any number of sessions), ``openai`` (one
-  branch of one session) or ``yoagent`` (one session) atomically: a temporary file renamed into place.
+  ``claude-code``, ``pi``, ``yoagent``, ``yoagent-messages`` or ``yieldagent``.
+- ``export_lines`` is the text of an export: ``native``, ``messages`` and
+  ``sharegpt`` (any number of sessions; see ``finetune``), ``openai`` and
+  ``yoagent-messages`` (one branch of one session), ``yoagent``, ``pi`` and
+  ``claude-code`` (one session, the whole tree or one branch), ``yieldagent`` (a
+  pause); ``export_file`` writes it atomically: a temporary file renamed into place.
+  ``sharegpt`` and the ``preference`` pairs of issue 30 item 4 have no importer.
 - ``progress(done, total)`` is called with node counts as nodes are written;
   a streamed import does not know its total until the end and passes 0 until then.
 - ``skip_invalid=True`` leaves out a conversation that fails to parse (files
@@ -58,6 +62,8 @@ from .openwebui import parse_openwebui
 from .pi import is_header as is_pi_header
 from .pi import parse_pi, stream_pi
 from .pi_export import export_pi
+from .yieldagent import export_yieldagent, parse_yieldagent
+from .yieldagent import is_state as is_yieldagent_state
 from .yoagent import (
     export_yoagent,
     export_yoagent_messages,
@@ -110,6 +116,7 @@ JSON_FORMATS: dict[str, Callable[[Any], Any]] = {
     "librechat": parse_librechat,
     "openwebui": parse_openwebui,
     "yoagent-messages": parse_yoagent_messages,
+    "yieldagent": parse_yieldagent,
 }
 FORMATS = (*JSONL_FORMATS, *JSON_FORMATS)
 EXPORT_FORMATS = (
@@ -121,10 +128,11 @@ EXPORT_FORMATS = (
     "claude-code",
     "messages",
     "sharegpt",
+    "yieldagent",
 )
 # One session per file; with a branch, its path alone, else the whole tree (see export_lines).
-ONE_SESSION = ("openai", "yoagent", "yoagent-messages", "pi", "claude-code")
-BRANCH_FORMATS = ("openai", "yoagent-messages", "pi", "claude-code", "messages", "sharegpt")
+ONE_SESSION = ("openai", "yoagent", "yoagent-messages", "pi", "claude-code", "yieldagent")
+BRANCH_FORMATS = ("openai", "yoagent-messages", "pi", "claude-code", "messages", "sharegpt", "yieldagent")
 CLAUDE_CODE_TYPES = {
     "user",
     "assistant",
@@ -259,6 +267,8 @@ def _json_kind(data: Any) -> str | None:
     sample = data[0] if isinstance(data, list) and data else data
     if isinstance(data, list) and not data:
         return "openai"  # an empty message list
+    if is_yieldagent_state(data):
+        return "yieldagent"
     if not isinstance(sample, dict):
         return None
     if "mapping" in sample:
@@ -438,13 +448,17 @@ def export_lines(
     if len(ids) != 1:
         what = "one branch of one session" if format in ("openai", "yoagent-messages") else "one session"
         raise FormatError(f"the {format} format holds {what}; got {len(ids)} session ids")
-    if format == "openai":
-        messages = export_openai(store.session(ids[0]), branch or "main")
-        text = json.dumps(messages, ensure_ascii=False, indent=2)
+    if format in ("openai", "yieldagent"):
+        document = (
+            export_openai(store.session(ids[0]), branch or "main")
+            if format == "openai"
+            else export_yieldagent(store, ids[0], branch or "main")
+        )
+        text = json.dumps(document, ensure_ascii=False, indent=2)
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate survives only as a \u escape
-            text = json.dumps(messages, ensure_ascii=True, indent=2)
+            text = json.dumps(document, ensure_ascii=True, indent=2)
         return [text + "\n"]
     if format == "yoagent":
         return _joined(export_yoagent(store, ids[0]))
