@@ -207,19 +207,34 @@ def test_pi_refuses_two_checkpoints_on_one_node(store, tmp_path):
         exported(store, s, "pi", tmp_path)
 
 
-def test_a_bad_sessiontree_entry_is_one_located_error(store, tmp_path):
+PI_HEADER = {"type": "session", "version": 3, "id": "s1", "timestamp": "2026-01-01T00:00:00Z"}
+BAD_PI = {
+    "type": "custom",
+    "customType": "sessiontree",
+    "id": "x",
+    "parentId": None,
+    "data": {"kind": "nope"},
+}
+BAD_CLAUDE = {"type": "system", "subtype": "sessiontree", "uuid": "u1", "parentUuid": None, "sessiontree": []}
+
+
+@pytest.mark.parametrize(
+    ("fmt", "records", "message"),
+    [
+        ("pi", [PI_HEADER, BAD_PI], "line 2: a 'sessiontree' custom entry needs data {'kind': one of"),
+        (
+            "claude-code",
+            [BAD_CLAUDE],
+            "line 1: a system record of subtype 'sessiontree' needs 'sessiontree':",
+        ),
+    ],
+)
+def test_a_bad_sessiontree_record_is_one_located_error(store, tmp_path, fmt, records, message):
     bad = tmp_path / "bad.jsonl"
-    header = {"type": "session", "version": 3, "id": "s1", "timestamp": "2026-01-01T00:00:00Z"}
-    entry = {
-        "type": "custom",
-        "customType": "sessiontree",
-        "id": "x",
-        "parentId": None,
-        "data": {"kind": "nope"},
-    }
-    bad.write_text(json.dumps(header) + "\n" + json.dumps(entry) + "\n")
-    with pytest.raises(FormatError, match=r"^bad.jsonl line 2: a 'sessiontree' custom entry needs data"):
-        import_file(store, bad, "pi")
+    bad.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(FormatError) as raised:
+        import_file(store, bad, fmt)
+    assert str(raised.value).startswith(f"bad.jsonl {message}") and "\n" not in str(raised.value)
     assert store.sessions() == []
 
 

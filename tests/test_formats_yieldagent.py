@@ -109,7 +109,7 @@ def test_a_pending_call_no_message_made_gets_its_message_and_leaves_it_out_again
         ({"messages": [], "pendingCall": {"name": "x"}}, "'pendingCall' needs an 'id' string"),
         (
             {"messages": [], "pendingCall": {**CALL, "arguments": "{nope"}},
-            "'arguments' should be an object or JSON",
+            "'pendingCall' 'arguments' should be an object or JSON text",
         ),
         (
             {"messages": [*STATE["messages"], {"role": "user", "content": "and?"}], "pendingCall": CALL},
@@ -129,7 +129,7 @@ def test_a_bad_state_is_one_line_and_nothing_is_written(store, tmp_path, state, 
     path.write_text(json.dumps(state))
     with pytest.raises(FormatError) as raised:
         import_file(store, path, "yieldagent")
-    assert str(raised.value).startswith(f"state.json: {message}") or message in str(raised.value)
+    assert str(raised.value).startswith(f"state.json: {message}")
     assert "\n" not in str(raised.value)
     assert store.sessions() == []
 

@@ -195,7 +195,12 @@ def export(
     from ..formats import BRANCH_FORMATS, ONE_SESSION, export_file, export_lines
 
     if fmt in ONE_SESSION and len(sessions) > 1:
-        raise click.UsageError(f"--format {fmt} exports one session: give one SESSION, not {len(sessions)}")
+        what = (
+            "one branch of one session"
+            if fmt in ("openai", "yoagent-messages", "yieldagent")
+            else "one session"
+        )
+        raise click.UsageError(f"--format {fmt} exports {what}: give one SESSION, not {len(sessions)}")
     if branch is not None and fmt not in BRANCH_FORMATS:
         raise click.UsageError(
             f"-b/--branch only applies with --format {', '.join(BRANCH_FORMATS)}"

@@ -8,8 +8,8 @@ Contract:
   (``common.answer_open_calls``) are left out where the same importer would make
   them again, with the same id, from the file, and nodes of the kinds in ``markers``
   that have children: their children hang from their parent.
-- ``main`` is the head the file must end on; ``leaves`` the other heads a file
-  expresses as its leaves. ``check_branches(format)`` refuses (``FormatError``)
+- ``main`` is the head the file must end on (the other heads a file holds are its
+  leaves). ``check_branches(format)`` refuses (``FormatError``)
   a branch other than ``main`` whose head is not a leaf: a file of a format that
   names no branches cannot hold it (export that branch with ``-b`` instead).
 - ``call_name(call_id)`` is the tool a call named (tool results of these formats
@@ -79,10 +79,6 @@ class Outgoing:
             main = out.parent.get(main) if main in by_id else None
         out.main = main
         return out
-
-    @property
-    def leaves(self) -> list[str]:
-        return [n.id for n in self.nodes if not self.children.get(n.id) and n.id != self.main]
 
     def check_branches(self, format: str) -> None:
         for b in self.session.branches:
