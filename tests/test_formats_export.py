@@ -359,3 +359,50 @@ def test_cli_exports_a_tree_and_a_dataset(tmp_path):
     assert "nope" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     out = runner.invoke(cli, ["--db", str(db), "export", "--format", "native", "--per", "leaf"])
     assert out.exit_code == 2 and "--per only applies" in out.output
+
+
+def _said(messages):
+    """Messages as ShareGPT can say them: no call ids."""
+    out = []
+    for m in messages:
+        calls = [
+            (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in m.get("tool_calls") or []
+        ]
+        out.append((m["role"], m.get("content") or "", calls))
+    return out
+
+
+def test_sharegpt_lines_of_one_tree_import_as_that_tree(store, tmp_path):
+    s = forked(store)
+    out = exported(store, s, "sharegpt", tmp_path)
+    assert detect_format(out) == "sharegpt"
+    with Store(str(tmp_path / "again.db")) as other:
+        (back,) = import_file(other, out)
+        assert len(back.leaves()) == len(s.leaves()) == 3
+        assert _said(back.messages("main")) == _said(s.messages("main"))
+        assert sorted(_said(back.messages(leaf.id)) for leaf in back.leaves()) == sorted(
+            _said(s.messages(leaf.id)) for leaf in s.leaves()
+        )
+        assert other.verify().ok
+        (again,) = import_file(other, out)  # ids come from the content: nothing new
+        assert again.id == back.id and len(again.tree()) == len(back.tree())
+
+
+def test_a_sharegpt_json_array_imports_one_session_per_conversation(store, tmp_path):
+    path = tmp_path / "set.json"
+    conversations = [
+        {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]},
+        {
+            "conversations": [{"from": "human", "value": "bye"}, {"from": "gpt", "value": "ciao"}],
+            "system": "Be nice.",
+        },
+    ]
+    path.write_text(json.dumps(conversations, indent=1))
+    assert detect_format(path) == "sharegpt"
+    first, second = import_file(store, path)
+    assert [m["content"] for m in second.messages()] == ["Be nice.", "bye", "ciao"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"conversations": [{"from": "robot", "value": "x"}]}) + "\n")
+    with pytest.raises(FormatError, match=r"^bad.jsonl line 1, turn 1: unknown 'from' 'robot'"):
+        import_file(store, bad, "sharegpt")
+    assert len(store.sessions()) == 2

@@ -15,13 +15,13 @@ Contract:
   or a missing path first, naming it as given.
 - ``detect_format(path)`` names the format from the file's first bytes and
   shape: ``native``, ``openai``, ``chatgpt``, ``librechat``, ``openwebui``,
-  ``claude-code``, ``pi``, ``yoagent``, ``yoagent-messages`` or ``yieldagent``.
+  ``claude-code``, ``pi``, ``yoagent``, ``yoagent-messages``, ``yieldagent`` or ``sharegpt``.
 - ``export_lines`` is the text of an export: ``native``, ``messages`` and
   ``sharegpt`` (any number of sessions; see ``finetune``), ``openai`` and
   ``yoagent-messages`` (one branch of one session), ``yoagent``, ``pi`` and
   ``claude-code`` (one session, the whole tree or one branch), ``yieldagent`` (a
   pause); ``export_file`` writes it atomically: a temporary file renamed into place.
-  ``sharegpt`` and the ``preference`` pairs of issue 30 item 4 have no importer.
+  ``messages`` has no importer, and ``preference`` (issue 30 item 4) is not a format yet.
 - ``progress(done, total)`` is called with node counts as nodes are written;
   a streamed import does not know its total until the end and passes 0 until then.
 - ``skip_invalid=True`` leaves out a conversation that fails to parse (files
@@ -62,6 +62,8 @@ from .openwebui import parse_openwebui
 from .pi import is_header as is_pi_header
 from .pi import parse_pi, stream_pi
 from .pi_export import export_pi
+from .sharegpt import is_record as is_sharegpt
+from .sharegpt import parse_sharegpt_array, parse_sharegpt_lines
 from .yieldagent import export_yieldagent, parse_yieldagent
 from .yieldagent import is_state as is_yieldagent_state
 from .yoagent import (
@@ -103,6 +105,7 @@ JSONL_FORMATS = {
     "claude-code": parse_claude_code,
     "pi": parse_pi,
     "yoagent": parse_yoagent,
+    "sharegpt": parse_sharegpt_lines,  # a JSON array of them too (see _parsed)
 }
 # Written as they are read (see import_file); their parsers answer open calls themselves.
 STREAMED: dict[str, Callable[[Iterable[str], Sink], None]] = {
@@ -244,6 +247,8 @@ def _jsonl_kind(record: dict[str, Any]) -> str | None:
         return "native"
     if is_entry(record):
         return "yoagent"
+    if is_sharegpt(record):
+        return "sharegpt"
     if is_pi_header(record) and "history" not in record:
         return "pi"
     if kind == "session" and "created_at" in record:
@@ -273,6 +278,8 @@ def _json_kind(data: Any) -> str | None:
         return None
     if "mapping" in sample:
         return "chatgpt"
+    if isinstance(data, list) and is_sharegpt(sample):
+        return "sharegpt"
     if isinstance(data, list) and is_message(sample):
         return "yoagent-messages"
     if "history" in sample or isinstance(sample.get("chat"), dict):
@@ -337,7 +344,9 @@ def parse_file(
 def _parsed(path: Path, format: str, skipped: list[str] | None) -> list[ImportedSession]:
     """The sessions of a file of a known format (errors not yet naming the file)."""
     parsed: Any
-    if format in JSONL_FORMATS:
+    if format == "sharegpt" and _first_record(path) is None:  # a JSON array, not JSONL
+        parsed = parse_sharegpt_array(read_json(path, _reading))
+    elif format in JSONL_FORMATS:
         with _reading(path) as lines:
             parsed = JSONL_FORMATS[format](lines)
     else:
