@@ -3,7 +3,7 @@
 Contract:
 - ``Outgoing.read(store, session_id, branch=None)`` reads one session as one
   consistent snapshot (``bulk.read_session``; never more than that session) and
-  holds its nodes parents first, with ``branch`` given only the nodes on that
+  holds its nodes in creation order, parents first, with ``branch`` given only the nodes on that
   ref's path (then ``main`` is its head). Tool answers the importers synthesised
   (``common.answer_open_calls``) are left out where the same importer would make
   them again, with the same id, from the file, and nodes of the kinds in ``markers``
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from .. import bulk
 from ..bulk import ImportedNode, ImportedRun, ImportedSession
 from ..errors import FormatError
-from .common import NO_RESULT, block_text, stable_id
+from .common import NO_RESULT, block_text, parents_first, stable_id
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -59,6 +59,9 @@ class Outgoing:
             s.checkpoints = [c for c in s.checkpoints if c.node_id in on_path]
         out = cls(s, [], main, runs={r.id: r for r in s.runs})
         by_id = {n.id: n for n in nodes}
+        # Creation order, parents first: the order the agents write their own files in.
+        created = sorted(nodes, key=lambda n: n.created_at)
+        nodes = [by_id[i] for i in parents_first({n.id: n.parent_id for n in created}, str)]
         parents = {n.parent_id for n in s.nodes}
         for n in nodes:
             up = n.parent_id
