@@ -166,6 +166,7 @@ def migrate(ctx: click.Context, list_only: bool) -> None:
             "messages",
             "sharegpt",
             "yieldagent",
+            "preference",
         ]
     ),
 )
@@ -188,7 +189,8 @@ def export(
     ctx: click.Context, sessions: tuple[str, ...], output: str | None, fmt: str, branch: str | None, per: str
 ) -> None:
     """Export sessions (all by default) as native JSONL or a fine-tuning dataset (messages,
-    sharegpt), or one session for another agent (pi, claude-code, yoagent, yieldagent, openai).
+    sharegpt, preference: chosen/rejected pairs of scored branches), or one session for
+    another agent (pi, claude-code, yoagent, yieldagent, openai).
 
     pi and claude-code write the whole tree, forks included, unless -b picks one path.
     """
