@@ -8,9 +8,9 @@ Contract:
   caller last saw.
 - A *ref* is a branch name, a checkpoint name, a node id, a unique id prefix
   (4+ characters) or a ``Node``, optionally with a git-style ``~N`` suffix
-  for the Nth ancestor (see ``names``). Branch and checkpoint names share one
-  namespace per session and can never look like an id, so a ref always means
-  one thing.
+  for the Nth ancestor message (``~N!``: the Nth ancestor node, markers
+  included; see ``names``). Branch and checkpoint names share one namespace
+  per session and can never look like an id, so a ref always means one thing.
 - Branches move; checkpoints never do. Forking is one row; nothing is copied.
 - ``path`` reads root-to-node in one recursive query, whatever the depth.
 - The rules live here; every statement runs in the storage backend. Row keys
@@ -41,7 +41,16 @@ from .model import (
     encode_json,
     encode_payload,
 )
-from .names import FULL_ID, MIN_PREFIX, check_lookup, check_name, check_text, shown, split_ancestry
+from .names import (
+    FULL_ID,
+    MIN_PREFIX,
+    check_lookup,
+    check_name,
+    check_text,
+    counts_every_node,
+    shown,
+    split_ancestry,
+)
 from .storage import Storage
 
 Ref = str | Node
@@ -94,10 +103,13 @@ class Session:
         if generations:
             # The walk stops at the root, so even a huge count (capped by split_ancestry to
             # fit a 64-bit integer) costs at most the depth.
-            ancestor = self.storage.ancestor(key, generations)
+            every = counts_every_node(ref)
+            ancestor = self.storage.ancestor(key, generations, messages_only=not every)
             if ancestor is None:
                 depth = self.storage.node(node_id).depth
-                raise NotFound(f"{shown(ref)} goes past the root: {shown(base)} is at depth {depth}")
+                # Deep enough, but not in messages: say why, and how to count every node.
+                why = "" if every or depth < generations else "; ~N counts messages, ~N! every node"
+                raise NotFound(f"{shown(ref)} goes past the root: {shown(base)} is at depth {depth}{why}")
             key, node_id = ancestor
         return key, node_id
 

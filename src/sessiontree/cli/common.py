@@ -192,7 +192,13 @@ def _clip_word(match: re.Match[str]) -> str:
 
 class SessionTreeGroup(click.Group):
     """Turns sessiontree's errors into one-line messages and a non-zero exit, and removes
-    a database a failed command created (see ``remember_new_database``)."""
+    a database a failed command created (see ``remember_new_database``). Its help lists
+    the commands in sections (see ``help``)."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from .help import format_sections
+
+        format_sections(self, ctx, formatter)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

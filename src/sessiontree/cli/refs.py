@@ -47,7 +47,7 @@ def fork(ctx: click.Context, name: str, at: str, session: str | None, as_json: b
     "at",
     default="main",
     show_default=True,
-    help="What the checkpoint marks.",
+    help="What the checkpoint marks (REF~N: the Nth message above REF, REF~N!: the Nth node).",
     shell_complete=complete.refs,
 )
 @session_option
@@ -59,6 +59,14 @@ def checkpoint(ctx: click.Context, name: str, at: str, session: str | None, as_j
     s, ref = target(store, at, session)
     cp = s.checkpoint(name, at=ref)
     echo_result(as_json, cp.__dict__, f"checkpoint {cp.name} -> {cp.node_id}")
+    marked = s.node(cp.node_id)
+    if marked.kind != "message":  # a rerun from a tool_start runs its tool again (newcomer row 11)
+        short = store.abbreviations([marked.id])[marked.id]
+        click.echo(
+            f"warning: checkpoint {cp.name} marks a {marked.kind} node, not a message;"
+            f" --at {short}~1 would mark the message before it",
+            err=True,
+        )
 
 
 @click.command()

@@ -1,0 +1,147 @@
+"""The newcomer's frictions with reading the command line (issue 25 item 6, review rows
+11, 14-16, 18-20, 23, 24 and the grouped --help), each as a user meets it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from sessiontree import NotFound, Store
+from sessiontree.cli import cli
+from sessiontree.cli.help import SECTIONS
+
+
+def invoke(db: str, *args: str, code: int = 0, input: str | None = None):
+    result = CliRunner().invoke(cli, ["--db", db, *args], input=input)
+    assert result.exit_code == code, result.output
+    return result
+
+
+CALL = {"id": "c1", "name": "lookup_order", "arguments": "{}"}
+
+
+def tool_turns(store: Store, title: str = "orders"):
+    """user -> assistant(call) -> tool_start -> tool result -> assistant(call) -> pause."""
+    s = store.create_session(title)
+    ask = {"id": "c1", "type": "function", "function": {"name": "lookup_order", "arguments": "{}"}}
+    nodes = s.append_many([{"role": "user", "content": "where is order 9?"}])
+    nodes.append(s.append({"role": "assistant", "content": None, "tool_calls": [ask]}))
+    nodes.append(s.append({"calls": [CALL]}, kind="tool_start"))
+    nodes.append(s.append({"role": "tool", "tool_call_id": "c1", "content": "shipped"}))
+    refund = {"id": "c2", "type": "function", "function": {"name": "refund", "arguments": "{}"}}
+    nodes.append(s.append({"role": "assistant", "content": None, "tool_calls": [refund]}))
+    nodes.append(s.append({"calls": [{"id": "c2", "name": "refund", "arguments": "{}"}]}, kind="pause"))
+    return s, nodes
+
+
+# -- --help grouped by noun; help COMMAND; python -m sessiontree ------------------------
+
+
+def test_help_lists_the_commands_by_section_and_every_command_once():
+    out = CliRunner().invoke(cli, ["--help"]).output
+    titles = [line[:-1] for line in out.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert titles == [
+        "Options",
+        "Inspect",
+        "Sessions and branches",
+        "Runs and approvals",
+        "Import/export",
+        "Serve",
+        "Maintenance",
+        "Help",
+    ]
+    assert "Commands:" not in out
+    listed = [line.split()[0] for line in out.splitlines() if line.startswith("  ") and not line.startswith("   ")]
+    for name in cli.commands:
+        assert listed.count(name) == 1, name
+    assert out.index("\nInspect:\n  sessions  List sessions") < out.index("\nRuns and approvals:\n  run ")
+
+
+def test_every_command_is_in_a_section():
+    named = {n for names in SECTIONS.values() for n in names}
+    assert set(cli.commands) <= named, set(cli.commands) - named
+
+
+def test_a_command_no_section_names_is_still_listed():
+    import click
+
+    from sessiontree.cli.common import SessionTreeGroup
+
+    @click.group(cls=SessionTreeGroup)
+    def group() -> None:
+        """A group."""
+
+    @group.command()
+    def sessions() -> None:
+        """List them."""
+
+    @group.command()
+    def brand_new() -> None:
+        """Something new."""
+
+    out = CliRunner().invoke(group, ["--help"]).output
+    assert "Inspect:\n  sessions  List them.\n\nOther commands:\n  brand-new  Something new.\n" in out
+
+
+def test_help_command_shows_a_commands_help_and_refuses_an_unknown_one():
+    runner = CliRunner()
+    assert runner.invoke(cli, ["help"]).output == runner.invoke(cli, ["--help"]).output
+    shown = runner.invoke(cli, ["help", "diff"])
+    assert shown.exit_code == 0
+    assert shown.output == runner.invoke(cli, ["diff", "--help"]).output
+    wrong = runner.invoke(cli, ["help", "nope"])
+    assert (wrong.exit_code, wrong.output) == (1, "Error: no command 'nope'; `sessiontree --help` lists them\n")
+
+
+def test_python_dash_m_sessiontree_is_the_command():
+    done = subprocess.run([sys.executable, "-m", "sessiontree", "--version"], capture_output=True, text=True)
+    assert (done.returncode, done.stdout.split()[0]) == (0, "sessiontree,")
+    done = subprocess.run([sys.executable, "-m", "sessiontree", "help", "tree"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith("Usage: sessiontree tree ")
+
+
+# -- row 11: ~N counts messages, ~N! every node; a checkpoint on a marker warns -----------
+
+
+def test_tilde_n_steps_over_markers_and_bang_counts_every_node(any_store):
+    s, (user, ask, start, result, refund, pause) = tool_turns(any_store)
+    assert s.node("main") == pause
+    assert s.node("main~1") == refund  # the message before the pause
+    assert s.node("main~2") == result  # "the last tool result", not the tool_start
+    assert s.node("main~3") == ask
+    assert s.node("main~~~") == ask
+    assert s.node("main~2~1") == ask
+    assert s.node(f"{result.id}~1") == ask
+    assert any_store.node(f"{pause.id}~2") == result
+    # The old meaning, every node counted, is ~N!
+    assert s.node("main~1!") == refund
+    assert s.node("main~3!") == start
+    assert s.node("main~2~1!") == start
+    assert any_store.node(f"{pause.id}~3!") == start
+    assert s.checkpoint("looked-up", at="main~2").node_id == result.id
+    assert s.node("main~4") == user
+    with pytest.raises(NotFound) as caught:
+        s.node("main~5")  # five nodes above, but four messages
+    assert str(caught.value) == "'main~5' goes past the root: 'main' is at depth 5; ~N counts messages, ~N! every node"
+    with pytest.raises(NotFound, match=r"^'main~9' goes past the root: 'main' is at depth 5$"):
+        s.node("main~9")
+    assert s.node("main~5!") == user
+
+
+def test_cli_tilde_n_and_a_checkpoint_on_a_marker_warns(db_target):
+    with Store(db_target) as store:
+        s, (_, ask, start, result, _, _) = tool_turns(store)
+    done = invoke(db_target, "checkpoint", "looked-up", "--at", "main~2", "-s", s.id)
+    assert (done.stdout, done.stderr) == (f"checkpoint looked-up -> {result.id}\n", "")
+    done = invoke(db_target, "checkpoint", "started", "--at", "main~3!", "-s", s.id)
+    assert done.stdout == f"checkpoint started -> {start.id}\n"
+    with Store(db_target) as store:
+        short = store.abbreviations([start.id])[start.id]
+    assert done.stderr == (
+        f"warning: checkpoint started marks a tool_start node, not a message; --at {short}~1 would mark"
+        " the message before it\n"
+    )
+    assert ask.id in invoke(db_target, "show", f"{short}~1").stdout.splitlines()[0]
