@@ -145,3 +145,36 @@ def test_cli_tilde_n_and_a_checkpoint_on_a_marker_warns(db_target):
         " the message before it\n"
     )
     assert ask.id in invoke(db_target, "show", f"{short}~1").stdout.splitlines()[0]
+
+
+# -- row 16: show PREFIX of a session and a node says what it matched -----------------
+
+
+def twin(node_id: str) -> str:
+    """An id sharing all but its last character with ``node_id``."""
+    return node_id[:-1] + ("0" if node_id[-1] != "0" else "1")
+
+
+def test_show_a_prefix_of_a_session_and_a_node_names_both(db_target):
+    with Store(db_target) as store:
+        s = store.create_session("first")
+        n = s.append({"role": "user", "content": "hi"})
+        other = store.create_session("twin", id=twin(n.id))
+    prefix = n.id[:-1]
+    done = invoke(db_target, "show", prefix, code=1)
+    assert done.output == f"Error: {prefix} matches session {other.id} and node {n.id}; use more characters\n"
+    # Whole ids, and a prefix of one of them only, still show what they name.
+    assert invoke(db_target, "show", other.id).stdout.startswith(f"session  {other.id}  twin\n")
+    assert invoke(db_target, "show", n.id).stdout.startswith(f"node     {n.id}\n")
+    assert invoke(db_target, "show", s.id).stdout.startswith(f"session  {s.id}  first\n")
+
+
+def test_show_a_prefix_of_a_session_and_several_nodes_names_them(db_target):
+    with Store(db_target) as store:
+        s = store.create_session("first")
+        a, b = s.append_many([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
+        common = len(__import__("os").path.commonprefix([a.id, b.id]))
+        other = store.create_session("twin", id=a.id[:common] + "z")  # shares the nodes' prefix
+    prefix = a.id[:common]
+    done = invoke(db_target, "show", prefix, code=1)
+    assert done.output == f"Error: {prefix} matches session {other.id} and several nodes; use more characters\n"

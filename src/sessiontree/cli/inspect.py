@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import click
 
 from .. import deadlines
-from ..errors import NotFound
+from ..errors import AmbiguousRef, NotFound
 from ..model import Diff
 from ..names import looks_like_id
 from ..session import Session
@@ -103,12 +105,11 @@ def log(ctx: click.Context, ref: str, session: str | None, as_json: bool) -> Non
 def show(ctx: click.Context, node: str, session: str | None, as_json: bool) -> None:
     """Show one node in full (payload, parent, children, provenance), or a session by its id."""
     store = open_store(ctx)
-    if session is None and looks_like_id(node) and not _is_node(store, node):
-        try:
-            show_session(store.session(node), as_json)
+    if session is None and looks_like_id(node):
+        meant = _session_meant(store, node)
+        if meant is not None:
+            show_session(meant, as_json)
             return
-        except NotFound:
-            pass  # neither a node nor a session: the node lookup below says so
     s, ref = target(store, node, session)
     n = s.node(ref)
     children = s.children(n)
@@ -142,12 +143,32 @@ def pause_line(state: str, expires_at: str | None) -> str:
     return state + (f" (expires {expires_at})" if expires_at else "")
 
 
-def _is_node(store: Store, ref: str) -> bool:
+def _session_meant(store: Store, prefix: str) -> Session | None:
+    """The session ``show PREFIX`` names, or None when it names a node (or nothing: the
+    node lookup then says so). A prefix of both a session and a node is refused, naming
+    both, rather than silently showing one of them (whole ids never are: ids are unique)."""
+    sessions = _matches(lambda: [store.resolve_session_id(prefix)])
+    nodes = _matches(lambda: [store.node(prefix).id])
+    if prefix in sessions or not nodes:
+        return store.session(prefix) if sessions else None  # an ambiguous prefix says so
+    if prefix in nodes or not sessions:
+        return None
+    short = abbreviations(store, [id for id in (*sessions, *nodes) if id])
+    said = [
+        f"session {short[sessions[0]]}" if sessions[0] else "several sessions",
+        f"node {short[nodes[0]]}" if nodes[0] else "several nodes",
+    ]
+    raise click.ClickException(f"{prefix} matches {said[0]} and {said[1]}; use more characters")
+
+
+def _matches(lookup: Callable[[], list[str]]) -> list[str]:
+    """The one id ``lookup`` finds, [""] when it finds several, [] when none."""
     try:
-        store.node(ref)
+        return lookup()
+    except AmbiguousRef:
+        return [""]
     except NotFound:
-        return False
-    return True
+        return []
 
 
 def show_session(s: Session, as_json: bool) -> None:
