@@ -150,6 +150,9 @@ def test_cli_tilde_n_and_a_checkpoint_on_a_marker_warns(db_target):
 # -- row 16: show PREFIX of a session and a node says what it matched -----------------
 
 
+FAR = "ffff0000-0000-7000-8000-000000000000"
+
+
 def twin(node_id: str) -> str:
     """An id sharing all but its last character with ``node_id``."""
     return node_id[:-1] + ("0" if node_id[-1] != "0" else "1")
@@ -171,10 +174,69 @@ def test_show_a_prefix_of_a_session_and_a_node_names_both(db_target):
 
 def test_show_a_prefix_of_a_session_and_several_nodes_names_them(db_target):
     with Store(db_target) as store:
-        s = store.create_session("first")
+        s = store.create_session("first", id=FAR)  # an id far from the nodes' ones
         a, b = s.append_many([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
         common = len(__import__("os").path.commonprefix([a.id, b.id]))
         other = store.create_session("twin", id=a.id[:common] + "z")  # shares the nodes' prefix
     prefix = a.id[:common]
     done = invoke(db_target, "show", prefix, code=1)
     assert done.output == f"Error: {prefix} matches session {other.id} and several nodes; use more characters\n"
+
+
+# -- row 20: -s/--session on every verb that takes a session ------------------------------
+
+
+def two_sessions(db: str) -> tuple[str, str]:
+    with Store(db) as store:
+        old = store.create_session("old", id="aaaa0000-0000-7000-8000-000000000001")
+        old.append({"role": "user", "content": "from the old one"})
+        new = store.create_session("new", id="bbbb0000-0000-7000-8000-000000000002")
+        new.append({"role": "user", "content": "from the new one"})
+        return old.id, new.id
+
+
+@pytest.mark.parametrize("verb", ["tree", "branches", "export", "html"])
+def test_dash_s_names_the_session_where_the_argument_did(db_target, tmp_path, monkeypatch, verb):
+    monkeypatch.chdir(tmp_path)
+    old, _ = two_sessions(db_target)
+    by_position = invoke(db_target, verb, old[:13]).stdout
+    by_flag = invoke(db_target, verb, "-s", old[:13]).stdout
+    assert by_flag == by_position
+    assert by_flag == invoke(db_target, verb, "--session", old).stdout
+    assert by_flag != invoke(db_target, verb).stdout  # the latest session, or all of them
+    if verb == "html":
+        assert by_flag.startswith("wrote sessiontree-aaaa0000.html")
+
+
+def test_dash_s_and_a_different_argument_is_refused(db_target):
+    old, new = two_sessions(db_target)
+    done = invoke(db_target, "tree", old, "-s", new, code=2)
+    assert done.output.splitlines()[-1] == f"Error: two sessions given, {old} and -s {new}: give one"
+    assert invoke(db_target, "tree", old, "-s", old).stdout.startswith(f"session {old}  old\n")
+
+
+def test_export_takes_several_dash_s(db_target):
+    old, new = two_sessions(db_target)
+    out = invoke(db_target, "export", "-s", old, "--session", new).stdout
+    assert out == invoke(db_target, "export", old, new).stdout
+    assert old in out and new in out
+
+
+def test_archive_delete_restore_take_dash_s(db_target):
+    old, _ = two_sessions(db_target)
+    assert invoke(db_target, "archive", "-s", old).stdout == f"archived session {old}\n"
+    assert invoke(db_target, "delete", "-s", old).stdout == (
+        f"moved session {old} (1 node(s)) to the trash; `sessiontree restore {old}` brings it back\n"
+    )
+    assert invoke(db_target, "restore", "-s", old).stdout == f"restored session {old}\n"
+    missing = invoke(db_target, "delete", code=2)
+    assert missing.output.splitlines()[-1] == "Error: Missing argument 'SESSION' (or -s SESSION)."
+
+
+def test_pending_takes_dash_s(db_target):
+    with Store(db_target) as store:
+        s, nodes = tool_turns(store, "one")
+        tool_turns(store, "two")
+    out = invoke(db_target, "pending", "-s", s.id).stdout
+    assert out.count("pause ") == 1 and f"pause {nodes[-1].id}  session {s.id}" in out
+    assert invoke(db_target, "pending").stdout.count("pause ") == 2

@@ -10,7 +10,7 @@ from .. import db as _db
 from . import complete
 from .common import db_path, db_url, echo_json, echo_result, open_store, pick_session
 from .imports import import_
-from .inspect import json_option
+from .inspect import json_option, session_argument
 from .params import SECONDS
 from .render import json_safe
 
@@ -148,7 +148,7 @@ def migrate(ctx: click.Context, list_only: bool) -> None:
 
 
 @click.command()
-@click.argument("sessions", nargs=-1, shell_complete=complete.sessions)
+@session_argument(many=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="File (default: stdout).")
 @click.option(
     "--format",
@@ -205,7 +205,7 @@ def export(ctx: click.Context, sessions: tuple[str, ...], output: str | None, fm
 
 
 @click.command()
-@click.argument("session", shell_complete=complete.sessions)
+@session_argument(required=True)
 @click.option("--undo", is_flag=True, help="Un-archive instead.")
 @json_option
 @click.pass_context
@@ -222,7 +222,7 @@ def archive(ctx: click.Context, session: str, undo: bool, as_json: bool) -> None
 
 
 @click.command()
-@click.argument("session", shell_complete=complete.sessions)
+@session_argument(required=True)
 @click.option(
     "--permanently",
     is_flag=True,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -16,10 +18,50 @@ from . import complete
 from .common import abbreviations, echo_json, open_store, pick_session, target, targets
 from .render import call_line, safe, summary, table, transcript, tree_lines
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Output JSON.")
 session_option = click.option(
     "-s", "--session", help="Session id or prefix (default: the latest).", shell_complete=complete.sessions
 )
+
+
+def session_argument(*, required: bool = False, many: bool = False) -> Callable[[F], F]:
+    """SESSION as an argument, as the command always took it, or as ``-s/--session``, the
+    spelling of every other command: the command gets ``session`` (``sessions``, a tuple,
+    when ``many``). Both at once must name the same session."""
+    name = "sessions" if many else "session"
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def merged(*args: Any, **kwargs: Any) -> Any:
+            given, flagged = kwargs.pop(name), kwargs.pop("session_flag")
+            if many:
+                kwargs[name] = tuple(given) + tuple(flagged)
+            elif given and flagged and given != flagged:
+                raise click.UsageError(f"two sessions given, {given} and -s {flagged}: give one")
+            else:
+                kwargs[name] = given or flagged
+            if required and not kwargs[name]:
+                raise click.UsageError("Missing argument 'SESSION' (or -s SESSION).")
+            return command(*args, **kwargs)
+
+        more = " (repeatable)" if many else ""
+        merged = click.option(
+            "-s",
+            "--session",
+            "session_flag",
+            metavar="SESSION",
+            multiple=many,
+            help=f"The same as the SESSION argument{more}.",
+            shell_complete=complete.sessions,
+        )(merged)
+        argument = click.argument(
+            name, nargs=-1 if many else 1, required=False, shell_complete=complete.sessions
+        )
+        return argument(merged)  # type: ignore[return-value]
+
+    return decorate
 
 
 @click.command()
@@ -53,7 +95,7 @@ def sessions(ctx: click.Context, include_archived: bool, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("session", required=False, shell_complete=complete.sessions)
+@session_argument()
 @json_option
 @click.pass_context
 def tree(ctx: click.Context, session: str | None, as_json: bool) -> None:
@@ -197,7 +239,7 @@ def show_session(s: Session, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("session", required=False, shell_complete=complete.sessions)
+@session_argument()
 @json_option
 @click.pass_context
 def branches(ctx: click.Context, session: str | None, as_json: bool) -> None:
@@ -258,12 +300,13 @@ def diff_lines(store: Store, d: Diff, a: str, b: str) -> list[str]:
 
 
 @click.command()
+@click.option("-s", "--session", help="Only this session (id or prefix).", shell_complete=complete.sessions)
 @json_option
 @click.pass_context
-def pending(ctx: click.Context, as_json: bool) -> None:
-    """List pauses waiting for a human, across sessions."""
+def pending(ctx: click.Context, session: str | None, as_json: bool) -> None:
+    """List pauses waiting for a human, across sessions (or in one)."""
     store = open_store(ctx)
-    pauses = store.pending()
+    pauses = store.pending(session and store.resolve_session_id(session))
     if as_json:
         echo_json([{**p.to_dict(), **deadlines.about(p)} for p in pauses])
         return
