@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -240,3 +241,108 @@ def test_pending_takes_dash_s(db_target):
     out = invoke(db_target, "pending", "-s", s.id).stdout
     assert out.count("pause ") == 1 and f"pause {nodes[-1].id}  session {s.id}" in out
     assert invoke(db_target, "pending").stdout.count("pause ") == 2
+
+
+# -- row 18: log and tree take -n; a pager and colour on a terminal only ------------------
+
+
+def test_log_dash_n_shows_the_newest_nodes(db_target):
+    with Store(db_target) as store:
+        s, nodes = tool_turns(store)
+        short = store.abbreviations([n.id for n in nodes[-2:]])
+    out = invoke(db_target, "log", "-n", "2", "-s", s.id).stdout
+    assert out == (
+        "... 4 earlier nodes (-n sets how many)\n"
+        "\n"
+        f"assistant {short[nodes[-2].id]}\n"
+        "  -> refund({}) [c2]\n"
+        "\n"
+        f"-- pause: refund () ({short[nodes[-1].id]}) --\n"
+    )
+    assert invoke(db_target, "log", "--limit", "6", "-s", s.id).stdout == invoke(db_target, "log").stdout
+    as_json = json.loads(invoke(db_target, "log", "-n", "1", "--json").stdout)
+    assert [n["id"] for n in as_json] == [nodes[-1].id]
+    assert invoke(db_target, "log", "-n", "0", code=2).output.splitlines()[-1].startswith("Error: Invalid value")
+
+
+def test_tree_dash_n_shows_the_first_lines(db_target):
+    with Store(db_target) as store:
+        s, nodes = tool_turns(store)
+        short = store.abbreviations([n.id for n in nodes])
+    out = invoke(db_target, "tree", "-n", "2", "--no-pager").stdout
+    assert out == (
+        f"session {s.id}  orders\n"
+        f"* {short[nodes[0].id]} user: where is order 9?\n"
+        f"* {short[nodes[1].id]} assistant: -> lookup_order({{}})\n"
+        "... 4 more lines (-n sets how many)\n"
+    )
+    assert "\x1b[" not in invoke(db_target, "tree").stdout  # no colour on a pipe
+
+
+PAGER = """\
+import sys
+with open(sys.argv[1], "w") as out:
+    out.write(sys.stdin.read())
+"""
+
+
+def on_a_terminal(db: str, tmp_path, *args: str, **env: str) -> tuple[str, str | None]:
+    """Run sessiontree with stdin and stdout on a pseudo-terminal of 5 lines and a pager
+    that copies what it gets to a file: (what the terminal showed, what the pager got)."""
+    import os
+    import pty
+
+    (tmp_path / "pager.py").write_text(PAGER)
+    paged = tmp_path / "paged.txt"
+    paged.unlink(missing_ok=True)
+    environ = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "LESS", "TERM")}
+    environ.update(PAGER=f"{sys.executable} {tmp_path / 'pager.py'} {paged}", LINES="5", COLUMNS="100")
+    environ.update(env)
+    leader, follower = pty.openpty()
+    done = subprocess.run(
+        [sys.executable, "-m", "sessiontree", "--db", db, *args],
+        stdin=follower,
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        env=environ,
+        timeout=60,
+    )
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal is closed and drained
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(leader)
+    assert done.returncode == 0, done.stderr
+    return shown.decode().replace("\r\n", "\n"), paged.read_text() if paged.exists() else None
+
+
+def test_long_output_on_a_terminal_is_paged_and_coloured(db_target, tmp_path):
+    with Store(db_target) as store:
+        tool_turns(store)
+    plain = invoke(db_target, "log").stdout
+    shown, paged = on_a_terminal(db_target, tmp_path, "log")
+    assert shown == "" and paged is not None
+    assert "\x1b[" in paged  # roles coloured
+    assert click_unstyle(paged) == plain
+    shown, paged = on_a_terminal(db_target, tmp_path, "tree")
+    assert paged is not None and "\x1b[" in paged
+    # NO_COLOR keeps the pager and drops the colour; --no-pager prints to the terminal.
+    shown, paged = on_a_terminal(db_target, tmp_path, "log", NO_COLOR="1")
+    assert paged == plain
+    shown, paged = on_a_terminal(db_target, tmp_path, "log", "--no-pager", NO_COLOR="1")
+    assert (shown, paged) == (plain, None)
+    # What fits on the screen is not paged.
+    shown, paged = on_a_terminal(db_target, tmp_path, "log", "-n", "1", NO_COLOR="1")
+    assert (shown, paged) == (invoke(db_target, "log", "-n", "1").stdout, None)
+
+
+def click_unstyle(text: str) -> str:
+    import click
+
+    return click.unstyle(text)

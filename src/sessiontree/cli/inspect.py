@@ -15,7 +15,17 @@ from ..names import looks_like_id
 from ..session import Session
 from ..store import Store
 from . import complete
-from .common import abbreviations, echo_json, open_store, pick_session, target, targets
+from .common import (
+    abbreviations,
+    colour_wanted,
+    echo_json,
+    echo_lines,
+    open_store,
+    pick_session,
+    target,
+    targets,
+)
+from .params import MAX_COUNT
 from .render import call_line, safe, summary, table, transcript, tree_lines
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -94,12 +104,25 @@ def sessions(ctx: click.Context, include_archived: bool, as_json: bool) -> None:
         click.echo(line)
 
 
+limit_option = click.option(
+    "-n", "--limit", type=click.IntRange(min=1, max=MAX_COUNT), help="Print at most this many."
+)
+pager_option = click.option(
+    "--no-pager", "no_pager", is_flag=True, help="Never page (output longer than a terminal is paged there)."
+)
+
+
 @click.command()
 @session_argument()
+@limit_option
+@pager_option
 @json_option
 @click.pass_context
-def tree(ctx: click.Context, session: str | None, as_json: bool) -> None:
-    """Draw a session's tree: branches (in parentheses), checkpoints [in brackets], pauses."""
+def tree(ctx: click.Context, session: str | None, limit: int | None, no_pager: bool, as_json: bool) -> None:
+    """Draw a session's tree: branches (in parentheses), checkpoints [in brackets], pauses.
+
+    -n N prints the first N lines of the graph (--json always gives every node).
+    """
     store = open_store(ctx)
     s = pick_session(store, session)
     nodes, branches, checkpoints = s.tree(), s.branches(), s.checkpoints()
@@ -115,28 +138,44 @@ def tree(ctx: click.Context, session: str | None, as_json: bool) -> None:
             }
         )
         return
-    click.echo(f"session {s.id}" + (f"  {safe(s.title)}" if s.title else ""))
-    for line in tree_lines(
-        nodes, branches, checkpoints, pending, abbreviations(store, [n.id for n in nodes])
-    ):
-        click.echo(line)
+    colour = colour_wanted()
+    lines = [f"session {s.id}" + (f"  {safe(s.title)}" if s.title else "")]
+    lines += tree_lines(
+        nodes, branches, checkpoints, pending, abbreviations(store, [n.id for n in nodes]), colour
+    )
+    if limit is not None and len(lines) > limit + 1:
+        left = len(lines) - limit - 1
+        lines = [*lines[: limit + 1], f"... {left:,} more line{'s' if left > 1 else ''} (-n sets how many)"]
+    echo_lines(lines, page=not no_pager, colour=colour)
 
 
 @click.command()
 @click.argument("ref", default="main", shell_complete=complete.refs)
 @session_option
+@limit_option
+@pager_option
 @json_option
 @click.pass_context
-def log(ctx: click.Context, ref: str, session: str | None, as_json: bool) -> None:
-    """Show a branch (or the path to any node) as a transcript."""
+def log(
+    ctx: click.Context, ref: str, session: str | None, limit: int | None, no_pager: bool, as_json: bool
+) -> None:
+    """Show a branch (or the path to any node) as a transcript.
+
+    -n N shows only the last N nodes (the newest), as `git log -n` does.
+    """
     store = open_store(ctx)
     s, ref = target(store, ref, session)
     path = s.path(ref)
+    earlier = max(0, len(path) - limit) if limit is not None else 0
+    path = path[earlier:]
     if as_json:
         echo_json([n.to_dict() for n in path])
         return
-    for line in transcript(path, abbreviations(store, [n.id for n in path])):
-        click.echo(line)
+    colour = colour_wanted()
+    lines = transcript(path, abbreviations(store, [n.id for n in path]), colour)
+    if earlier:
+        lines = [f"... {earlier:,} earlier node{'s' if earlier > 1 else ''} (-n sets how many)", "", *lines]
+    echo_lines(lines, page=not no_pager, colour=colour)
 
 
 @click.command()
