@@ -55,7 +55,9 @@ def test_help_lists_the_commands_by_section_and_every_command_once():
         "Help",
     ]
     assert "Commands:" not in out
-    listed = [line.split()[0] for line in out.splitlines() if line.startswith("  ") and not line.startswith("   ")]
+    listed = [
+        line.split()[0] for line in out.splitlines() if line.startswith("  ") and not line.startswith("   ")
+    ]
     for name in cli.commands:
         assert listed.count(name) == 1, name
     assert out.index("\nInspect:\n  sessions  List sessions") < out.index("\nRuns and approvals:\n  run ")
@@ -94,13 +96,18 @@ def test_help_command_shows_a_commands_help_and_refuses_an_unknown_one():
     assert shown.exit_code == 0
     assert shown.output == runner.invoke(cli, ["diff", "--help"]).output
     wrong = runner.invoke(cli, ["help", "nope"])
-    assert (wrong.exit_code, wrong.output) == (1, "Error: no command 'nope'; `sessiontree --help` lists them\n")
+    assert (wrong.exit_code, wrong.output) == (
+        1,
+        "Error: no command 'nope'; `sessiontree --help` lists them\n",
+    )
 
 
 def test_python_dash_m_sessiontree_is_the_command():
     done = subprocess.run([sys.executable, "-m", "sessiontree", "--version"], capture_output=True, text=True)
     assert (done.returncode, done.stdout.split()[0]) == (0, "sessiontree,")
-    done = subprocess.run([sys.executable, "-m", "sessiontree", "help", "tree"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "sessiontree", "help", "tree"], capture_output=True, text=True
+    )
     assert done.returncode == 0 and done.stdout.startswith("Usage: sessiontree tree ")
 
 
@@ -126,7 +133,10 @@ def test_tilde_n_steps_over_markers_and_bang_counts_every_node(any_store):
     assert s.node("main~4") == user
     with pytest.raises(NotFound) as caught:
         s.node("main~5")  # five nodes above, but four messages
-    assert str(caught.value) == "'main~5' goes past the root: 'main' is at depth 5; ~N counts messages, ~N! every node"
+    assert (
+        str(caught.value)
+        == "'main~5' goes past the root: 'main' is at depth 5; ~N counts messages, ~N! every node"
+    )
     with pytest.raises(NotFound, match=r"^'main~9' goes past the root: 'main' is at depth 5$"):
         s.node("main~9")
     assert s.node("main~5!") == user
@@ -181,7 +191,9 @@ def test_show_a_prefix_of_a_session_and_several_nodes_names_them(db_target):
         other = store.create_session("twin", id=a.id[:common] + "z")  # shares the nodes' prefix
     prefix = a.id[:common]
     done = invoke(db_target, "show", prefix, code=1)
-    assert done.output == f"Error: {prefix} matches session {other.id} and several nodes; use more characters\n"
+    assert (
+        done.output == f"Error: {prefix} matches session {other.id} and several nodes; use more characters\n"
+    )
 
 
 # -- row 20: -s/--session on every verb that takes a session ------------------------------
@@ -262,7 +274,9 @@ def test_log_dash_n_shows_the_newest_nodes(db_target):
     assert invoke(db_target, "log", "--limit", "6", "-s", s.id).stdout == invoke(db_target, "log").stdout
     as_json = json.loads(invoke(db_target, "log", "-n", "1", "--json").stdout)
     assert [n["id"] for n in as_json] == [nodes[-1].id]
-    assert invoke(db_target, "log", "-n", "0", code=2).output.splitlines()[-1].startswith("Error: Invalid value")
+    assert (
+        invoke(db_target, "log", "-n", "0", code=2).output.splitlines()[-1].startswith("Error: Invalid value")
+    )
 
 
 def test_tree_dash_n_shows_the_first_lines(db_target):
@@ -346,3 +360,48 @@ def click_unstyle(text: str) -> str:
     import click
 
     return click.unstyle(text)
+
+
+# -- row 15: show prints a run in words --------------------------------------------------
+
+
+def test_show_prints_a_runs_tokens_and_an_unknown_latency_in_words(db_target):
+    pi_usage = {
+        "input": 3,
+        "output": 191,
+        "cacheRead": 0,
+        "input_tokens": 3,
+        "output_tokens": 191,
+        "cost": {},
+    }
+    with Store(db_target) as store:
+        s = store.create_session("pi")
+        s.append({"role": "user", "content": "hi"})
+        imported = s.append(
+            {"role": "assistant", "content": "hello"},
+            run={
+                "model": "claude-sonnet-4-5",
+                "provider": "anthropic",
+                "usage": pi_usage,
+                "finish_reason": "toolUse",
+            },
+        )
+        timed = s.append(
+            {"role": "assistant", "content": "again"},
+            run={
+                "model": "gpt-4o",
+                "provider": "openai",
+                "latency_ms": 1234.4,
+                "finish_reason": "stop",
+                "usage": {"prompt_tokens": 12, "completion_tokens": 5},
+            },
+        )
+        silent = s.append({"role": "assistant", "content": "quiet"}, run={"model": "m"})
+    lines = invoke(db_target, "show", imported.id).stdout.splitlines()
+    assert (
+        "run      claude-sonnet-4-5 via anthropic, 3 in → 191 out, latency unknown, finish toolUse" in lines
+    )
+    lines = invoke(db_target, "show", timed.id).stdout.splitlines()
+    assert "run      gpt-4o via openai, 12 in → 5 out, 1,234 ms, finish stop" in lines
+    lines = invoke(db_target, "show", silent.id).stdout.splitlines()
+    assert "run      m via ?, tokens unknown, latency unknown" in lines

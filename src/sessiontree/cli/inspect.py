@@ -26,7 +26,7 @@ from .common import (
     targets,
 )
 from .params import MAX_COUNT
-from .render import call_line, safe, summary, table, transcript, tree_lines
+from .render import call_line, run_line, safe, summary, table, transcript, tree_lines
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -209,10 +209,7 @@ def show(ctx: click.Context, node: str, session: str | None, as_json: bool) -> N
     if n.kind == "pause":
         click.echo(f"state    {pause_line(data['state'], deadlines.expires_at(n))}")
     if run:
-        click.echo(
-            f"run      {run.model or '?'} via {run.provider or '?'}, usage {run.usage}, "
-            f"{run.latency_ms} ms, finish {run.finish_reason}"
-        )
+        click.echo(f"run      {run_line(run)}")
     click.echo(summary(n))
     echo_json(n.payload)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from ..model import Branch, Checkpoint, Node
+from ..model import Branch, Checkpoint, Node, Run, usage_tokens
 
 WIDTH = 72
 
@@ -121,6 +121,23 @@ def _painted_summary(node: Node, colour: bool) -> str:
     text = summary(node)
     head, sep, rest = text.partition(":")
     return paint(head, node.role or node.kind, colour) + sep + rest
+
+
+def run_line(run: Run) -> str:
+    """A model call in words: ``gpt-4o via openai, 3 in → 191 out, 812 ms, finish stop``;
+    what the run did not record says so ("tokens unknown", "latency unknown")."""
+    tokens_in, tokens_out = usage_tokens(run.usage)
+    if tokens_in is None and tokens_out is None:
+        tokens = "tokens unknown"
+    else:
+        tokens = f"{_count(tokens_in)} in → {_count(tokens_out)} out"
+    latency = "latency unknown" if run.latency_ms is None else f"{run.latency_ms:,.0f} ms"
+    finish = f", finish {safe(run.finish_reason)}" if run.finish_reason else ""
+    return f"{safe(run.model or '?')} via {safe(run.provider or '?')}, {tokens}, {latency}{finish}"
+
+
+def _count(tokens: int | None) -> str:
+    return "?" if tokens is None else f"{tokens:,}"
 
 
 def markers(

@@ -142,8 +142,8 @@ class SharedReads(Storage):
         row = self._first(
             f"""WITH RECURSIVE up(key, id, parent, k) AS (
                  SELECT key, id, parent, 0 FROM nodes WHERE key = :key
-                 UNION ALL SELECT n.key, n.id, n.parent, up.k + {step} FROM up JOIN nodes n ON n.key = up.parent
-                 WHERE up.k < :n)
+                 UNION ALL SELECT n.key, n.id, n.parent, up.k + {step}
+                 FROM up JOIN nodes n ON n.key = up.parent WHERE up.k < :n)
                SELECT key, id FROM up WHERE k = :n""",
             {"key": key, "n": generations},
         )
