@@ -405,3 +405,23 @@ def test_show_prints_a_runs_tokens_and_an_unknown_latency_in_words(db_target):
     assert "run      gpt-4o via openai, 12 in → 5 out, 1,234 ms, finish stop" in lines
     lines = invoke(db_target, "show", silent.id).stdout.splitlines()
     assert "run      m via ?, tokens unknown, latency unknown" in lines
+
+
+# -- row 19: deleting a session twice ---------------------------------------------------
+
+
+def test_delete_of_a_session_in_the_trash_says_so_and_keeps_its_time_there(db_target):
+    old, _ = two_sessions(db_target)
+    invoke(db_target, "delete", old)
+    with Store(db_target) as store:
+        since = store.session(old).trashed_at
+    assert since is not None
+    again = invoke(db_target, "delete", old)
+    assert again.stdout == (
+        f"session {old} is already in the trash (since {since}); `sessiontree restore {old}` brings it back\n"
+    )
+    as_json = json.loads(invoke(db_target, "delete", old, "--json").stdout)
+    assert as_json == {"session": old, "trashed": True, "nodes": 1, "already": True, "trashed_at": since}
+    with Store(db_target) as store:
+        assert store.session(old).trashed_at == since  # the clock of empty-trash --older-than
+        assert store.delete_session(old) == 1 and store.session(old).trashed_at == since

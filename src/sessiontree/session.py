@@ -547,11 +547,13 @@ class Session:
     def delete(self, *, permanently: bool = False) -> int:
         """Move the session to the trash (hidden from listings and search, restorable with
         ``Store.restore_session`` until the trash is emptied); with ``permanently=True``,
-        remove it with all its nodes, refs and runs at once. Returns its node count."""
+        remove it with all its nodes, refs and runs at once. Returns its node count. A
+        session already in the trash stays there as it was (its time there is not restarted)."""
         with self.storage.transaction():
             if permanently:
                 return self.storage.delete_session(self._key)
-            self.storage.set_trashed(self._key, now())
+            if self.storage.session_row(self.id)[6] is None:
+                self.storage.set_trashed(self._key, now())
             self.trashed_at = self.storage.session_row(self.id)[6]
             return self.storage.counts(self._key)[1]
 

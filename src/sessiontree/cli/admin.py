@@ -244,7 +244,22 @@ def delete(ctx: click.Context, session: str, permanently: bool, yes: bool, as_js
     store = open_store(ctx, write=yes or not permanently)
     session_id = store.resolve_session_id(session)
     if not permanently:
+        trashed_at = store.session(session_id).trashed_at
         nodes = store.delete_session(session_id)
+        if trashed_at is not None:
+            echo_result(
+                as_json,
+                {
+                    "session": session_id,
+                    "trashed": True,
+                    "nodes": nodes,
+                    "already": True,
+                    "trashed_at": trashed_at,
+                },
+                f"session {session_id} is already in the trash (since {trashed_at});"
+                f" `sessiontree restore {session_id}` brings it back",
+            )
+            return
         echo_result(
             as_json,
             {"session": session_id, "trashed": True, "nodes": nodes},
