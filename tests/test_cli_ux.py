@@ -425,3 +425,43 @@ def test_delete_of_a_session_in_the_trash_says_so_and_keeps_its_time_there(db_ta
     with Store(db_target) as store:
         assert store.session(old).trashed_at == since  # the clock of empty-trash --older-than
         assert store.delete_session(old) == 1 and store.session(old).trashed_at == since
+
+
+# -- row 23: library surprises -------------------------------------------------------
+
+
+def test_path_defaults_to_main_and_refs_may_be_positional(any_store):
+    s, nodes = tool_turns(any_store)
+    assert s.path() == s.path("main") == nodes
+    assert s.checkpoint("cp", "main~1").node_id == nodes[-2].id
+    assert s.fork("other", "main~2").head_id == nodes[-3].id
+    assert s.move("other", "cp").head_id == nodes[-2].id
+    assert s.fork("kw", at="cp", metadata={"why": "kw"}).head_id == nodes[-2].id
+
+
+def test_testing_exports_only_its_own_names():
+    import sessiontree.testing as testing
+
+    assert sorted(testing.__all__) == [
+        "ScriptExhausted",
+        "ScriptedModel",
+        "completed",
+        "deltas",
+        "reply",
+        "tool_call",
+    ]
+    namespace: dict = {}
+    exec("from sessiontree.testing import *", namespace)
+    assert {"Any", "Iterator", "json", "copy"}.isdisjoint(namespace)
+
+
+def test_cli_decisions_record_by_cli_unless_named(db_target):
+    with Store(db_target) as store:
+        s, nodes = tool_turns(store, "a")
+        t, others = tool_turns(store, "b")
+    invoke(db_target, "approve", nodes[-1].id)
+    invoke(db_target, "reject", others[-1].id, "--by", "alice", "--reason", "no")
+    with Store(db_target) as store:
+        (approved,) = store.session(s.id).children(nodes[-1].id)
+        (rejected,) = store.session(t.id).children(others[-1].id)
+    assert (approved.payload["by"], rejected.payload["by"]) == ("cli", "alice")

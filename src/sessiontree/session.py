@@ -327,8 +327,8 @@ class Session:
         with self.storage.snapshot():
             return self.storage.children(self._locate(ref)[0])
 
-    def path(self, ref: Ref) -> list[Node]:
-        """Root-to-node, in one recursive query."""
+    def path(self, ref: Ref = "main") -> list[Node]:
+        """Root-to-node (main's head by default, as ``messages``), in one recursive query."""
         with self.storage.snapshot():
             return list(self.storage.path_to(*self._locate(ref), self.id))
 
@@ -463,8 +463,9 @@ class Session:
         with self.storage.snapshot():
             return self.storage.branches_at(self._key, self._locate(ref)[0])
 
-    def fork(self, name: str, *, at: Ref, metadata: dict[str, Any] | None = None) -> Branch:
-        """A new branch pointing at ``at``. One row; nothing is copied."""
+    def fork(self, name: str, at: Ref, *, metadata: dict[str, Any] | None = None) -> Branch:
+        """A new branch pointing at ``at`` (``fork("b", "main~1")`` or ``at=``). One row;
+        nothing is copied."""
         with self.storage.transaction():
             key, node_id = self._locate(at)
             when = now()
@@ -474,8 +475,9 @@ class Session:
         stored = json.loads(encode_json(metadata or {}, "branch metadata"))
         return Branch(self.id, name, node_id, when, when, stored)
 
-    def move(self, name: str, *, to: Ref, expect_head: Ref | None = None) -> Branch:
-        """Point an existing branch somewhere else (compare-and-set with ``expect_head``)."""
+    def move(self, name: str, to: Ref, *, expect_head: Ref | None = None) -> Branch:
+        """Point an existing branch somewhere else (``to`` by position or keyword;
+        compare-and-set with ``expect_head``)."""
         expected = self.expected_head(expect_head)
         with self.storage.transaction():
             current = self._existing_branch_head(name)
@@ -516,8 +518,8 @@ class Session:
 
     # -- checkpoints -----------------------------------------------------
 
-    def checkpoint(self, name: str, *, at: Ref) -> Checkpoint:
-        """A named pointer at ``at`` that never moves."""
+    def checkpoint(self, name: str, at: Ref) -> Checkpoint:
+        """A named pointer at ``at`` that never moves (``checkpoint("cp", "main~1")`` or ``at=``)."""
         with self.storage.transaction():
             self._check_name_free(name, "checkpoint")
             created = now()

@@ -215,9 +215,18 @@ def _decide(
 
 
 def decision_options(function: Callable) -> Callable:
-    function = click.option("--by", help="Who decided (recorded in the decision).")(function)
+    function = click.option(
+        "--by",
+        default=CLI_DECIDER,
+        show_default=True,
+        help="Who decided, recorded in the decision (the web inbox records 'web' or the decider's name).",
+    )(function)
     return json_option(function)
 
+
+CLI_DECIDER = "cli"
+"""The ``by`` of a decision made on the command line without ``--by``: the channel, as the
+web inbox records "web" (a name is given with ``--by`` or, in the inbox, a decider token)."""
 
 pause_argument = click.argument("pause", shell_complete=complete.pending)
 
