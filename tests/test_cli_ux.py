@@ -465,3 +465,21 @@ def test_cli_decisions_record_by_cli_unless_named(db_target):
         (approved,) = store.session(s.id).children(nodes[-1].id)
         (rejected,) = store.session(t.id).children(others[-1].id)
     assert (approved.payload["by"], rejected.payload["by"]) == ("cli", "alice")
+
+
+# -- row 24: README and docs/index.md read as user pages ---------------------------------
+
+
+def test_readme_store_claim_is_short_and_its_figures_are_on_the_performance_page():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    start = readme.index("- **The store**")
+    bullet = readme[start : readme.index("\n- **", start + 1)].strip().splitlines()
+    assert len(bullet) <= 3 and "0.03x" not in "\n".join(bullet)
+    performance = (root / "docs" / "performance.md").read_text()
+    for figure in ("0.03x", "0.008x", "2.6–2.8x", "233 bytes", "458", "603 bytes"):
+        assert figure in performance
+    index = (root / "docs" / "index.md").read_text()
+    assert "| status |" not in index and "available |" not in index and "<!--" not in index
