@@ -21,6 +21,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "search",
         "stats",
         "usage",
+        "sql",
     ),
     "Sessions and branches": (
         "append",
@@ -48,6 +49,8 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "rerun",
         "replay",
         "compare",
+        "score",
+        "promote",
         "demo",
     ),
     "Import/export": ("import", "export", "copy", "html"),
