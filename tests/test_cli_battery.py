@@ -108,9 +108,6 @@ BAD = [
     ["sql", "DELETE FROM nodes"],
     ["sql", "SELECT :missing"],
     ["help", "nosuchcommand"],
-    ["score", "nosuchbranch", "1"],
-    ["promote", "nosuchbranch"],
-    ["sql", "DELETE FROM nodes"],
 ]
 
 
