@@ -33,7 +33,7 @@ PREAMBLE = """\
   `delete`, `restore`) take either. Without one they use the most recently active
   session. So does `run`; `run --new` starts a new session.
 - **Counts.** `-n` is always a count: `--limit` of what is printed (`search`: hits;
-  `log`: messages; `tree`: lines), or `rerun --runs`, the runs per variant.
+  `log`: the newest nodes; `tree`: lines), or `rerun --runs`, the runs per variant.
 - **Help.** `sessiontree --help` lists the commands by what they act on;
   `sessiontree help COMMAND` (or `COMMAND --help`) shows one. `python -m sessiontree` is
   the same command.
