@@ -73,12 +73,15 @@ def format_sections(group: click.Group, ctx: click.Context, formatter: click.Hel
     named = {name for names in SECTIONS.values() for name in names}
     sections = [(title, [n for n in names if n in listed]) for title, names in SECTIONS.items()]
     sections.append((OTHER, [n for n in listed if n not in named]))
-    width = formatter.width - 6 - max(len(name) for name in listed)
+    longest = max(len(name) for name in listed)
+    width = formatter.width - 6 - longest
     for title, names in sections:
         if not names:
             continue
-        with formatter.section(title):
-            formatter.write_dl([(name, listed[name].get_short_help_str(width)) for name in names])
+        with formatter.section(title):  # names padded: one column for every section
+            formatter.write_dl(
+                [(name.ljust(longest), listed[name].get_short_help_str(width)) for name in names]
+            )
 
 
 @click.command("help")
