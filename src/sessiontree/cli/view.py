@@ -22,9 +22,9 @@ import click
 from .. import deciders as deciders_file
 from ..view import session_data
 from ..view.page import view_page
-from . import complete
 from .common import abbreviations, db_path, db_url, echo_result, open_store, pick_session
 from .experiment import parse_price
+from .inspect import session_argument
 from .params import Seconds
 
 MAX_CONNECTIONS = 100
@@ -35,7 +35,7 @@ HEADER_TIMEOUT = 10.0
 
 
 @click.command()
-@click.argument("session", required=False, shell_complete=complete.sessions)
+@session_argument()
 @click.option(
     "-o",
     "--output",
