@@ -583,3 +583,25 @@ def test_markers_read_as_text_roots_apart_and_unknown_latency_said(page, tmp_pat
     assert "{" not in card.inner_text()  # the payload is folded away, not the card's text
     note_card = page.page.locator(f'#path .card[data-id="{note.id}"]').inner_text()
     assert "system · compact_boundary · from claude-code" in note_card and "null" not in note_card
+
+
+def test_a_score_reads_as_text_and_compare_shows_the_latest_by_each_scorer(page, tmp_path):
+    from sessiontree.scoring import score
+
+    db = tmp_path / "scores.db"
+    with Store(db) as store:
+        s = store.create_session("judged")
+        s.append({"role": "user", "content": "2+2?"})
+        s.fork("b", at="main")
+        s.append({"role": "assistant", "content": "4"})
+        s.append({"role": "assistant", "content": "5"}, branch="b")
+        score(store, "main", 0.5, session=s, name="judge")
+        last = score(store, "main", 1.0, session=s, name="judge", note="right")
+        score(store, "b", 0.0, session=s, name="judge")
+        (tmp_path / "s.html").write_text(render_html(store, s.id), "utf-8")
+    page.open((tmp_path / "s.html").as_uri())
+    assert page.row(last.id).locator(".label").inner_text() == "score: judge = 1 (right)"
+    page.page.click("#compare")
+    table = page.page.inner_text("table.compare")
+    assert "status\tcompleted\tcompleted" in table  # the score is not what the run did
+    assert "scores\tjudge 1\tjudge 0" in table or "scores\tjudge 0\tjudge 1" in table

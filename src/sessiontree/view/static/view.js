@@ -136,6 +136,8 @@
         return "error: " + errorText(p);
       case "tool_start":
         return "running " + (p.calls || []).map(function (c) { return c.name; }).join(", ");
+      case "score":
+        return "score: " + p.scorer + " = " + p.value + (p.note ? " (" + p.note + ")" : "");
       default:
         var said = markerText(p);
         return n.kind + (said.tag ? " (" + said.tag + ")" : "") + ": " + (said.text || said.fields || "—");
@@ -483,18 +485,21 @@
   }
   function summary(leaf, ancestor) {
     var added = pathTo(leaf).filter(function (k) { return ancestor < 0 || N[k].depth > N[ancestor].depth; });
-    var m = metrics(), s = { added: added, steps: 0, tools: 0, errors: 0, pauses: 0, final: null };
+    var m = metrics(), s = { added: added, steps: 0, tools: 0, errors: 0, pauses: 0, final: null, scores: {} };
     added.forEach(function (k) {
       var n = N[k], p = n.payload;
       if (n.own) addMetrics(m, n.own);
       if (n.kind === "error") s.errors++;
       if (n.kind === "pause") s.pauses++;
+      if (n.kind === "score") { delete s.scores[p.scorer]; s.scores[p.scorer] = p.value; }  // the latest by each
       if (n.kind === "message" && p.role === "assistant") {
         s.steps++; s.tools += (p.tool_calls || []).length;
         if (!(p.tool_calls || []).length) s.final = ST.contentText(p.content);
       }
     });
-    var head = N[leaf], hp = head.payload;
+    var path = pathTo(leaf), at = path.length - 1;
+    while (at > 0 && N[path[at]].kind === "score") at--;  // a score judges the run; it is not what the run did
+    var head = N[path[at]], hp = head.payload;
     s.status = pending.has(head.id) ? "paused" : head.kind === "error" ? "error"
       : head.kind === "message" && hp.role === "assistant" && !(hp.tool_calls || []).length ? "completed" : "in progress";
     s.m = m;
@@ -525,7 +530,11 @@
       line("latency", function (s) { return latencyText(s.m); }),
       priced() ? line("cost", function (s) { return s.m.unpriced ? "?" : ST.money(s.m.cost); }) : null,
       line("errors", function (s) { return String(s.errors); }),
-      line("pauses", function (s) { return String(s.pauses); })));
+      line("pauses", function (s) { return String(s.pauses); }),
+      line("scores", function (s) {
+        var names = Object.keys(s.scores);
+        return names.length ? names.map(function (k) { return k + " " + s.scores[k]; }).join(", ") : "—";
+      })));
     [["A adds", sa], ["B adds", sb]].forEach(function (pair) {
       var list = h("ol", { class: "adds" });
       pair[1].added.slice(0, 200).forEach(function (k) {
