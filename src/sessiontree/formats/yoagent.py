@@ -493,7 +493,7 @@ def _float(f: float) -> str:
     if not math.isfinite(f):
         return "null"
     digits, exp = _shortest(f)
-    sign = "-" if f < 0 else ""
+    sign = "-" if math.copysign(1.0, f) < 0 else ""  # serde_json writes -0.0 as "-0.0"
     kk = len(digits) + exp
     if exp >= 0 and kk <= 16:
         return sign + digits + "0" * exp + ".0"
