@@ -223,3 +223,21 @@ def test_what_the_import_keeps_is_never_sent_to_a_model(any_store):
     sent = json.dumps(model.calls[0]["messages"])
     assert "yoagent" not in sent and '"raw"' not in sent
     assert "yoagent" not in json.dumps(export_openai(s))
+
+
+def test_a_lone_surrogate_is_refused_as_yoagent_refuses_it(any_store, tmp_path):
+    # JSON's \u escapes let an unpaired surrogate in; serde_json (so yoagent) refuses it
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(_entry() + "\n" + _entry(id="e2", parent_id="e1").replace('"content": []', '"content": [{"type": "text", "text": "a\\ud800b"}]'))
+    with pytest.raises(FormatError, match=r"^bad.jsonl line 2: a string holds a lone surrogate"):
+        import_file(any_store, bad, "yoagent")
+    assert any_store.sessions() == []
+
+
+@pytest.mark.parametrize(("fmt", "name"), [("yoagent", "out.jsonl"), ("yoagent-messages", "out.json")])
+def test_export_refuses_a_lone_surrogate_it_cannot_write(any_store, tmp_path, fmt, name):
+    s = any_store.create_session()
+    s.append({"role": "user", "content": "a\ud800b"})  # a store keeps it (as a \u escape)
+    with pytest.raises(FormatError, match="holds a lone surrogate"):
+        export_file(any_store, tmp_path / name, fmt, session_ids=[s.id])
+    assert not (tmp_path / name).exists()

@@ -172,6 +172,8 @@ class _Reader:
         self.seen.add(eid)
         at = _iso_ms(stamp)
         kept = _normalised(message, where)
+        if _unwritable(json.dumps(kept, ensure_ascii=False)):
+            raise FormatError(f"{where}: a string {_SURROGATE}")
         own = self.node_id(eid)
         kind, payload, run = _convert(kept, own, at, where)
         # Kept for the export, never sent to a model (``model.sendable``).
@@ -365,6 +367,8 @@ def _export(s: ImportedSession) -> Iterator[str]:
         label = label if isinstance(label, str) else labels.get(n.id)
         if label is not None:
             line += ',"label":' + _dump(label)
+        if _unwritable(line):
+            raise FormatError(f"session {s.id}: node {n.id} {_SURROGATE}")
         yield line + "}"
 
 
@@ -528,4 +532,22 @@ def export_yoagent_messages(store: Store, session_id: str, branch: str = "main")
         if not (node.payload.get("synthesised") and "message" not in _kept(node)):
             path.append(node)
         head = node.parent_id
-    return "[" + ",".join(_message(n, runs) for n in reversed(path)) + "]"
+    text = "[" + ",".join(_message(n, runs) for n in reversed(path)) + "]"
+    if _unwritable(text):
+        raise FormatError(f"session {s.id}: branch {branch!r} {_SURROGATE}")
+    return text
+
+
+_SURROGATE = "holds a lone surrogate (an unpaired \\ud800-\\udfff escape), which yoagent's serde_json refuses"
+
+
+def _unwritable(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate: JSON's ``\\u`` escapes let one in, but
+    it is no UTF-8, so no yoagent file holds one (serde_json refuses it)."""
+    if text.isascii():  # O(1) in CPython: most lines skip the encode below
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
