@@ -159,8 +159,10 @@ def test_missing_cache_fields_are_written_back_as_yoagent_defaults_them(any_stor
     line["message"]["error_message"] = line["message"].pop("errorMessage")
     path.write_text(json.dumps(line))
     (s,) = import_file(any_store, path)
-    out = json.loads(export_file(any_store, tmp_path / "out.jsonl", "yoagent", session_ids=[s.id]).read_text())
-    assert out["message"]["usage"] == {"input": 1, "output": 2, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 0}
+    out = export_file(any_store, tmp_path / "out.jsonl", "yoagent", session_ids=[s.id])
+    out = json.loads(out.read_text())
+    zeros = {"cacheRead": 0, "cacheWrite": 0, "totalTokens": 0}
+    assert out["message"]["usage"] == {"input": 1, "output": 2, **zeros}
     assert list(out["message"])[-1] == "errorMessage" and "error_message" not in out["message"]
 
 
@@ -228,7 +230,8 @@ def test_what_the_import_keeps_is_never_sent_to_a_model(any_store):
 def test_a_lone_surrogate_is_refused_as_yoagent_refuses_it(any_store, tmp_path):
     # JSON's \u escapes let an unpaired surrogate in; serde_json (so yoagent) refuses it
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(_entry() + "\n" + _entry(id="e2", parent_id="e1").replace('"content": []', '"content": [{"type": "text", "text": "a\\ud800b"}]'))
+    message = {"role": "user", "content": [{"type": "text", "text": "a\ud800b"}], "timestamp": 1}
+    bad.write_text(_entry() + "\n" + _entry(id="e2", parent_id="e1", message=message))  # dumped as \\ud800
     with pytest.raises(FormatError, match=r"^bad.jsonl line 2: a string holds a lone surrogate"):
         import_file(any_store, bad, "yoagent")
     assert any_store.sessions() == []

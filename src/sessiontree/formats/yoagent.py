@@ -21,11 +21,13 @@ Contract:
   name; a label used twice names the entry created last, as ``seek_checkpoint``);
   the head is ``main``, every other leaf gets ``leaf-<entry id>``.
 - ``export_yoagent(session)`` yields the lines of a yoagent file: parents first,
-  ``main``'s head last, each line as yoagent's serde writes it (struct field order,
-  keys inside JSON values sorted), joined by ``\\n`` with no trailing newline. Nodes
-  that were never yoagent entries become extension messages ``sessiontree.<kind>``.
-  It refuses (``FormatError``) a tree yoagent cannot hold: ``main``'s head with
-  children, or two checkpoints on one node.
+  ``main``'s head last, each line byte for byte as yoagent's ``serde_json`` writes it
+  (compact; struct fields in declaration order; keys inside JSON values sorted; UTF-8
+  unescaped, ``/`` too; floats in ryu's shortest form, ``1.0``, ``-0.0``, ``1e16``),
+  joined by ``\\n`` with no trailing newline. Nodes that were never yoagent entries
+  become extension messages ``sessiontree.<kind>``. It refuses (``FormatError``) a
+  tree yoagent cannot hold: ``main``'s head with children, two checkpoints on one
+  node, or a lone surrogate in a string (which the import refuses too, as yoagent).
 """
 
 from __future__ import annotations
