@@ -20,7 +20,10 @@ from sessiontree.testing import ScriptedModel
 
 FIXTURES = Path(__file__).parent / "fixtures" / "yoagent"
 FORKED = FIXTURES / "forked.jsonl"
-CURRENT = [FORKED, FIXTURES / "stop-reasons.jsonl", FIXTURES / "values.jsonl"]
+CURRENT = [
+    FORKED,
+    *(FIXTURES / f for f in ("stop-reasons.jsonl", "same-millisecond-forks.jsonl", "values.jsonl")),
+]
 MESSAGES = FIXTURES / "forked.messages.json"
 LEGACY = FIXTURES / "legacy-0.12-forked.jsonl"
 LEGACY_MESSAGES = FIXTURES / "legacy-0.12-forked.messages.json"

@@ -14,9 +14,9 @@ Contract:
   JSON-encoded arguments; model, provider, usage and stop reason as a run);
   ``toolResult`` -> ``tool`` (``tool_call_id``, ``name``); an extension message (any
   other role) -> a ``note``, never sent to a model. Every node keeps yoagent's message
-  (the five legacy snake_case keys renamed), entry id, label and timestamp under
-  ``payload["raw"]["yoagent"]``, never sent to a model (``model.sendable``), which
-  the export writes back.
+  (the five legacy snake_case keys renamed), entry id, place in the file, label and
+  timestamp under ``payload["raw"]["yoagent"]``, never sent to a model
+  (``model.sendable``), which the export writes back.
 - ``label`` -> a checkpoint (see ``pi._label_name`` for labels that are no valid
   name; a label used twice names the entry created last, as ``seek_checkpoint``);
   the head is ``main``, every other leaf gets ``leaf-<entry id>``.
@@ -179,7 +179,9 @@ class _Reader:
         own = self.node_id(eid)
         kind, payload, run = _convert(kept, own, at, where)
         # Kept for the export, never sent to a model (``model.sendable``).
-        yo: dict[str, Any] = {"message": kept, "id": eid}
+        # The entry's place in the file: the export's order where timestamps cannot give
+        # it (forks made in one millisecond, a clock that stepped back).
+        yo: dict[str, Any] = {"message": kept, "id": eid, "position": len(self.seen) - 1}
         if label is not None:
             yo["label"] = label
         if stamp != _ms(at):
@@ -347,6 +349,11 @@ def _export(s: ImportedSession) -> Iterator[str]:
     }
     # Creation order (a yoagent file's order), parents first, main's head last.
     created = sorted(s.nodes, key=lambda n: n.created_at)
+    # A file's own entries take the places creation order gives them, in file order.
+    slots = [i for i, n in enumerate(created) if type(_kept(n).get("position")) is int]
+    filed = sorted((created[i] for i in slots), key=lambda n: _kept(n)["position"])
+    for i, n in zip(slots, filed, strict=True):
+        created[i] = n
     ranked = parents_first({n.id: n.parent_id for n in created}, str)
     order = [_by_id(s, i) for i in ranked if i != main and i not in skipped]
     order += [n for n in s.nodes if n.id == main]
