@@ -22,7 +22,10 @@ FIXTURES = Path(__file__).parent / "fixtures" / "yoagent"
 FORKED = FIXTURES / "forked.jsonl"
 CURRENT = [
     FORKED,
-    *(FIXTURES / f for f in ("stop-reasons.jsonl", "same-millisecond-forks.jsonl", "values.jsonl")),
+    *(
+        FIXTURES / f
+        for f in ("stop-reasons.jsonl", "same-millisecond-forks.jsonl", "open-calls.jsonl", "values.jsonl")
+    ),
 ]
 MESSAGES = FIXTURES / "forked.messages.json"
 LEGACY = FIXTURES / "legacy-0.12-forked.jsonl"
@@ -77,12 +80,13 @@ def test_a_legacy_file_imports_to_the_tree_of_its_current_twin(any_store, tmp_pa
         assert _shape(legacy) == _shape(current)
 
 
-def test_the_flat_message_array_round_trips_byte_for_byte(any_store, tmp_path):
-    assert detect_format(MESSAGES) == "yoagent-messages"
-    (s,) = import_file(any_store, MESSAGES)
+@pytest.mark.parametrize("path", [MESSAGES, FIXTURES / "open-calls.messages.json"], ids=lambda p: p.name)
+def test_the_flat_message_array_round_trips_byte_for_byte(any_store, tmp_path, path):
+    assert detect_format(path) == "yoagent-messages"
+    (s,) = import_file(any_store, path)
     assert any_store.verify().ok
     out = export_file(any_store, tmp_path / "out.json", "yoagent-messages", session_ids=[s.id])
-    assert out.read_bytes() == MESSAGES.read_bytes()
+    assert out.read_bytes() == path.read_bytes()
 
 
 def test_the_flat_array_is_the_session_files_main_path(any_store, tmp_path):
@@ -142,6 +146,16 @@ def test_every_stop_reason_becomes_the_runs_finish_reason(any_store):
     reasons = [any_store.run(n.run_id).finish_reason for n in s.tree() if n.run_id]
     assert reasons == ["length", "aborted", "stop"]
     assert {c.name for c in s.checkpoints()} == {"start"}
+
+
+def test_calls_the_file_left_open_are_answered_for_the_model_and_not_exported(any_store):
+    (s,) = import_file(any_store, FIXTURES / "open-calls.jsonl")
+    sent = [(m["role"], m.get("tool_call_id")) for m in s.messages("main")]
+    # c_c was never answered: a made-up answer keeps the history valid for a model; the
+    # head's own call (c_d) stays open; the answer to no call (c_zz) is a note
+    assert sent == [("user", None), ("assistant", None), ("tool", "c_b"), ("tool", "c_a"),
+                    ("tool", "c_c"), ("assistant", None)]  # fmt: skip
+    assert [n.kind for n in s.tree()].count("note") == 2  # the extension and c_zz's answer
 
 
 def test_entries_written_in_one_millisecond_keep_their_order(any_store, tmp_path):
