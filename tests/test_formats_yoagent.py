@@ -20,13 +20,8 @@ from sessiontree.testing import ScriptedModel
 
 FIXTURES = Path(__file__).parent / "fixtures" / "yoagent"
 FORKED = FIXTURES / "forked.jsonl"
-CURRENT = [
-    FORKED,
-    *(
-        FIXTURES / f
-        for f in ("stop-reasons.jsonl", "same-millisecond-forks.jsonl", "open-calls.jsonl", "values.jsonl")
-    ),
-]
+CURRENT = sorted(p for p in FIXTURES.glob("*.jsonl") if not p.name.startswith("legacy-"))
+FLAT = sorted(p for p in FIXTURES.glob("*.messages.json") if not p.name.startswith("legacy-"))
 MESSAGES = FIXTURES / "forked.messages.json"
 LEGACY = FIXTURES / "legacy-0.12-forked.jsonl"
 LEGACY_MESSAGES = FIXTURES / "legacy-0.12-forked.messages.json"
@@ -38,7 +33,7 @@ def _resaved(legacy: Path) -> Path:
     return FIXTURES / legacy.name.removeprefix("legacy-0.12-")
 
 
-def _entries(store, session) -> dict[str, object]:
+def _entries(session) -> dict[str, object]:
     """Node by yoagent entry id."""
     return {n.payload["raw"]["yoagent"]["id"]: n for n in session.tree()}
 
@@ -49,6 +44,11 @@ def _shape(session) -> list[tuple]:
     refs = sorted((b.name, b.head_id) for b in session.branches())
     marks = sorted((c.name, c.node_id) for c in session.checkpoints())
     return [*nodes, refs, marks]
+
+
+def test_every_generated_fixture_is_tested():
+    made = {p.name for p in FIXTURES.iterdir() if p.name != "README.md"}
+    assert made == {p.name for p in [*CURRENT, *FLAT, LEGACY, LEGACY_MESSAGES]} and len(made) == 9
 
 
 @pytest.mark.parametrize("path", CURRENT, ids=lambda p: p.name)
@@ -80,7 +80,7 @@ def test_a_legacy_file_imports_to_the_tree_of_its_current_twin(any_store, tmp_pa
         assert _shape(legacy) == _shape(current)
 
 
-@pytest.mark.parametrize("path", [MESSAGES, FIXTURES / "open-calls.messages.json"], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", FLAT, ids=lambda p: p.name)
 def test_the_flat_message_array_round_trips_byte_for_byte(any_store, tmp_path, path):
     assert detect_format(path) == "yoagent-messages"
     (s,) = import_file(any_store, path)
@@ -107,7 +107,7 @@ def test_the_same_file_imports_to_the_same_ids(any_store, tmp_path):
 
 def test_the_tree_maps_onto_branches_checkpoints_runs_and_notes(any_store):
     (s,) = import_file(any_store, FORKED)
-    e = _entries(any_store, s)
+    e = _entries(s)
     assert len(e) == 15
     # the last line is main's head; the two other leaves get branches
     assert {b.name: b.head_id for b in s.branches()} == {
@@ -161,7 +161,7 @@ def test_calls_the_file_left_open_are_answered_for_the_model_and_not_exported(an
 def test_entries_written_in_one_millisecond_keep_their_order(any_store, tmp_path):
     # append_new after a run writes e2..e4 (and e8..e11) with one timestamp
     (s,) = import_file(any_store, FORKED)
-    e = _entries(any_store, s)
+    e = _entries(s)
     assert e["e2"].created_at == e["e3"].created_at == e["e4"].created_at
     out = export_file(any_store, tmp_path / "out.jsonl", "yoagent", session_ids=[s.id]).read_text()
     assert [json.loads(line)["id"] for line in out.split("\n")] == [f"e{i}" for i in range(1, 16)]
@@ -185,7 +185,7 @@ def test_missing_cache_fields_are_written_back_as_yoagent_defaults_them(any_stor
 
 def test_export_refuses_a_main_head_with_children(any_store, tmp_path):
     (s,) = import_file(any_store, FORKED)
-    s.move("main", to=_entries(any_store, s)["e4"].id)
+    s.move("main", to=_entries(s)["e4"].id)
     with pytest.raises(FormatError, match="main's head .* has children"):
         export_file(any_store, tmp_path / "out.jsonl", "yoagent", session_ids=[s.id])
     assert not (tmp_path / "out.jsonl").exists()
