@@ -261,3 +261,17 @@ def test_export_refuses_a_lone_surrogate_it_cannot_write(any_store, tmp_path, fm
     with pytest.raises(FormatError, match="holds a lone surrogate"):
         export_file(any_store, tmp_path / name, fmt, session_ids=[s.id])
     assert not (tmp_path / name).exists()
+
+
+def test_the_cli_export_into_a_pipe_is_the_file_byte_for_byte(tmp_path):
+    from click.testing import CliRunner
+
+    from sessiontree.cli import cli
+
+    source = FIXTURES / "values.jsonl"
+    db = str(tmp_path / "pipe.db")
+    runner = CliRunner()
+    imported = runner.invoke(cli, ["--db", db, "import", str(source), "--json"], catch_exceptions=False)
+    session = json.loads(imported.stdout)[0]["sessions"][0]["id"]
+    out = runner.invoke(cli, ["--db", db, "export", session, "--format", "yoagent"], catch_exceptions=False)
+    assert out.stdout_bytes == source.read_bytes()
