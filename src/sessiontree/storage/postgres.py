@@ -62,18 +62,9 @@ from .postgres_upkeep import TREE, PostgresUpkeep
 from .reads import RUN_COLUMNS, SharedReads
 from .shared_sql import for_postgres
 
-# The walk carries only keys (a recursive query copies what it carries: payloads made
-# the path at depth 2,000 a fifth slower); each node's columns are read once at the end.
-_PATH = """
-WITH RECURSIVE p(key, parent, stop) AS (
-    SELECT key, parent, false FROM nodes WHERE key = %(key)s
-    UNION ALL
-    SELECT n.key, n.parent, n.id = ANY(%(stop)s)
-    FROM p JOIN nodes n ON n.key = p.parent WHERE NOT p.stop
-)
-SELECT n.id, n.depth, n.kind, n.payload, n.created_at, (SELECT r.id FROM runs r WHERE r.key = n.run), p.stop
-FROM p JOIN nodes n ON n.key = p.key ORDER BY n.depth DESC
-"""
+# The walk up a path, with its plan pinned (schema step 12: an index lookup per step,
+# whatever the table's statistics say).
+_PATH = "SELECT * FROM sessiontree_path(%(key)s, %(stop)s)"
 
 
 class _Held(threading.local):
@@ -90,6 +81,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
     """One PostgreSQL schema (``?schema=`` in the URL, default ``sessiontree``)."""
 
     is_tool_message = "sessiontree_json(h.payload) ->> 'role' = 'tool'"
+    tree_walk = TREE
     usage_number = "sessiontree_usage_tokens(r.usage, '{name}', '{name}')"
 
     # A look at the redaction count is a round trip here: at most one a second, so
@@ -340,7 +332,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
 
     def delete_session(self, session_key: int) -> int:
         self._claim(session_key)
-        doomed = [r[0] for r in self._all(TREE + "SELECT key FROM t", {"s": session_key})]
+        doomed = [r[0] for r in self._all(for_postgres(TREE) + "SELECT key FROM t", {"s": session_key})]
         self._write("DELETE FROM branches WHERE session = %s", (session_key,))
         self._write("DELETE FROM checkpoints WHERE session = %s", (session_key,))
         self._write("DELETE FROM nodes WHERE key = ANY(%s)", (doomed,))
