@@ -44,3 +44,45 @@ AS $$
     )
     SELECT t.key FROM t
 $$;
+
+-- One search index, not two. Steps 4 to 11 kept a GIN index on search_text for
+-- tools=False and one on search_text || search_tools for tools=True, so every word of
+-- a message's text was indexed twice: with prose-like text the two took 5.3 KB of the
+-- 8.5 KB a message cost. Now the one index, nodes_search_all, holds both vectors with
+-- the text's words weighted A (the tool texts keep the default, D): tools=True matches
+-- it as before (a query without weights ignores them), and tools=False matches the same
+-- index with every word of its query restricted to weight A, which only the text's
+-- words carry (sessiontree_text_query). The index keeps its name, the columns and every
+-- stored byte stay as they are, and ranking still reads the unweighted vectors.
+--
+-- sessiontree_search(false) drops the index and both columns (no rewrite: the old rows
+-- keep their dead bytes until the table is next rewritten, new ones have none);
+-- sessiontree_search(true) adds them back, which rewrites the table once to compute them.
+
+-- q with every lexeme restricted to weight A. A tsquery's text quotes each lexeme, doubling
+-- the quotes and backslashes in it, so the pattern finds each whole quoted lexeme.
+CREATE FUNCTION sessiontree_text_query(q tsquery) RETURNS tsquery
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT regexp_replace(q::text, '''(?:[^''\\]|''''|\\.)*''', '\&:A', 'g')::tsquery
+$$;
+
+CREATE FUNCTION sessiontree_search(enabled boolean) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF enabled THEN
+        ALTER TABLE nodes
+            ADD COLUMN IF NOT EXISTS search_text tsvector
+                GENERATED ALWAYS AS (sessiontree_node_vector(kind, payload, false)) STORED,
+            ADD COLUMN IF NOT EXISTS search_tools tsvector
+                GENERATED ALWAYS AS (sessiontree_node_vector(kind, payload, true)) STORED;
+        CREATE INDEX IF NOT EXISTS nodes_search_all ON nodes
+            USING gin ((setweight(search_text, 'A') || search_tools));
+    ELSE
+        DROP INDEX IF EXISTS nodes_search_all;
+        ALTER TABLE nodes DROP COLUMN IF EXISTS search_text, DROP COLUMN IF EXISTS search_tools;
+    END IF;
+END
+$$;
+
+DROP INDEX nodes_search_text;
+DROP INDEX nodes_search_all;
+SELECT sessiontree_search(true);
