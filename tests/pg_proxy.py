@@ -7,6 +7,12 @@ that holds ``pattern`` (say ``b"COMMIT\\x00"``) ends that client's connection, e
 before the server sees it (``forward=False``) or once the server has answered it,
 without passing the answer on (``forward=True``: the server did the work, the client
 never hears so). ``proxy.dropped`` is set then. ``proxy.stop()`` ends it.
+
+``proxy.round_trips`` counts round trips on the wire, over every connection: a burst of
+client bytes that comes after the server last spoke on that connection (or first) is
+one. Pipelined statements are one round trip; a statement whose answer the client
+waits for before the next is one each. ``proxy.counted()`` gives the count since the
+last call.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ class DroppingProxy:
         self.dropped = threading.Event()
         self._lock = threading.Lock()
         self._open: list[socket.socket] = []
+        self.round_trips = 0
+        self._seen = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
     def url(self, schema: str) -> str:
@@ -40,6 +48,12 @@ class DroppingProxy:
         with self._lock:
             self.pattern, self.forward = pattern, forward
             self.dropped.clear()
+
+    def counted(self) -> int:
+        """Round trips since the last call."""
+        with self._lock:
+            now, self._seen = self.round_trips - self._seen, self.round_trips
+        return now
 
     def stop(self) -> None:
         self.listener.close()
@@ -65,6 +79,7 @@ class DroppingProxy:
     def _relay(self, client: socket.socket) -> None:
         server = socket.create_connection(self.upstream)
         self._open += [client, server]
+        answered = True  # the server spoke last (nothing yet): the client's next burst is a round trip
         try:
             while True:
                 ready, _, _ = select.select([client, server], [], [])
@@ -72,6 +87,10 @@ class DroppingProxy:
                     data = client.recv(65536)
                     if not data:
                         return
+                    if answered:
+                        with self._lock:
+                            self.round_trips += 1
+                        answered = False
                     forward = self._armed(data)
                     if forward is not None:
                         if forward:
@@ -84,6 +103,7 @@ class DroppingProxy:
                     data = server.recv(65536)
                     if not data:
                         return
+                    answered = True
                     client.sendall(data)
         except OSError:
             return

@@ -13,20 +13,22 @@
 -- function from being inlined into a caller planned without it).
 
 -- The walk up from node `from_key`, head first, to the root or to the first node whose
--- id is in `stop_ids` (that row flagged). It carries only keys (a recursive query
--- copies what it carries); each node's columns are read once at the end.
+-- id is in `stop_ids` (that row flagged, `from_key`'s own included, and without its
+-- payload: the caller has it cached). It carries only keys (a recursive query copies
+-- what it carries); each node's columns are read once at the end.
 CREATE FUNCTION sessiontree_path(from_key bigint, stop_ids text[])
 RETURNS TABLE (id text, depth integer, kind text, payload text, created_at text, run text, stop boolean)
 LANGUAGE sql STABLE
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 AS $$
     WITH RECURSIVE p(key, parent, stop) AS (
-        SELECT key, parent, false FROM nodes WHERE key = from_key
+        SELECT key, parent, id = ANY(stop_ids) FROM nodes WHERE key = from_key
         UNION ALL
         SELECT n.key, n.parent, n.id = ANY(stop_ids)
         FROM p JOIN nodes n ON n.key = p.parent WHERE NOT p.stop
     )
-    SELECT n.id, n.depth, n.kind, n.payload, n.created_at, (SELECT r.id FROM runs r WHERE r.key = n.run), p.stop
+    SELECT n.id, n.depth, n.kind, CASE WHEN p.stop THEN NULL ELSE n.payload END, n.created_at,
+           (SELECT r.id FROM runs r WHERE r.key = n.run), p.stop
     FROM p JOIN nodes n ON n.key = p.key ORDER BY n.depth DESC
 $$;
 

@@ -50,6 +50,7 @@ from .names import (
     counts_every_node,
     shown,
     split_ancestry,
+    unstorable,
 )
 from .storage import Storage
 
@@ -329,6 +330,10 @@ class Session:
 
     def path(self, ref: Ref = "main") -> list[Node]:
         """Root-to-node (main's head by default, as ``messages``), in one recursive query."""
+        if _plain_name(ref):
+            found = self.storage.at_ref(self._key, self.id, ref, messages=False)  # type: ignore[arg-type]
+            if found is not None:
+                return list(found)  # type: ignore[arg-type]
         with self.storage.snapshot():
             return list(self.storage.path_to(*self._locate(ref), self.id))
 
@@ -339,6 +344,10 @@ class Session:
         list; the dicts in it are the nodes' payloads, shared with the store's cache, so
         treat them as read-only (``copy.deepcopy`` one to change it).
         """
+        if _plain_name(ref):  # a branch or checkpoint: one statement where it costs a round trip
+            found = self.storage.at_ref(self._key, self.id, ref, messages=True)  # type: ignore[arg-type]
+            if found is not None:
+                return found  # type: ignore[return-value]
         with self.storage.snapshot():
             return self.storage.messages(*self._locate(ref), self.id)
 
@@ -570,6 +579,19 @@ class Session:
     def verify(self) -> VerifyReport:
         """``Store.verify`` for this session only."""
         return maintenance.verify(self.storage, session_key=self._key)
+
+
+def _plain_name(ref: Ref) -> bool:
+    """Whether ``ref`` may be a branch or checkpoint name as written (no ``~N``, not a
+    whole id): what ``_locate`` looks up first as a name, so finding it as one gives the
+    node ``_locate`` would. Anything else, or a name not found, goes the general way."""
+    return (
+        isinstance(ref, str)
+        and bool(ref)
+        and "~" not in ref
+        and FULL_ID.fullmatch(ref) is None
+        and unstorable(ref) is None
+    )
 
 
 def _ref_text(ref: Ref) -> str:

@@ -425,11 +425,50 @@ class Storage(ABC):
         cached ancestor (see ``cache``)."""
         return self._cached_path(key, node_id, session_id, self._drop_stale_paths())
 
-    def _cached_path(self, key: int, node_id: str, session_id: str, generation: int) -> tuple[Node, ...]:
+    def _ref_walk(
+        self, session_key: int, name: str, stops: list[str], redactions: bool
+    ) -> tuple[int, str, int | None, list[PathRow]] | None:
+        """In one statement, outside any transaction: (node key, node id, the redaction
+        count if asked, the walk up from the node as ``_path_rows`` with ``stops``, the
+        node itself flagged when it is one of them) of the branch or checkpoint ``name``;
+        None when there is none, it has no node, or the backend has no such statement
+        (then ``at_ref`` says so and the caller reads as before). PostgreSQL has one: a
+        read there is a round trip, where SQLite's cost none."""
+        return None
+
+    def at_ref(
+        self, session_key: int, session_id: str, name: str, *, messages: bool
+    ) -> tuple[Node, ...] | list[dict[str, Any]] | None:
+        """The path to (or with ``messages`` the projection of) the node a branch or
+        checkpoint named ``name`` points at, in the one statement of ``_ref_walk``; None
+        when that gives nothing (no such name, no node yet, or no such statement)."""
+        generation = self.cache.generation  # before the look, as in _drop_stale_paths
+        now = time.monotonic()
+        due = now >= self._next_redaction_check
+        found = self._ref_walk(session_key, name, self.cache.heads(session_id), due)
+        if found is None:
+            return None
+        key, node_id, count, rows = found
+        if due:
+            self._next_redaction_check = now + self.redaction_check_every
+            generation = self.cache.agree(count or 0)
+        if messages:
+            projected = self.cache.messages(node_id)
+            if projected is not None:
+                return projected
+        path = self._cached_path(key, node_id, session_id, generation, rows)
+        if messages:
+            return self.cache.messages(node_id) or project(path)
+        return path
+
+    def _cached_path(
+        self, key: int, node_id: str, session_id: str, generation: int, rows: list[PathRow] | None = None
+    ) -> tuple[Node, ...]:
         cached = self.cache.get(node_id)
         if cached is not None:
             return cached
-        rows = self._path_rows(key, self.cache.heads(session_id))
+        if rows is None:
+            rows = self._path_rows(key, self.cache.heads(session_id))
         base: tuple[Node, ...] = ()
         if rows[-1][6]:  # stopped at a cached ancestor
             base = self.cache.get(rows[-1][0]) or ()

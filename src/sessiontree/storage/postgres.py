@@ -66,6 +66,19 @@ from .shared_sql import for_postgres
 # whatever the table's statistics say).
 _PATH = "SELECT * FROM sessiontree_path(%(key)s, %(stop)s)"
 
+# A read of a branch or checkpoint in one round trip: its node and the walk up from it
+# to the nearest cached path end (only the node, unread, when it is one), with the
+# redaction count when the cache is due to look at it.
+_REF_WALK = """
+WITH r AS (
+    SELECT b.head AS key FROM branches b WHERE b.session = %(s)s AND b.name = %(name)s
+    UNION ALL SELECT c.node FROM checkpoints c WHERE c.session = %(s)s AND c.name = %(name)s
+    LIMIT 1
+)
+SELECT r.key, CASE WHEN %(redactions)s THEN (SELECT redactions FROM change_counts) END, p.*
+FROM r LEFT JOIN LATERAL sessiontree_path(r.key, %(stop)s) p ON true
+"""
+
 
 class _Held(threading.local):
     """The connection this thread's transaction or snapshot holds, if any."""
@@ -403,6 +416,16 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
 
     def _path_rows(self, key: int, stops: list[str]) -> list[PathRow]:
         return self._all(_PATH, {"key": key, "stop": stops})
+
+    def _ref_walk(
+        self, session_key: int, name: str, stops: list[str], redactions: bool
+    ) -> tuple[int, str, int | None, list[PathRow]] | None:
+        if self._held.conn is not None:  # inside a snapshot or a write: read as it does
+            return None
+        rows = self._all(_REF_WALK, {"s": session_key, "name": name, "stop": stops, "redactions": redactions})
+        if not rows or rows[0][0] is None:
+            return None
+        return rows[0][0], rows[0][2], rows[0][1], [r[2:] for r in rows]
 
     def redaction_count(self) -> int:
         return int(self._one("SELECT redactions FROM change_counts"))
