@@ -48,3 +48,36 @@ def test_a_read_costs_one_round_trip_cached_or_not(counted):
         assert proxy.counted() == 1
         assert [n.payload["content"] for n in other.path("main")] == ["hello", "hi"]
         assert proxy.counted() == 1
+
+
+def test_an_append_costs_one_round_trip_with_a_run_and_compare_and_set(counted):
+    store, _, proxy = counted
+    s = store.create_session("writes")
+    head = s.append(user("hello"))
+    proxy.counted()
+    (answer,) = s.append_many(
+        [assistant("hi")], run={"model": "m", "usage": {"prompt_tokens": 3}}, expect_head=head
+    )
+    assert proxy.counted() == 1
+    chain = s.append_many([user("a"), user("b"), user("c"), user("d")])
+    assert proxy.counted() == 1
+    assert [m["content"] for m in s.messages()] == ["hello", "hi", "a", "b", "c", "d"]
+    assert s.node(answer.id).run_id == answer.run_id and store.run(answer.run_id).usage == {
+        "prompt_tokens": 3
+    }
+    assert chain[0].parent_id == answer.id and chain[-1].depth == 5
+    assert store.verify().ok
+
+
+def test_a_fork_costs_one_round_trip(counted):
+    store, _, proxy = counted
+    s = store.create_session("forks")
+    first, second = s.append_many([user("hello"), assistant("hi")])
+    s.checkpoint("greeted", at="main")
+    proxy.counted()
+    assert s.fork("again", at=first.id).head_id == first.id
+    assert proxy.counted() == 1
+    assert s.fork("from-main", at="main", metadata={"why": "try"}).metadata == {"why": "try"}
+    assert s.fork("from-checkpoint", at="greeted").head_id == second.id
+    assert proxy.counted() == 2
+    assert {b.name: b.head_id for b in s.branches()}["again"] == first.id

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
@@ -192,6 +192,10 @@ class Session:
         if branch is not None:
             check_name(branch, new=False)
         expected = self.expected_head(expect_head)
+        if branch is not None:
+            done = self._append_in_one(texts, branch, parent, kind, run, expected)
+            if done is not None:
+                return done
         with self.storage.transaction():
             place = self._place(branch, parent, expected)
             if kind == "decision" and place.kind != "pause":
@@ -280,22 +284,47 @@ class Session:
             if found is None or found[1] != self.id:
                 raise NotFound(f"no run {shown(run)} in session {self.id}")
             return found[0], run
-        fields = run.__dict__ if isinstance(run, Completion) else run
         run_id = new_id()
-        key = self.storage.insert_run(
-            run_id,
-            self._key,
-            (
-                check_text(fields.get("model"), "run model"),
-                check_text(fields.get("provider"), "run provider"),
-                encode_json(fields.get("params") or {}, "run params", default=str),
-                encode_json(fields.get("usage") or {}, "run usage", default=str),
-                check_latency(fields.get("latency_ms")),
-                check_text(fields.get("finish_reason"), "run finish_reason"),
-                now(),
-            ),
+        return self.storage.insert_run(run_id, self._key, _run_fields(run)), run_id
+
+    def _append_in_one(
+        self, texts: list[str], branch: str, parent: Ref | None, kind: str, run: RunLike, expected: str | None
+    ) -> list[Node] | None:
+        """``append_many``'s common case (under the head of an existing branch) in the one
+        statement of ``Storage.append_at_head``; None when it is not that case, or when
+        the input is wrong (the long way then says what is, in its own order)."""
+        if not self.storage.one_statement:
+            return None
+        if parent is not None:
+            parent = parent.id if isinstance(parent, Node) and parent.session_id == self.id else parent
+            if not isinstance(parent, str) or FULL_ID.fullmatch(parent) is None:
+                return None
+        recorded: tuple[str, Sequence[Any] | None] | None = None
+        if isinstance(run, str):
+            if unstorable(run) is not None:
+                return None
+            recorded = (run, None)
+        elif run is not None:
+            try:
+                recorded = (new_id(), _run_fields(run))
+            except Exception:  # noqa: BLE001 - the long way raises it, after what it checks first
+                return None
+        created = now()
+        chain = list(zip(new_ids(len(texts)), texts, strict=True))
+        place = self.storage.append_at_head(
+            self._key, branch, expected, parent, kind, chain, created, recorded
         )
-        return key, run_id
+        if place is None:
+            return None
+        parent_id, depth = place
+        run_id = recorded[0] if recorded is not None else None
+        nodes = []
+        for node_id, text in chain:
+            depth += 1
+            nodes.append(Node(node_id, self.id, parent_id, depth, kind, text, created, run_id))
+            parent_id = node_id
+        self.storage.remember(place[0], nodes)
+        return nodes
 
     def edit(self, node: Ref, payload: dict[str, Any], *, branch: str) -> Node:
         """A sibling of ``node`` carrying ``payload``, on the new branch ``branch``."""
@@ -475,6 +504,9 @@ class Session:
     def fork(self, name: str, at: Ref, *, metadata: dict[str, Any] | None = None) -> Branch:
         """A new branch pointing at ``at`` (``fork("b", "main~1")`` or ``at=``). One row;
         nothing is copied."""
+        forked = self._fork_in_one(name, at, metadata)
+        if forked is not None:
+            return forked
         with self.storage.transaction():
             key, node_id = self._locate(at)
             when = now()
@@ -483,6 +515,34 @@ class Session:
         # metadata as it reads back from its JSON.
         stored = json.loads(encode_json(metadata or {}, "branch metadata"))
         return Branch(self.id, name, node_id, when, when, stored)
+
+    def _fork_in_one(self, name: str, at: Ref, metadata: dict[str, Any] | None) -> Branch | None:
+        """``fork`` at a whole node id, or at a branch or checkpoint, in the one statement
+        of ``Storage.fork_at``; None otherwise, or for wrong input (the long way says
+        what is wrong, in its own order)."""
+        if not self.storage.one_statement:
+            return None
+        if isinstance(at, Node):
+            at = at.id if at.session_id == self.id else ""
+        if not _plain_name(at) and not (isinstance(at, str) and FULL_ID.fullmatch(at)):
+            return None
+        try:
+            check_name(name, "branch")
+            encoded = encode_json(metadata or {}, "branch metadata")
+        except Exception:  # noqa: BLE001 - the long way raises it, after what it checks first
+            return None
+        when = now()
+        node_id = self.storage.fork_at(
+            self._key,
+            name,
+            at,
+            FULL_ID.fullmatch(at) is not None,
+            encoded,
+            when,
+        )
+        if node_id is None:
+            return None
+        return Branch(self.id, name, node_id, when, when, json.loads(encoded))
 
     def move(self, name: str, to: Ref, *, expect_head: Ref | None = None) -> Branch:
         """Point an existing branch somewhere else (``to`` by position or keyword;
@@ -579,6 +639,20 @@ class Session:
     def verify(self) -> VerifyReport:
         """``Store.verify`` for this session only."""
         return maintenance.verify(self.storage, session_key=self._key)
+
+
+def _run_fields(run: Completion | dict[str, Any]) -> tuple[Any, ...]:
+    """The ``RUN_FIELDS`` values of a run to record, checked."""
+    fields = run.__dict__ if isinstance(run, Completion) else run
+    return (
+        check_text(fields.get("model"), "run model"),
+        check_text(fields.get("provider"), "run provider"),
+        encode_json(fields.get("params") or {}, "run params", default=str),
+        encode_json(fields.get("usage") or {}, "run usage", default=str),
+        check_latency(fields.get("latency_ms")),
+        check_text(fields.get("finish_reason"), "run finish_reason"),
+        now(),
+    )
 
 
 def _plain_name(ref: Ref) -> bool:

@@ -393,6 +393,40 @@ class Storage(ABC):
         """Return when a decision may have been written (True: a signal came), or after
         ``timeout`` seconds (False)."""
 
+    # -- reads and writes in one statement --------------------------------------------
+
+    one_statement = False
+    """Whether ``at_ref``, ``append_at_head`` and ``fork_at`` do anything: where each
+    statement is a round trip (PostgreSQL). Elsewhere the callers go their usual way."""
+
+    def append_at_head(
+        self,
+        session_key: int,
+        branch: str,
+        expect: str | None,
+        parent: str | None,
+        kind: str,
+        nodes: Sequence[tuple[str, str]],
+        created: str,
+        run: tuple[str, Sequence[Any] | None] | None,
+    ) -> tuple[str | None, int] | None:
+        """The common append in one statement, its own transaction: (id, payload) nodes
+        as a chain under the head of the existing branch ``branch`` (which must be
+        ``expect`` and ``parent`` when given), moving it; ``run`` is (run id, its
+        ``RUN_FIELDS`` to record it, or None for an existing run of the session). The
+        head's (id, depth) it went under; None, having written nothing, for anything
+        else (the caller then takes the long way, which raises what it raises), or when
+        the backend has no such statement (SQLite: its transactions cost no round trip).
+        A connection lost once the statement was sent is ``OutcomeUnknown``."""
+        return None
+
+    def fork_at(
+        self, session_key: int, name: str, at: str, at_is_id: bool, metadata: str, created: str
+    ) -> str | None:
+        """A new branch ``name`` at ``at`` (a whole node id of the session, or a branch or
+        checkpoint name) in one statement; the node's id, or None as ``append_at_head``."""
+        return None
+
     # -- paths, through the cache -------------------------------------------------
 
     @abstractmethod
@@ -442,6 +476,8 @@ class Storage(ABC):
         """The path to (or with ``messages`` the projection of) the node a branch or
         checkpoint named ``name`` points at, in the one statement of ``_ref_walk``; None
         when that gives nothing (no such name, no node yet, or no such statement)."""
+        if not self.one_statement:
+            return None
         generation = self.cache.generation  # before the look, as in _drop_stale_paths
         now = time.monotonic()
         due = now >= self._next_redaction_check

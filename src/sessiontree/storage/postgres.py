@@ -95,6 +95,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
 
     is_tool_message = "sessiontree_json(h.payload) ->> 'role' = 'tool'"
     tree_walk = TREE
+    one_statement = True
     usage_number = "sessiontree_usage_tokens(r.usage, '{name}', '{name}')"
 
     # A look at the redaction count is a round trip here: at most one a second, so
@@ -399,6 +400,73 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
                     f"parent node {self._committed_id(rows[0][2])} is not in this session"
                 ) from None
             raise
+
+    def append_at_head(
+        self,
+        session_key: int,
+        branch: str,
+        expect: str | None,
+        parent: str | None,
+        kind: str,
+        nodes: Sequence[tuple[str, str]],
+        created: str,
+        run: tuple[str, Sequence[Any] | None] | None,
+    ) -> tuple[str | None, int] | None:
+        run_id, fields = run if run is not None else (None, None)
+        recorded = list(fields[:6]) if fields is not None else [None] * 6
+        row = self._one_write(
+            "SELECT * FROM sessiontree_append(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+            " %s, %s, %s, %s, %s, %s)",
+            (
+                self.lock_class,
+                session_key,
+                branch,
+                expect,
+                parent,
+                kind,
+                [n[0] for n in nodes],
+                [n[1] for n in nodes],
+                created,
+                run_id,
+                fields is not None,
+                *recorded,
+            ),
+            nodes[-1][0],
+        )
+        return None if row is None else (row[0], int(row[1]))
+
+    def fork_at(
+        self, session_key: int, name: str, at: str, at_is_id: bool, metadata: str, created: str
+    ) -> str | None:
+        row = self._one_write(
+            "SELECT sessiontree_fork(%s, %s, %s, %s, %s, %s, %s)",
+            (self.lock_class, session_key, name, at, at_is_id, metadata, created),
+            None,
+        )
+        return None if row is None else str(row[0])
+
+    def _one_write(
+        self, statement: str, params: Sequence[Any], node_id: str | None
+    ) -> tuple[Any, ...] | None:
+        """A write function's one row, run as its own transaction on a pooled connection;
+        None when it took the long way (SQLSTATE SW001) or a trigger refused it (nothing
+        was written: the long way says why). Lost once sent: ``OutcomeUnknown``."""
+        if self.readonly or self._held.conn is not None:
+            return None  # the long way says it is read-only, or joins the open transaction
+        with pgdb.clear_errors(self.url), self.pool.connection() as conn:
+            backend = conn.info.backend_pid  # read now: a lost connection forgets it
+            try:
+                return conn.execute(statement, params).fetchone()
+            except psycopg.IntegrityError:
+                return None
+            except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+                if pgdb.connection_lost(e):
+                    raise pgdb.outcome_unknown(self.url, backend, node_id) from None
+                raise
+            except psycopg.Error as e:
+                if e.sqlstate == "SW001":
+                    return None
+                raise
 
     def _committed_session_id(self, key: int) -> str | None:
         with pgdb.clear_errors(self.url), self.pool.connection() as other:
