@@ -478,7 +478,9 @@ class Storage(ABC):
         when that gives nothing (no such name, no node yet, or no such statement)."""
         if not self.one_statement:
             return None
-        generation = self.cache.generation  # before the look, as in _drop_stale_paths
+        # Taken before the statement: a clear after it (by another thread that saw a
+        # redaction, or by this look at the count) voids what this read would put.
+        generation = self.cache.generation
         now = time.monotonic()
         due = now >= self._next_redaction_check
         found = self._ref_walk(session_key, name, self.cache.heads(session_id), due)
@@ -487,7 +489,7 @@ class Storage(ABC):
         key, node_id, count, rows = found
         if due:
             self._next_redaction_check = now + self.redaction_check_every
-            generation = self.cache.agree(count or 0)
+            self.cache.agree(count or 0)
         if messages:
             projected = self.cache.messages(node_id)
             if projected is not None:
