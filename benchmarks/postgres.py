@@ -15,6 +15,9 @@ own session, its own pool over TCP), as a ratio to one writer.
 chain of 2,100, autovacuum off), analyzes one, and times cold path reads at depth 2,000
 and tree reads of that session in both, interleaved: the ratio is what a store that
 fills faster than autovacuum pays for statistics it does not have yet.
+``--round-trips`` instead counts the round trips of each operation on the wire, through
+``tests/pg_proxy.py``, and times it there with the proxy adding D = 0 and 1 ms to every
+round trip (medians of ``--repeat`` × 20; the proxy's own cost is in the D = 0 row).
 ``--storage`` instead writes 200 turns of ``peers.py``'s shape with prose-like text
 (pseudo-words drawn Zipf-like from 5,000, seeded) and prints the bytes on the server
 per message (every table, indexes and TOAST included, after VACUUM, less the empty
@@ -23,6 +26,7 @@ schema): at schema step 11 (two search indexes), now, and with the index off.
     python benchmarks/postgres.py [--repeat 5] [--seconds 3]
     python benchmarks/postgres.py --plans [--repeat 15]
     python benchmarks/postgres.py --storage
+    python benchmarks/postgres.py --round-trips [--repeat 5]
 
 Uses ``SESSIONTREE_TEST_POSTGRES`` when set, else starts a throwaway cluster
 (``tests/pg_cluster.py``).
@@ -246,6 +250,42 @@ def storage_bytes(server: str) -> None:
     per_message("now, search index off", None, False)
 
 
+def round_trips(server: str, repeat: int) -> None:
+    from pg_proxy import DroppingProxy
+
+    turn = [{"role": "user", "content": "x" * 1000}, {"role": "assistant", "content": "y" * 1000}] * 2
+    print(f"round trips on the wire and ms per operation through a proxy; medians of {repeat} x 20")
+    print(f"{'operation':34} {'round trips':>11} {'D = 0':>9} {'D = 1 ms':>9}")
+    results: dict[str, list[Any]] = {}
+    for delay in (0.0, 0.0005):
+        proxy = DroppingProxy(server, delay=delay)
+        schema = f"bench_{uuid.uuid4().hex[:8]}"
+        url = proxy.url(schema) + "&pool_size=1"
+        with Store(url) as store, Store(url, cache_bytes=0) as cold:
+            session = store.create_session("trips")
+            session.append_many(turn * 25)  # a conversation of 100 messages
+            other = cold.session(session.id)
+            counter = iter(range(10**6))
+            ops = {
+                "read, answered by the cache": lambda: session.messages("main"),  # noqa: B023
+                "read, cache off (100 messages)": lambda: other.messages("main"),  # noqa: B023
+                "append one message": lambda: session.append(MESSAGE),  # noqa: B023
+                "append a turn (4 messages)": lambda: session.append_many(turn),  # noqa: B023
+                "fork": lambda: session.fork(f"f{next(counter)}", at="main"),  # noqa: B023
+            }
+            for name, op in ops.items():
+                op()
+                op()  # prepared, and the redaction count just looked at
+                proxy.counted()
+                op()
+                trips = proxy.counted()
+                results.setdefault(name, [trips]).append(timed(op, repeat, 20))
+        proxy.stop()
+        drop(server, f"{server}?schema={schema}")
+    for name, (trips, at_0, at_1) in results.items():
+        print(f"{name:34} {trips:>11} {at_0 * 1000:8.2f}  {at_1 * 1000:8.2f}")
+
+
 def drop(server: str, url: str) -> None:
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {url.partition('?schema=')[2]} CASCADE")
@@ -257,6 +297,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--plans", action="store_true", help="plans without ANALYZE (see the docstring)")
     parser.add_argument("--storage", action="store_true", help="bytes per message (see the docstring)")
+    parser.add_argument("--round-trips", action="store_true", help="round trips per operation")
     args = parser.parse_args()
     server, why = pg_cluster.server_url()
     if server is None:
@@ -266,6 +307,9 @@ def main() -> None:
         return
     if args.storage:
         storage_bytes(server)
+        return
+    if args.round_trips:
+        round_trips(server, args.repeat)
         return
     url = f"{server}?schema=bench_{uuid.uuid4().hex[:8]}"
     store, floor = Store(url), RawFloor(server)

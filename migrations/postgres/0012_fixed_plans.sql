@@ -9,8 +9,9 @@
 -- was tiny did the same to the path (8.8 s against 23 ms). These functions run the
 -- walks with sequential scans, hash joins and merge joins off: each step is then an
 -- index lookup whatever the statistics, which is the one plan that is right at every
--- size (a SET clause applies to the planning of the function's body, and keeps the
--- function from being inlined into a caller planned without it).
+-- size. A SET clause applies to the planning of the function's body; the plan, right by
+-- construction, is made once per connection and kept (a generic plan). The write
+-- functions below take the same settings for their lookups by key.
 
 -- The walk up from node `from_key`, head first, to the root or to the first node whose
 -- id is in `stop_ids` (that row flagged, `from_key`'s own included, and without its
@@ -18,33 +19,41 @@
 -- what it carries); each node's columns are read once at the end.
 CREATE FUNCTION sessiontree_path(from_key bigint, stop_ids text[])
 RETURNS TABLE (id text, depth integer, kind text, payload text, created_at text, run text, stop boolean)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan
 AS $$
+BEGIN
+    RETURN QUERY
     WITH RECURSIVE p(key, parent, stop) AS (
-        SELECT key, parent, id = ANY(stop_ids) FROM nodes WHERE key = from_key
+        SELECT n.key, n.parent, n.id = ANY(stop_ids) FROM nodes n WHERE n.key = from_key
         UNION ALL
         SELECT n.key, n.parent, n.id = ANY(stop_ids)
         FROM p JOIN nodes n ON n.key = p.parent WHERE NOT p.stop
     )
     SELECT n.id, n.depth, n.kind, CASE WHEN p.stop THEN NULL ELSE n.payload END, n.created_at,
            (SELECT r.id FROM runs r WHERE r.key = n.run), p.stop
-    FROM p JOIN nodes n ON n.key = p.key ORDER BY n.depth DESC
+    FROM p JOIN nodes n ON n.key = p.key ORDER BY n.depth DESC;
+END
 $$;
 
 -- The keys of every node of session `s`, walked down from its roots. ROWS: the caller's
 -- own join to nodes is planned from this estimate, and a small one keeps it a lookup
 -- per key.
 CREATE FUNCTION sessiontree_tree(s bigint) RETURNS TABLE (key bigint)
-LANGUAGE sql STABLE ROWS 100
+LANGUAGE plpgsql STABLE ROWS 100
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan
 AS $$
+BEGIN
+    RETURN QUERY
     WITH RECURSIVE t(key) AS (
         SELECT n.key FROM nodes n WHERE n.session = s AND n.parent IS NULL
         UNION ALL
         SELECT n.key FROM t JOIN nodes n ON n.parent = t.key
     )
-    SELECT t.key FROM t
+    SELECT t.key FROM t;
+END
 $$;
 
 -- One search index, not two. Steps 4 to 11 kept a GIN index on search_text for
