@@ -271,7 +271,7 @@ def round_trips(server: str, repeat: int) -> None:
                 "read, cache off (100 messages)": lambda: other.messages("main"),  # noqa: B023
                 "append one message": lambda: session.append(MESSAGE),  # noqa: B023
                 "append a turn (4 messages)": lambda: session.append_many(turn),  # noqa: B023
-                "fork": lambda: session.fork(f"f{next(counter)}", at="main"),  # noqa: B023
+                "fork": lambda: session.fork(f"fork{next(counter)}", at="main"),  # noqa: B023
             }
             for name, op in ops.items():
                 op()

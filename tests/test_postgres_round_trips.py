@@ -3,7 +3,7 @@
 A round trip costs what the network costs (1 ms within a region, more across), so a
 turn's cost there is mostly their count. Measured before this work (the same proxy):
 a read the cache answered took 3 (BEGIN, the ref lookup, COMMIT), a cold read 4, an
-append 7, a fork 6.
+append 7, a fork 6, a checkpoint 6.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def test_an_append_costs_one_round_trip_with_a_run_and_compare_and_set(counted):
     assert store.verify().ok
 
 
-def test_a_fork_costs_one_round_trip(counted):
+def test_a_fork_and_a_checkpoint_cost_one_round_trip_each(counted):
     store, _, proxy = counted
     s = store.create_session("forks")
     first, second = s.append_many([user("hello"), assistant("hi")])
@@ -80,4 +80,7 @@ def test_a_fork_costs_one_round_trip(counted):
     assert s.fork("from-main", at="main", metadata={"why": "try"}).metadata == {"why": "try"}
     assert s.fork("from-checkpoint", at="greeted").head_id == second.id
     assert proxy.counted() == 2
+    assert s.checkpoint("hello-said", at=first.id).node_id == first.id
+    assert proxy.counted() == 1
+    assert {c.name: c.node_id for c in s.checkpoints()} == {"greeted": second.id, "hello-said": first.id}
     assert {b.name: b.head_id for b in s.branches()}["again"] == first.id

@@ -177,11 +177,12 @@ BEGIN
 END
 $$;
 
--- A new branch `branch_name` at node `at` (a whole node id when `at_is_id`, else the
--- name of a branch or checkpoint of the session). Returns the node's id.
+-- A new branch `branch_name` (with `as_checkpoint`, a checkpoint of that name) at node
+-- `at_ref` (a whole node id when `at_is_id`, else the name of a branch or checkpoint of
+-- the session). Returns the node's id.
 CREATE FUNCTION sessiontree_fork(
     lock_class integer, session_key bigint, branch_name text, at_ref text, at_is_id boolean,
-    meta text, created text
+    meta text, created text, as_checkpoint boolean
 ) RETURNS text
 LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
@@ -207,8 +208,12 @@ BEGIN
        OR EXISTS (SELECT 1 FROM checkpoints c WHERE c.session = session_key AND c.name = branch_name) THEN
         PERFORM sessiontree_long_way('the name is taken');
     END IF;
-    INSERT INTO branches (session, name, head, metadata, created_at, updated_at)
-    VALUES (session_key, branch_name, node_key, meta, created, created);
+    IF as_checkpoint THEN
+        INSERT INTO checkpoints (session, name, node, created_at) VALUES (session_key, branch_name, node_key, created);
+    ELSE
+        INSERT INTO branches (session, name, head, metadata, created_at, updated_at)
+        VALUES (session_key, branch_name, node_key, meta, created, created);
+    END IF;
     RETURN node_id;
 END
 $$;

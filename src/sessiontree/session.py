@@ -520,6 +520,19 @@ class Session:
         """``fork`` at a whole node id, or at a branch or checkpoint, in the one statement
         of ``Storage.fork_at``; None otherwise, or for wrong input (the long way says
         what is wrong, in its own order)."""
+        try:
+            encoded = encode_json(metadata or {}, "branch metadata")
+        except Exception:  # noqa: BLE001 - the long way raises it, after what it checks first
+            return None
+        found = self._pointer_in_one(name, "branch", at, encoded)
+        if found is None:
+            return None
+        node_id, when = found
+        return Branch(self.id, name, node_id, when, when, json.loads(encoded))
+
+    def _pointer_in_one(self, name: str, what: str, at: Ref, metadata: str | None) -> tuple[str, str] | None:
+        """(node id, time) of a new branch (``metadata``) or checkpoint (None) made in one
+        statement, or None for the long way."""
         if not self.storage.one_statement:
             return None
         if isinstance(at, Node):
@@ -527,8 +540,7 @@ class Session:
         if not _plain_name(at) and not (isinstance(at, str) and FULL_ID.fullmatch(at)):
             return None
         try:
-            check_name(name, "branch")
-            encoded = encode_json(metadata or {}, "branch metadata")
+            check_name(name, what)
         except Exception:  # noqa: BLE001 - the long way raises it, after what it checks first
             return None
         when = now()
@@ -537,12 +549,10 @@ class Session:
             name,
             at,
             FULL_ID.fullmatch(at) is not None,
-            encoded,
+            metadata,
             when,
         )
-        if node_id is None:
-            return None
-        return Branch(self.id, name, node_id, when, when, json.loads(encoded))
+        return None if node_id is None else (node_id, when)
 
     def move(self, name: str, to: Ref, *, expect_head: Ref | None = None) -> Branch:
         """Point an existing branch somewhere else (``to`` by position or keyword;
@@ -589,6 +599,9 @@ class Session:
 
     def checkpoint(self, name: str, at: Ref) -> Checkpoint:
         """A named pointer at ``at`` that never moves (``checkpoint("cp", "main~1")`` or ``at=``)."""
+        found = self._pointer_in_one(name, "checkpoint", at, None)
+        if found is not None:
+            return Checkpoint(self.id, name, found[0], found[1])
         with self.storage.transaction():
             self._check_name_free(name, "checkpoint")
             created = now()

@@ -421,10 +421,11 @@ class Storage(ABC):
         return None
 
     def fork_at(
-        self, session_key: int, name: str, at: str, at_is_id: bool, metadata: str, created: str
+        self, session_key: int, name: str, at: str, at_is_id: bool, metadata: str | None, created: str
     ) -> str | None:
-        """A new branch ``name`` at ``at`` (a whole node id of the session, or a branch or
-        checkpoint name) in one statement; the node's id, or None as ``append_at_head``."""
+        """A new branch ``name`` with ``metadata`` (None: a checkpoint ``name``) at ``at`` (a
+        whole node id of the session, or a branch or checkpoint name) in one statement;
+        the node's id, or None as ``append_at_head``."""
         return None
 
     # -- paths, through the cache -------------------------------------------------

@@ -20,9 +20,17 @@ cannot change until it ends) is kept with advisory locks:
   a write that decided from a listing made without them (emptying the trash, a
   retention policy): it lists again once it holds them, and statements from then
   on see what the sessions' last writers committed (READ COMMITTED).
-Node keys come from ``sessiontree_reserve_node_keys`` (a block per call). An
-append is six round trips: BEGIN, the locks, the head, the insert, the head
-update, COMMIT.
+Node keys come from ``sessiontree_reserve_node_keys`` (a block per call).
+
+Round trips (schema step 12). A read of a branch or checkpoint is one statement
+(``_ref_walk``: the ref, the walk to the nearest cached path end, the redaction
+count when due); an append under a branch head and a fork are one call each of a
+server function (``append_at_head``, ``fork_at``) that takes the same locks and
+goes through the same triggers, in its own transaction. Anything else, and any
+case those functions do not take (SQLSTATE SW001, or a trigger's refusal, with
+nothing written), goes the long way: a transaction of statements as above.
+The path and tree walks are functions whose plans are fixed; every other
+statement is planned for the tables as they are (``postgres_db.PLANS``).
 
 Connections: a write transaction or a snapshot holds one pooled connection for
 the thread that opened it; any other read borrows one for a single statement.
@@ -436,11 +444,17 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         return None if row is None else (row[0], int(row[1]))
 
     def fork_at(
-        self, session_key: int, name: str, at: str, at_is_id: bool, metadata: str, created: str
+        self,
+        session_key: int,
+        name: str,
+        at: str,
+        at_is_id: bool,
+        metadata: str | None,
+        created: str,
     ) -> str | None:
         row = self._one_write(
-            "SELECT sessiontree_fork(%s, %s, %s, %s, %s, %s, %s)",
-            (self.lock_class, session_key, name, at, at_is_id, metadata, created),
+            "SELECT sessiontree_fork(%s, %s, %s, %s, %s, %s, %s, %s)",
+            (self.lock_class, session_key, name, at, at_is_id, metadata, created, metadata is None),
             None,
         )
         return None if row is None else str(row[0])
