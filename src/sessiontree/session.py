@@ -23,7 +23,7 @@ import inspect
 import json
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 from . import compaction, maintenance
 from .errors import BranchMoved, CheckpointImmutable, Conflict, InvalidPayload, NotFound
@@ -359,10 +359,10 @@ class Session:
 
     def path(self, ref: Ref = "main") -> list[Node]:
         """Root-to-node (main's head by default, as ``messages``), in one recursive query."""
-        if _plain_name(ref):
-            found = self.storage.at_ref(self._key, self.id, ref, messages=False)  # type: ignore[arg-type]
+        if _plain_name(ref):  # a branch or checkpoint: one statement where it costs a round trip
+            found = self.storage.path_at_ref(self._key, self.id, ref)
             if found is not None:
-                return list(found)  # type: ignore[arg-type]
+                return list(found)
         with self.storage.snapshot():
             return list(self.storage.path_to(*self._locate(ref), self.id))
 
@@ -373,10 +373,10 @@ class Session:
         list; the dicts in it are the nodes' payloads, shared with the store's cache, so
         treat them as read-only (``copy.deepcopy`` one to change it).
         """
-        if _plain_name(ref):  # a branch or checkpoint: one statement where it costs a round trip
-            found = self.storage.at_ref(self._key, self.id, ref, messages=True)  # type: ignore[arg-type]
-            if found is not None:
-                return found  # type: ignore[return-value]
+        if _plain_name(ref):
+            messages = self.storage.messages_at_ref(self._key, self.id, ref)
+            if messages is not None:
+                return messages
         with self.storage.snapshot():
             return self.storage.messages(*self._locate(ref), self.id)
 
@@ -520,6 +520,8 @@ class Session:
         """``fork`` at a whole node id, or at a branch or checkpoint, in the one statement
         of ``Storage.fork_at``; None otherwise, or for wrong input (the long way says
         what is wrong, in its own order)."""
+        if not self.storage.one_statement:
+            return None
         try:
             encoded = encode_json(metadata or {}, "branch metadata")
         except Exception:  # noqa: BLE001 - the long way raises it, after what it checks first
@@ -668,7 +670,7 @@ def _run_fields(run: Completion | dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def _plain_name(ref: Ref) -> bool:
+def _plain_name(ref: Ref) -> TypeGuard[str]:
     """Whether ``ref`` may be a branch or checkpoint name as written (no ``~N``, not a
     whole id): what ``_locate`` looks up first as a name, so finding it as one gives the
     node ``_locate`` would. Anything else, or a name not found, goes the general way."""

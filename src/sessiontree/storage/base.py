@@ -396,8 +396,9 @@ class Storage(ABC):
     # -- reads and writes in one statement --------------------------------------------
 
     one_statement = False
-    """Whether ``at_ref``, ``append_at_head`` and ``fork_at`` do anything: where each
-    statement is a round trip (PostgreSQL). Elsewhere the callers go their usual way."""
+    """Whether ``path_at_ref``, ``messages_at_ref``, ``append_at_head`` and ``fork_at`` do
+    anything: where each statement is a round trip (PostgreSQL). Elsewhere the callers go
+    their usual way."""
 
     def append_at_head(
         self,
@@ -467,16 +468,36 @@ class Storage(ABC):
         count if asked, the walk up from the node as ``_path_rows`` with ``stops``, the
         node itself flagged when it is one of them) of the branch or checkpoint ``name``;
         None when there is none, it has no node, or the backend has no such statement
-        (then ``at_ref`` says so and the caller reads as before). PostgreSQL has one: a
+        (then the caller reads as before). PostgreSQL has one: a
         read there is a round trip, where SQLite's cost none."""
         return None
 
-    def at_ref(
-        self, session_key: int, session_id: str, name: str, *, messages: bool
-    ) -> tuple[Node, ...] | list[dict[str, Any]] | None:
-        """The path to (or with ``messages`` the projection of) the node a branch or
-        checkpoint named ``name`` points at, in the one statement of ``_ref_walk``; None
-        when that gives nothing (no such name, no node yet, or no such statement)."""
+    def path_at_ref(self, session_key: int, session_id: str, name: str) -> tuple[Node, ...] | None:
+        """The path to the node a branch or checkpoint named ``name`` points at, in the one
+        statement of ``_ref_walk``; None when that gives nothing (no such name, no node
+        yet, or no such statement)."""
+        found = self._walk_ref(session_key, session_id, name)
+        return None if found is None else self._cached_path(*found)
+
+    def messages_at_ref(self, session_key: int, session_id: str, name: str) -> list[dict[str, Any]] | None:
+        """``messages`` of the node a branch or checkpoint named ``name`` points at, as
+        ``path_at_ref``."""
+        found = self._walk_ref(session_key, session_id, name)
+        if found is None:
+            return None
+        projected = self.cache.messages(found[1])
+        if projected is None:
+            path = self._cached_path(*found)
+            projected = self.cache.messages(found[1])
+            if projected is None:  # not cacheable (too big, or the cache is off)
+                return project(path)
+        return projected
+
+    def _walk_ref(
+        self, session_key: int, session_id: str, name: str
+    ) -> tuple[int, str, str, int, list[PathRow]] | None:
+        """``_cached_path``'s arguments from one ``_ref_walk``, the redaction count looked
+        at when due."""
         if not self.one_statement:
             return None
         # Taken before the statement: a clear after it (by another thread that saw a
@@ -491,14 +512,7 @@ class Storage(ABC):
         if due:
             self._next_redaction_check = now + self.redaction_check_every
             self.cache.agree(count or 0)
-        if messages:
-            projected = self.cache.messages(node_id)
-            if projected is not None:
-                return projected
-        path = self._cached_path(key, node_id, session_id, generation, rows)
-        if messages:
-            return self.cache.messages(node_id) or project(path)
-        return path
+        return key, node_id, session_id, generation, rows
 
     def _cached_path(
         self, key: int, node_id: str, session_id: str, generation: int, rows: list[PathRow] | None = None
