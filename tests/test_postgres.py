@@ -236,7 +236,7 @@ def test_ctrl_c_or_sigterm_stops_a_waiting_worker_at_once_whatever_its_poll(tmp_
         text=True,
     )
     try:
-        time.sleep(2)  # started, looked, found nothing decided, and waits
+        _wait_for_handler(worker.pid, signal.SIGTERM)  # its stop handlers are in place
         assert worker.poll() is None
         stopped = time.monotonic()
         worker.send_signal(signal.Signals[stop])
@@ -247,6 +247,21 @@ def test_ctrl_c_or_sigterm_stops_a_waiting_worker_at_once_whatever_its_poll(tmp_
     finally:
         worker.kill()
         worker.wait(10)
+
+
+def _wait_for_handler(pid: int, signum: int, timeout: float = 60.0) -> None:
+    """Until process ``pid`` catches ``signum`` (its SigCgt mask in /proc): the worker sets
+    its SIGTERM handler just before it starts working, so a signal sent after that is
+    taken by the worker and not by the interpreter while it still imports (which under a
+    loaded machine took longer than any fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/status") as f:
+            caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+        if caught & (1 << (signum - 1)):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} never caught signal {signum}")
 
 
 # -- copy ----------------------------------------------------------------------------------
