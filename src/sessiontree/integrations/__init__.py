@@ -1,0 +1,1 @@
+"""Bridges to other systems, each needing an optional extra; the core never imports them."""
