@@ -155,6 +155,27 @@ tools_option = click.option(
     multiple=True,
     help="Tools to offer: module, module:attribute or file.py (repeatable).",
 )
+MCP_META = "sessiontree.mcp"
+# Kept in ctx.meta rather than passed as a parameter: every command that runs a model
+# gets it through these shared options, and reads it through offered_tools.
+mcp_option = click.option(
+    "--mcp",
+    "mcp_specs",
+    multiple=True,
+    expose_value=False,
+    callback=lambda ctx, param, value: ctx.meta.__setitem__(MCP_META, value),
+    metavar="'COMMAND ARGS'|URL",
+    help="Also offer the tools of this MCP server (repeatable): a command run over stdio, or an "
+    "http(s) URL; 'untrusted:...' makes every one of its tools ask first (needs the mcp extra; "
+    "see docs/mcp.md).",
+)
+
+
+def offered_tools(ctx: click.Context, tool_specs: tuple[str, ...]) -> list[Tool]:
+    """``--tools`` and ``--mcp`` together; MCP connections close when the command ends."""
+    from .mcp import mcp_tools_for
+
+    return load_tools(tool_specs) + mcp_tools_for(ctx.meta.get(MCP_META, ()))
 approve_option = click.option(
     "--approve",
     "policy",
@@ -187,12 +208,13 @@ model_options = options(
     api_key_option,
     no_stream_option,
     tools_option,
+    mcp_option,
     approve_option,
     max_steps_option,
     params_option,
 )
 rerun_options = options(
-    base_url_option, api_key_option, tools_option, approve_option, max_steps_option, params_option
+    base_url_option, api_key_option, tools_option, mcp_option, approve_option, max_steps_option, params_option
 )
 
 
@@ -388,7 +410,7 @@ def run(
     if new and session:
         raise click.ClickException("give -s SESSION or --new, not both")
     call = make_call(base_url, model, api_key_env, not no_stream, params)
-    tools = load_tools(tool_specs)
+    tools = offered_tools(ctx, tool_specs)
     hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
     new = new or (not session and not store.sessions())
@@ -456,7 +478,7 @@ def resume(
     Exits as `run` does: 0 completed, 3 paused again, 4 stopped at --max-steps, 1 error.
     """
     call = make_call(base_url, model, api_key_env, not no_stream, params)
-    tools = load_tools(tool_specs)
+    tools = offered_tools(ctx, tool_specs)
     hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
     node = store.node(pause)
@@ -534,7 +556,7 @@ def worker(
     runs again.
     """
     call = make_call(base_url, model, api_key_env, not no_stream, params)
-    tools = load_tools(tool_specs)
+    tools = offered_tools(ctx, tool_specs)
     hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
     stopped_by = signal.SIGINT
