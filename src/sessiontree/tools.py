@@ -61,6 +61,16 @@ class ToolContext:
     store: Store | None = None  # the store the run writes to, to read other sessions
 
 
+@dataclass(frozen=True)
+class ToolOutput:
+    """A tool's result with more than the model is told: ``content`` is the tool message's
+    text, ``raw`` is kept beside it in the message's ``raw`` field (keyed by where it came
+    from, e.g. ``{"mcp": ...}``), which no model is sent."""
+
+    content: str
+    raw: dict[str, Any] | None = None
+
+
 _SCALARS: dict[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
@@ -219,6 +229,7 @@ class Tool:
         idempotent: bool = True,
         requires_approval: bool | None = None,
         approval_timeout: float | None = None,
+        parallel: bool = True,
     ) -> Tool:
         """A tool described by a JSON Schema ``parameters`` object rather than type hints;
         ``call(arguments)`` (sync or async) runs it (see the module docstring)."""
@@ -226,6 +237,7 @@ class Tool:
             raise TypeError(f"tool {name}: parameters must be a JSON Schema of type object")
         tool = cls.__new__(cls)
         tool.fn = call
+        tool.parallel = parallel
         tool.name = name
         tool.description = description
         tool.approval_timeout = validate(approval_timeout, f"approval_timeout of tool {name}")

@@ -17,11 +17,14 @@ Contract:
   asking only when ``readOnlyHint`` is true, or ``destructiveHint`` is false and
   ``idempotentHint`` is true; every other tool, and every tool of an untrusted server,
   requires approval. ``idempotentHint: true`` also makes the tool ``idempotent`` (safe to
-  run again after a crash); an untrusted server's tools never are.
-- Results are kept faithfully: the text blocks (an image, audio or resource block as a
-  placeholder naming its type and size), else the structured content as JSON; a result
+  run again after a crash); an untrusted server's tools never are. Only read-only tools
+  run concurrently with the other calls of their batch (``parallel``).
+- Results are kept faithfully: the model is told the text blocks (an image, audio or
+  resource block as a placeholder naming its type and size), else the structured content
+  as JSON; the whole result (the image's bytes too) is kept in the tool message's ``raw``
+  field, which no model is sent, whenever the text does not carry all of it. A result
   marked ``isError`` raises ``ToolFailed`` with the server's words, which the loop hands
-  the model as a failed call.
+  the model as a failed call (and keeps the result in ``raw`` too).
 - Each tool carries ``source`` (``"mcp:" + the spec``, what a later process needs to
   launch the same server again: the command or URL, never an environment),
   ``annotations`` (the hints as sent, camelCase) and ``mcp_name``.
@@ -38,7 +41,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from ..errors import ToolFailed, ToolsUnavailable
-from ..tools import Tool
+from ..tools import Tool, ToolOutput
 
 UNTRUSTED = "untrusted:"
 SOURCE_PREFIX = "mcp:"
@@ -176,6 +179,9 @@ class MCPTools:
             call,
             idempotent=idempotent,
             requires_approval=requires_approval,
+            # Only what changes nothing runs beside other calls of its batch: effects of
+            # one server's tools must not interleave in an order nobody chose.
+            parallel=annotations.get("readOnlyHint") is True and self.trusted,
         )
         tool.source = self.source  # type: ignore[attr-defined]
         tool.annotations = annotations  # type: ignore[attr-defined]
@@ -231,15 +237,19 @@ def mcp_tools(
     return MCPTools(server, trusted=trusted, env=env, headers=headers)
 
 
-def result_value(result: Any) -> str:
-    """What the model is told of an MCP ``CallToolResult`` (see the module docstring)."""
-    parts = [_block_text(block) for block in result.content or []]
-    text = "\n".join(p for p in parts if p)
+def result_value(result: Any) -> ToolOutput:
+    """What the model is told of an MCP ``CallToolResult`` (see the module docstring). The
+    whole result is kept in the tool message's raw field (``{"mcp": ...}``) when the text
+    does not carry all of it: an image's bytes, a resource, structured content."""
+    blocks = list(result.content or [])
+    text = "\n".join(p for p in (_block_text(block) for block in blocks) if p)
     if not text and result.structured_content is not None:
         text = json.dumps(result.structured_content, ensure_ascii=False)
     if result.is_error:
-        raise ToolFailed(text or "the tool reported an error and said nothing more", raw=_raw(result))
-    return text
+        said = text or "the tool reported an error and said nothing more"
+        raise ToolFailed(said, raw={"mcp": _raw(result)})
+    plain = result.structured_content is None and all(getattr(b, "type", None) == "text" for b in blocks)
+    return ToolOutput(text, None if plain else {"mcp": _raw(result)})
 
 
 def _block_text(block: Any) -> str:
