@@ -104,7 +104,9 @@ class BearerGate:
     help="Offer the decide tool (approve, reject or edit one call of a pause); without it the "
     "store is opened read-only.",
 )
-@click.option("--by", metavar="NAME", help="Who the decisions made here are recorded as (default: sessiontree mcp).")
+@click.option(
+    "--by", metavar="NAME", help="Who the decisions made here are recorded as (default: sessiontree mcp)."
+)
 @click.option(
     "--poll",
     type=Seconds(minimum=0.05),
@@ -142,12 +144,14 @@ def mcp(
         host, port = parse_address(address)
         if not is_loopback(host) and token is None:
             raise click.UsageError(
-                f"--http {address} is reachable beyond this machine: give a bearer token with --token-env NAME"
+                f"--http {address} is reachable beyond this machine:"
+                " give a bearer token with --token-env NAME"
             )
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
+            sock.listen(128)  # connections queue from now on: the address printed below answers
         except OSError as e:
             sock.close()
             raise click.ClickException(f"cannot listen on {address}: {e.strerror or e}") from None

@@ -176,6 +176,8 @@ def offered_tools(ctx: click.Context, tool_specs: tuple[str, ...]) -> list[Tool]
     from .mcp import mcp_tools_for
 
     return load_tools(tool_specs) + mcp_tools_for(ctx.meta.get(MCP_META, ()))
+
+
 approve_option = click.option(
     "--approve",
     "policy",

@@ -24,7 +24,7 @@ Contract:
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, Literal
 
 from mcp.server.mcpserver import MCPServer
@@ -48,7 +48,9 @@ BRANCH_URI = "sessiontree://session/{session}/branch/{branch}"
 MAX_WATCHED = 1_000
 """Resources one server watches for changes at most (the oldest go first)."""
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+READ_ONLY = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
 DECIDING = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
@@ -175,8 +177,9 @@ def build_server(
 
     async def remember_listens(ctx: Any, call_next: Any) -> Any:
         """Note which resources a client listens to, so that the watcher looks at them."""
-        if ctx.method == "subscriptions/listen" and isinstance(ctx.params, dict):
-            wanted = (ctx.params.get("filter") or {}).get("resourceSubscriptions") or []
+        if ctx.method == "subscriptions/listen" and isinstance(ctx.params, Mapping):
+            asked = ctx.params.get("notifications")
+            wanted = (asked.get("resourceSubscriptions") if isinstance(asked, Mapping) else None) or []
             for uri in wanted[:MAX_WATCHED] if isinstance(wanted, list) else []:
                 if isinstance(uri, str) and uri not in watched:
                     watched[uri] = await asyncio.to_thread(_look, store, uri)
@@ -218,7 +221,12 @@ def build_server(
                 "session": s.id,
                 "title": s.title,
                 "branches": [
-                    {"name": b.name, "head": b.head_id, "created_at": b.created_at, "updated_at": b.updated_at}
+                    {
+                        "name": b.name,
+                        "head": b.head_id,
+                        "created_at": b.created_at,
+                        "updated_at": b.updated_at,
+                    }
                     for b in s.branches()
                 ],
                 "checkpoints": [{"name": c.name, "node": c.node_id} for c in s.checkpoints()],

@@ -33,6 +33,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shlex
 import threading
@@ -110,7 +111,9 @@ class MCPTools:
             self.close()
             if isinstance(e, ToolsUnavailable):
                 raise
-            raise ToolsUnavailable(f"MCP server {self.spec}: cannot start or list its tools: {_one_line(e)}") from None
+            raise ToolsUnavailable(
+                f"MCP server {self.spec}: cannot start or list its tools: {_one_line(e)}"
+            ) from None
         self.tools = [self._tool(d) for d in definitions]
 
     # -- the connection, on its own loop ------------------------------------
@@ -202,10 +205,8 @@ class MCPTools:
             return
         if self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
-        try:
+        with contextlib.suppress(BaseException):  # a server that died meanwhile has nothing left to close
             self._main.result(30)
-        except BaseException:  # a server that died meanwhile has nothing left to close
-            pass
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(30)
         self._loop.close()
@@ -248,8 +249,22 @@ def result_value(result: Any) -> ToolOutput:
     if result.is_error:
         said = text or "the tool reported an error and said nothing more"
         raise ToolFailed(said, raw={"mcp": _raw(result)})
-    plain = result.structured_content is None and all(getattr(b, "type", None) == "text" for b in blocks)
+    plain = all(getattr(b, "type", None) == "text" for b in blocks) and _carried(
+        text, result.structured_content
+    )
     return ToolOutput(text, None if plain else {"mcp": _raw(result)})
+
+
+def _carried(text: str, structured: Any) -> bool:
+    """Whether ``text`` already says all of ``structured`` (absent, the text itself wrapped
+    as ``{"result": text}``, or the same JSON), so that keeping it again adds nothing."""
+    if structured is None or structured == {"result": text}:
+        return True
+    try:
+        said = json.loads(text)
+    except ValueError:
+        return False
+    return bool(said == structured or (isinstance(structured, dict) and structured.get("result") == said))
 
 
 def _block_text(block: Any) -> str:
