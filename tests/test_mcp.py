@@ -188,16 +188,18 @@ def test_a_client_listening_to_a_branch_is_told_when_it_moves(tmp_path):
     told: list[str] = []
 
     async def main() -> None:
-        async with Client(stdio(db, "--poll", "0.05")) as client:
-            async with client.listen(resource_subscriptions=[uri]) as subscription:
-                with Store(db) as store:
-                    store.session(seed["session"]).append(
-                        {"role": "user", "content": "and tomorrow?"}, branch="retry"
-                    )
-                with anyio.fail_after(20):
-                    async for event in subscription:
-                        told.append(event.uri)
-                        break
+        async with (
+            Client(stdio(db, "--poll", "0.05")) as client,
+            client.listen(resource_subscriptions=[uri]) as subscription,
+        ):
+            with Store(db) as store:
+                store.session(seed["session"]).append(
+                    {"role": "user", "content": "and tomorrow?"}, branch="retry"
+                )
+            with anyio.fail_after(20):
+                async for event in subscription:
+                    told.append(event.uri)
+                    break
 
     anyio.run(main)
     assert told == [uri]
