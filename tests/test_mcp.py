@@ -310,23 +310,16 @@ def test_over_http_a_token_is_required_when_given(tmp_path):
 
         refused = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=10)
         wrong = httpx.post(url, json={}, headers={"Authorization": "Bearer nope"}, timeout=10)
-        names: list[str] = []
-
-        async def main() -> None:
-            import httpx2
-            from mcp.client.streamable_http import streamable_http_client
-
-            transport = streamable_http_client(
-                url, http_client=httpx2.AsyncClient(headers={"Authorization": "Bearer s3cret"})
-            )
-            async with Client(transport) as client:
-                names.extend(t.name for t in (await client.list_tools()).tools)
-
-        anyio.run(main)
+        # mcp_tools over HTTP, with the token: sessiontree's own tools, all read-only, run unasked
+        with mcp_tools(url, headers={"Authorization": "Bearer s3cret"}) as tools:
+            safety_of = {t.name: (t.idempotent, t.requires_approval) for t in tools}
+            assert tools.spec == url and {t.source for t in tools} == {f"mcp:{url}"}
+            with pytest.raises(ToolsUnavailable, match="cannot start or list its tools"):
+                mcp_tools(url)  # no token
     finally:
         stop(process)
     assert refused.status_code == 401 and wrong.status_code == 401
-    assert set(names) == READ_ONLY_TOOLS
+    assert safety_of == dict.fromkeys(READ_ONLY_TOOLS, (True, False))
 
 
 # -- MCP servers' tools in the loop ----------------------------------------------------

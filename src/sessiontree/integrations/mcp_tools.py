@@ -124,18 +124,20 @@ class MCPTools:
 
         self._stop = asyncio.Event()
         try:
-            if isinstance(self._target, str):
-                target: Any = self._target
-                if self._headers:
-                    import httpx2
-                    from mcp.client.streamable_http import streamable_http_client
+            async with contextlib.AsyncExitStack() as stack:
+                if isinstance(self._target, str):
+                    target: Any = self._target
+                    if self._headers:  # a client of our own, closed with the session
+                        import httpx2
+                        from mcp.client.streamable_http import streamable_http_client
 
-                    target = streamable_http_client(
-                        self._target, http_client=httpx2.AsyncClient(headers=self._headers)
+                        http = await stack.enter_async_context(httpx2.AsyncClient(headers=self._headers))
+                        target = streamable_http_client(self._target, http_client=http)
+                else:
+                    target = StdioServerParameters(
+                        command=self._target[0], args=self._target[1:], env=self._env
                     )
-            else:
-                target = StdioServerParameters(command=self._target[0], args=self._target[1:], env=self._env)
-            async with Client(target) as client:
+                client = await stack.enter_async_context(Client(target))
                 self._client = client
                 definitions, cursor = [], None
                 while True:  # every page of the list
