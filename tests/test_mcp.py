@@ -206,7 +206,10 @@ def test_a_client_listening_to_a_branch_is_told_when_it_moves(tmp_path):
 
 
 def test_sessiontree_mcp_without_the_extra_says_how_to_install_it(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "mcp", None)  # import mcp raises ImportError
+    for name in [n for n in sys.modules if n == "mcp" or n.startswith("mcp.")] + ["mcp"]:
+        monkeypatch.setitem(sys.modules, name, None)  # importing it raises ImportError
+    for name in ("sessiontree.integrations.mcp_server", "sessiontree.integrations.mcp_tools"):
+        monkeypatch.delitem(sys.modules, name, raising=False)  # imported again, and failing
     result = CliRunner().invoke(cli, ["--db", str(tmp_path / "s.db"), "mcp"])
     assert result.exit_code == 1
     assert result.output == "Error: sessiontree mcp needs the mcp extra: pip install 'sessiontree[mcp]'\n"

@@ -1,8 +1,8 @@
-"""MCP both ways: ``sessiontree mcp`` serves the store to MCP clients, and
-``mcp_tools_for`` turns ``--mcp`` options into tools for the commands that run a model.
+"""``sessiontree mcp``: the store served to MCP clients over stdio or streamable HTTP
+(``--mcp``, MCP servers' tools for the commands that run a model, is in ``running``).
 
-Both need the ``mcp`` extra, imported only here and only when used: without it, the one
-line says how to install it. See docs/mcp.md.
+It needs the ``mcp`` extra, imported only when the command runs: without it, one line
+says how to install it. See docs/mcp.md.
 """
 
 from __future__ import annotations
@@ -10,44 +10,14 @@ from __future__ import annotations
 import hmac
 import os
 import socket
-from collections.abc import Sequence
 from typing import Any
 
 import click
 
-from ..errors import ToolsUnavailable
-from ..tools import Tool
+from ..integrations import missing_extra
 from .common import open_store
 from .params import Seconds
 from .view import is_loopback
-
-EXTRA_HINT = "pip install 'sessiontree[mcp]'"
-
-
-def _require_extra(what: str) -> None:
-    try:
-        import mcp  # noqa: F401
-    except ImportError:
-        raise click.ClickException(f"{what} needs the mcp extra: {EXTRA_HINT}") from None
-
-
-def mcp_tools_for(specs: Sequence[str]) -> list[Tool]:
-    """The tools of each ``--mcp`` server, connected until the command ends."""
-    if not specs:
-        return []
-    _require_extra("--mcp")
-    from ..integrations.mcp_tools import mcp_tools
-
-    ctx = click.get_current_context()
-    tools: list[Tool] = []
-    for spec in specs:
-        try:
-            connection = mcp_tools(spec)
-        except ToolsUnavailable as e:
-            raise click.BadParameter(str(e), param_hint="--mcp") from None
-        ctx.call_on_close(connection.close)
-        tools += connection.tools
-    return tools
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -127,8 +97,13 @@ def mcp(
     over stdio, or streamable HTTP with --http. Needs the mcp extra:
     pip install 'sessiontree[mcp]'.
     """
-    _require_extra("sessiontree mcp")
-    from ..integrations.mcp_server import build_server
+    try:
+        from ..integrations.mcp_server import build_server
+    except ImportError as e:
+        hint = missing_extra(e, "mcp", "mcp")
+        if hint is None:
+            raise
+        raise click.ClickException(f"sessiontree mcp needs the mcp extra: {hint}") from None
 
     if by is not None and not allow_decide:
         raise click.UsageError("--by names who decides: it needs --allow-decide")

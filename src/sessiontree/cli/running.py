@@ -14,12 +14,14 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
+from ..errors import ToolsUnavailable
+from ..integrations import missing_extra
 from ..loop import aresume, arun
 from ..notify import Webhook
 from ..steps import Approve, Final, Pause, ToolCall
@@ -156,14 +158,20 @@ tools_option = click.option(
     help="Tools to offer: module, module:attribute or file.py (repeatable).",
 )
 MCP_META = "sessiontree.mcp"
-# Kept in ctx.meta rather than passed as a parameter: every command that runs a model
-# gets it through these shared options, and reads it through offered_tools.
+
+
+def _remember_mcp(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:
+    # Kept in ctx.meta rather than passed as a parameter: every command that runs a model
+    # gets --mcp through these shared options, and reads it through offered_tools.
+    ctx.meta[MCP_META] = value
+
+
 mcp_option = click.option(
     "--mcp",
     "mcp_specs",
     multiple=True,
     expose_value=False,
-    callback=lambda ctx, param, value: ctx.meta.__setitem__(MCP_META, value),
+    callback=_remember_mcp,
     metavar="'COMMAND ARGS'|URL",
     help="Also offer the tools of this MCP server (repeatable): a command run over stdio, or an "
     "http(s) URL; 'untrusted:...' makes every one of its tools ask first (needs the mcp extra; "
@@ -173,9 +181,31 @@ mcp_option = click.option(
 
 def offered_tools(ctx: click.Context, tool_specs: tuple[str, ...]) -> list[Tool]:
     """``--tools`` and ``--mcp`` together; MCP connections close when the command ends."""
-    from .mcp import mcp_tools_for
-
     return load_tools(tool_specs) + mcp_tools_for(ctx.meta.get(MCP_META, ()))
+
+
+def mcp_tools_for(specs: Sequence[str]) -> list[Tool]:
+    """The tools of each ``--mcp`` server (see docs/mcp.md), connected until the command
+    ends; the mcp extra is imported only when one is given."""
+    if not specs:
+        return []
+    try:
+        from ..integrations.mcp_tools import mcp_tools
+    except ImportError as e:
+        hint = missing_extra(e, "mcp", "mcp")
+        if hint is None:
+            raise
+        raise click.ClickException(f"--mcp needs the mcp extra: {hint}") from None
+    ctx = click.get_current_context()
+    tools: list[Tool] = []
+    for spec in specs:
+        try:
+            connection = mcp_tools(spec)
+        except ToolsUnavailable as e:
+            raise click.BadParameter(str(e), param_hint="--mcp") from None
+        ctx.call_on_close(connection.close)
+        tools += connection.tools
+    return tools
 
 
 approve_option = click.option(

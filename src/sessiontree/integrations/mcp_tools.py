@@ -41,6 +41,8 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from mcp import Client, StdioServerParameters
+
 from ..errors import ToolFailed, ToolsUnavailable
 from ..tools import Tool, ToolOutput
 
@@ -120,8 +122,6 @@ class MCPTools:
 
     async def _hold(self, listed: Future[list[Any]]) -> None:
         """Open the session, list the tools, and keep it open until ``close``."""
-        from mcp import Client, StdioServerParameters
-
         self._stop = asyncio.Event()
         try:
             async with contextlib.AsyncExitStack() as stack:
