@@ -345,7 +345,7 @@ def test_safety_from_annotations_fails_closed(hints, trusted, expected):
     assert safety(hints, trusted=trusted) == expected
 
 
-def test_a_tool_from_a_schema_checks_what_the_schema_says_plainly():
+def test_a_tool_from_a_schema_checks_its_arguments_against_it():
     seen = []
     t = Tool.from_schema(
         "lookup",
@@ -365,8 +365,8 @@ def test_a_tool_from_a_schema_checks_what_the_schema_says_plainly():
     for bad, said in [
         ("{}", "missing required argument(s) city"),
         ('{"city": "Oslo", "x": 1}', "unexpected argument(s) x"),
-        ('{"city": 3}', "arguments.city: expected string, got 3"),
-        ('{"city": "Oslo", "days": true}', "arguments.days: expected integer, got true"),
+        ('{"city": 3}', "arguments.city: expected a string, got 3"),
+        ('{"city": "Oslo", "days": true}', "arguments.days: expected an integer, got true"),
         ("[1]", "arguments must be a JSON object"),
     ]:
         with pytest.raises(ToolArgumentError, match=re.escape(said)):
