@@ -108,6 +108,11 @@ BAD = [
     ["sql", "DELETE FROM nodes"],
     ["sql", "SELECT :missing"],
     ["help", "nosuchcommand"],
+    ["mcp", "--http", "0.0.0.0:0"],
+    ["mcp", "--http", "127.0.0.1:notaport"],
+    ["mcp", "--poll", "0"],
+    ["run", "--mcp", "/no/such/mcp-server", *MODEL, "hi"],
+    ["resume", "nope", "--mcp", "python 'unclosed", *MODEL],
 ]
 
 

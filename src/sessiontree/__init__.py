@@ -29,7 +29,9 @@ from .errors import (
     SearchIndexOff,
     SessionTreeError,
     ToolArgumentError,
+    ToolFailed,
     ToolMissing,
+    ToolsUnavailable,
     Unavailable,
 )
 from .experiments import (
@@ -88,7 +90,7 @@ from .steps import (
     ToolStart,
 )
 from .store import Store
-from .tools import Tool, ToolContext, tool
+from .tools import Tool, ToolContext, ToolOutput, tool
 from .transfer import copy_sessions
 from .view import render_html, write_html
 from .worker import awork, work
@@ -162,9 +164,12 @@ __all__ = [
     "TurnReport",
     "Tool",
     "ToolArgumentError",
+    "ToolFailed",
     "ToolMissing",
+    "ToolsUnavailable",
     "ToolCall",
     "ToolContext",
+    "ToolOutput",
     "ToolEnd",
     "ToolStart",
     "TrashEntry",

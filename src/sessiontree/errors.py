@@ -133,6 +133,19 @@ class ToolMissing(SessionTreeError, LookupError):
     is written, so the decision stays usable once the tool is given."""
 
 
+class ToolFailed(SessionTreeError):
+    """A tool said its call failed (an MCP result marked ``isError``): the model is told
+    the tool's own words; ``raw`` keeps everything the tool returned."""
+
+    def __init__(self, message: str, *, raw: object = None) -> None:
+        super().__init__(message)
+        self.raw = raw
+
+
+class ToolsUnavailable(SessionTreeError):
+    """A source of tools (an MCP server) could not be started or listed: nothing was run."""
+
+
 class InvalidTree(SessionTreeError, ValueError):
     """Import input that is not a tree: a missing parent, a cycle, a bad payload or depth."""
 

@@ -55,7 +55,15 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 from . import bridge, compaction, deadlines, schema_check
-from .errors import BranchMoved, Conflict, InvalidPayload, ModelOutputError, SessionTreeError, ToolMissing
+from .errors import (
+    BranchMoved,
+    Conflict,
+    InvalidPayload,
+    ModelOutputError,
+    SessionTreeError,
+    ToolFailed,
+    ToolMissing,
+)
 from .ids import new_id, now
 from .limits import Budget, Limits
 from .model import Completion, Node, completion_problem, sendable
@@ -81,7 +89,7 @@ from .steps import (
     decision_to_dict,
 )
 from .store import Store
-from .tools import Tool, ToolArgumentError, ToolContext, as_tools
+from .tools import Tool, ToolArgumentError, ToolContext, ToolOutput, as_tools
 
 RAW_REPLY_LIMIT = 2000  # characters of a bad reply kept in its error node
 _REDACT = Redactor({})  # no key known here: "Bearer ..." and "Authorization: ..." only
@@ -456,8 +464,9 @@ async def _answer_calls(
             )
             for call, _ in to_run:
                 yield ToolStart(call, marker)
-            async for call, content, ok in _run_batch(registry, to_run, cursor):
-                node = cursor.append({"role": "tool", "tool_call_id": call.id, "content": content})
+            async for call, content, ok, raw in _run_batch(registry, to_run, cursor):
+                message = {"role": "tool", "tool_call_id": call.id, "content": content}
+                node = cursor.append({**message, "raw": raw} if raw else message)
                 yield ToolEnd(call, node, ok)
     if for_human:
         payload: dict[str, Any] = {
@@ -475,14 +484,14 @@ async def _answer_calls(
 
 async def _run_batch(
     registry: dict[str, Tool], to_run: list[tuple[ToolCall, str]], cursor: _BranchCursor
-) -> AsyncIterator[tuple[ToolCall, str, bool]]:
-    """Each call's (call, content, ok), in call order. Calls run concurrently, at most
+) -> AsyncIterator[tuple[ToolCall, str, bool, dict[str, Any] | None]]:
+    """Each call's (call, content, ok, raw), in call order. Calls run concurrently, at most
     ``cursor.parallel_tools`` at once, except that a tool marked ``parallel=False`` runs
     alone: the calls before it finish first and the calls after it wait for it. A result
     is yielded (and so committed) as soon as it and every result before it are in."""
     bound = asyncio.Semaphore(cursor.parallel_tools)
 
-    async def one(call: ToolCall, arguments: str) -> tuple[str, bool]:
+    async def one(call: ToolCall, arguments: str) -> tuple[str, bool, dict[str, Any] | None]:
         async with bound:
             return await _execute(registry, call, arguments, cursor)
 
@@ -500,8 +509,8 @@ async def _run_batch(
         tasks = [asyncio.ensure_future(one(call, arguments)) for call, arguments in group]
         try:
             for (call, _), task in zip(group, tasks, strict=True):
-                content, ok = await task
-                yield call, content, ok
+                content, ok, raw = await task
+                yield call, content, ok, raw
         finally:  # cancelled, or the consumer stopped: no call outlives its batch
             for task in tasks:
                 task.cancel()
@@ -509,26 +518,30 @@ async def _run_batch(
 
 async def _execute(
     registry: dict[str, Tool], call: ToolCall, arguments: str, cursor: _BranchCursor
-) -> tuple[str, bool]:
-    """Run one call; every failure becomes text the model can act on."""
+) -> tuple[str, bool, dict[str, Any] | None]:
+    """Run one call; every failure becomes text the model can act on. The third item is
+    what the tool kept beside its text (``ToolOutput.raw``, ``ToolFailed.raw``), if anything."""
     tool = registry.get(call.name)
     if tool is None:
         available = ", ".join(sorted(registry)) or "none"
-        return f"Error: there is no tool named {call.name!r}. Available tools: {available}.", False
+        return f"Error: there is no tool named {call.name!r}. Available tools: {available}.", False, None
     try:
         parsed = tool.parse(arguments)
     except ToolArgumentError as e:
-        return f"Error: invalid arguments for {call.name}: {e}", False
+        return f"Error: invalid arguments for {call.name}: {e}", False, None
     try:
         result = await tool.invoke(parsed, ToolContext(cursor.session, cursor.branch, call.id, cursor.store))
     except Exception as e:
-        return f"Error: {call.name} raised {type(e).__name__}: {e}", False
+        kept = e.raw if isinstance(e, ToolFailed) and isinstance(e.raw, dict) else None
+        return f"Error: {call.name} raised {type(e).__name__}: {e}", False, kept
+    if isinstance(result, ToolOutput):
+        return result.content, True, result.raw
     if isinstance(result, str):
-        return result, True
+        return result, True, None
     try:
-        return json.dumps(result, ensure_ascii=False, default=str), True
+        return json.dumps(result, ensure_ascii=False, default=str), True, None
     except (ValueError, TypeError, RecursionError) as e:  # a circular structure, say
-        return f"Error: {call.name} returned a value that cannot be sent as JSON ({e})", False
+        return f"Error: {call.name} returned a value that cannot be sent as JSON ({e})", False, None
 
 
 async def _stream(

@@ -20,6 +20,10 @@ Contract:
   without a human's yes, unless it says ``requires_approval=False``.
 - ``approval_timeout`` (seconds) is the deadline of a pause for a call to the tool
   (see ``deadlines``): after it the pause is ``expired``, not waiting.
+- ``Tool.from_schema(name, description, parameters, call)`` is a tool that arrives as
+  JSON Schema (an MCP server's, say): ``call(arguments)`` gets the decoded object,
+  checked against that schema by ``schema_check`` as every tool's arguments are;
+  whoever owns the schema checks what ``schema_check`` does not understand.
 """
 
 from __future__ import annotations
@@ -55,6 +59,16 @@ class ToolContext:
     branch: str
     call_id: str
     store: Store | None = None  # the store the run writes to, to read other sessions
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """A tool's result with more than the model is told: ``content`` is the tool message's
+    text, ``raw`` is kept beside it in the message's ``raw`` field (keyed by where it came
+    from, e.g. ``{"mcp": ...}``), which no model is sent."""
+
+    content: str
+    raw: dict[str, Any] | None = None
 
 
 _SCALARS: dict[type, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
@@ -204,6 +218,39 @@ class Tool:
                 self.required.add(param.name)
         self.parameters = _object_schema(self.fields, self.required, param_docs)
 
+    @classmethod
+    def from_schema(
+        cls,
+        name: str,
+        description: str,
+        parameters: dict[str, Any],
+        call: Callable[[dict[str, Any]], Any],
+        *,
+        idempotent: bool = True,
+        requires_approval: bool | None = None,
+        approval_timeout: float | None = None,
+        parallel: bool = True,
+    ) -> Tool:
+        """A tool described by a JSON Schema ``parameters`` object rather than type hints;
+        ``call(arguments)`` (sync or async) runs it (see the module docstring)."""
+        if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
+            raise TypeError(f"tool {name}: parameters must be a JSON Schema of type object")
+        tool = cls.__new__(cls)
+        tool.fn = call
+        tool.parallel = parallel
+        tool.name = name
+        tool.description = description
+        tool.approval_timeout = validate(approval_timeout, f"approval_timeout of tool {name}")
+        tool.idempotent = idempotent
+        tool.requires_approval = not idempotent if requires_approval is None else requires_approval
+        tool.is_async = inspect.iscoroutinefunction(call)
+        tool.fields, tool.required, tool.context_param = {}, set(), None
+        tool.parameters = parameters
+        tool._schema_call = True
+        return tool
+
+    _schema_call = False  # arguments go to ``fn`` as one object, checked by the schema alone
+
     def spec(self) -> dict[str, Any]:
         """The OpenAI ``tools`` entry for this tool."""
         return {
@@ -224,10 +271,16 @@ class Tool:
         if not isinstance(arguments, dict):
             raise ToolArgumentError(f"arguments must be a JSON object, got {json.dumps(arguments)[:80]}")
         schema_check.check(arguments, self.parameters, "arguments")
+        if self._schema_call:  # the schema is all there is to check against
+            return arguments
         return convert_object(arguments, self.fields)
 
     async def invoke(self, arguments: dict[str, Any], context: ToolContext | None = None) -> Any:
         """Call the function with checked arguments (sync functions run in a thread)."""
+        if self._schema_call:
+            if self.is_async:
+                return await self.fn(dict(arguments))
+            return await in_daemon_thread(self.fn, {"arguments": dict(arguments)})
         kwargs = dict(arguments)
         if self.context_param is not None:
             kwargs[self.context_param] = context

@@ -20,7 +20,15 @@ from . import complete
 from .common import echo_json, echo_result, open_store, target, targets
 from .inspect import diff_lines, json_option, session_option
 from .render import one_line, table
-from .running import api_key_option, approver, base_url_option, load_tools, make_call, rerun_options
+from .running import (
+    api_key_option,
+    approver,
+    base_url_option,
+    load_tools,
+    make_call,
+    offered_tools,
+    rerun_options,
+)
 
 
 @click.command()
@@ -183,7 +191,7 @@ def rerun(
     as_json: bool,
 ) -> None:
     """Run each variant from AT (a checkpoint, branch or node) on a branch of its own."""
-    tools = load_tools(tool_specs)
+    tools = offered_tools(ctx, tool_specs)
     variants: list[Variant] = []
     for spec in variant_specs:
         name, variant_model, variant_params = parse_variant(spec)

@@ -14,12 +14,14 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
+from ..errors import ToolsUnavailable
+from ..integrations import missing_extra
 from ..loop import aresume, arun
 from ..notify import Webhook
 from ..steps import Approve, Final, Pause, ToolCall
@@ -155,6 +157,57 @@ tools_option = click.option(
     multiple=True,
     help="Tools to offer: module, module:attribute or file.py (repeatable).",
 )
+MCP_META = "sessiontree.mcp"
+
+
+def _remember_mcp(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:
+    # Kept in ctx.meta rather than passed as a parameter: every command that runs a model
+    # gets --mcp through these shared options, and reads it through offered_tools.
+    ctx.meta[MCP_META] = value
+
+
+mcp_option = click.option(
+    "--mcp",
+    "mcp_specs",
+    multiple=True,
+    expose_value=False,
+    callback=_remember_mcp,
+    metavar="'COMMAND ARGS'|URL",
+    help="Also offer the tools of this MCP server (repeatable): a command run over stdio, or an "
+    "http(s) URL; 'untrusted:...' makes every one of its tools ask first (needs the mcp extra; "
+    "see docs/mcp.md).",
+)
+
+
+def offered_tools(ctx: click.Context, tool_specs: tuple[str, ...]) -> list[Tool]:
+    """``--tools`` and ``--mcp`` together; MCP connections close when the command ends."""
+    return load_tools(tool_specs) + mcp_tools_for(ctx.meta.get(MCP_META, ()))
+
+
+def mcp_tools_for(specs: Sequence[str]) -> list[Tool]:
+    """The tools of each ``--mcp`` server (see docs/mcp.md), connected until the command
+    ends; the mcp extra is imported only when one is given."""
+    if not specs:
+        return []
+    try:
+        from ..integrations.mcp_tools import mcp_tools
+    except ImportError as e:
+        hint = missing_extra(e, "mcp", "mcp")
+        if hint is None:
+            raise
+        raise click.ClickException(f"--mcp needs the mcp extra: {hint}") from None
+    ctx = click.get_current_context()
+    tools: list[Tool] = []
+    for spec in specs:
+        try:
+            connection = mcp_tools(spec)
+        except ToolsUnavailable as e:
+            raise click.BadParameter(str(e), param_hint="--mcp") from None
+        ctx.call_on_close(connection.close)
+        tools += connection.tools
+    return tools
+
+
 approve_option = click.option(
     "--approve",
     "policy",
@@ -187,12 +240,13 @@ model_options = options(
     api_key_option,
     no_stream_option,
     tools_option,
+    mcp_option,
     approve_option,
     max_steps_option,
     params_option,
 )
 rerun_options = options(
-    base_url_option, api_key_option, tools_option, approve_option, max_steps_option, params_option
+    base_url_option, api_key_option, tools_option, mcp_option, approve_option, max_steps_option, params_option
 )
 
 
@@ -388,7 +442,7 @@ def run(
     if new and session:
         raise click.ClickException("give -s SESSION or --new, not both")
     call = make_call(base_url, model, api_key_env, not no_stream, params)
-    tools = load_tools(tool_specs)
+    tools = offered_tools(ctx, tool_specs)
     hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
     new = new or (not session and not store.sessions())
@@ -456,7 +510,7 @@ def resume(
     Exits as `run` does: 0 completed, 3 paused again, 4 stopped at --max-steps, 1 error.
     """
     call = make_call(base_url, model, api_key_env, not no_stream, params)
-    tools = load_tools(tool_specs)
+    tools = offered_tools(ctx, tool_specs)
     hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
     node = store.node(pause)
@@ -534,7 +588,7 @@ def worker(
     runs again.
     """
     call = make_call(base_url, model, api_key_env, not no_stream, params)
-    tools = load_tools(tool_specs)
+    tools = offered_tools(ctx, tool_specs)
     hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
     stopped_by = signal.SIGINT

@@ -1,0 +1,571 @@
+"""MCP both ways (the ``mcp`` extra): ``sessiontree mcp`` driven by the official SDK's own
+client over stdio and HTTP, and MCP servers' tools in the loop (a real git server nobody
+here wrote: a commit pauses, is approved in another process, and happens once)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from click.testing import CliRunner
+
+from sessiontree import Store, ToolsUnavailable
+from sessiontree.cli import cli
+from sessiontree.loop import decide, run
+from sessiontree.steps import Approve, Final, Paused
+from sessiontree.testing import ScriptedModel, reply, tool_call
+from sessiontree.tools import Tool, ToolArgumentError, tool
+
+from conftest import public_rows_of
+
+mcp = pytest.importorskip("mcp")  # the test extra has it; CI installs it
+from mcp import Client, StdioServerParameters  # noqa: E402
+
+from sessiontree.integrations.mcp_tools import mcp_tools, safety  # noqa: E402
+
+SESSIONTREE = str(Path(sys.executable).parent / "sessiontree")
+FIXTURE_SERVER = str(Path(__file__).parent / "mcp_fixture_server.py")
+READ_ONLY_TOOLS = {"list_sessions", "list_branches", "transcript", "show_node", "search", "diff", "pending"}
+
+
+@tool(idempotent=False)
+def send_email(to: str, body: str) -> str:
+    """Send an email."""
+    return f"sent to {to}"
+
+
+def seeded(target: str) -> dict[str, str]:
+    """A store with a session whose main branch paused on a call, and a `retry` branch."""
+    with Store(target) as store:
+        s = store.create_session("weather for bob")
+        s.append({"role": "user", "content": "Weather in Oslo? Email bob the forecast."})
+        model = ScriptedModel([reply("Emailing.", tool_call("send_email", {"to": "bob", "body": "sunny"}))])
+        steps = list(run(store, s, call=model, tools=[send_email]))
+        assert isinstance(steps[-1], Final) and steps[-1].reason == "paused"
+        pause = steps[-1].node
+        first = s.path("main")[0]
+        s.fork("retry", at=first)
+        s.append({"role": "assistant", "content": "A forecast of drizzle in Oslo."}, branch="retry")
+        return {"session": s.id, "pause": pause.id, "first": first.id}
+
+
+def stdio(target: str, *args: str) -> StdioServerParameters:
+    return StdioServerParameters(command=SESSIONTREE, args=["--db", target, "mcp", *args])
+
+
+def call(client, name: str, **arguments):
+    return client.call_tool(name, arguments)
+
+
+# -- the server, over stdio ---------------------------------------------------------
+
+
+@pytest.mark.slow  # a server process
+def test_every_tool_answers_with_structured_content_and_decide_takes_one_decision(db_target):
+    seed = seeded(db_target)
+    found: dict[str, object] = {}
+
+    async def main() -> None:
+        async with Client(stdio(db_target, "--allow-decide", "--by", "alice")) as client:
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+            found["tools"] = listed
+            for name in ("list_sessions", "pending"):
+                found[name] = (await call(client, name)).structured_content
+            found["list_branches"] = (
+                await call(client, "list_branches", session=seed["session"])
+            ).structured_content
+            found["transcript"] = (
+                await call(client, "transcript", session=seed["session"], ref="main", limit=2)
+            ).structured_content
+            found["page2"] = (
+                await call(client, "transcript", session=seed["session"], ref="main", limit=2, offset=2)
+            ).structured_content
+            found["show_node"] = (await call(client, "show_node", node=seed["first"])).structured_content
+            found["search"] = (await call(client, "search", query="drizzle")).structured_content
+            found["diff"] = (
+                await call(client, "diff", session=seed["session"], a="main", b="retry")
+            ).structured_content
+            pending = found["pending"]
+            call_id = pending["pauses"][0]["calls"][0]["id"]
+            found["decide"] = await call(
+                client, "decide", pause=seed["pause"], call=call_id, action="approve"
+            )
+            found["again"] = await call(
+                client, "decide", pause=seed["pause"], call=call_id, action="reject", reason="no"
+            )
+            found["pending_after"] = (await call(client, "pending")).structured_content
+            found["missing"] = await call(client, "transcript", session="nope", ref="main")
+            found["sessions_resource"] = await client.read_resource("sessiontree://sessions")
+            found["branch_resource"] = await client.read_resource(
+                f"sessiontree://session/{seed['session']}/branch/retry"
+            )
+            found["templates"] = await client.list_resource_templates()
+
+    anyio.run(main)
+    tools = found["tools"]
+    assert set(tools) == READ_ONLY_TOOLS | {"decide"}
+    for name in READ_ONLY_TOOLS:  # on the wire, as every client reads them
+        hints = tools[name].annotations.model_dump(by_alias=True, exclude_none=True)
+        assert hints["readOnlyHint"] is True and hints["openWorldHint"] is False, name
+    decide_hints = tools["decide"].annotations.model_dump(by_alias=True, exclude_none=True)
+    assert decide_hints["readOnlyHint"] is False and decide_hints["destructiveHint"] is False
+    assert found["list_sessions"]["sessions"][0]["id"] == seed["session"]
+    assert found["list_sessions"]["total"] == 1
+    assert {b["name"] for b in found["list_branches"]["branches"]} == {"main", "retry"}
+    transcript = found["transcript"]
+    assert transcript["total"] == 3 and transcript["next_offset"] == 2
+    assert [m["role"] for m in transcript["messages"]] == ["user", "assistant"]
+    page2 = found["page2"]
+    assert [m["kind"] for m in page2["messages"]] == ["pause"] and page2["next_offset"] is None
+    assert found["show_node"]["id"] == seed["first"] and set(found["show_node"]["branches_here"]) == set()
+    (hit,) = found["search"]["hits"]
+    assert hit["branches"] == ["retry"] and hit["session"] == seed["session"]
+    assert found["diff"]["ancestor"] == seed["first"] and len(found["diff"]["only_b"]) == 1
+    (pause,) = found["pending"]["pauses"]
+    assert pause["pause"] == seed["pause"] and pause["state"] == "pending" and pause["expires_at"] is None
+    assert pause["calls"][0]["name"] == "send_email"
+    assert found["decide"].is_error is False
+    assert found["decide"].structured_content["by"] == "alice"
+    again = found["again"]
+    assert again.is_error and "already" in again.content[0].text and "\n" not in again.content[0].text
+    assert found["pending_after"]["pauses"] == []
+    missing = found["missing"]
+    assert missing.is_error and "no session 'nope'" in missing.content[0].text
+    sessions = json.loads(found["sessions_resource"].contents[0].text)
+    assert sessions["sessions"][0]["id"] == seed["session"]
+    branch = json.loads(found["branch_resource"].contents[0].text)
+    assert branch["messages"][-1]["payload"]["content"] == "A forecast of drizzle in Oslo."
+    (template,) = found["templates"].resource_templates
+    assert template.uri_template == "sessiontree://session/{session}/branch/{branch}"
+    with Store(db_target) as store:
+        decisions = [n for n in store.session(seed["session"]).children(seed["pause"])]
+        assert [d.kind for d in decisions] == ["decision"]
+        assert decisions[0].payload["by"] == "alice"
+        assert store.verify().ok
+
+
+@pytest.mark.slow  # a server process
+def test_without_allow_decide_nothing_a_client_sends_writes(db_target):
+    seed = seeded(db_target)
+    with Store(db_target) as store:
+        before = public_rows_of(store)
+    said: dict[str, object] = {}
+
+    async def main() -> None:
+        async with Client(stdio(db_target)) as client:
+            said["tools"] = {t.name for t in (await client.list_tools()).tools}
+            said["decide"] = await call(
+                client, "decide", pause=seed["pause"], call="call_send_email", action="approve"
+            )
+            said["path"] = await call(client, "transcript", session="/etc/passwd", ref="../../x")
+            said["limit"] = await call(client, "list_sessions", limit=10**9)
+            said["pending"] = (await call(client, "pending")).structured_content
+
+    anyio.run(main)
+    assert said["tools"] == READ_ONLY_TOOLS
+    for name in ("decide", "path", "limit"):
+        result = said[name]
+        assert result.is_error, name
+        assert "\n" not in result.content[0].text, name
+    assert "limit must be a whole number from 1 to 200" in said["limit"].content[0].text
+    assert said["pending"]["can_decide"] is False and len(said["pending"]["pauses"]) == 1
+    with Store(db_target) as store:
+        assert public_rows_of(store) == before
+
+
+@pytest.mark.slow  # a server process
+def test_a_client_listening_to_a_branch_is_told_when_it_moves(tmp_path):
+    db = str(tmp_path / "store.db")
+    seed = seeded(db)
+    uri = f"sessiontree://session/{seed['session']}/branch/retry"
+    told: list[str] = []
+
+    async def main() -> None:
+        async with (
+            Client(stdio(db, "--poll", "0.05")) as client,
+            client.listen(resource_subscriptions=[uri]) as subscription,
+        ):
+            with Store(db) as store:
+                store.session(seed["session"]).append(
+                    {"role": "user", "content": "and tomorrow?"}, branch="retry"
+                )
+            with anyio.fail_after(20):
+                async for event in subscription:
+                    told.append(event.uri)
+                    break
+
+    anyio.run(main)
+    assert told == [uri]
+
+
+def test_sessiontree_mcp_without_the_extra_says_how_to_install_it(tmp_path, monkeypatch):
+    for name in [n for n in sys.modules if n == "mcp" or n.startswith("mcp.")] + ["mcp"]:
+        monkeypatch.setitem(sys.modules, name, None)  # importing it raises ImportError
+    for name in ("sessiontree.integrations.mcp_server", "sessiontree.integrations.mcp_tools"):
+        monkeypatch.delitem(sys.modules, name, raising=False)  # imported again, and failing
+    result = CliRunner().invoke(cli, ["--db", str(tmp_path / "s.db"), "mcp"])
+    assert result.exit_code == 1
+    assert result.output == "Error: sessiontree mcp needs the mcp extra: pip install 'sessiontree[mcp]'\n"
+    script = tmp_path / "replies.jsonl"
+    script.write_text('{"content": "hello"}\n')
+    result = CliRunner().invoke(
+        cli,
+        [
+            "--db",
+            str(tmp_path / "s.db"),
+            "run",
+            "--new",
+            "hi",
+            "--model",
+            f"script:{script}",
+            "--mcp",
+            "true",
+        ],
+    )
+    assert "--mcp needs the mcp extra: pip install 'sessiontree[mcp]'" in result.output
+
+
+def test_http_beyond_loopback_needs_a_token(tmp_path, monkeypatch):
+    db = str(tmp_path / "s.db")
+    result = CliRunner().invoke(cli, ["--db", db, "mcp", "--http", "0.0.0.0:0"])
+    assert result.exit_code == 2
+    assert "reachable beyond this machine: give a bearer token with --token-env NAME" in result.output
+    monkeypatch.delenv("NO_SUCH_TOKEN", raising=False)
+    result = CliRunner().invoke(
+        cli, ["--db", db, "mcp", "--http", "127.0.0.1:0", "--token-env", "NO_SUCH_TOKEN"]
+    )
+    assert "--token-env NO_SUCH_TOKEN: the variable is not set or empty" in result.output
+    result = CliRunner().invoke(cli, ["--db", db, "mcp", "--http", "nonsense"])
+    assert "'nonsense' is not HOST:PORT" in result.output
+    result = CliRunner().invoke(cli, ["--db", db, "mcp", "--by", "alice"])
+    assert "--by names who decides: it needs --allow-decide" in result.output
+
+
+# -- the server, over streamable HTTP ------------------------------------------------
+
+
+def http_server(db: str, *args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """`sessiontree mcp --http 127.0.0.1:0` and the URL it prints once it listens."""
+    process = subprocess.Popen(
+        [SESSIONTREE, "--db", db, "mcp", "--http", "127.0.0.1:0", *args],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    assert process.stderr is not None
+    line = process.stderr.readline()
+    found = re.search(r"on (http://\S+/mcp)", line)
+    if not found:
+        process.kill()
+        process.wait()
+        process.stderr.close()
+        raise AssertionError(f"no URL in {line!r}")
+    return process, found[1]
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    process.wait(20)
+    if process.stderr is not None:
+        process.stderr.close()
+
+
+@pytest.mark.slow  # a server process
+def test_over_http_the_same_tools_answer_and_decide_is_once(db_target):
+    seed = seeded(db_target)
+    process, url = http_server(db_target, "--allow-decide", "--by", "bob")
+    said: dict[str, object] = {}
+
+    async def main() -> None:
+        async with Client(url) as client:
+            tools = (await client.list_tools()).tools
+            said["tools"] = {t.name: t.annotations.read_only_hint for t in tools}
+            said["pending"] = (await call(client, "pending")).structured_content
+            call_id = said["pending"]["pauses"][0]["calls"][0]["id"]
+            said["first"] = await call(client, "decide", pause=seed["pause"], call=call_id, action="approve")
+            said["second"] = await call(client, "decide", pause=seed["pause"], call=call_id, action="approve")
+
+    try:
+        anyio.run(main)
+    finally:
+        stop(process)
+    assert said["tools"] == {**dict.fromkeys(READ_ONLY_TOOLS, True), "decide": False}
+    assert said["pending"]["pauses"][0]["pause"] == seed["pause"]
+    assert said["first"].is_error is False and said["first"].structured_content["by"] == "bob"
+    assert said["second"].is_error and "already" in said["second"].content[0].text
+
+
+@pytest.mark.slow  # a server process
+def test_over_http_a_token_is_required_when_given(tmp_path):
+    db = str(tmp_path / "s.db")
+    seeded(db)
+    process, url = http_server(db, "--token-env", "MCP_TOKEN_FOR_TEST", env={"MCP_TOKEN_FOR_TEST": "s3cret"})
+    try:
+        import httpx
+
+        refused = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=10)
+        wrong = httpx.post(url, json={}, headers={"Authorization": "Bearer nope"}, timeout=10)
+        # mcp_tools over HTTP, with the token: sessiontree's own tools, all read-only, run unasked
+        with mcp_tools(url, headers={"Authorization": "Bearer s3cret"}) as tools:
+            safety_of = {t.name: (t.idempotent, t.requires_approval) for t in tools}
+            assert tools.spec == url and {t.source for t in tools} == {f"mcp:{url}"}
+            with pytest.raises(ToolsUnavailable, match="cannot start or list its tools"):
+                mcp_tools(url)  # no token
+    finally:
+        stop(process)
+    assert refused.status_code == 401 and wrong.status_code == 401
+    assert safety_of == dict.fromkeys(READ_ONLY_TOOLS, (True, False))
+
+
+# -- MCP servers' tools in the loop ----------------------------------------------------
+
+SAFETY = [
+    ({"readOnlyHint": True}, True, (True, False)),
+    ({"destructiveHint": True}, True, (False, True)),
+    ({"destructiveHint": False, "idempotentHint": True}, True, (True, False)),
+    ({"destructiveHint": False}, True, (False, True)),  # additive, but not safe to repeat
+    ({"idempotentHint": True}, True, (True, True)),  # destructive by default: asks
+    ({}, True, (False, True)),  # the spec's defaults: not read-only, destructive
+    (None, True, (False, True)),
+    ({"readOnlyHint": True}, False, (False, True)),  # an untrusted server's word counts for nothing
+    ({"destructiveHint": False, "idempotentHint": True}, False, (False, True)),
+]
+
+
+@pytest.mark.parametrize("hints, trusted, expected", SAFETY)
+def test_safety_from_annotations_fails_closed(hints, trusted, expected):
+    assert safety(hints, trusted=trusted) == expected
+
+
+def test_a_tool_from_a_schema_checks_its_arguments_against_it():
+    seen = []
+    t = Tool.from_schema(
+        "lookup",
+        "Look a city up.",
+        {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+        lambda arguments: seen.append(arguments) or "ok",
+        idempotent=False,
+    )
+    assert t.requires_approval is True and t.idempotent is False
+    assert t.spec()["function"]["parameters"]["required"] == ["city"]
+    assert t.parse('{"city": "Oslo", "days": 2}') == {"city": "Oslo", "days": 2}
+    for bad, said in [
+        ("{}", "missing required argument(s) city"),
+        ('{"city": "Oslo", "x": 1}', "unexpected argument(s) x"),
+        ('{"city": 3}', "arguments.city: expected a string, got 3"),
+        ('{"city": "Oslo", "days": true}', "arguments.days: expected an integer, got true"),
+        ("[1]", "arguments must be a JSON object"),
+    ]:
+        with pytest.raises(ToolArgumentError, match=re.escape(said)):
+            t.parse(bad)
+    assert anyio.run(t.invoke, {"city": "Oslo"}) == "ok"
+    assert seen == [{"city": "Oslo"}]
+
+
+@pytest.mark.slow  # a server process
+def test_mcp_results_are_kept_faithfully_and_hints_decide_what_pauses(tmp_path, monkeypatch):
+    effects = tmp_path / "effects.log"
+    db = str(tmp_path / "store.db")
+    calls = [
+        tool_call("lookup", {"city": "Oslo"}, id="c1"),
+        tool_call("chart", {}, id="c2"),
+        tool_call("broken", {"why": "no disk"}, id="c3"),
+        tool_call("upsert_note", {"key": "k", "text": "t"}, id="c4"),
+        tool_call("no_hints", {"value": 21}, id="c5"),
+    ]
+    model = ScriptedModel([reply(None, *calls), reply("done")])
+    with (
+        mcp_tools([sys.executable, FIXTURE_SERVER], env={"EFFECTS_LOG": str(effects)}) as tools,
+        Store(db) as store,
+    ):
+        s = store.create_session()
+        s.append({"role": "user", "content": "go"})
+        steps = list(run(store, s, call=model, tools=tools))
+        assert isinstance(steps[-1], Final) and steps[-1].reason == "paused"
+        pause = steps[-1].node
+        assert [c["name"] for c in pause.payload["calls"]] == ["no_hints"]  # no hints: it asks
+        assert effects.read_text() == "upsert k\n"  # an upsert that says so runs
+        by_call = {
+            n.payload["tool_call_id"]: n.payload for n in s.path("main") if n.payload.get("role") == "tool"
+        }
+        assert by_call["c1"]["content"] == "sunny in Oslo" and "raw" not in by_call["c1"]
+        chart = by_call["c2"]
+        assert chart["content"] == "[image: image/png, about 72 bytes, not shown]\none pixel"
+        image = chart["raw"]["mcp"]["content"][0]
+        assert image["type"] == "image" and image["mimeType"] == "image/png" and len(image["data"]) > 50
+        broken = by_call["c3"]
+        assert (
+            broken["content"].startswith("Error: broken raised ToolFailed:")
+            and "cannot: no disk" in broken["content"]
+        )
+        assert broken["raw"]["mcp"]["isError"] is True
+        decide(store, pause.id, {"c5": Approve()})
+        from sessiontree.loop import resume
+
+        assert isinstance(list(resume(store, pause.id, call=model, tools=tools))[-1], Final)
+        assert effects.read_text() == "upsert k\nno_hints 21\n"
+        # What a model is sent never has the raw field.
+        sent = model.calls[-1]["messages"]
+        assert all("raw" not in m for m in sent)
+        assert store.verify().ok
+
+
+def test_a_server_that_cannot_start_is_one_line(tmp_path):
+    with pytest.raises(
+        ToolsUnavailable, match=r"^MCP server /no/such/server: cannot start or list its tools: "
+    ):
+        mcp_tools("/no/such/server")
+    with pytest.raises(ToolsUnavailable, match="No closing quotation"):
+        mcp_tools("python 'unclosed")
+    script = tmp_path / "replies.jsonl"
+    script.write_text('{"content": "hello"}\n')
+    result = CliRunner().invoke(
+        cli,
+        [
+            "--db",
+            str(tmp_path / "s.db"),
+            "run",
+            "--new",
+            "hi",
+            "--model",
+            f"script:{script}",
+            "--mcp",
+            "/no/such/server",
+        ],
+    )
+    assert result.exit_code == 2
+    assert "Invalid value for --mcp: MCP server /no/such/server: cannot start" in result.output
+    assert not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.slow  # a server process
+def test_a_read_only_server_runs_without_asking(tmp_path):
+    db = str(tmp_path / "store.db")
+    model = ScriptedModel(
+        [reply(None, tool_call("get_current_time", {"timezone": "UTC"})), reply("It is now.")]
+    )
+    with mcp_tools([sys.executable, "-m", "mcp_server_time"]) as tools, Store(db) as store:
+        assert {t.name: (t.idempotent, t.requires_approval) for t in tools} == {
+            "get_current_time": (True, False),
+            "convert_time": (True, False),
+        }
+        s = store.create_session()
+        s.append({"role": "user", "content": "What time is it?"})
+        steps = list(run(store, s, call=model, tools=tools))
+        assert steps[-1].reason == "completed" and not any(isinstance(x, Paused) for x in steps)
+        (result,) = [n.payload for n in s.path("main") if n.payload.get("role") == "tool"]
+        assert json.loads(result["content"])["timezone"] == "UTC"
+        assert "raw" not in result  # the text is the structured content already
+    # untrusted: even the read-only tool asks
+    with mcp_tools(f"untrusted: {sys.executable} -m mcp_server_time") as tools:
+        assert {t.requires_approval for t in tools} == {True}
+        assert tools.spec.startswith("untrusted:")
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.mark.slow  # git, a server process per command
+def test_a_git_commit_pauses_is_approved_elsewhere_and_happens_once(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "test@example.com")
+    git(repo, "config", "user.name", "Test")
+    (repo / "a.txt").write_text("one\n")
+    git(repo, "add", "a.txt")
+    git(repo, "commit", "-qm", "first")
+    (repo / "a.txt").write_text("two\n")
+    git(repo, "add", "a.txt")
+    script = tmp_path / "replies.jsonl"
+    lines = [
+        reply(None, tool_call("git_status", {"repo_path": str(repo)}, id="call_status")),
+        reply(
+            "Committing.",
+            tool_call("git_commit", {"repo_path": str(repo), "message": "second"}, id="call_commit"),
+        ),
+        reply("Committed."),
+    ]
+    script.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    server = f"{sys.executable} -m mcp_server_git --repository {repo}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONTREE_", "OPENAI_"))}
+    env["SESSIONTREE_DB"] = str(tmp_path / "store.db")
+
+    def shell(*args: str, code: int = 0) -> str:
+        done = subprocess.run(
+            [SESSIONTREE, *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == code, done.stdout + done.stderr
+        return done.stdout
+
+    out = shell("run", "--new", "Commit my change.", "--model", f"script:{script}", "--mcp", server, code=3)
+    assert "ok git_status: Repository status:" in out
+    assert "paused: git_commit requires approval" in out
+    pause = re.search(r"sessiontree approve (\S+)", out)[1]
+    assert git(repo, "rev-list", "--count", "HEAD").strip() == "1"  # nothing committed yet
+    shell("approve", pause, "--by", "alice")
+    out = shell("resume", pause, "--model", f"script:{script}", "--mcp", server)
+    assert "ok git_commit:" in out and "Committed." in out
+    assert git(repo, "rev-list", "--count", "HEAD").strip() == "2"
+    again = shell("resume", pause, "--model", f"script:{script}", "--mcp", server, code=1)
+    assert again == ""  # the refusal is on stderr; nothing ran
+    assert git(repo, "rev-list", "--count", "HEAD").strip() == "2"  # exactly once
+    assert git(repo, "log", "-1", "--format=%s").strip() == "second"
+    assert shell("verify").startswith("ok")
+
+
+# -- a client that is not ours ------------------------------------------------------------
+
+
+def inspector() -> str | None:
+    """The MCP Inspector's command (npm ``@modelcontextprotocol/inspector``, which .ci/run
+    installs into .ci-node/), or None."""
+    chosen = os.environ.get("SESSIONTREE_TEST_INSPECTOR")
+    local = Path(__file__).parent.parent / ".ci-node" / "node_modules" / ".bin" / "mcp-inspector"
+    for candidate in (chosen, str(local)):
+        if candidate and Path(candidate).exists() and shutil.which("node"):
+            return candidate
+    return None
+
+
+@pytest.mark.slow  # node, a server process
+def test_the_mcp_inspector_lists_and_calls_the_servers_tools(tmp_path):
+    command = inspector()
+    if command is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI installs the MCP Inspector into .ci-node/ (see .ci/run); it is missing")
+        pytest.skip(
+            "the MCP Inspector is not installed (npm install --prefix .ci-node @modelcontextprotocol/inspector)"
+        )
+    db = str(tmp_path / "store.db")
+    seed = seeded(db)
+    base = [command, "--cli", SESSIONTREE, "--db", db, "mcp"]
+
+    def inspect(*args: str) -> dict:
+        done = subprocess.run([*base, *args], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return json.loads(done.stdout[done.stdout.index("{") :])
+
+    listed = inspect("--method", "tools/list")
+    hints = {t["name"]: t.get("annotations", {}) for t in listed["tools"]}
+    assert set(hints) == READ_ONLY_TOOLS
+    assert all(h["readOnlyHint"] is True and h["openWorldHint"] is False for h in hints.values())
+    called = inspect(
+        "--method", "tools/call", "--tool-name", "list_branches", "--tool-arg", f"session={seed['session']}"
+    )
+    assert called["isError"] is False
+    assert {b["name"] for b in called["structuredContent"]["branches"]} == {"main", "retry"}
