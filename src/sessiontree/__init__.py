@@ -29,6 +29,7 @@ from .errors import (
     SearchIndexOff,
     SessionTreeError,
     ToolArgumentError,
+    ToolChanged,
     ToolMissing,
     Unavailable,
 )
@@ -67,6 +68,7 @@ from .model import (
     VerifyReport,
 )
 from .notify import Webhook
+from .recipe import Recipe
 from .session import Session
 from .steps import (
     Approve,
@@ -136,6 +138,7 @@ __all__ = [
     "ProviderError",
     "PruneReport",
     "ReadOnly",
+    "Recipe",
     "Reject",
     "ReplayReport",
     "RetentionReport",
@@ -156,6 +159,7 @@ __all__ = [
     "TurnReport",
     "Tool",
     "ToolArgumentError",
+    "ToolChanged",
     "ToolMissing",
     "ToolCall",
     "ToolContext",
