@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,6 +53,22 @@ def db_url(ctx: click.Context) -> str | None:
     """The ``postgresql://`` URL the user chose with ``--db`` or ``SESSIONTREE_DB``, if any."""
     chosen = ctx.find_root().params.get("db") or os.environ.get("SESSIONTREE_DB")
     return chosen if chosen and is_postgres_url(chosen) else None
+
+
+def command(ctx: click.Context | None, *words: str) -> str:
+    """A ``sessiontree`` command line to print as a hint, one that works when pasted: with
+    ``--db`` when this command was given one (a file as an absolute path; a server's URL
+    without its password, which libpq then reads from PGPASSWORD or ~/.pgpass). A database
+    chosen by SESSIONTREE_DB is left to the variable, as the API key is."""
+    line = ["sessiontree"]
+    chosen = ctx.find_root().params.get("db") if ctx is not None else None
+    if chosen:
+        if is_postgres_url(chosen):
+            chosen = re.sub(r"(://[^:/@]*):[^/@]*@", r"\1@", chosen)
+        else:
+            chosen = str(Path(chosen).absolute())
+        line += ["--db", chosen]
+    return shlex.join([*line, *words])
 
 
 CREATE_HINT = "create one with `sessiontree demo` or `sessiontree run`, or check --db / SESSIONTREE_DB"

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import click
 
+from .. import recipe as recipes
 from ..decisions import edit_arguments
 from ..errors import NotFound
 from ..loop import decide
@@ -19,7 +20,7 @@ from ..plan import next_action
 from ..session import Session
 from ..steps import Approve, Decision, Edit, Reject
 from . import complete
-from .common import echo_json, echo_result, open_store, pick_session, target
+from .common import command, echo_json, echo_result, open_store, pick_session, target
 from .inspect import json_option, session_option
 from .render import one_line
 
@@ -175,7 +176,7 @@ def unsettled(path: list[Node], branch: str = "BRANCH") -> tuple[str, str, str] 
     reads it: (its action, what waits, what to do), or None when one may."""
     action = next_action(path)
     if action.kind == "paused":
-        return "paused", f"pause {path[-1].id}", "approve or reject it first (sessiontree pending)"
+        return "paused", f"pause {path[-1].id}", f"approve or reject it first ({_hint('pending')})"
     if action.kind != "tools":
         return None
     assert action.assistant is not None  # calls to answer come from an assistant message
@@ -183,8 +184,13 @@ def unsettled(path: list[Node], branch: str = "BRANCH") -> tuple[str, str, str] 
     after = [n for n in path if n.depth > action.assistant.depth]
     pause = next((n for n in reversed(after) if n.kind == "pause"), None)
     if pause is not None and path[-1].kind == "decision":
-        return "tools", what, f"resume it first (sessiontree resume {pause.id})"
-    return "tools", what, f"let the agent answer them first (sessiontree run -b {branch})"
+        return "tools", what, f"resume it first ({_hint('resume', pause.id)})"
+    return "tools", what, f"let the agent answer them first ({_hint('run', '-b', branch)})"
+
+
+def _hint(*words: str) -> str:
+    """A command to paste, with this command's --db (see ``common.command``)."""
+    return command(click.get_current_context(silent=True), *words)
 
 
 def _decide(
@@ -203,7 +209,9 @@ def _decide(
         echo_json(decision.to_dict())
         return
     click.echo(f"decision {decision.id} on pause {node.id}: {one_line(', '.join(ids), None)}")
-    click.echo(f"resume with: sessiontree resume {node.id}")
+    # A pause that records its recipe continues with no flags; an older one needs them again.
+    flags = () if recipes.of(node) is not None else ("--model", "MODEL", "--tools", "TOOLS")
+    click.echo(f"resume with: {command(ctx, 'resume', node.id, *flags)}")
 
 
 def decision_options(function: Callable) -> Callable:

@@ -20,8 +20,10 @@ from typing import Any
 
 import click
 
+from .. import recipe as recipes
 from ..loop import aresume, arun
 from ..notify import Webhook
+from ..recipe import Recipe
 from ..steps import Approve, Final, Pause, ToolCall
 from ..tools import Tool, as_tools
 from ..worker import DEFAULT_POLL, awork
@@ -283,6 +285,174 @@ def make_call(
         raise click.ClickException(f"${api_key_env}: {e}") from None
 
 
+# -- recipes: what a run records, and how resume/worker continue from it ----------
+
+RECIPE_FLAGS: dict[str, tuple[str, str]] = {
+    # click parameter -> (Recipe field, the flag as a user types it)
+    "base_url": ("base_url", "--base-url"),
+    "model": ("model", "--model"),
+    "api_key_env": ("api_key_env", "--api-key-env"),
+    "no_stream": ("stream", "--no-stream"),
+    "tool_specs": ("tools", "--tools"),
+    "policy": ("approve", "--approve"),
+    "max_steps": ("max_steps", "--max-steps"),
+    "params": ("params", "-o"),
+    "pause_expires": ("pause_expires", "--pause-expires"),
+    "context_budget": ("context_budget", "--context-budget"),
+    "keep_last": ("keep_last", "--keep-last"),
+}
+"""The flags of run/resume/worker that set an item of the recipe."""
+_FILLED = ("base_url", "model", "api_key_env", "stream")
+"""Fields a recipe may lack (a library run records what its call told): the flags' value
+(or environment default) fills them. Elsewhere None means "none" (no budget, no deadline)."""
+
+
+def tool_references(specs: tuple[str, ...]) -> tuple[str, ...]:
+    """``--tools`` specs as a recipe records them: a file path made absolute, a module as given."""
+    found = []
+    for spec in specs:
+        target, sep, attribute = spec.partition(":")
+        if target.endswith(".py"):
+            target = str(Path(target).absolute())
+        found.append(target + sep + attribute)
+    return tuple(found)
+
+
+def model_spelling(model: str | None) -> str | None:
+    """``--model`` as a recipe records it: as given, a script's path made absolute."""
+    from ..providers.script import PREFIX
+
+    if model and model.startswith(PREFIX) and model[len(PREFIX) :]:
+        return PREFIX + str(Path(model[len(PREFIX) :]).absolute())
+    return model
+
+
+def flag_values(values: dict[str, Any]) -> dict[str, Any]:
+    """The recipe items the flags in ``values`` (click parameter -> value) stand for."""
+    from ..providers import openai_compatible
+
+    converted = {
+        "base_url": lambda v: v,
+        "model": model_spelling,
+        "api_key_env": lambda v: v,
+        "no_stream": lambda v: not v,
+        "tool_specs": tool_references,
+        "policy": lambda v: v,
+        "max_steps": lambda v: v,
+        "params": lambda v: request_params(v, openai_compatible),
+        "pause_expires": lambda v: v,
+        "context_budget": lambda v: v,
+        "keep_last": lambda v: v,
+    }
+    return {RECIPE_FLAGS[k][0]: converted[k](v) for k, v in values.items() if k in RECIPE_FLAGS}
+
+
+def recipe_from_flags(values: dict[str, Any], call: Any = None, system: str | None = None) -> Recipe:
+    """The recipe of a run the flags in ``values`` describe (``run``, ``rerun``)."""
+    items = flag_values(values)
+    script = isinstance(items.get("model"), str) and items["model"].startswith("script:")
+    if script:
+        items["base_url"] = None  # a script needs no server: a base URL set in the environment is not used
+    return Recipe(provider=getattr(call, "provider", None), system=system, **items)
+
+
+def continue_from(
+    recorded: Recipe | None, defaults: dict[str, Any], given: dict[str, Any]
+) -> tuple[Recipe, list[str]]:
+    """The recipe a continued run uses: ``recorded`` with each flag ``given`` on the command
+    line in place of its item, and what to say about that on stderr. ``defaults`` (every
+    flag's value, given or not) fill what the recording lacks; without a recording they are
+    the recipe, as before recipes were recorded."""
+    if recorded is None:
+        return recipe_from_flags({**defaults, **given}), []
+    said = []
+    fallback = flag_values(defaults)
+    changes = {k: v for k, v in fallback.items() if k in _FILLED and getattr(recorded, k) is None}
+    for name, value in flag_values(given).items():
+        before = getattr(recorded, name)
+        changes[name] = value
+        if value != before:
+            flag = next(k for k, (field, _) in RECIPE_FLAGS.items() if field == name)
+            said.append(
+                f"using {_as_flag(flag, given[flag])} instead of the recorded {_as_recorded(name, before)}"
+            )
+    if "params" not in changes and recorded.left_out:
+        said.append(
+            f"the recorded run had -o {', -o '.join(recorded.left_out)}, which a recipe never holds"
+            " (a credential, by its name): give it again with -o"
+        )
+    if recorded.approve == "custom" and "approve" not in changes:
+        changes["approve"] = "all"
+        said.append(
+            "the recorded run's approver was a Python function, which a recipe cannot hold:"
+            " every call pauses for a human (give --approve to choose)"
+        )
+    return recorded.replace(**changes), said
+
+
+def _as_flag(flag: str, value: Any) -> str:
+    label = RECIPE_FLAGS[flag][1]
+    if flag == "no_stream":
+        return label
+    if flag == "params":
+        return " ".join(f"-o {k} {v}" for k, v in value) or "no -o"
+    if flag == "tool_specs":
+        return " ".join(f"--tools {v}" for v in value)
+    return f"{label} {value}"
+
+
+def _as_recorded(name: str, value: Any) -> str:
+    if value is None:
+        return "none"
+    if name == "stream":
+        return "streaming" if value else "--no-stream"
+    if name == "params":
+        return " ".join(f"-o {k} {json.dumps(v)}" for k, v in value.items()) or "no -o"
+    if name == "tools":
+        return " ".join(value) or "no tools"
+    return str(value)
+
+
+def run_options(recipe: Recipe, *, recorded: bool) -> dict[str, Any]:
+    """``arun`` keyword arguments for a run following ``recipe`` (the recipe included, so
+    the run records it again); ``recorded`` says the tools come from a recording, which a
+    failure to load them names."""
+    from ..experiments import Variant
+
+    stream = True if recipe.stream is None else recipe.stream
+    pairs = tuple((k, json.dumps(v)) for k, v in recipe.params.items())
+    call = make_call(recipe.base_url, recipe.model, recipe.api_key_env or "OPENAI_API_KEY", stream, pairs)
+    if recipe.system is not None:  # a rerun variant's system prompt, put back
+        call = Variant("recorded", call, {}, recipe.system).model_call()
+    try:
+        tools = load_tools(recipe.tools)
+    except click.BadParameter as e:
+        if not recorded:
+            raise
+        raise click.ClickException(
+            f"the recorded tools cannot be loaded: {e.message} (restore them, or give --tools)"
+        ) from None
+    return {
+        "call": call,
+        "tools": tools,
+        "approve": approver(recipe.approve),
+        "max_steps": recipe.max_steps,
+        "context_budget": recipe.context_budget,
+        "keep_last": recipe.keep_last,
+        "pause_expires": recipe.pause_expires,
+        "recipe": recipe,
+    }
+
+
+def given_flags(ctx: click.Context) -> dict[str, Any]:
+    """The recipe flags typed on this command line (not defaults, not environment values)."""
+    return {
+        name: value
+        for name, value in ctx.params.items()
+        if name in RECIPE_FLAGS and ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+    }
+
+
 def request_params(params: tuple[tuple[str, str], ...], adapter: Callable[..., Any]) -> dict[str, Any]:
     """``-o KEY VALUE`` pairs as request parameters; values are JSON when they parse."""
     # The adapter's own keywords (timeout, headers, api_key, ...) are not request parameters.
@@ -367,6 +537,7 @@ def run(
         raise click.ClickException("give -s SESSION or --new, not both")
     call = make_call(base_url, model, api_key_env, not no_stream, params)
     tools = load_tools(tool_specs)
+    recipe = recipe_from_flags(ctx.params, call)  # recorded on the run's pauses: resume needs no flags
     hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
     new = new or (not session and not store.sessions())
@@ -399,6 +570,7 @@ def run(
             keep_last=keep_last,
             pause_expires=pause_expires,
             on_pause=hook,
+            recipe=recipe,
         ),
         as_json,
         lambda final: {"session": s.id, "branch": branch},
@@ -407,37 +579,67 @@ def run(
     ctx.exit(exit_code(final))
 
 
-@click.command()
+budget_options = options(
+    click.option(
+        "--context-budget",
+        type=click.IntRange(min=1),
+        help="Compact the branch (a summary written by the model stands for its older turns)"
+        " before a model call whose messages would pass this many tokens.",
+    ),
+    click.option(
+        "--keep-last",
+        type=click.IntRange(min=0),
+        default=4,
+        show_default=True,
+        help="Messages a compaction leaves as they are.",
+    ),
+)
+accept_changed_option = click.option(
+    "--accept-changed-tools",
+    "accept_changed",
+    is_flag=True,
+    help="Run a decided call even if its tool's JSON schema changed since the pause (by default "
+    "that is refused, and the decision stays usable).",
+)
+CONTINUING = (
+    "With no flags it continues as the run was recorded (model, base URL, parameters, tools, "
+    "--approve, --max-steps, context budget; the key is read from the variable the run named); "
+    "a flag given replaces its item, and says so on stderr."
+)
+
+
+@click.command(
+    help="Continue the branch of a decided PAUSE.\n\n" + CONTINUING + "\n\n"
+    "Exits as `run` does: 0 completed, 3 paused again, 4 stopped at --max-steps, 1 error."
+)
 @click.argument("pause", shell_complete=complete.resumable)
 @model_options
+@budget_options
 @pause_options
+@accept_changed_option
 @json_steps_option
 @click.pass_context
 def resume(
     ctx: click.Context,
+    /,
     pause: str,
-    base_url: str | None,
-    model: str | None,
-    api_key_env: str,
-    no_stream: bool,
-    tool_specs: tuple[str, ...],
-    policy: str,
-    max_steps: int,
-    params: tuple[tuple[str, str], ...],
-    pause_expires: float | None,
     webhook_url: str | None,
     webhook_secret_env: str,
+    accept_changed: bool,
     as_json: bool,
+    **_flags: Any,  # the recipe's flags, read through ctx (given_flags)
 ) -> None:
-    """Continue the branch of a decided PAUSE.
-
-    Exits as `run` does: 0 completed, 3 paused again, 4 stopped at --max-steps, 1 error.
-    """
-    call = make_call(base_url, model, api_key_env, not no_stream, params)
-    tools = load_tools(tool_specs)
     hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
     node = store.node(pause)
+    if node.kind != "pause":
+        raise click.ClickException(f"node {node.id} is a {node.kind} node, not a pause")
+    given = given_flags(ctx)
+    recorded = recipes.of(node)
+    chosen, said = continue_from(recorded, dict(ctx.params), given)
+    for line in said:
+        click.echo(line, err=True)
+    run_with = run_options(chosen, recorded=recorded is not None and "tool_specs" not in given)
 
     def about(final: Final) -> dict[str, Any]:
         heads = [
@@ -448,16 +650,7 @@ def resume(
         return {"session": node.session_id, "branch": heads[0] if heads else None}
 
     final = print_steps(
-        aresume(
-            store,
-            node.id,
-            call=call,
-            tools=tools,
-            approve=approver(policy),
-            max_steps=max_steps,
-            pause_expires=pause_expires,
-            on_pause=hook,
-        ),
+        aresume(store, node.id, on_pause=hook, accept_changed_tools=accept_changed, **run_with),
         as_json,
         about,
     )
@@ -465,9 +658,45 @@ def resume(
     ctx.exit(exit_code(final))
 
 
+def recipe_preparer(
+    defaults: dict[str, Any], given: dict[str, Any], say: Callable[[str], None]
+) -> Callable[[Recipe | None], dict[str, Any]]:
+    """``awork``'s ``prepare``: each pause's run options from its own recipe, with the flags
+    ``given`` in place of their items; each thing to say is said once."""
+    said: set[str] = set()
+
+    def prepare(recorded: Recipe | None) -> dict[str, Any]:
+        chosen, lines = continue_from(recorded, defaults, given)
+        for line in lines:
+            if line not in said:
+                said.add(line)
+                say(line)
+        return run_options(chosen, recorded=recorded is not None and "tool_specs" not in given)
+
+    return prepare
+
+
+WORKER_DEFAULTS: dict[str, Any] = {
+    "base_url": None,
+    "model": None,
+    "api_key_env": "OPENAI_API_KEY",
+    "no_stream": False,
+    "tool_specs": (),
+    "policy": "default",
+    "max_steps": 20,
+    "params": (),
+    "pause_expires": None,
+    "context_budget": None,
+    "keep_last": 4,
+}
+"""What a worker with no flags falls back to where a pause records no recipe (serve --work)."""
+
+
 @click.command()
 @model_options
+@budget_options
 @pause_options
+@accept_changed_option
 @click.option(
     "--on-expiry",
     type=click.Choice(["keep", "reject"]),
@@ -488,31 +717,31 @@ def resume(
 @click.pass_context
 def worker(
     ctx: click.Context,
-    base_url: str | None,
-    model: str | None,
-    api_key_env: str,
-    no_stream: bool,
-    tool_specs: tuple[str, ...],
-    policy: str,
-    max_steps: int,
-    params: tuple[tuple[str, str], ...],
-    pause_expires: float | None,
+    /,
     webhook_url: str | None,
     webhook_secret_env: str,
+    accept_changed: bool,
     on_expiry: str,
     poll: float,
     until_idle: bool,
     as_json: bool,
+    **_flags: Any,  # the recipe's flags, read through ctx (given_flags)
 ) -> None:
     """Resume every decided pause, then wait for more (Ctrl-C or SIGTERM stops). Several
     workers, on any machines sharing the store, carry on each pause exactly once.
+
+    Each pause continues as its own run was recorded (model, tools, --approve, ...); a
+    flag given replaces its item for every pause, and says so on stderr. A pause that
+    cannot be continued (its tools gone or changed, say) is reported and left for a human.
 
     A run whose process died inside a tool is carried on too: a call not safe to run
     twice becomes an 'interrupted' pause for a human (see `pending`), an idempotent one
     runs again.
     """
-    call = make_call(base_url, model, api_key_env, not no_stream, params)
-    tools = load_tools(tool_specs)
+    given = given_flags(ctx)
+    if "tool_specs" in given:  # a mistake in a flag is refused now, not at each pause
+        load_tools(given["tool_specs"])
+    prepare = recipe_preparer(dict(ctx.params), given, lambda line: click.echo(line, err=True))
     hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
     stopped_by = signal.SIGINT
@@ -532,13 +761,10 @@ def worker(
                 store,
                 poll=poll,
                 until_idle=until_idle,
-                call=call,
-                tools=tools,
-                approve=approver(policy),
-                max_steps=max_steps,
-                pause_expires=pause_expires,
+                prepare=prepare,
                 on_pause=hook,
                 on_expiry=on_expiry,
+                accept_changed_tools=accept_changed,
             ),
             as_json,
         )

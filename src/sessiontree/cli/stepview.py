@@ -27,6 +27,7 @@ from ..steps import (
     ToolEnd,
     ToolStart,
 )
+from .common import command
 from .render import call_line, calls_text, json_safe, one_line, safe
 
 EXIT_CODES: dict[str, int] = {"completed": 0, "error": 1, "paused": 3, "max_steps": 4}
@@ -153,12 +154,13 @@ def echo_step(step: Any, streamed: bool = False) -> None:
         if state["state"] == "expired":  # a run stopped at an old pause: nobody can decide it
             click.echo(f"expired at {state['expires_at']}: it can no longer be decided")
             return
+        ctx = click.get_current_context(silent=True)  # for --db, so the lines work pasted
         click.echo(
-            f"decide with: sessiontree approve {step.node.id}   "
-            f"(or: sessiontree reject {step.node.id} --reason ...)"
+            f"decide with: {command(ctx, 'approve', step.node.id)}   "
+            f"(or: {command(ctx, 'reject', step.node.id)} --reason ...)"
             + (f"  before {state['expires_at']}" if state["expires_at"] else "")
         )
-        click.echo(f"then resume: sessiontree resume {step.node.id}")
+        click.echo(f"then resume: {command(ctx, 'resume', step.node.id)}")
     elif isinstance(step, Compacted):
         covered = (step.node.payload.get("covers") or {}).get("nodes")
         click.echo(f"compacted: a summary now stands for {covered} earlier nodes")
