@@ -21,6 +21,8 @@ Contract:
 - Request parameters whose name looks like a credential (key, token, secret, password,
   authorization, headers) are left out and named in ``left_out``, so a resume can say
   they must be given again.
+- ``missing()`` names what a recipe cannot rebuild (a model call no known adapter made,
+  tools no reference names), which a continuation must then be given.
 - ``recorded(path)`` is the latest recipe on a path; ``near(session, node)`` also looks
   after the node, on the branches that pass through it (a rerun from a point before any
   tool ran).
@@ -107,6 +109,17 @@ class Recipe:
 
     def replace(self, **changes: Any) -> Recipe:
         return replace(self, **changes)
+
+    def missing(self) -> tuple[str, ...]:
+        """What another process must be given besides this recipe: ``"model"`` when no
+        known adapter made the call (a Python function, ``testing.ScriptedModel``),
+        ``"tools"`` when the run had tools and none of them is importable by reference."""
+        lacking = []
+        if self.provider is None or self.model is None:
+            lacking.append("model")
+        if self.schema_hashes and not self.tools:
+            lacking.append("tools")
+        return tuple(lacking)
 
 
 def for_run(

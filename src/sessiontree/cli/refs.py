@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 import click
 
-from .. import recipe as recipes
 from ..decisions import edit_arguments
 from ..errors import NotFound
 from ..loop import decide
@@ -20,7 +19,7 @@ from ..plan import next_action
 from ..session import Session
 from ..steps import Approve, Decision, Edit, Reject
 from . import complete
-from .common import command, echo_json, echo_result, open_store, pick_session, target
+from .common import command, echo_json, echo_result, open_store, pick_session, resume_command, target
 from .inspect import json_option, session_option
 from .render import one_line
 
@@ -184,7 +183,11 @@ def unsettled(path: list[Node], branch: str = "BRANCH") -> tuple[str, str, str] 
     after = [n for n in path if n.depth > action.assistant.depth]
     pause = next((n for n in reversed(after) if n.kind == "pause"), None)
     if pause is not None and path[-1].kind == "decision":
-        return "tools", what, f"resume it first ({_hint('resume', pause.id)})"
+        return (
+            "tools",
+            what,
+            f"resume it first ({resume_command(click.get_current_context(silent=True), pause)})",
+        )
     return "tools", what, f"let the agent answer them first ({_hint('run', '-b', branch)})"
 
 
@@ -209,9 +212,7 @@ def _decide(
         echo_json(decision.to_dict())
         return
     click.echo(f"decision {decision.id} on pause {node.id}: {one_line(', '.join(ids), None)}")
-    # A pause that records its recipe continues with no flags; an older one needs them again.
-    flags = () if recipes.of(node) is not None else ("--model", "MODEL", "--tools", "TOOLS")
-    click.echo(f"resume with: {command(ctx, 'resume', node.id, *flags)}")
+    click.echo(f"resume with: {resume_command(ctx, node)}")
 
 
 def decision_options(function: Callable) -> Callable:
