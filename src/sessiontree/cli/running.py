@@ -676,6 +676,16 @@ def recipe_preparer(
     return prepare
 
 
+def worker_defaults() -> dict[str, Any]:
+    """What a worker with no flags (``serve --work``) falls back to where a pause records no
+    recipe: the flags' defaults, and the environment's model and base URL."""
+    return {
+        **WORKER_DEFAULTS,
+        "base_url": os.environ.get("SESSIONTREE_BASE_URL"),
+        "model": os.environ.get("SESSIONTREE_MODEL"),
+    }
+
+
 WORKER_DEFAULTS: dict[str, Any] = {
     "base_url": None,
     "model": None,
@@ -689,7 +699,7 @@ WORKER_DEFAULTS: dict[str, Any] = {
     "context_budget": None,
     "keep_last": 4,
 }
-"""What a worker with no flags falls back to where a pause records no recipe (serve --work)."""
+"""The defaults of the recipe's flags (``worker_defaults`` adds the environment's)."""
 
 
 @click.command()
