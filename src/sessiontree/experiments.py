@@ -34,6 +34,7 @@ from . import bridge
 from .errors import CassetteExhausted, Conflict, SessionTreeError
 from .loop import ModelCall, arun
 from .model import Completion, Node, Usage
+from .recipe import Recipe
 from .session import Ref, Session
 from .steps import Approve, Decision, Final, Pause, ToolCall, decision_from_dict
 from .store import Store
@@ -365,13 +366,15 @@ class Variant:
 
     ``params`` are applied with ``call.with_params(**params)`` (the HTTP adapter
     and ScriptedModel have it); ``system`` replaces the leading system
-    message(s) the model is sent, without rewriting the tree.
+    message(s) the model is sent, without rewriting the tree. ``recipe`` is what its
+    runs record for continuing them (default: what the call tells, ``sessiontree.recipe``).
     """
 
     name: str
     call: ModelCall
     params: dict[str, Any] = field(default_factory=dict)
     system: str | None = None
+    recipe: Recipe | None = None
 
     def model_call(self) -> ModelCall:
         call = self.call
@@ -456,6 +459,7 @@ async def arerun(
                     tools=tool_list,
                     approve=approve,
                     max_steps=max_steps,
+                    recipe=variant.recipe,
                 ):
                     if isinstance(step, Final):
                         final = step

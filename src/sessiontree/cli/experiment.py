@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from .. import recipe as recipes
 from ..experiments import Divergence, ReplayReport, Variant
 from ..experiments import compare as compare_branches
 from ..experiments import replay as replay_branch
@@ -18,7 +19,18 @@ from . import complete
 from .common import echo_json, open_store, target, targets
 from .inspect import diff_lines, json_option, session_option
 from .render import one_line, table
-from .running import api_key_option, approver, base_url_option, load_tools, make_call, rerun_options
+from .running import (
+    api_key_option,
+    approver,
+    base_url_option,
+    continue_from,
+    given_flags,
+    load_tools,
+    make_call,
+    model_spelling,
+    recorded_tools,
+    rerun_options,
+)
 
 
 @click.command()
@@ -117,6 +129,10 @@ def compared_lines(d: Divergence, indent: str) -> list[str]:
     return [f"{indent}expected: {one_line(d.expected, 300)}", f"{indent}actual:   {one_line(d.actual, 300)}"]
 
 
+AGAIN = "again"
+"""The name of rerun's one variant when none is given: the recorded model, again."""
+
+
 def parse_variant(spec: str) -> tuple[str, str, dict]:
     """``NAME=MODEL[:key=value,...]``; values are JSON when they parse, else text. MODEL may
     be ``script:PATH`` (a script file, PATH without a colon)."""
@@ -145,9 +161,9 @@ def parse_variant(spec: str) -> tuple[str, str, dict]:
     "--variant",
     "variant_specs",
     multiple=True,
-    required=True,
     help="NAME=MODEL[:key=value,...] (repeatable); key system=... sets a system prompt; MODEL "
-    "script:PATH plays a script file with no server (see run --model).",
+    "script:PATH plays a script file with no server (see run --model). Default: one variant, "
+    f"{AGAIN}, on the model the run at AT recorded.",
 )
 @click.option(
     "-n", "repetitions", default=1, show_default=True, type=click.IntRange(min=1), help="Runs per variant."
@@ -173,21 +189,45 @@ def rerun(
     params: tuple[tuple[str, str], ...],
     as_json: bool,
 ) -> None:
-    """Run each variant from AT (a checkpoint, branch or node) on a branch of its own."""
-    tools = load_tools(tool_specs)
+    """Run each variant from AT (a checkpoint, branch or node) on a branch of its own.
+
+    The base URL, parameters, tools, --approve and --max-steps are those the run at AT
+    recorded (its recipe), unless given; a flag given replaces its item, and says so.
+    """
+    for spec in variant_specs:  # a mistake in a variant is refused before the store is opened
+        parse_variant(spec)
+    store = open_store(ctx, write=True)
+    s, ref = target(store, at, session)
+    recorded = recipes.near(s, s.resolve(ref))
+    given = given_flags(ctx)
+    chosen, said = continue_from(recorded, dict(ctx.params), given)
+    for line in said:
+        click.echo(line, err=True)
+    if not variant_specs and (chosen.model is None or "model" in chosen.missing()):
+        raise click.UsageError(
+            "give --variant NAME=MODEL: no run recorded at or after AT names a model to run again"
+        )
+    specs = variant_specs or (f"{AGAIN}={chosen.model}",)
+    tools = recorded_tools(chosen, recorded=recorded is not None and "tool_specs" not in given)
     variants: list[Variant] = []
-    for spec in variant_specs:
+    for spec in specs:
         name, variant_model, variant_params = parse_variant(spec)
         if name in {v.name for v in variants}:
             raise click.BadParameter(
                 f"two variants are named {shown(name)}: each needs a name of its own", param_hint="--variant"
             )
         system = variant_params.pop("system", None)
+        pairs = tuple((k, json.dumps(v)) for k, v in chosen.params.items())
         # Never streamed: concurrent runs would interleave their tokens on one terminal.
-        call = make_call(base_url, variant_model, api_key_env, False, params)
-        variants.append(Variant(name, call, variant_params, system))
-    store = open_store(ctx, write=True)
-    s, ref = target(store, at, session)
+        call = make_call(chosen.base_url, variant_model, chosen.api_key_env or "OPENAI_API_KEY", False, pairs)
+        recipe = chosen.replace(
+            provider=getattr(call, "provider", None),
+            model=model_spelling(variant_model),
+            params={**chosen.params, **variant_params},
+            stream=False,
+            system=system,
+        )
+        variants.append(Variant(name, call, variant_params, system, recipe))
     total = len(variants) * repetitions
     with click.progressbar(length=total, label="running", file=sys.stderr) as bar:
         results = rerun_at(
@@ -197,8 +237,8 @@ def rerun(
             repetitions,
             session=s,
             tools=tools,
-            approve=approver(policy),
-            max_steps=max_steps,
+            approve=approver(chosen.approve),
+            max_steps=chosen.max_steps,
             concurrency=concurrency,
             prefix=prefix,
             progress=lambda done, _total, _result: bar.update(1),

@@ -424,14 +424,7 @@ def run_options(recipe: Recipe, *, recorded: bool) -> dict[str, Any]:
     call = make_call(recipe.base_url, recipe.model, recipe.api_key_env or "OPENAI_API_KEY", stream, pairs)
     if recipe.system is not None:  # a rerun variant's system prompt, put back
         call = Variant("recorded", call, {}, recipe.system).model_call()
-    try:
-        tools = load_tools(recipe.tools)
-    except click.BadParameter as e:
-        if not recorded:
-            raise
-        raise click.ClickException(
-            f"the recorded tools cannot be loaded: {e.message} (restore them, or give --tools)"
-        ) from None
+    tools = recorded_tools(recipe, recorded=recorded)
     return {
         "call": call,
         "tools": tools,
@@ -442,6 +435,18 @@ def run_options(recipe: Recipe, *, recorded: bool) -> dict[str, Any]:
         "pause_expires": recipe.pause_expires,
         "recipe": recipe,
     }
+
+
+def recorded_tools(recipe: Recipe, *, recorded: bool) -> list[Tool]:
+    """The tools ``recipe`` names, loaded; when they come from a recording, a failure says so."""
+    try:
+        return load_tools(recipe.tools)
+    except click.BadParameter as e:
+        if not recorded:
+            raise
+        raise click.ClickException(
+            f"the recorded tools cannot be loaded: {e.message} (restore them, or give --tools)"
+        ) from None
 
 
 def given_flags(ctx: click.Context) -> dict[str, Any]:
