@@ -16,9 +16,11 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
+import signal
 import socket
 import threading
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -223,11 +225,25 @@ def serve(
     config = server_config(app, max_connections=max_connections, header_timeout=header_timeout)
     server = uvicorn.Server(config)
     worker = start_worker(path) if work else None
+    stopped_by = signal.SIGINT
+
+    def on_term(signum: int, frame: Any) -> None:  # uvicorn raises the signal again once stopped
+        nonlocal stopped_by
+        stopped_by = signal.SIGTERM
+        raise KeyboardInterrupt
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_term) if main else None
     try:
         server.run(sockets=[sock])
+    except KeyboardInterrupt:  # a requested stop (Ctrl-C, SIGTERM), after uvicorn's own shutdown
+        click.echo(f"serve stopped ({stopped_by.name})", err=True)
+        ctx.exit(128 + stopped_by)
     finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
         if worker is not None:
-            worker.stop()
+            worker.stop()  # after the server: no decision comes in that it would leave behind
 
 
 class Worker:
