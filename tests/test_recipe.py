@@ -495,3 +495,30 @@ def test_serve_work_in_its_own_process(journey):
     assert sent(journey) == ["bob"]
     with Store(db) as store:
         assert store.verify().ok
+
+
+def test_a_call_object_tells_its_recipe_and_what_json_cannot_hold_is_left_out(any_store):
+    class Odd:
+        provider, base_url, model, stream = "openai-compatible", "http://127.0.0.1:1/v1", "m", False
+        params = {"temperature": 0.5, "client": object()}
+
+        def __call__(self, messages, tools):
+            return reply(None, tool_call("refund", {"order": "1"}, id="r1"))
+
+    @tool(idempotent=False)
+    def refund(order: str) -> str:
+        return order
+
+    s = any_store.create_session("odd")
+    s.append({"role": "user", "content": "refund 1"})
+    (*_, final) = run(any_store, s, call=Odd(), tools=[refund])
+    recipe = Recipe.from_dict(final.node.payload["recipe"])
+    assert (recipe.provider, recipe.base_url, recipe.model, recipe.stream) == (
+        "openai-compatible",
+        "http://127.0.0.1:1/v1",
+        "m",
+        False,
+    )
+    assert recipe.params == {"temperature": 0.5} and recipe.left_out == ("client",)
+    assert recipe.tools == ()  # defined in a test function: no importable name
+    assert recipe.missing() == ("tools",)

@@ -19,8 +19,8 @@ Contract:
   ``.stream``, ``.provider``), completed with the run's own limits and the hash of every
   tool it was actually given.
 - Request parameters whose name looks like a credential (key, token, secret, password,
-  authorization, headers) are left out and named in ``left_out``, so a resume can say
-  they must be given again.
+  authorization, headers), and a call object's parameters JSON cannot hold, are left out
+  and named in ``left_out``, so a resume can say they must be given again.
 - ``missing()`` names what a recipe cannot rebuild (a model call no known adapter made,
   tools no reference names), which a continuation must then be given.
 - ``recorded(path)`` is the latest recipe on a path; ``near(session, node)`` also looks
@@ -154,15 +154,27 @@ def from_call(call: Any, approve: Any = None) -> Recipe:
     if provider == "script" and isinstance(model, str):
         model = "script:" + model  # the spelling that plays the same file again
     params = getattr(call, "params", None)
+    params = dict(params) if isinstance(params, Mapping) else {}
+    # A call object may hold what JSON cannot (a client, a timeout object): named, not kept.
+    unstorable = tuple(k for k, v in params.items() if not isinstance(k, str) or not _storable(v))
     stream = getattr(call, "stream", None)
     return Recipe(
         provider=provider if isinstance(provider, str) else None,
         base_url=_text(getattr(call, "base_url", None)),
         model=model if isinstance(model, str) else None,
-        params=dict(params) if isinstance(params, Mapping) else {},
+        params={k: v for k, v in params.items() if k not in unstorable},
         stream=stream if isinstance(stream, bool) else None,
         approve="default" if approve is None else "custom",
+        left_out=tuple(str(k) for k in unstorable),
     )
+
+
+def _storable(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
 
 
 def _reference(tool: Tool) -> str | None:
