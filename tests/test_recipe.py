@@ -375,7 +375,7 @@ def test_the_inbox_says_what_happens_after_a_click(journey, monkeypatch, app_cli
     ).json()["next"]
     assert said == (
         f"approved; nothing runs until it is continued: sessiontree resume {first}"
-        "   (or keep a worker running: sessiontree worker)"
+        " (or keep a worker running: sessiontree worker)"
     )
     working = app_client(create_app(db, allow_decide=True, token="t", work=True))
     answer = working.post(

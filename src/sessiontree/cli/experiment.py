@@ -28,6 +28,7 @@ from .running import (
     load_tools,
     make_call,
     model_spelling,
+    provider_of,
     recorded_tools,
     rerun_options,
 )
@@ -221,7 +222,7 @@ def rerun(
         # Never streamed: concurrent runs would interleave their tokens on one terminal.
         call = make_call(chosen.base_url, variant_model, chosen.api_key_env or "OPENAI_API_KEY", False, pairs)
         recipe = chosen.replace(
-            provider=getattr(call, "provider", None),
+            provider=provider_of(call),
             model=model_spelling(variant_model),
             params={**chosen.params, **variant_params},
             stream=False,

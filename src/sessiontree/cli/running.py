@@ -353,7 +353,15 @@ def recipe_from_flags(values: dict[str, Any], call: Any = None, system: str | No
     script = isinstance(items.get("model"), str) and items["model"].startswith("script:")
     if script:
         items["base_url"] = None  # a script needs no server: a base URL set in the environment is not used
-    return Recipe(provider=getattr(call, "provider", None), system=system, **items)
+    return Recipe(provider=provider_of(call), system=system, **items)
+
+
+def provider_of(call: Any) -> str | None:
+    """The provider kind of a call ``make_call`` built: the adapter's ``provider``, else its
+    module's name (any call it builds can be built again from the model's spelling)."""
+    if call is None:
+        return None
+    return getattr(call, "provider", None) or type(call).__module__.rsplit(".", 1)[-1]
 
 
 def continue_from(

@@ -419,7 +419,7 @@ def create_app(
         resume, worker = (
             commands(pause) if commands else (f"sessiontree resume {pause.id}", "sessiontree worker")
         )
-        return f"{said}; nothing runs until it is continued: {resume}   (or keep a worker running: {worker})"
+        return f"{said}; nothing runs until it is continued: {resume} (or keep a worker running: {worker})"
 
     async def api_decide(request: Request) -> Response:
         if not allow_decide:
