@@ -522,3 +522,32 @@ def test_a_call_object_tells_its_recipe_and_what_json_cannot_hold_is_left_out(an
     assert recipe.params == {"temperature": 0.5} and recipe.left_out == ("client",)
     assert recipe.tools == ()  # defined in a test function: no importable name
     assert recipe.missing() == ("tools",)
+
+
+def test_serve_without_work_names_the_commands_with_its_db(journey, monkeypatch, app_client):
+    uvicorn = pytest.importorskip("uvicorn", reason="the web extra is not installed")
+    monkeypatch.chdir(journey)
+    db = str(journey / "x.db")
+    pause, then = paused_run(db, journey)
+    apps = []
+    def run(server, sockets):  # the app serve built, and its socket closed
+        apps.append(server.config.app)
+        for sock in sockets:
+            sock.close()
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    result = CliRunner().invoke(cli, ["--db", db, "serve", "--port", "0", "--allow-decide"])
+    assert result.exit_code == 0, result.output
+    token = re.search(r"token (\S+):", result.output)[1]
+    answer = app_client(apps[0]).post(
+        f"/api/pauses/{pause}/decision",
+        json={"decisions": {"call_e": {"action": "approve"}}},
+        headers={"X-Sessiontree-Token": token},
+    )
+    resume = then.removeprefix("then resume: ")
+    assert answer.json()["next"] == (
+        f"approved; nothing runs until it is continued: {resume}"
+        f" (or keep a worker running: sessiontree --db {db} worker)"
+    )
+    assert CliRunner().invoke(cli, shlex.split(resume)[1:]).exit_code == 0  # as the page says
+    assert sent(journey) == ["bob"]
