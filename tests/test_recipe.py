@@ -170,6 +170,8 @@ def test_the_recipe_is_on_pauses_and_tool_starts_and_holds_no_key(db_target, jou
         "context_budget": None,
         "keep_last": 4,
         "pause_expires": None,
+        "limits": None,
+        "parallel_tools": 4,
         "system": None,
         "tools": [str(journey / "mytools.py")],
         "schema_hashes": {"send_email": node.payload["recipe"]["schema_hashes"]["send_email"]},

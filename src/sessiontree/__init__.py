@@ -48,6 +48,7 @@ from .experiments import (
 )
 from .formats import detect_format, export_file, import_file
 from .ids import new_id
+from .limits import Limits
 from .loop import aresume, arun, decide, reject_expired, resume, run
 from .model import (
     Branch,
@@ -69,6 +70,7 @@ from .model import (
 )
 from .notify import Webhook
 from .recipe import Recipe
+from .scoring import Judgement, Promotion, Score, promote, score
 from .session import Session
 from .steps import (
     Approve,
@@ -128,6 +130,8 @@ __all__ = [
     "InvalidQuery",
     "InvalidScript",
     "InvalidTree",
+    "Judgement",
+    "Limits",
     "ModelOutputError",
     "Node",
     "NotFound",
@@ -135,6 +139,7 @@ __all__ = [
     "Pause",
     "Paused",
     "Problem",
+    "Promotion",
     "ProviderError",
     "PruneReport",
     "ReadOnly",
@@ -145,6 +150,7 @@ __all__ = [
     "RerunResult",
     "Run",
     "SchemaTooNew",
+    "Score",
     "SearchHit",
     "SearchIndex",
     "SearchIndexOff",
@@ -179,12 +185,14 @@ __all__ = [
     "export_file",
     "import_file",
     "new_id",
+    "promote",
     "render_html",
     "replay",
     "rerun",
     "reject_expired",
     "resume",
     "run",
+    "score",
     "tool",
     "write_html",
 ]

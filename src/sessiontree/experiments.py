@@ -19,7 +19,8 @@ Contract:
   most ``concurrency`` at once). It never touches the branch it started from.
 - ``compare`` summarises branches from their common ancestor: final answer,
   status, steps, tool calls, tokens, latency, cost (when prices are given),
-  errors and pauses. Usage comes from the runs table; nothing is bookkept.
+  errors, pauses and the latest score by each scorer (see ``scoring``). Usage comes
+  from the runs table; nothing is bookkept.
 """
 
 from __future__ import annotations
@@ -35,26 +36,14 @@ from .errors import CassetteExhausted, Conflict, SessionTreeError
 from .loop import ModelCall, arun
 from .model import Completion, Node, Usage
 from .recipe import Recipe
+from .scoring import KIND as SCORE
+from .scoring import latest_scores
 from .session import Ref, Session
 from .steps import Approve, Decision, Final, Pause, ToolCall, decision_from_dict
-from .store import Store
+from .store import Store, session_of
 from .tools import Tool, as_tools
 
 # -- shared ----------------------------------------------------------------
-
-
-def session_of(store: Store, ref: Ref, session: Session | str | None) -> Session:
-    """The session a ref belongs to: ``session`` if given, else the node's own."""
-    if isinstance(session, Session):
-        return session
-    if session is not None:
-        return store.session(session)
-    if isinstance(ref, Node):
-        return store.session(ref.session_id)
-    try:
-        return store.session(store.node(ref).session_id)
-    except SessionTreeError:
-        raise Conflict(f"{ref!r} is not a node id; say which session it is in (session=...)") from None
 
 
 def free_branch_name(session: Session, wanted: str) -> str:
@@ -65,23 +54,13 @@ def free_branch_name(session: Session, wanted: str) -> str:
     return name
 
 
-def _canonical(arguments: str) -> str:
-    try:
-        return json.dumps(json.loads(arguments), sort_keys=True, ensure_ascii=False)
-    except (ValueError, TypeError):
-        return arguments
-
-
 def _event(node: Node) -> tuple | None:
     """What a replay compares about a node (None: not compared)."""
     if node.kind != "message":
         return None
     p = node.payload
     if p.get("role") == "assistant":
-        calls = tuple(
-            (c["function"]["name"], _canonical(c["function"].get("arguments") or ""))
-            for c in p.get("tool_calls") or []
-        )
+        calls = tuple(ToolCall.from_message(c).signature for c in p.get("tool_calls") or [])
         return ("assistant", p.get("content"), calls)
     if p.get("role") == "tool":
         return ("tool", p.get("tool_call_id"), p.get("content"))
@@ -496,6 +475,7 @@ class BranchSummary:
     errors: list[str]
     pauses: int
     metadata: dict[str, Any]
+    scores: dict[str, float] = field(default_factory=dict)  # the latest by each scorer
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "usage": self.usage.to_dict()}
@@ -538,7 +518,7 @@ def compare(
         assistants = [m for m in messages if m.get("role") == "assistant"]
         final = next((m.get("content") for m in reversed(assistants) if not m.get("tool_calls")), None)
         usage = s.usage(name, since=ancestor) if ancestor else s.usage(name)
-        head = path[-1]
+        head = next((n for n in reversed(path) if n.kind != SCORE), path[-1])  # a score judges, not acts
         status = (
             "paused"
             if head.id in pending
@@ -564,6 +544,7 @@ def compare(
                 [n.payload.get("message", n.payload.get("error", "")) for n in added if n.kind == "error"],
                 sum(1 for n in added if n.kind == "pause"),
                 metadata,
+                {name: sc.value for name, sc in latest_scores(added).items()},
             )
         )
     return Comparison(ancestor, summaries)

@@ -66,6 +66,7 @@ from .errors import (
     ToolMissing,
 )
 from .ids import new_id, now
+from .limits import Budget, Limits
 from .model import Completion, Node, completion_problem, sendable
 from .plan import Action, next_action
 from .recipe import Recipe
@@ -78,6 +79,7 @@ from .steps import (
     Decision,
     Edit,
     Final,
+    FinalReason,
     Pause,
     Paused,
     Reject,
@@ -125,6 +127,8 @@ async def arun(
     pause_expires: float | None = None,
     on_pause: PauseHook | None = None,
     recipe: Recipe | None = None,
+    limits: Limits | None = None,
+    parallel_tools: int = 4,
 ) -> AsyncIterator[Step]:
     """Advance ``branch`` until the model is done, a human is needed, or a limit is hit.
 
@@ -136,11 +140,16 @@ async def arun(
     ``context_budget`` the branch is compacted before a model call that would exceed
     it (see the module docstring). ``pause_expires`` (seconds) is the deadline of a
     pause neither the approver nor the tool gives one; ``on_pause`` is told of each pause
-    written (see the module docstring). ``recipe`` is what continuing the run needs, recorded
-    on its pauses and ``tool_start`` nodes (default: what ``call`` and the tools tell; see
-    ``sessiontree.recipe``).
+    written (see the module docstring). ``limits`` are this run's budgets (``Limits``:
+    tokens, seconds, cost, repeated calls); ``parallel_tools`` bounds how many calls of one
+    batch run at once (1: one after another). ``recipe`` is what continuing the run needs,
+    recorded on its pauses and ``tool_start`` nodes (default: what ``call`` and the tools
+    tell; see ``sessiontree.recipe``).
     """
     pause_expires = deadlines.validate(pause_expires, "pause_expires")
+    if isinstance(parallel_tools, bool) or not isinstance(parallel_tools, int) or parallel_tools < 1:
+        raise ValueError(f"parallel_tools must be a whole number of at least 1, got {parallel_tools!r:.40}")
+    budget = Budget(limits) if limits is not None else None
     session = session if isinstance(session, Session) else store.session(session)
     registry = as_tools(tools)
     specs = [t.spec() for t in registry.values()]
@@ -158,7 +167,10 @@ async def arun(
         context_budget=context_budget,
         keep_last=keep_last,
         pause_expires=pause_expires,
+        limits=limits,
+        parallel_tools=parallel_tools,
     ).to_dict()
+    cursor.parallel_tools, cursor.budget = parallel_tools, budget
     model_calls = 0
     try:
         while True:
@@ -177,6 +189,10 @@ async def arun(
                 if model_calls >= max_steps:
                     yield Final("max_steps", path[-1])
                     return
+                over = budget.before_model_call() if budget else None
+                if over is not None:
+                    yield cursor.stop(*over)
+                    return
                 model_calls += 1
                 if context_budget is not None and _tokens(cursor, count_tokens) > context_budget:
                     try:
@@ -193,6 +209,10 @@ async def arun(
                     if isinstance(step, Final):
                         return
                 continue
+            over = budget.before_tools(path) if budget else None
+            if over is not None:
+                yield cursor.stop(*over)
+                return
             pause = None
             try:
                 async for step in _resolve_calls(cursor, action, registry, approve, pause_expires):
@@ -226,6 +246,8 @@ class _BranchCursor:
         self.claiming: Node | None = None
         # What continuing the run needs, stored on its pauses and tool_start nodes.
         self.recipe: dict[str, Any] | None = None
+        self.parallel_tools = 1  # how many calls of a batch run at once
+        self.budget: Budget | None = None  # what this run may still spend
 
     @property
     def head(self) -> str | None:
@@ -249,6 +271,11 @@ class _BranchCursor:
         elif kind == "summary":
             self.messages = compaction.project(self.path)
         return node
+
+    def stop(self, reason: FinalReason, message: str) -> Final:
+        """Record that a budget ran out in a ``note`` node (see ``limits``); the Final step."""
+        node = self.append({"type": "limit", "limit": reason, "message": message}, kind="note")
+        return Final(reason, node, message)
 
     def fail(self, error: Exception, during: str) -> Final:
         """Record why the run stops in an ``error`` node; the Final step that says so."""
@@ -277,6 +304,8 @@ async def _model_step(
         return
     if completion.latency_ms is None:  # the call did not time itself
         completion.latency_ms = round((time.perf_counter() - started) * 1000, 3)
+    if cursor.budget is not None:
+        cursor.budget.spend(completion)
     try:
         node = cursor.append(completion.message, run=completion)
     except InvalidPayload as e:  # NaN in the usage, a reply nested absurdly deep, ...
@@ -327,6 +356,8 @@ async def _compact(
                 reply = item
         result = _as_completion(reply)
     text, completion = summary_text(result)
+    if cursor.budget is not None and completion is not None:
+        cursor.budget.spend(completion)
     return cursor.append(planned.payload(text), kind="summary", run=completion)
 
 
@@ -455,8 +486,7 @@ async def _answer_calls(
             )
             for call, _ in to_run:
                 yield ToolStart(call, marker)
-            for call, arguments in to_run:
-                content, ok = await _execute(registry, call, arguments, cursor)
+            async for call, content, ok in _run_batch(registry, to_run, cursor):
                 node = cursor.append({"role": "tool", "tool_call_id": call.id, "content": content})
                 yield ToolEnd(call, node, ok)
     if for_human:
@@ -475,6 +505,40 @@ async def _answer_calls(
 def _stamp(cursor: _BranchCursor) -> dict[str, Any]:
     """The recipe's entry in a pause or tool_start payload (none when the run has none)."""
     return {recipes.KEY: cursor.recipe} if cursor.recipe is not None else {}
+
+
+async def _run_batch(
+    registry: dict[str, Tool], to_run: list[tuple[ToolCall, str]], cursor: _BranchCursor
+) -> AsyncIterator[tuple[ToolCall, str, bool]]:
+    """Each call's (call, content, ok), in call order. Calls run concurrently, at most
+    ``cursor.parallel_tools`` at once, except that a tool marked ``parallel=False`` runs
+    alone: the calls before it finish first and the calls after it wait for it. A result
+    is yielded (and so committed) as soon as it and every result before it are in."""
+    bound = asyncio.Semaphore(cursor.parallel_tools)
+
+    async def one(call: ToolCall, arguments: str) -> tuple[str, bool]:
+        async with bound:
+            return await _execute(registry, call, arguments, cursor)
+
+    groups: list[list[tuple[ToolCall, str]]] = []
+    shared = False  # whether the last group takes more calls
+    for item in to_run:
+        tool = registry.get(item[0].name)
+        alone = cursor.parallel_tools == 1 or (tool is not None and not tool.parallel)
+        if alone or not shared:
+            groups.append([item])
+            shared = not alone
+        else:
+            groups[-1].append(item)
+    for group in groups:
+        tasks = [asyncio.ensure_future(one(call, arguments)) for call, arguments in group]
+        try:
+            for (call, _), task in zip(group, tasks, strict=True):
+                content, ok = await task
+                yield call, content, ok
+        finally:  # cancelled, or the consumer stopped: no call outlives its batch
+            for task in tasks:
+                task.cancel()
 
 
 async def _execute(
@@ -608,6 +672,8 @@ def run(
     pause_expires: float | None = None,
     on_pause: PauseHook | None = None,
     recipe: Recipe | None = None,
+    limits: Limits | None = None,
+    parallel_tools: int = 4,
 ) -> Iterator[Step]:
     """``arun`` for callers without asyncio: the same steps, as a plain iterator."""
     return bridge.iterate(
@@ -627,6 +693,8 @@ def run(
             pause_expires=pause_expires,
             on_pause=on_pause,
             recipe=recipe,
+            limits=limits,
+            parallel_tools=parallel_tools,
         )
     )
 

@@ -16,7 +16,7 @@ from typing import Any
 from .errors import InvalidPayload
 from .names import check_size
 
-KINDS = frozenset({"message", "pause", "decision", "error", "tool_start", "note", "summary"})
+KINDS = frozenset({"message", "pause", "decision", "error", "tool_start", "note", "summary", "score"})
 """Node kinds. Only ``message`` nodes reach a model; the rest are markers."""
 
 ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
@@ -573,6 +573,12 @@ def _check_shape(payload: dict[str, Any], kind: str) -> None:
             for c in calls
         ):
             raise bad("needs 'calls' to be a list of objects with a string 'id' and 'name'")
+    elif kind == "score":  # what compare, the view and the preference export read
+        value = payload.get("value")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise bad(f"needs 'value' to be a finite number, not {str(value)[:40]}")
+        if not isinstance(payload.get("scorer"), str) or not payload["scorer"]:
+            raise bad("needs 'scorer' to be a name")
     elif kind == "decision":
         decisions = payload.get("decisions", {})
         if not isinstance(decisions, dict) or not all(

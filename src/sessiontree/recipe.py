@@ -6,7 +6,8 @@ Contract:
   parameters, whether it streams, the *name* of the environment variable holding the API
   key (never the key), the approve rule (``"default"``, ``"all"``, ``"none"``, or
   ``"custom"`` for a Python function, which cannot be recorded), ``max_steps``, the
-  context budget and ``keep_last``, the pauses' default deadline, a system prompt that
+  context budget and ``keep_last``, the pauses' default deadline, the run's ``Limits``
+  (as a dict) and ``parallel_tools``, a system prompt that
   replaced the branch's own (a rerun variant's), the tool set as importable references
   (a file path made absolute, ``module`` or ``module:attr``) and the sha256 of each
   tool's JSON schema (``schema_hash``: canonical JSON of ``Tool.spec()``).
@@ -39,6 +40,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .limits import Limits
     from .model import Node
     from .session import Session
     from .tools import Tool
@@ -73,6 +75,8 @@ class Recipe:
     context_budget: int | None = None
     keep_last: int = 4
     pause_expires: float | None = None
+    limits: Mapping[str, Any] | None = None
+    parallel_tools: int = 4
     system: str | None = None
     tools: tuple[str, ...] = ()
     schema_hashes: Mapping[str, str] = field(default_factory=dict)
@@ -132,6 +136,8 @@ def for_run(
     context_budget: int | None,
     keep_last: int,
     pause_expires: float | None,
+    limits: Limits | None = None,
+    parallel_tools: int = 4,
 ) -> Recipe:
     """The recipe a run records (see the module docstring)."""
     recipe = given
@@ -143,6 +149,8 @@ def for_run(
         context_budget=context_budget,
         keep_last=keep_last,
         pause_expires=pause_expires,
+        limits=asdict(limits) if limits is not None else None,
+        parallel_tools=parallel_tools,
         schema_hashes={name: schema_hash(t) for name, t in sorted(tools.items())},
     )
 

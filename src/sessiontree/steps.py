@@ -8,12 +8,24 @@ exactly one ``Final``, unless it is cancelled (then ``CancelledError`` propagate
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .model import Node
 
-FinalReason = Literal["completed", "paused", "max_steps", "error"]
+# ``token_budget``, ``time_budget``, ``cost_budget`` and ``repeated_calls``: a ``Limits``
+# budget ran out (see ``limits``).
+FinalReason = Literal[
+    "completed",
+    "paused",
+    "max_steps",
+    "error",
+    "token_budget",
+    "time_budget",
+    "cost_budget",
+    "repeated_calls",
+]
 
 
 @dataclass(frozen=True)
@@ -31,6 +43,16 @@ class ToolCall:
 
     def to_dict(self) -> dict[str, str]:
         return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @property
+    def signature(self) -> tuple[str, str]:
+        """What makes two calls the same call: the name and the arguments as JSON with
+        sorted keys (the text itself when it is not JSON)."""
+        try:
+            arguments = json.dumps(json.loads(self.arguments), sort_keys=True, ensure_ascii=False)
+        except (ValueError, TypeError):
+            arguments = self.arguments
+        return self.name, arguments
 
 
 @dataclass(frozen=True)

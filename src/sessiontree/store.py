@@ -41,7 +41,7 @@ from .model import (
 )
 from .names import MIN_PREFIX, check_lookup, check_text, split_ancestry
 from .retention import DEFAULT_MIN_BYTES
-from .session import Session
+from .session import Ref, Session
 from .storage import SQLiteStorage, Storage, open_storage
 from .storage.cache import DEFAULT_MAX_BYTES
 
@@ -324,3 +324,17 @@ class Store:
     def backup(self, destination: str | Path) -> int:
         """Write a consistent, compacted copy (VACUUM INTO) to a new file; return its size."""
         return self.storage.backup(str(destination))
+
+
+def session_of(store: Store, ref: Ref, session: Session | str | None) -> Session:
+    """The session a ref belongs to: ``session`` if given, else the node's own."""
+    if isinstance(session, Session):
+        return session
+    if session is not None:
+        return store.session(session)
+    if isinstance(ref, Node):
+        return store.session(ref.session_id)
+    try:
+        return store.session(store.node(ref).session_id)
+    except SessionTreeError:
+        raise Conflict(f"{ref!r} is not a node id; say which session it is in (session=...)") from None

@@ -219,8 +219,12 @@ class Tool:
         idempotent: bool = True,
         requires_approval: bool | None = None,
         approval_timeout: float | None = None,
+        parallel: bool = True,
     ) -> None:
         self.fn = fn
+        # False: never run at the same time as another call of its batch (a tool that
+        # shares a resource, or whose effects must not interleave with others').
+        self.parallel = parallel
         self.approval_timeout = validate(approval_timeout, f"approval_timeout of tool {fn.__name__}")
         self.name = name or fn.__name__
         summary, param_docs = _docstring_parts(fn)
@@ -318,6 +322,7 @@ def tool(
     idempotent: bool = True,
     requires_approval: bool | None = None,
     approval_timeout: float | None = None,
+    parallel: bool = True,
 ) -> Any:
     """Make a function a ``Tool``: ``@tool`` or ``@tool(idempotent=False, requires_approval=True)``."""
 
@@ -329,6 +334,7 @@ def tool(
             idempotent=idempotent,
             requires_approval=requires_approval,
             approval_timeout=approval_timeout,
+            parallel=parallel,
         )
 
     return wrap(fn) if fn is not None else wrap

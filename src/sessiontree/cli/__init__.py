@@ -38,6 +38,7 @@ def _register() -> None:
         refs,
         retention,
         running,
+        sql,
         transfer,
         view,
     )
@@ -53,6 +54,7 @@ def _register() -> None:
         admin,
         retention,
         transfer,
+        sql,
         demo,
     ):
         for command in module.COMMANDS:

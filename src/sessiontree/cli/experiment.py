@@ -1,4 +1,4 @@
-"""Experiment commands: replay, rerun, compare."""
+"""Experiment commands: replay, rerun, compare, score, promote."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ from ..experiments import replay as replay_branch
 from ..experiments import rerun as rerun_at
 from ..names import shown
 from ..providers.script import PREFIX as SCRIPT_PREFIX
+from ..scoring import promote as promote_branch
+from ..scoring import score as score_branch
 from . import complete
-from .common import echo_json, open_store, target, targets
+from .common import echo_json, echo_result, open_store, target, targets
 from .inspect import diff_lines, json_option, session_option
 from .render import one_line, table
 from .running import (
@@ -310,7 +312,12 @@ def compare(
         ]
         for b in result.branches
     ]
-    for line in table(rows, ["BRANCH", "STATUS", "STEPS", "TOOLS", "IN", "OUT", "MS", "COST", "FINAL"]):
+    headers = ["BRANCH", "STATUS", "STEPS", "TOOLS", "IN", "OUT", "MS", "COST", "FINAL"]
+    if any(b.scores for b in result.branches):  # only when something was judged
+        headers.insert(-1, "SCORE")
+        for row, b in zip(rows, result.branches, strict=True):
+            row.insert(-1, " ".join(f"{k}={v:g}" for k, v in b.scores.items()) or "-")
+    for line in table(rows, headers):
         click.echo(line)
     if len(branches) == 2:
         click.echo()
@@ -318,4 +325,53 @@ def compare(
             click.echo(line)
 
 
-COMMANDS = [replay, rerun, compare]
+@click.command()
+@click.argument("branch", shell_complete=complete.refs)
+@click.argument("value", type=float)
+@click.option("--scorer", default="human", show_default=True, help="Who or what judged it.")
+@click.option("--note", help="Why: kept on the score node.")
+@session_option
+@json_option
+@click.pass_context
+def score(
+    ctx: click.Context,
+    branch: str,
+    value: float,
+    scorer: str,
+    note: str | None,
+    session: str | None,
+    as_json: bool,
+) -> None:
+    """Record a score for BRANCH (a score node on it; compare shows the latest per scorer).
+
+    A scorer written in Python (a model as judge, a test suite) uses
+    sessiontree.scoring.score, which also records the judge's own model call.
+    """
+    store = open_store(ctx, write=True)
+    s, ref = target(store, branch, session)
+    node = score_branch(store, ref, value, session=s, name=scorer, note=note)
+    echo_result(as_json, node.to_dict(), f"scored {ref} {scorer}={value:g} -> {node.id}")
+
+
+@click.command()
+@click.argument("branch", shell_complete=complete.refs)
+@click.option("--to", "into", default="main", show_default=True, help="The branch that moves.")
+@click.option("--keep", help="Checkpoint name for its old head (default: TO-before-BRANCH).")
+@session_option
+@json_option
+@click.pass_context
+def promote(
+    ctx: click.Context, branch: str, into: str, keep: str | None, session: str | None, as_json: bool
+) -> None:
+    """Move main (or --to) to BRANCH's head, checkpointing the head it had, in one step."""
+    store = open_store(ctx, write=True)
+    s, ref = target(store, branch, session)
+    done = promote_branch(store, ref, session=s, target=into, checkpoint=keep)
+    echo_result(
+        as_json,
+        done.to_dict(),
+        f"branch {done.branch} -> {done.to} (its old head {done.previous} is checkpoint {done.checkpoint})",
+    )
+
+
+COMMANDS = [replay, rerun, compare, score, promote]

@@ -84,6 +84,9 @@ def summary(node: Node) -> str:
         return "tool_start: " + ", ".join(c.get("name", "?") for c in p.get("calls", []))
     if node.kind == "error":
         return f"error: {one_line(p.get('message') or p.get('error', ''))}"
+    if node.kind == "score":
+        note = f" ({one_line(p['note'], 60)})" if p.get("note") else ""
+        return f"score: {p.get('scorer')}={p.get('value'):g}{note}"
     if node.kind == "summary" and isinstance(p.get("summary"), str):
         span = p.get("covers")
         count = f" (stands for {span.get('nodes')} nodes)" if isinstance(span, dict) else ""

@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from .. import recipe as recipes
+from ..limits import Limits
 from ..loop import aresume, arun
 from ..notify import Webhook
 from ..recipe import Recipe
@@ -441,6 +442,8 @@ def run_options(recipe: Recipe, *, recorded: bool) -> dict[str, Any]:
         "context_budget": recipe.context_budget,
         "keep_last": recipe.keep_last,
         "pause_expires": recipe.pause_expires,
+        "limits": Limits(**recipe.limits) if recipe.limits else None,
+        "parallel_tools": recipe.parallel_tools,
         "recipe": recipe,
     }
 

@@ -30,10 +30,16 @@ from ..steps import (
 from .common import command, resume_command
 from .render import call_line, calls_text, json_safe, one_line, safe
 
-EXIT_CODES: dict[str, int] = {"completed": 0, "error": 1, "paused": 3, "max_steps": 4}
+EXIT_CODES: dict[str, int] = {
+    "completed": 0,
+    "error": 1,
+    "paused": 3,
+    "max_steps": 4,
+    **dict.fromkeys(["token_budget", "time_budget", "cost_budget", "repeated_calls"], 4),
+}
 """How a run ended, as ``run``'s and ``resume``'s exit code, so a script can tell a run that
-waits for a human (3) or gave up at ``--max-steps`` (4) from one that finished (0) or
-failed (1). 2 stays click's "bad usage"."""
+waits for a human (3) or gave up at ``--max-steps`` or another budget (4) from one that
+finished (0) or failed (1). 2 stays click's "bad usage"."""
 
 
 def exit_code(final: Final | None) -> int:

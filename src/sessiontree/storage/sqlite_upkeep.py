@@ -1,4 +1,4 @@
-"""The SQLite backend's upkeep: prune, verify, stats, backup and vacuum.
+"""The SQLite backend's upkeep: prune, verify, stats, backup, vacuum and read-only SQL.
 
 Contract: ``SQLiteUpkeep`` is half of ``SQLiteStorage`` (which inherits it), kept
 apart so each file reads in one sitting. Like the rest of the backend it takes
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +151,31 @@ class SQLiteUpkeep(Storage):
                 )
             ],
         }
+
+    def sql(self, query: str, params: dict[str, Any]) -> tuple[list[str], Iterator[tuple[Any, ...]]]:
+        """(column names, rows) of one SQL statement that only reads, run through
+        sqlite-utils on a read-only connection of its own (``PRAGMA query_only``: a
+        statement that would write is refused by SQLite itself, whatever it is)."""
+        if self.path == ":memory:":
+            raise Conflict("sql reads a database file; an in-memory store has none")
+        conn = _db.connect(self.path, readonly=True, apply_migrations=False)
+        conn.execute("PRAGMA query_only = ON")
+        try:
+            cursor = sqlite_utils.Database(conn).execute(query, params)
+        except (sqlite3.Error, sqlite3.Warning, ValueError, OverflowError) as e:
+            conn.close()
+            raise Conflict(f"SQL error: {e}") from None
+        columns = [d[0] for d in cursor.description or []]
+
+        def rows() -> Iterator[tuple[Any, ...]]:
+            try:
+                yield from cursor
+            except sqlite3.Error as e:  # a row that fails to compute (a bad json_extract, say)
+                raise Conflict(f"SQL error: {e}") from None
+            finally:
+                conn.close()
+
+        return columns, rows()
 
     def backup(self, destination: str) -> int:
         """A consistent, compacted copy (VACUUM INTO) at a new path; its size in bytes.
