@@ -532,6 +532,7 @@ def test_serve_without_work_names_the_commands_with_its_db(journey, monkeypatch,
     db = str(journey / "x.db")
     pause, then = paused_run(db, journey)
     apps = []
+
     def run(server, sockets):  # the app serve built, and its socket closed
         apps.append(server.config.app)
         for sock in sockets:
@@ -553,3 +554,25 @@ def test_serve_without_work_names_the_commands_with_its_db(journey, monkeypatch,
     )
     assert CliRunner().invoke(cli, shlex.split(resume)[1:]).exit_code == 0  # as the page says
     assert sent(journey) == ["bob"]
+
+
+def test_the_runs_limits_and_parallel_tools_are_recorded_and_continued(journey, monkeypatch):
+    from sessiontree.cli.running import run_options
+    from sessiontree.limits import Limits
+
+    @tool(idempotent=False)
+    def refund(order: str) -> str:
+        return order
+
+    with Store(journey / "x.db") as store:
+        s = store.create_session("limits")
+        s.append({"role": "user", "content": "refund 1"})
+        model = ScriptedModel([reply(None, tool_call("refund", {"order": "1"}, id="r1"))])
+        (*_, final) = run(store, s, call=model, tools=[refund], limits=Limits(tokens=5000), parallel_tools=2)
+    recipe = Recipe.from_dict(final.node.payload["recipe"])
+    assert recipe.limits == {"tokens": 5000, "seconds": None, "cost": None, "prices": None, "repeats": None}
+    assert recipe.parallel_tools == 2
+    options = run_options(
+        recipe.replace(model=f"script:{journey / 'replies.jsonl'}", provider="script"), recorded=True
+    )
+    assert options["limits"] == Limits(tokens=5000) and options["parallel_tools"] == 2
