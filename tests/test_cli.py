@@ -329,7 +329,7 @@ def test_import_detects_each_format(invoke, name, fmt):
     result = invoke("import", str(FIXTURES / name))
     assert normalise(result.stdout).startswith(f"imported session <id> ({fmt})")
     again = invoke("import", str(FIXTURES / name))  # idempotent: the same session, unchanged
-    assert again.stdout == result.stdout
+    assert again.stdout == f"{name}: already imported, nothing new (1 session(s), {fmt})\n"
     assert invoke("verify").stdout.startswith("ok: 1 session(s)")
 
 
@@ -382,6 +382,7 @@ def test_import_skip_invalid_reports_what_it_left_out(invoke):
     refused = invoke("import", str(path), code=1)
     assert refused.output.strip().splitlines()[-1] == (
         f"Error: {path.name}: conversation 2: expected an object with a 'mapping' object"
+        " (use --skip-invalid to leave it out)"
     )
     result = invoke("import", str(path), "--skip-invalid")
     assert f"{path.name}: skipped conversation 2: expected an object with a 'mapping' object" in result.stderr

@@ -101,6 +101,12 @@ BAD = [
     ["run", "--pause-expires", "-1h", *MODEL, "hi"],
     ["run", "--webhook", "ftp://example.com/x", *MODEL, "hi"],
     ["worker", "--on-expiry", "approve", *MODEL],
+    ["score", "main", "nan"],
+    ["score", "nosuchbranch", "1"],
+    ["promote", "main"],
+    ["promote", "nosuchbranch"],
+    ["sql", "DELETE FROM nodes"],
+    ["sql", "SELECT :missing"],
 ]
 
 

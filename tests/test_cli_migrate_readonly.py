@@ -55,3 +55,38 @@ def test_migrate_on_a_read_only_file_system_says_so(read_only_mount):
     current = run("new.db")
     assert current.exit_code == 0, current.output
     assert current.output.endswith(f"0 pending step(s); schema version {len(sqlite_db.migrations())}\n")
+
+
+def test_a_fresh_postgres_schema_read_only_says_to_run_migrate(pg_url):
+    """Newcomer friction 7: the first command of docs/postgres.md on a new server."""
+    from sessiontree.storage.postgres_db import parse_url
+
+    shown, schema = parse_url(pg_url).shown, parse_url(pg_url).schema
+    runner = CliRunner()
+    refused = runner.invoke(cli, ["--db", pg_url, "sessions"])
+    assert refused.exit_code == 1
+    assert refused.output == (
+        f"Error: {shown}: no sessiontree store in schema {schema} yet; create it with `sessiontree migrate`\n"
+    )
+    migrated = runner.invoke(cli, ["--db", pg_url, "migrate"])
+    assert migrated.exit_code == 0, migrated.output
+    listed = runner.invoke(cli, ["--db", pg_url, "sessions"])
+    assert listed.exit_code == 0, listed.output
+
+
+def test_an_old_postgres_schema_read_only_still_names_its_migrations(pg_url):
+    import psycopg
+
+    from sessiontree.storage.postgres_db import parse_url
+
+    target = parse_url(pg_url)
+    with Store(pg_url) as store:
+        version = store.schema_version
+    with psycopg.connect(target.conninfo, autocommit=True) as conn:  # one step behind
+        conn.execute(f'UPDATE "{target.schema}".schema_version SET version = %s', (version - 1,))
+    refused = CliRunner().invoke(cli, ["--db", pg_url, "sessions"])
+    assert refused.exit_code == 1
+    assert refused.output == (
+        f"Error: {target.shown} needs 1 schema migration(s); open it once read-write"
+        " (or run `sessiontree migrate`) before reading it read-only\n"
+    )

@@ -1,8 +1,12 @@
 """Run the ```python examples of docs/*.md, so the docs cannot drift from the code.
 
 Each markdown file is one test: its blocks run in order in one fresh namespace,
-inside a temporary working directory. A block fenced as ```python no-run is
-shown to readers but not run (use it for examples that need a network or a key).
+inside a temporary working directory, which must be empty afterwards (an example
+writes its files in a temporary directory, so it can be run twice). A block fenced
+as ```python no-run is shown to readers but not run (use it for examples that need
+a network or a key). A block fenced as ```python process stands for another
+process: it runs alone in a fresh interpreter (same directories), so it must
+import what it needs; prose that says "another process" announces such a block.
 Files without runnable blocks are not collected at all. A failing block is
 reported by file and starting line, and its traceback points at the markdown.
 """
@@ -12,8 +16,11 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
+import os
 import re
+import subprocess
 import sys
+import tempfile
 import traceback
 import types
 from dataclasses import dataclass
@@ -32,6 +39,7 @@ class Block:
     path: Path
     line: int  # 1-based line of the opening fence; the code starts on the next line
     source: str
+    process: bool = False  # run alone in a fresh interpreter (```python process)
 
 
 def python_blocks(path: Path, text: str | None = None) -> list[Block]:
@@ -66,7 +74,7 @@ def python_blocks(path: Path, text: str | None = None) -> list[Block]:
             i += 1
         i += 1
         if runnable:
-            blocks.append(Block(path, start, "\n".join(body) + "\n"))
+            blocks.append(Block(path, start, "\n".join(body) + "\n", "process" in words[1:]))
     return blocks
 
 
@@ -75,6 +83,9 @@ def run_blocks(blocks: list[Block], namespace: dict) -> None:
     for block in blocks:
         # Leading newlines keep the line numbers of tracebacks those of the markdown file.
         source = "\n" * block.line + block.source
+        if block.process:
+            _run_alone(block, source)
+            continue
         try:
             code = compile(source, str(block.path), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
             result = eval(code, namespace)  # noqa: S307 - the docs are our own code
@@ -88,6 +99,28 @@ def run_blocks(blocks: list[Block], namespace: dict) -> None:
             )
 
 
+def _run_alone(block: Block, source: str) -> None:
+    """Run a block in a fresh interpreter, as the other process it stands for."""
+    done = subprocess.run(
+        [sys.executable, "-c", compile_check(block, source)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TMPDIR": tempfile.gettempdir()},
+        timeout=120,
+    )
+    if done.returncode:
+        pytest.fail(
+            f"{block.path.name}: the python block starting at line {block.line}, run in a"
+            f" fresh interpreter, failed:\n{done.stderr}",
+            pytrace=False,
+        )
+
+
+def compile_check(block: Block, source: str) -> str:
+    """The program that runs ``source`` with tracebacks naming the markdown file."""
+    return f"exec(compile({source!r}, {str(block.path)!r}, 'exec'))"
+
+
 def _doc_files() -> list:
     files = sorted(DOCS.glob("*.md")) if DOCS.is_dir() else []
     return [pytest.param(path, id=path.name) for path in files if python_blocks(path)]
@@ -95,7 +128,19 @@ def _doc_files() -> list:
 
 @pytest.mark.parametrize("path", _doc_files())
 def test_doc_examples(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
+    here, scratch = tmp_path / "cwd", tmp_path / "tmp"
+    here.mkdir()
+    scratch.mkdir()
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("TMPDIR", str(scratch))  # examples' temporary files, and the path
+    monkeypatch.setattr(tempfile, "tempdir", None)  # a block and its other process share
+    for _ in range(2):  # a reader may run them again: nothing left from the first run stops it
+        run_page(path, monkeypatch)
+        left = sorted(p.name for p in here.iterdir())
+        assert not left, f"{path.name}: the examples wrote {left} into the working directory"
+
+
+def run_page(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A real module, so that classes and functions defined in examples can be
     # introspected (dataclasses, typing.get_type_hints, pickle) like normal code.
     module = types.ModuleType("docs_example_" + re.sub(r"\W", "_", path.stem))
@@ -204,3 +249,27 @@ def test_the_error_hierarchy_drawn_in_the_docs_is_the_real_one():
         assert defined[name].__mro__[1].__name__ == parent or parent in {
             b.__name__ for b in defined[name].__bases__
         }, name
+
+
+def test_a_process_block_runs_alone_in_a_fresh_interpreter(tmp_path: Path) -> None:
+    """A block that stands for another process cannot lean on the blocks before it
+    (newcomer friction 10: the tutorial's second block raised NameError on its own)."""
+    sample = "```python\nx = 1\n```\n\n```python process\nprint(x)\n```\n"
+    blocks = python_blocks(tmp_path / "sample.md", sample)
+    assert [b.process for b in blocks] == [False, True]
+    with pytest.raises(pytest.fail.Exception) as info:
+        run_blocks(blocks, {})
+    message = str(info.value)
+    assert "line 5, run in a fresh interpreter, failed" in message and "NameError" in message
+    alone = "```python process\nimport sys\nassert 'docs_example' not in str(sys.modules)\n```\n"
+    run_blocks(python_blocks(tmp_path / "alone.md", alone), {})
+
+
+def test_prose_that_says_another_process_introduces_a_process_block() -> None:
+    """Every python block announced by "another process" runs as one."""
+    for path in sorted(DOCS.glob("*.md")):
+        lines = path.read_text("utf-8").splitlines()
+        for block in python_blocks(path):
+            before = " ".join(lines[max(block.line - 4, 0) : block.line - 1]).lower()
+            if "another process" in before:
+                assert block.process, f"{path.name}:{block.line}: announced as another process"

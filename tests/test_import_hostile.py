@@ -519,13 +519,18 @@ def test_a_wrong_depth_is_refused_on_a_store_that_holds_the_node(store, tmp_path
 
 @pytest.mark.parametrize("what", ["directory", "missing"])
 def test_import_of_a_directory_or_a_missing_file_is_one_line(tmp_path, what):
-    """Before: click's three-line usage error, exit code 2."""
+    """Before: click's three-line usage error, exit code 2. A directory is read for the
+    files it holds (tests/test_cli_import_inputs.py); one holding none is refused."""
     target = tmp_path / ("dir" if what == "directory" else "missing.json")
     if what == "directory":
         target.mkdir()
     db = tmp_path / "s.db"
     result = CliRunner().invoke(cli, ["--db", str(db), "import", str(target)])
-    reason = "is a directory, not a file" if what == "directory" else "the file does not exist"
+    reason = (
+        "the directory holds no file to import (none ends in .json, .jsonl, .gz, .zip)"
+        if what == "directory"
+        else "the file does not exist"
+    )
     assert (result.exit_code, result.output) == (1, f"Error: {target}: {reason}\n")
     assert not db.exists()
 

@@ -362,7 +362,8 @@ def test_bad_tool_calls_become_precise_tool_errors(store, session):
     assert text["a"] == "Error: there is no tool named 'nope'. Available tools: boom, get_weather."
     assert text["b"].startswith("Error: invalid arguments for get_weather: arguments are not valid JSON")
     assert text["c"] == (
-        "Error: invalid arguments for get_weather: arguments: unexpected argument(s) town; expected city"
+        "Error: invalid arguments for get_weather: arguments: unexpected argument(s) town; expected city;"
+        " arguments: missing required argument(s) city"
     )
     assert text["d"] == "Error: boom raised ValueError: cannot handle 2"
     assert text["e"] == "Error: invalid arguments for get_weather: arguments.city: expected a string, got 3"

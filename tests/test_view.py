@@ -307,15 +307,13 @@ def test_serve_refuses_a_pause_its_branch_moved_away_from(demo, client):
 def test_serve_edit_decision_stores_the_new_arguments(demo, client):
     db, _, pause_id = demo
     c = client(db, allow_decide=True, token="t0k")
-    body = {"decisions": {"call_send_email": {"action": "edit", "arguments": {"to": "bob@example.com"}}}}
+    edited = {"to": "bob@example.com", "subject": "hi", "body": "x"}  # send_email's schema, all of it
+    body = {"decisions": {"call_send_email": {"action": "edit", "arguments": edited}}}
     ok = c.post(f"/api/pauses/{pause_id}/decision", json=body, headers={"X-Sessiontree-Token": "t0k"})
     assert ok.status_code == 200, ok.text
     with Store(db) as store:
         payload = store.node(ok.json()["decision"]).payload
-    assert payload["decisions"]["call_send_email"] == {
-        "action": "edit",
-        "arguments": {"to": "bob@example.com"},
-    }
+    assert payload["decisions"]["call_send_email"] == {"action": "edit", "arguments": edited}
     assert payload["by"] == "sessiontree serve"
 
 

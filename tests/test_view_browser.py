@@ -9,6 +9,7 @@ tests/test_view_browser.py`` rewrites them.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -400,16 +401,25 @@ def test_serve_view_is_live_and_edits_arguments(page, served):
     # edit the pending call's arguments from its card
     page.page.click("#pinned .pinned-pause")
     page.page.click("#path .decide button.edit")
-    page.page.fill('#path .decide textarea[data-call="call_send_email"]', '{"to": "bob@example.com"}')
+    area = '#path .decide textarea[data-call="call_send_email"]'
+    # arguments the tool's schema refuses: the page says why, and nothing is written
+    page.page.fill(area, '{"to": "bob@example.com"}')
+    page.page.click("#path .decide button.save-edit")
+    page.page.wait_for_selector("#path .decide .status.error", timeout=10_000)
+    assert page.page.inner_text("#path .decide .status") == (
+        "bad decision: edit of call call_send_email (send_email): arguments: missing required"
+        " argument(s) subject, body (nothing was written)"
+    )
+    with Store(served["db"], readonly=True) as store:
+        assert store.session(served["session"]).children(served["pause"]) == []
+    edited = {"to": "bob@example.com", "subject": "hi", "body": "x"}
+    page.page.fill(area, json.dumps(edited))
     page.page.click("#path .decide button.save-edit")
     page.wait_until("document.body.dataset.version === '2'")
     assert page.page.locator("#pinned .pinned-pause").count() == 0
     with Store(served["db"], readonly=True) as store:
         (decision,) = store.session(served["session"]).children(served["pause"])
-        assert decision.payload["decisions"]["call_send_email"] == {
-            "action": "edit",
-            "arguments": {"to": "bob@example.com"},
-        }
+        assert decision.payload["decisions"]["call_send_email"] == {"action": "edit", "arguments": edited}
 
 
 def test_serve_search_opens_a_hit_on_its_branch(page, served):

@@ -211,9 +211,16 @@ def test_a_deeply_nested_or_huge_decision_body_is_refused(demo, client):
     url = f"/api/pauses/{pause_id}/decision"
     deep = c.post(url, content=b"[" * 100_000, headers=AUTH)
     assert deep.status_code == 400 and deep.json() == {"error": "bad decision: the body is nested too deeply"}
-    nested = {"decisions": {CALL: {"action": "edit", "arguments": {"a": json.loads("[" * 300 + "]" * 300)}}}}
-    too_deep = c.post(url, json=nested, headers=AUTH)  # parses, but the store keeps 256 levels at most
-    assert too_deep.status_code == 400 and "nested too deeply" in too_deep.json()["error"]
+    deep_value = json.loads("[" * 300 + "]" * 300)  # parses, but the store keeps 256 levels at most
+    nested = {
+        "decisions": {CALL: {"action": "edit", "arguments": {"to": deep_value, "subject": "", "body": ""}}}
+    }
+    too_deep = c.post(url, json=nested, headers=AUTH)  # send_email's schema refuses it first
+    assert too_deep.status_code == 400
+    assert too_deep.json()["error"].startswith(
+        f"bad decision: edit of call {CALL} (send_email): arguments.to: expected a string, got [[[["
+    )
+    assert pending_ids(db) == [pause_id]
     huge = b'{"decisions": {}, "by": "' + b"x" * server.MAX_BODY + b'"}'
     declared = c.post(url, content=huge, headers=AUTH)
     assert declared.status_code == 413

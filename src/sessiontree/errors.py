@@ -124,7 +124,8 @@ class ModelOutputError(SessionTreeError):
 
 
 class ToolArgumentError(SessionTreeError, ValueError):
-    """Arguments a model sent that do not fit the tool's signature."""
+    """Arguments that do not fit the tool's schema: a model's call (the loop tells the
+    model), or a human's ``Edit`` of a paused call (``decide`` writes nothing)."""
 
 
 class ToolMissing(SessionTreeError, LookupError):

@@ -54,7 +54,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
-from . import bridge, compaction, deadlines
+from . import bridge, compaction, deadlines, schema_check
 from . import recipe as recipes
 from .errors import (
     BranchMoved,
@@ -494,6 +494,8 @@ async def _answer_calls(
             "reason": "; ".join(sorted({r for _, r in for_human if r})) or "approval needed",
             "assistant_id": action.assistant.id if action.assistant else None,
             "calls": [{**c.to_dict(), "reason": r} for c, r in for_human],
+            # What ``decide`` checks an edit of each call against (``check_decisions``).
+            "schemas": {c.name: registry[c.name].parameters for c, _ in for_human if c.name in registry},
         }
         if waits:  # of several deadlines, the earliest: a human must answer the whole pause
             payload["expires_at"] = deadlines.deadline(min(waits))
@@ -703,8 +705,12 @@ def run(
 
 
 def check_decisions(pause: Node, decisions: dict[str, Decision]) -> None:
-    """``Conflict`` unless ``pause`` is a pause and ``decisions`` names at least one of its
-    calls and nothing else: what ``decide`` asks of a decision before it writes anything."""
+    """What ``decide`` asks of a decision before it writes anything: ``Conflict`` unless
+    ``pause`` is a pause and ``decisions`` names at least one of its calls and nothing else;
+    ``ToolArgumentError`` when an ``Edit``'s arguments do not fit the schema the pause
+    recorded for the call's tool (the check the run would make: ``schema_check``). A pause
+    written before pauses recorded schemas (no ``schemas`` key) has its edits checked on
+    resume only, as then."""
     if pause.kind != "pause":
         raise Conflict(f"node {pause.id} is a {pause.kind} node, not a pause")
     known = [c["id"] for c in pause.payload.get("calls", [])]
@@ -715,6 +721,16 @@ def check_decisions(pause: Node, decisions: dict[str, Decision]) -> None:
         )
     if not decisions:
         raise Conflict(f"no decision given for pause {pause.id}; its calls are {', '.join(known)}")
+    schemas = pause.payload.get("schemas")
+    schemas = schemas if isinstance(schemas, dict) else {}
+    for call in pause.payload.get("calls", []):
+        edit = decisions.get(call["id"])
+        schema = schemas.get(call.get("name"))
+        if isinstance(edit, Edit) and isinstance(schema, dict):
+            found = schema_check.problems(edit.arguments, schema, "arguments")
+            if found:
+                what = f"edit of call {call['id']} ({call.get('name')})"
+                raise ToolArgumentError(f"{what}: {'; '.join(found)} (nothing was written)")
 
 
 def decide(store: Store, pause: Ref, decisions: dict[str, Decision], *, by: str | None = None) -> Node:

@@ -5,10 +5,11 @@ Contract:
   from its docstring, and a JSON Schema from its type hints: str, int, float,
   bool, list[T], dict / dict[str, T], Literal, Enum, ``X | None`` / Optional,
   dataclasses and TypedDicts. A parameter with a default is optional.
-- ``Tool.parse(arguments_json)`` checks arguments against the *same* type hints
-  the schema came from and returns Python values (Enum members, dataclass
-  instances); any problem raises ``ToolArgumentError`` with a message precise
-  enough for a model to fix its call. Nothing is ever silently defaulted.
+- ``Tool.parse(arguments_json)`` checks arguments against that schema
+  (``schema_check``, the check ``decide`` gives a human's edit too) and returns
+  Python values (Enum members, dataclass instances); any problem raises
+  ``ToolArgumentError`` with a message precise enough for a model to fix its
+  call, naming every problem found. Nothing is ever silently defaulted.
 - A parameter annotated ``ToolContext`` is not part of the schema; the agent
   loop passes the session, branch and call id in it.
 - ``idempotent=False`` marks a tool that must not run twice: if a run dies after
@@ -37,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, is_typeddict
 
+from . import schema_check
 from .deadlines import validate
 from .errors import ToolArgumentError
 
@@ -114,83 +116,37 @@ def _object_schema(
     return schema
 
 
-def convert(value: Any, annotation: Any, where: str) -> Any:
-    """Check ``value`` (decoded JSON) against a type hint and return the Python value."""
+def convert(value: Any, annotation: Any) -> Any:
+    """The Python value of ``value`` (decoded JSON that ``schema_check`` found fits the
+    schema of ``annotation``): Enum members, dataclass instances, ints and floats."""
     origin, args = get_origin(annotation), get_args(annotation)
-
-    def wrong(expected: str) -> ToolArgumentError:
-        return ToolArgumentError(f"{where}: expected {expected}, got {json.dumps(value)[:80]}")
-
-    if annotation is Any:
-        return value
-    if annotation is bool:
-        if not isinstance(value, bool):
-            raise wrong("a boolean")
-        return value
     if annotation is int:
-        if isinstance(value, bool) or not (
-            isinstance(value, int) or isinstance(value, float) and value.is_integer()
-        ):
-            raise wrong("an integer")
         return int(value)
     if annotation is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise wrong("a number")
         return float(value)
-    if annotation is str:
-        if not isinstance(value, str):
-            raise wrong("a string")
-        return value
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        errors = []
         for option in (a for a in args if a is not type(None)):
-            try:
-                return convert(value, option, where)
-            except ToolArgumentError as e:
-                errors.append(str(e))
-        raise ToolArgumentError(" or ".join(errors) if len(errors) > 1 else errors[0])
-    if origin is Literal:
-        if value not in args:
-            raise wrong("one of " + ", ".join(json.dumps(a) for a in args))
-        return value
+            if not schema_check.problems(value, schema_for(option)):
+                return convert(value, option)
+        raise TypeError(f"{value!r} fits no option of {annotation!r}: check it first")
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        try:
-            return annotation(value)
-        except ValueError:
-            raise wrong("one of " + ", ".join(json.dumps(m.value) for m in annotation)) from None
-    if annotation is list or origin is list:
-        if not isinstance(value, list):
-            raise wrong("an array")
-        return [convert(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)] if args else value
-    if annotation is dict or origin is dict:
-        if not isinstance(value, dict):
-            raise wrong("an object")
-        if len(args) == 2:
-            return {k: convert(v, args[1], f"{where}.{k}") for k, v in value.items()}
-        return value
+        return annotation(value)
+    if (annotation is list or origin is list) and args:
+        return [convert(v, args[0]) for v in value]
+    if (annotation is dict or origin is dict) and len(args) == 2:
+        return {k: convert(v, args[1]) for k, v in value.items()}
     if dataclasses.is_dataclass(annotation) or is_typeddict(annotation):
-        if not isinstance(value, dict):
-            raise wrong("an object")
-        fields, required = _fields(annotation)
-        checked = convert_object(value, fields, required, where)
-        return checked if is_typeddict(annotation) else annotation(**checked)
-    raise TypeError(f"cannot check values of type {annotation!r}")
+        fields, _ = _fields(annotation)
+        converted = convert_object(value, fields)
+        return converted if is_typeddict(annotation) else annotation(**converted)
+    return value  # str, bool, Any, Literal, bare list and dict: as decoded
 
 
-def convert_object(
-    value: dict[str, Any], fields: dict[str, Any], required: set[str], where: str
-) -> dict[str, Any]:
-    unknown = sorted(set(value) - set(fields))
-    if unknown:
-        raise ToolArgumentError(
-            f"{where}: unexpected argument(s) {', '.join(unknown)}; expected {', '.join(fields) or 'none'}"
-        )
-    missing = [name for name in fields if name in required and name not in value]
-    if missing:
-        raise ToolArgumentError(f"{where}: missing required argument(s) {', '.join(missing)}")
-    return {name: convert(v, fields[name], f"{where}.{name}") for name, v in value.items()}
+def convert_object(value: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """``convert`` for each named field of an object."""
+    return {name: convert(v, fields[name]) for name, v in value.items()}
 
 
 def _docstring_parts(fn: Callable) -> tuple[str, dict[str, str]]:
@@ -267,7 +223,8 @@ class Tool:
             arguments = {}
         if not isinstance(arguments, dict):
             raise ToolArgumentError(f"arguments must be a JSON object, got {json.dumps(arguments)[:80]}")
-        return convert_object(arguments, self.fields, self.required, "arguments")
+        schema_check.check(arguments, self.parameters, "arguments")
+        return convert_object(arguments, self.fields)
 
     async def invoke(self, arguments: dict[str, Any], context: ToolContext | None = None) -> Any:
         """Call the function with checked arguments (sync functions run in a thread)."""

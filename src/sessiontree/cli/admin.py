@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import click
 
 from .. import db as _db
 from . import complete
 from .common import db_path, db_url, echo_json, echo_result, open_store, pick_session
+from .imports import import_
 from .inspect import json_option
 from .params import SECONDS
 from .render import json_safe
@@ -146,78 +145,6 @@ def migrate(ctx: click.Context, list_only: bool) -> None:
         click.echo(f"applied {step.version:04d}_{step.name}")
     if not applied:
         click.echo(f"0 pending step(s); schema version {version}")
-
-
-@click.command(name="import")
-@click.argument("file", type=click.Path())  # checked by formats.check_file: one line, not a usage error
-@click.option(
-    "--format",
-    "fmt",
-    default="auto",
-    show_default=True,
-    type=click.Choice(
-        [
-            "auto",
-            "native",
-            "openai",
-            "chatgpt",
-            "librechat",
-            "openwebui",
-            "claude-code",
-            "pi",
-            "yoagent",
-            "yoagent-messages",
-        ]
-    ),
-)
-@click.option(
-    "--skip-invalid",
-    is_flag=True,
-    help="Leave out a conversation that cannot be read (ChatGPT, LibreChat, Open WebUI lists) and say so.",
-)
-@json_option
-@click.pass_context
-def import_(ctx: click.Context, file: str, fmt: str, skip_invalid: bool, as_json: bool) -> None:
-    """Import sessions from a file (all or nothing).
-
-    Native and pi files are written as they are read; other formats are
-    parsed before the database is opened. A database this command created is
-    removed again when the import fails.
-    """
-    from ..formats import STREAMED, check_file, detect_format, parse_file, stream_file, write
-
-    check_file(file)  # before a database is made for it
-    fmt = detect_format(file) if fmt == "auto" else fmt
-    sessions = (
-        None
-        if fmt in STREAMED
-        else parse_file(file, fmt, skip_invalid=skip_invalid, report=lambda line: click.echo(line, err=True))
-    )
-    path, _ = db_path(ctx)
-    created = db_url(ctx) is None and not path.exists()
-    store = open_store(ctx, write=True)
-    with click.progressbar(length=1, label=f"importing {Path(file).name}", file=sys.stderr) as bar:
-
-        def progress(done: int, total: int) -> None:
-            bar.length = max(total, done, 1)  # a streamed import's total is known at its end
-            bar.update(done - bar.pos)
-
-        try:
-            if sessions is None:
-                imported = stream_file(store, file, fmt, progress)
-            else:
-                imported = write(store, sessions, Path(file).name, progress)
-        except BaseException:
-            if created:
-                store.close()
-                for leftover in (path, *_db.companions(path)):
-                    leftover.unlink(missing_ok=True)
-            raise
-    if as_json:
-        echo_json([{"id": s.id, "title": s.title, "format": fmt} for s in imported])
-        return
-    for s in imported:
-        click.echo(f"imported session {s.id} ({fmt})" + (f": {s.title}" if s.title else ""))
 
 
 @click.command()

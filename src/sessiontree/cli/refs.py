@@ -12,7 +12,7 @@ from collections.abc import Callable
 import click
 
 from ..decisions import edit_arguments
-from ..errors import NotFound
+from ..errors import NotFound, ToolArgumentError
 from ..loop import decide
 from ..model import Node
 from ..plan import next_action
@@ -255,7 +255,10 @@ def reject(
 def edit_call(
     ctx: click.Context, pause: str, call: str, arguments: str, by: str | None, as_json: bool
 ) -> None:
-    """Approve CALL of PAUSE with new JSON ARGUMENTS."""
+    """Approve CALL of PAUSE with new JSON ARGUMENTS.
+
+    ARGUMENTS must fit the tool's schema, as recorded on the pause: otherwise
+    nothing is written and the pause still takes a decision."""
     try:
         parsed = json.loads(arguments)
     except json.JSONDecodeError as e:
@@ -264,7 +267,10 @@ def edit_call(
         edited = Edit(edit_arguments(parsed))  # the rule the web inbox applies too
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="ARGUMENTS") from None
-    _decide(ctx, pause, (call,), lambda: edited, by, as_json)
+    try:
+        _decide(ctx, pause, (call,), lambda: edited, by, as_json)
+    except ToolArgumentError as e:  # bad ARGUMENTS, like the two refusals above
+        raise click.BadParameter(str(e), param_hint="ARGUMENTS") from None
 
 
 COMMANDS = [fork, checkpoint, edit, append, approve, reject, edit_call]

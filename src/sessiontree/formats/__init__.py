@@ -137,7 +137,8 @@ def _named(name: str | None) -> Iterator[None]:
     try:
         yield
     except (InvalidTree, InvalidPayload) as e:  # FormatError included; a bad title is a payload
-        raise FormatError(located(name, str(e))) from None
+        kind = type(e) if isinstance(e, FormatError) else FormatError  # InvalidEntry stays one
+        raise kind(located(name, str(e))) from None
     except ImportConflict as e:
         raise ImportConflict(located(name, str(e))) from None
 
@@ -173,10 +174,11 @@ def _not_utf8(path: Path) -> str:
             offset += len(chunk)
 
 
-def detect_format(path: str | Path) -> str:
-    """The name of the file's format (see ``FORMATS``); FormatError when unknown."""
+def detect_format(path: str | Path, *, name: str | None = None) -> str:
+    """The name of the file's format (see ``FORMATS``); FormatError when unknown.
+    ``name``: what messages call the file (default: its file name)."""
     path = check_file(path)
-    with _named(path.name):
+    with _named(name or path.name):
         record = _first_record(path)
         if isinstance(record, dict):
             name = _jsonl_kind(record)
@@ -268,7 +270,12 @@ SKIPPABLE = {"chatgpt", "librechat", "openwebui"}  # files holding a list of con
 
 
 def parse_file(
-    path: str | Path, format: str = "auto", *, skip_invalid: bool = False, report: Report | None = None
+    path: str | Path,
+    format: str = "auto",
+    *,
+    skip_invalid: bool = False,
+    report: Report | None = None,
+    name: str | None = None,
 ) -> list[ImportedSession]:
     """The sessions a file holds, parsed but not written.
 
@@ -277,20 +284,22 @@ def parse_file(
     ``skip_invalid``, each conversation left out and why. Without ``report``
     these lines are issued as warnings. ``skip_invalid`` applies to the formats
     whose files hold several conversations (chatgpt, librechat, openwebui).
+    ``name``: what messages call the file (default: its file name).
     """
     path = check_file(path)
+    name = name or path.name
     if format == "auto":
-        format = detect_format(path)
+        format = detect_format(path, name=name)
     if format not in FORMATS:
         raise FormatError(f"unknown format {format!r}; expected auto or one of {', '.join(FORMATS)}")
     skipped: list[str] | None = [] if skip_invalid and format in SKIPPABLE else None
-    with _named(path.name):
+    with _named(name):
         sessions = _parsed(path, format, skipped)
         if format not in ("native", "openai", *STREAMED):  # a native file is restored row for row
             for session in sessions:
                 answer_open_calls(session)
-    said = [located(path.name, n) for s in sessions for n in s.notes]
-    said += [located(path.name, f"skipped {why}") for why in skipped or []]
+    said = [located(name, n) for s in sessions for n in s.notes]
+    said += [located(name, f"skipped {why}") for why in skipped or []]
     for line in said:
         if report is not None:
             report(line)
@@ -329,11 +338,17 @@ def _located(store: Store, name: str | None, writing: Callable[[], list[str]]) -
 
 
 def stream_file(
-    store: Store, path: str | Path, format: str, progress: Progress | None = None
+    store: Store,
+    path: str | Path,
+    format: str,
+    progress: Progress | None = None,
+    *,
+    name: str | None = None,
 ) -> list[Session]:
-    """Import a file of a ``STREAMED`` format, written as it is read, all or nothing."""
+    """Import a file of a ``STREAMED`` format, written as it is read, all or nothing.
+    ``name``: what messages call the file (default: its file name)."""
     path = check_file(path)
-    with _named(path.name), _reading(path) as lines:
+    with _named(name or path.name), _reading(path) as lines:
         ids = write_stream(store, lambda sink: STREAMED[format](lines, sink), progress)
     return [store.session(i) for i in ids]
 

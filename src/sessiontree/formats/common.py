@@ -18,6 +18,7 @@ from typing import Any
 from ..bulk import ImportedNode, ImportedRef, ImportedRun, ImportedSession
 from ..errors import FormatError, InvalidPayload
 from ..names import check_text
+from .errors import InvalidEntry
 
 NAMESPACE = uuid.UUID("3f6c1e0a-8d51-4e0b-9c8e-5a1f2b7d9e40")  # sessiontree imports
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
@@ -144,7 +145,7 @@ def parse_each(
             sessions.append(parse_one(number, entry))
         except FormatError as e:
             if skipped is None:
-                raise
+                raise InvalidEntry(str(e)) from None
             skipped.append(str(e))
     return sessions
 

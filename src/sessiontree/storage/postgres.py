@@ -110,6 +110,11 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         with pgdb.connect(self.target) as conn, pgdb.clear_errors(self.url):
             if readonly:
                 waiting = pgdb.pending(conn, self.target.schema)
+                if waiting and pgdb.schema_version(conn, self.target.schema) == 0:
+                    raise ReadOnly(
+                        f"{self.url}: no sessiontree store in schema {self.target.schema} yet;"
+                        " create it with `sessiontree migrate`"
+                    )
                 if waiting:
                     raise ReadOnly(
                         f"{self.url} needs {len(waiting)} schema migration(s); open it once read-write"

@@ -15,7 +15,9 @@ Contract:
   per pause still holds (a second one is refused with 409). The body is checked
   first (``sessiontree.decisions``, the rules of ``sessiontree edit-call``), at most
   ``MAX_BODY`` bytes (else 413); a malformed decision, an empty one or a call id
-  the pause does not have is a 400, a node that is not a pause a 404. The write
+  the pause does not have is a 400, and so is an edit whose arguments do not fit the
+  schema the pause recorded for the call's tool (``loop.check_decisions``; the page
+  shows the message); a node that is not a pause is a 404. The write
   runs in a worker thread, so a writer holding the database never stalls the
   other requests; when it holds it too long the answer is 503 with Retry-After.
 - A POST needs the token in the ``X-Sessiontree-Token`` header. A header, not a
@@ -92,7 +94,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import deciders as deciders_file
 from ..decisions import parse_decisions
-from ..errors import Busy, Conflict, NotFound, OutcomeUnknown, SessionTreeError, Unavailable
+from ..errors import (
+    Busy,
+    Conflict,
+    NotFound,
+    OutcomeUnknown,
+    SessionTreeError,
+    ToolArgumentError,
+    Unavailable,
+)
 from ..loop import check_decisions, decide
 from ..model import Node
 from ..steps import Decision
@@ -403,9 +413,9 @@ def create_app(
             pause = store.node(ref)
             if pause.kind != "pause":
                 raise NotFound(f"no pause {ref}: node {pause.id} is a {pause.kind} node")
-            try:  # a request naming calls the pause lacks is a bad request, not a conflict
+            try:  # naming calls the pause lacks, or an edit the tool's schema refuses: a bad request
                 check_decisions(pause, decisions)
-            except Conflict as e:
+            except (Conflict, ToolArgumentError) as e:
                 raise _BadRequest(str(e)) from None
             node = decide(store, pause.id, decisions, by=by or "sessiontree serve")
             return node, next_step(pause, decisions)

@@ -31,6 +31,7 @@ var STDecide = (function () {
 
   function post(pause, decisions, status, done) {
     status.textContent = "sending…";
+    status.classList.remove("error");  // a refusal shown before is answered by this try
     fetch(conf.url.replace("{pause}", encodeURIComponent(pause)), {
       method: "POST", cache: "no-store",
       headers: headers(),
