@@ -36,7 +36,7 @@ def test_append_and_run_refuse_a_branch_waiting_at_a_pause(invoke, small, db):  
     before = db.read_bytes()
     waiting = (
         f"Error: branch alt is waiting at pause {small['pause']}: approve or reject it first"
-        " (sessiontree pending)\n"
+        f" (sessiontree --db {db} pending)\n"
     )
     assert invoke("append", "hello", "-b", "alt", code=1).output == waiting
     assert invoke("run", "hello", "-b", "alt", *MODEL, code=1).output == waiting
