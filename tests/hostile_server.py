@@ -19,7 +19,11 @@ modes:
 - ``anthropic-<name>``: the recorded Messages stream ``fixtures/anthropic/<name>.sse``
   (``<name>-continued.sse`` when the request ends with an assistant turn, as a
   continued ``pause_turn`` does); ``anthropic-echo``: a 401 that echoes ``x-api-key``.
-  ``server.bodies`` holds every request body received, parsed.
+  ``server.bodies`` holds every request body received, parsed, ``server.headers``
+  the headers of every request (names in lower case).
+- ``responses-<name>``: the recorded Responses stream ``fixtures/responses/<name>.sse``
+  (``<name>-continued.sse`` when the input ends with a ``function_call_output``); a
+  request without ``stream`` gets the final response object of that stream as JSON.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import Any
 
 HOST = "127.0.0.1"
 RECORDED = Path(__file__).parent / "fixtures" / "anthropic"
+RECORDED_RESPONSES = Path(__file__).parent / "fixtures" / "responses"
 
 
 def _reply(message: dict[str, Any], **top: Any) -> dict[str, Any]:
@@ -83,6 +88,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.server.headers.append({k.lower(): v for k, v in self.headers.items()})  # type: ignore[attr-defined]
         with contextlib.suppress(ValueError):
             self.server.bodies.append(json.loads(raw))  # type: ignore[attr-defined]
         mode = self.path.strip("/").split("/")[0]
@@ -172,6 +178,23 @@ class _Handler(BaseHTTPRequestHandler):
         self._head(200, "text/event-stream", len(body))
         self.wfile.write(body)
 
+    def _responses(self, mode: str) -> None:
+        name = mode.removeprefix("responses-")
+        request = self.server.bodies[-1]  # type: ignore[attr-defined]
+        items = request.get("input") or [{}]
+        if items[-1].get("type") == "function_call_output":
+            name += "-continued"
+        body = (RECORDED_RESPONSES / f"{name}.sse").read_bytes()
+        if request.get("stream"):
+            self._head(200, "text/event-stream", len(body))
+            self.wfile.write(body)
+            return
+        last = json.loads(body.decode().strip().split("\n\n")[-1].split("data: ", 1)[1])
+        status = 500 if last["type"] == "error" else 200
+        body = json.dumps(last if status == 500 else last["response"]).encode()
+        self._head(status, "application/json", len(body))
+        self.wfile.write(body)
+
 
 class HostileServer:
     def __init__(self) -> None:
@@ -179,6 +202,8 @@ class HostileServer:
         self._server = ThreadingHTTPServer((HOST, 0), _Handler)
         self.bodies: list[Any] = []
         self._server.bodies = self.bodies  # type: ignore[attr-defined]
+        self.headers: list[dict[str, str]] = []  # of every request, as received
+        self._server.headers = self.headers  # type: ignore[attr-defined]
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

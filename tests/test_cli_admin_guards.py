@@ -36,6 +36,7 @@ def test_export_refuses_what_it_would_ignore(invoke, small, db):  # noqa: F811
         "Error: --format openai exports one branch of one session: give one SESSION, not 2"
     )
     assert last_line(invoke("export", "-b", "alt", code=2)) == (
-        "Error: -b/--branch only applies with --format openai (native exports whole sessions)"
+        "Error: -b/--branch only applies with --format openai, yoagent-messages, pi, claude-code,"
+        " messages, sharegpt, yieldagent (native exports whole sessions)"
     )
     assert invoke("export", "--format", "openai", "-b", "alt", small["session"]).output.startswith("[")

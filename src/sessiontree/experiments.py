@@ -373,6 +373,8 @@ class Variant:
                 start += 1
             return call([system, *messages[start:]], tools)
 
+        # The loop hands a call its own raw entries (signed thinking, say) by this attribute.
+        with_system.raw_kind = getattr(call, "raw_kind", None)  # type: ignore[attr-defined]
         return with_system
 
     def label(self) -> dict[str, Any]:

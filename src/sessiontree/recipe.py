@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from .session import Session
     from .tools import Tool
 
+_SPELLED = {"script": "script:", "anthropic": "anthropic/", "openai-responses": "responses/"}
+"""How ``--model`` names the model of an adapter's ``provider`` (``providers.naming``)."""
 KEY = "recipe"
 """The payload key a recipe is stored under (pause and tool_start nodes)."""
 APPROVE_RULES = ("default", "all", "none", "custom")
@@ -159,8 +161,8 @@ def from_call(call: Any, approve: Any = None) -> Recipe:
     """What a model call object tells about itself (a plain function tells nothing)."""
     provider = getattr(call, "provider", None)
     model = getattr(call, "model", None)
-    if provider == "script" and isinstance(model, str):
-        model = "script:" + model  # the spelling that plays the same file again
+    if isinstance(model, str) and provider in _SPELLED:
+        model = _SPELLED[provider] + model  # the spelling that builds the same adapter again
     params = getattr(call, "params", None)
     params = dict(params) if isinstance(params, Mapping) else {}
     # A call object may hold what JSON cannot (a client, a timeout object): named, not kept.

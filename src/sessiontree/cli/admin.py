@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import itertools
 
 import click
 
@@ -155,53 +155,74 @@ def migrate(ctx: click.Context, list_only: bool) -> None:
     "fmt",
     default="native",
     show_default=True,
-    type=click.Choice(["native", "openai", "yoagent", "yoagent-messages"]),
+    type=click.Choice(
+        [
+            "native",
+            "openai",
+            "yoagent",
+            "yoagent-messages",
+            "pi",
+            "claude-code",
+            "messages",
+            "sharegpt",
+            "yieldagent",
+        ]
+    ),
 )
 @click.option(
     "-b",
     "--branch",
-    default="main",
-    show_default=True,
-    help="Branch (--format openai and yoagent-messages only).",
+    help="Branch or node whose path to write: openai, yoagent-messages, yieldagent (default: main);"
+    " pi, claude-code, messages, sharegpt (default: the whole tree).",
     shell_complete=complete.branches,
 )
+@click.option(
+    "--per",
+    type=click.Choice(["leaf", "branch"]),
+    default="leaf",
+    show_default=True,
+    help="messages, sharegpt: one line per leaf of the tree, or per named branch.",
+)
 @click.pass_context
-def export(ctx: click.Context, sessions: tuple[str, ...], output: str | None, fmt: str, branch: str) -> None:
-    """Export sessions (all by default) as native JSONL, or one as OpenAI messages or yoagent."""
-    from ..formats import export_file, export_native, export_openai, export_yoagent, export_yoagent_messages
+def export(
+    ctx: click.Context, sessions: tuple[str, ...], output: str | None, fmt: str, branch: str | None, per: str
+) -> None:
+    """Export sessions (all by default) as native JSONL or a fine-tuning dataset (messages,
+    sharegpt), or one session for another agent (pi, claude-code, yoagent, yieldagent, openai).
 
-    single = fmt != "native"
-    one_branch = fmt in ("openai", "yoagent-messages")
-    if single and len(sessions) > 1:
-        what = "one branch of one session" if one_branch else "one session"
-        raise click.UsageError(f"--format {fmt} exports {what}: give one SESSION, not {len(sessions)}")
-    if not one_branch and ctx.get_parameter_source("branch") is not click.core.ParameterSource.DEFAULT:
-        raise click.UsageError(
-            f"-b/--branch only applies with --format openai or yoagent-messages"
-            f" ({fmt} exports whole sessions)"
-            if fmt != "native"
-            else "-b/--branch only applies with --format openai (native exports whole sessions)"
+    pi and claude-code write the whole tree, forks included, unless -b picks one path.
+    """
+    from ..formats import BRANCH_FORMATS, ONE_SESSION, export_file, export_lines
+
+    if fmt in ONE_SESSION and len(sessions) > 1:
+        what = (
+            "one branch of one session"
+            if fmt in ("openai", "yoagent-messages", "yieldagent")
+            else "one session"
         )
+        raise click.UsageError(f"--format {fmt} exports {what}: give one SESSION, not {len(sessions)}")
+    if branch is not None and fmt not in BRANCH_FORMATS:
+        raise click.UsageError(
+            f"-b/--branch only applies with --format {', '.join(BRANCH_FORMATS)}"
+            f" ({fmt} exports whole sessions)"
+        )
+    if ctx.get_parameter_source("per") is not click.core.ParameterSource.DEFAULT and fmt not in (
+        "messages",
+        "sharegpt",
+    ):
+        raise click.UsageError("--per only applies with --format messages or sharegpt")
     store = open_store(ctx)
     ids = [store.resolve_session_id(s) for s in sessions] or None
-    if single and not ids:
+    if fmt in ONE_SESSION and not ids:
         ids = [pick_session(store, None).id]
     if output:
-        export_file(store, output, fmt, session_ids=ids, branch=branch)
+        export_file(store, output, fmt, session_ids=ids, branch=branch, per=per)
         click.echo(f"exported to {output}", err=True)
-    elif fmt == "native":
-        for line in export_native(store, ids):
-            click.echo(line, nl=False)
-    elif fmt == "yoagent":
-        assert ids  # one session, picked above
-        click.echo(json_safe("\n".join(export_yoagent(store, ids[0]))), nl=False)
-    elif fmt == "yoagent-messages":
-        assert ids
-        click.echo(json_safe(export_yoagent_messages(store, ids[0], branch)), nl=False)
-    else:
-        assert ids  # openai: one session, picked above
-        messages = export_openai(store.session(ids[0]), branch)
-        click.echo(json_safe(json.dumps(messages, ensure_ascii=False, indent=2)))
+        return
+    pieces = iter(export_lines(store, fmt, session_ids=ids, branch=branch, per=per))
+    first = next(pieces, "")  # what the export refuses, it refuses here: before any output
+    for piece in itertools.chain([first], pieces):
+        click.echo(json_safe(piece), nl=False)  # the same JSON, safe on a terminal
 
 
 @click.command()

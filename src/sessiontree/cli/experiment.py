@@ -27,6 +27,7 @@ from .running import (
     base_url_option,
     continue_from,
     given_flags,
+    key_variable,
     load_tools,
     make_call,
     model_spelling,
@@ -57,8 +58,8 @@ from .running import (
 @click.option(
     "-m",
     "--model",
-    help="Replay against this model instead of the recorded replies: a name on --base-url, or "
-    "script:PATH (a file of replies, see run --model). Never read from SESSIONTREE_MODEL.",
+    help="Replay against this model instead of the recorded replies: PROVIDER/MODEL as for run "
+    "--model, or script:PATH (a file of replies). Never read from SESSIONTREE_MODEL.",
 )
 @base_url_option
 @api_key_option
@@ -164,9 +165,10 @@ def parse_variant(spec: str) -> tuple[str, str, dict]:
     "--variant",
     "variant_specs",
     multiple=True,
-    help="NAME=MODEL[:key=value,...] (repeatable); key system=... sets a system prompt; MODEL "
-    "script:PATH plays a script file with no server (see run --model). Default: one variant, "
-    f"{AGAIN}, on the model the run at AT recorded.",
+    help="NAME=MODEL[:key=value,...] (repeatable); MODEL is PROVIDER/MODEL as for run --model "
+    "(anthropic/..., responses/..., openai/..., script:PATH); key system=... sets a system "
+    "prompt, key base_url=... this variant's endpoint instead of --base-url. Default: one "
+    f"variant, {AGAIN}, on the model the run at AT recorded.",
 )
 @click.option(
     "-n", "repetitions", default=1, show_default=True, type=click.IntRange(min=1), help="Runs per variant."
@@ -220,11 +222,20 @@ def rerun(
                 f"two variants are named {shown(name)}: each needs a name of its own", param_hint="--variant"
             )
         system = variant_params.pop("system", None)
+        # Variants of several providers each need their own endpoint (a mock's, say).
+        variant_url = variant_params.pop("base_url", None) or chosen.base_url
         pairs = tuple((k, json.dumps(v)) for k, v in chosen.params.items())
         # Never streamed: concurrent runs would interleave their tokens on one terminal.
-        call = make_call(chosen.base_url, variant_model, chosen.api_key_env or "OPENAI_API_KEY", False, pairs)
+        # The variable --api-key-env names; else the recorded one for the recorded model, and
+        # for any other model its provider's usual one.
+        recorded_key = chosen.api_key_env is not None and model_spelling(variant_model) == chosen.model
+        given_key = True if recorded_key and "api_key_env" not in given else None
+        key_env = chosen.api_key_env if given_key and chosen.api_key_env else api_key_env
+        call = make_call(variant_url, variant_model, key_env, False, pairs, key_env_given=given_key)
         recipe = chosen.replace(
             provider=provider_of(call),
+            api_key_env=key_variable(variant_model, key_env, given_key),
+            base_url=variant_url,
             model=model_spelling(variant_model),
             params={**chosen.params, **variant_params},
             stream=False,

@@ -47,6 +47,8 @@ SKIP_HINT = " (use --skip-invalid to leave it out)"
             "pi",
             "yoagent",
             "yoagent-messages",
+            "yieldagent",
+            "sharegpt",
         ]
     ),
 )

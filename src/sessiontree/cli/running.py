@@ -1,5 +1,5 @@
 """Commands that run the agent loop: run, resume and worker. ``make_call`` turns
-``--base-url``/``--model`` into the model call (``script:PATH`` is a script file);
+``--base-url``/``--model`` into the model call (``PROVIDER/MODEL``, providers.naming);
 rerun and replay use it too. ``--pause-expires``, ``--webhook`` and
 ``--webhook-secret-env`` (``pause_options``) give a run's pauses a deadline and a
 notification; ``worker --on-expiry reject`` continues expired pauses."""
@@ -137,7 +137,11 @@ model_option = click.option(
     "-m",
     "--model",
     envvar="SESSIONTREE_MODEL",
-    help="Model name (env SESSIONTREE_MODEL); " + SCRIPT_HELP,
+    help="Model as PROVIDER/MODEL (env SESSIONTREE_MODEL): anthropic/NAME (Messages API), "
+    "responses/NAME (OpenAI Responses), openai/NAME (chat completions), each at its own "
+    "endpoint unless --base-url names another, its key from ANTHROPIC_API_KEY or "
+    "OPENAI_API_KEY unless --api-key-env is given; any other NAME (slashes and all) is a "
+    "chat-completions model on --base-url; " + SCRIPT_HELP,
 )
 api_key_option = click.option(
     "--api-key-env",
@@ -258,32 +262,66 @@ def make_call(
     api_key_env: str,
     stream: bool,
     params: tuple[tuple[str, str], ...],
+    *,
+    key_env_given: bool | None = None,
 ) -> Any:
-    """The model call ``--base-url``/``--model`` name: ``script:PATH`` plays a script file
-    (no server; see providers.script), anything else is a model on the endpoint."""
-    from ..providers import openai_compatible
-    from ..providers.script import PREFIX, script_model
+    """The model call ``--base-url``/``--model`` name (``PROVIDER/MODEL``, see
+    providers.naming): ``script:PATH`` plays a script file (no server), ``anthropic/``,
+    ``responses/`` and ``openai/`` their API (at --base-url, else the provider's own),
+    a name without a provider a chat-completions model on --base-url. The key is read
+    from ``key_env(model, api_key_env, key_env_given)``."""
+    from ..providers import naming
 
-    if model and model.startswith(PREFIX):
-        path = model[len(PREFIX) :]
-        if not path:
-            raise click.BadParameter(f"{PREFIX} needs a file: {PREFIX}replies.jsonl", param_hint="--model")
-        # A base URL (set in the environment, say) is not used: the script is the model.
-        return script_model(path, stream=stream, params=request_params(params, openai_compatible))
     if not base_url and not model:
         raise click.UsageError(
             "give --base-url and --model (or SESSIONTREE_BASE_URL and SESSIONTREE_MODEL), "
-            f"or --model {PREFIX}PATH to play a script file with no server"
+            f"or --model {naming.SCRIPT_PREFIX}PATH to play a script file with no server"
         )
-    if not base_url:
-        raise click.UsageError("give --base-url (or SESSIONTREE_BASE_URL)")
     if not model:
         raise click.UsageError("give --model (or SESSIONTREE_MODEL)")
-    extra = request_params(params, openai_compatible)
     try:
-        return openai_compatible(base_url, model, api_key=os.environ.get(api_key_env), stream=stream, **extra)
-    except ValueError as e:  # a key with a control character: the message names it, never quotes it
-        raise click.ClickException(f"${api_key_env}: {e}") from None
+        provider, _, named = naming.parse(model)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--model") from None
+    # A script takes the request parameters of the server it stands for.
+    extra = request_params(params, naming.adapter("openai" if provider == "script" else provider))
+    if provider == "script":
+        # A base URL (set in the environment, say) is not used: the script is the model.
+        return naming.model(model, stream=stream, **extra)
+    if not base_url and not named:
+        raise click.UsageError(
+            f"give --base-url (or SESSIONTREE_BASE_URL), or name the provider: --model openai/{model}"
+            " for api.openai.com, anthropic/MODEL or responses/MODEL"
+        )
+    key_env = key_variable(model, api_key_env, key_env_given)
+    try:
+        return naming.model(
+            model, base_url or None, os.environ.get(key_env), api_key_env=None, stream=stream, **extra
+        )
+    except ValueError as e:
+        if "API key" in str(e):  # a control character: the message names it, never quotes it
+            raise click.ClickException(f"${key_env}: {e}") from None
+        raise click.BadParameter(str(e), param_hint="-o") from None
+
+
+def key_variable(model: str | None, api_key_env: str, given: bool | None = None) -> str:
+    """The variable a model's key is read from: ``api_key_env`` when it was ``given`` (None:
+    when --api-key-env was on this command line), else the provider's usual one."""
+    from ..providers import naming
+
+    if given is None:  # --api-key-env left at its default means the provider's usual variable
+        context = click.get_current_context(silent=True)
+        given = context is not None and context.get_parameter_source("api_key_env") not in (
+            None,
+            click.core.ParameterSource.DEFAULT,
+        )
+    if given:
+        return api_key_env
+    try:
+        provider = naming.parse(model or "")[0]
+    except ValueError:
+        return api_key_env
+    return naming.KEY_ENVS.get(provider, api_key_env)
 
 
 # -- recipes: what a run records, and how resume/worker continue from it ----------
@@ -303,7 +341,7 @@ RECIPE_FLAGS: dict[str, tuple[str, str]] = {
     "keep_last": ("keep_last", "--keep-last"),
 }
 """The flags of run/resume/worker that set an item of the recipe."""
-_FILLED = ("base_url", "model", "api_key_env", "stream")
+_FILLED = ("base_url", "model", "stream")
 """Fields a recipe may lack (a library run records what its call told): the flags' value
 (or environment default) fills them. Elsewhere None means "none" (no budget, no deadline)."""
 
@@ -354,6 +392,8 @@ def recipe_from_flags(values: dict[str, Any], call: Any = None, system: str | No
     script = isinstance(items.get("model"), str) and items["model"].startswith("script:")
     if script:
         items["base_url"] = None  # a script needs no server: a base URL set in the environment is not used
+    if "api_key_env" in items:  # the variable the key was read from (the provider's usual, by default)
+        items["api_key_env"] = key_variable(items.get("model"), items["api_key_env"])
     return Recipe(provider=provider_of(call), system=system, **items)
 
 
@@ -430,7 +470,15 @@ def run_options(recipe: Recipe, *, recorded: bool) -> dict[str, Any]:
 
     stream = True if recipe.stream is None else recipe.stream
     pairs = tuple((k, json.dumps(v)) for k, v in recipe.params.items())
-    call = make_call(recipe.base_url, recipe.model, recipe.api_key_env or "OPENAI_API_KEY", stream, pairs)
+    # A recorded variable is the one to read; none recorded: the provider's usual one.
+    call = make_call(
+        recipe.base_url,
+        recipe.model,
+        recipe.api_key_env or "OPENAI_API_KEY",
+        stream,
+        pairs,
+        key_env_given=recipe.api_key_env is not None,
+    )
     if recipe.system is not None:  # a rerun variant's system prompt, put back
         call = Variant("recorded", call, {}, recipe.system).model_call()
     tools = recorded_tools(recipe, recorded=recorded)
@@ -472,11 +520,12 @@ def given_flags(ctx: click.Context) -> dict[str, Any]:
 def request_params(params: tuple[tuple[str, str], ...], adapter: Callable[..., Any]) -> dict[str, Any]:
     """``-o KEY VALUE`` pairs as request parameters; values are JSON when they parse."""
     # The adapter's own keywords (timeout, headers, api_key, ...) are not request parameters.
-    settings = set(inspect.signature(adapter).parameters) - {"base_url", "model", "params"}
+    # max_tokens is one for anthropic(), which sends it: a request parameter all the same.
+    settings = set(inspect.signature(adapter).parameters) - {"base_url", "model", "params", "max_tokens"}
     extra = {}
     for key, value in params:
         if key in OWN_OPTIONS or key in settings:
-            why = OWN_OPTIONS.get(key, "it is a setting of the adapter (openai_compatible in Python)")
+            why = OWN_OPTIONS.get(key, f"it is a setting of the adapter ({adapter.__name__} in Python)")
             raise click.BadParameter(f"{key!r} is not a request parameter: {why}", param_hint="-o")
         try:
             extra[key] = json.loads(value)

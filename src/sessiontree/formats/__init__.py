@@ -15,9 +15,13 @@ Contract:
   or a missing path first, naming it as given.
 - ``detect_format(path)`` names the format from the file's first bytes and
   shape: ``native``, ``openai``, ``chatgpt``, ``librechat``, ``openwebui``,
-  ``claude-code``, ``pi``, ``yoagent`` or ``yoagent-messages``.
-- ``export_file`` writes ``native`` (any number of sessions), ``openai`` (one
-  branch of one session) or ``yoagent`` (one session) atomically: a temporary file renamed into place.
+  ``claude-code``, ``pi``, ``yoagent``, ``yoagent-messages``, ``yieldagent`` or ``sharegpt``.
+- ``export_lines`` is the text of an export: ``native``, ``messages`` and
+  ``sharegpt`` (any number of sessions; see ``finetune``), ``openai`` and
+  ``yoagent-messages`` (one branch of one session), ``yoagent``, ``pi`` and
+  ``claude-code`` (one session, the whole tree or one branch), ``yieldagent`` (a
+  pause); ``export_file`` writes it atomically: a temporary file renamed into place.
+  ``messages`` has no importer, and ``preference`` (issue 30 item 4) is not a format yet.
 - ``progress(done, total)`` is called with node counts as nodes are written;
   a streamed import does not know its total until the end and passes 0 until then.
 - ``skip_invalid=True`` leaves out a conversation that fails to parse (files
@@ -46,8 +50,10 @@ from ..bulk_stream import Sink, write_stream
 from ..errors import DiskFull, FormatError, InvalidPayload, SessionTreeError
 from .chatgpt import parse_chatgpt
 from .claude_code import parse_claude_code
+from .claude_code_export import export_claude_code
 from .common import answer_open_calls
 from .errors import located
+from .finetune import export_dataset
 from .jsonstream import CHUNK, JsonItems, read_json
 from .librechat import parse_librechat
 from .native import export_native, parse_native, stream_native
@@ -55,6 +61,11 @@ from .openai import export_openai, parse_openai
 from .openwebui import parse_openwebui
 from .pi import is_header as is_pi_header
 from .pi import parse_pi, stream_pi
+from .pi_export import export_pi
+from .sharegpt import is_record as is_sharegpt
+from .sharegpt import parse_sharegpt_array, parse_sharegpt_lines
+from .yieldagent import export_yieldagent, parse_yieldagent
+from .yieldagent import is_state as is_yieldagent_state
 from .yoagent import (
     export_yoagent,
     export_yoagent_messages,
@@ -76,6 +87,7 @@ __all__ = [
     "check_file",
     "detect_format",
     "export_file",
+    "export_lines",
     "export_native",
     "export_openai",
     "export_yoagent",
@@ -93,6 +105,7 @@ JSONL_FORMATS = {
     "claude-code": parse_claude_code,
     "pi": parse_pi,
     "yoagent": parse_yoagent,
+    "sharegpt": parse_sharegpt_lines,  # a JSON array of them too (see _parsed)
 }
 # Written as they are read (see import_file); their parsers answer open calls themselves.
 STREAMED: dict[str, Callable[[Iterable[str], Sink], None]] = {
@@ -106,9 +119,23 @@ JSON_FORMATS: dict[str, Callable[[Any], Any]] = {
     "librechat": parse_librechat,
     "openwebui": parse_openwebui,
     "yoagent-messages": parse_yoagent_messages,
+    "yieldagent": parse_yieldagent,
 }
 FORMATS = (*JSONL_FORMATS, *JSON_FORMATS)
-EXPORT_FORMATS = ("native", "openai", "yoagent", "yoagent-messages")
+EXPORT_FORMATS = (
+    "native",
+    "openai",
+    "yoagent",
+    "yoagent-messages",
+    "pi",
+    "claude-code",
+    "messages",
+    "sharegpt",
+    "yieldagent",
+)
+# One session per file; with a branch, its path alone, else the whole tree (see export_lines).
+ONE_SESSION = ("openai", "yoagent", "yoagent-messages", "pi", "claude-code", "yieldagent")
+BRANCH_FORMATS = ("openai", "yoagent-messages", "pi", "claude-code", "messages", "sharegpt", "yieldagent")
 CLAUDE_CODE_TYPES = {
     "user",
     "assistant",
@@ -220,6 +247,8 @@ def _jsonl_kind(record: dict[str, Any]) -> str | None:
         return "native"
     if is_entry(record):
         return "yoagent"
+    if is_sharegpt(record):
+        return "sharegpt"
     if is_pi_header(record) and "history" not in record:
         return "pi"
     if kind == "session" and "created_at" in record:
@@ -243,10 +272,14 @@ def _json_kind(data: Any) -> str | None:
     sample = data[0] if isinstance(data, list) and data else data
     if isinstance(data, list) and not data:
         return "openai"  # an empty message list
+    if is_yieldagent_state(data):
+        return "yieldagent"
     if not isinstance(sample, dict):
         return None
     if "mapping" in sample:
         return "chatgpt"
+    if isinstance(data, list) and is_sharegpt(sample):
+        return "sharegpt"
     if isinstance(data, list) and is_message(sample):
         return "yoagent-messages"
     if "history" in sample or isinstance(sample.get("chat"), dict):
@@ -311,7 +344,9 @@ def parse_file(
 def _parsed(path: Path, format: str, skipped: list[str] | None) -> list[ImportedSession]:
     """The sessions of a file of a known format (errors not yet naming the file)."""
     parsed: Any
-    if format in JSONL_FORMATS:
+    if format == "sharegpt" and _first_record(path) is None:  # a JSON array, not JSONL
+        parsed = parse_sharegpt_array(read_json(path, _reading))
+    elif format in JSONL_FORMATS:
         with _reading(path) as lines:
             parsed = JSONL_FORMATS[format](lines)
     else:
@@ -394,47 +429,70 @@ def _joined(lines: Iterable[str]) -> Iterator[str]:
         yield ("\n" if i else "") + line
 
 
+def export_lines(
+    store: Store,
+    format: str = "native",
+    *,
+    session_ids: Iterable[str] | None = None,
+    branch: str | None = None,
+    per: str = "leaf",
+) -> Iterable[str]:
+    """The text of an export, in pieces to write one after the other (a session at a
+    time: the store is never read whole). Everything the export refuses is refused
+    before the first piece. ``branch``: the ref whose path ``openai`` and
+    ``yoagent-messages`` write (default ``main``), or the path ``pi``, ``claude-code``,
+    ``messages`` and ``sharegpt`` write instead of the whole tree. ``per``: ``leaf`` or
+    ``branch``, the lines of ``messages`` and ``sharegpt``."""
+    if format not in EXPORT_FORMATS:
+        raise FormatError(f"cannot export to {format!r}; export formats: {', '.join(EXPORT_FORMATS)}")
+    if branch is not None and format not in BRANCH_FORMATS:
+        raise FormatError(
+            f"the {format} format exports whole sessions; a branch applies to {', '.join(BRANCH_FORMATS)}"
+        )
+    if format == "native":
+        return export_native(store, session_ids)
+    if format in ("messages", "sharegpt"):
+        return export_dataset(store, format, session_ids, per, branch)
+    ids = list(session_ids or [])
+    if len(ids) != 1:
+        what = "one branch of one session" if format in ("openai", "yoagent-messages") else "one session"
+        raise FormatError(f"the {format} format holds {what}; got {len(ids)} session ids")
+    if format in ("openai", "yieldagent"):
+        document = (
+            export_openai(store.session(ids[0]), branch or "main")
+            if format == "openai"
+            else export_yieldagent(store, ids[0], branch or "main")
+        )
+        text = json.dumps(document, ensure_ascii=False, indent=2)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate survives only as a \u escape
+            text = json.dumps(document, ensure_ascii=True, indent=2)
+        return [text + "\n"]
+    if format == "yoagent":
+        return _joined(export_yoagent(store, ids[0]))
+    if format == "yoagent-messages":
+        return [export_yoagent_messages(store, ids[0], branch or "main")]
+    if format == "pi":
+        return export_pi(store, ids[0], branch)
+    return export_claude_code(store, ids[0], branch)
+
+
 def export_file(
     store: Store,
     path: str | Path,
     format: str = "native",
     *,
     session_ids: Iterable[str] | None = None,
-    branch: str = "main",
+    branch: str | None = None,
+    per: str = "leaf",
 ) -> Path:
-    """Write sessions to ``path`` (atomically); ``openai`` takes exactly one session id.
-    Never the store's own file (``Store.check_output``)."""
+    """Write an export (``export_lines``) to ``path`` atomically: a temporary file
+    renamed into place, nothing left behind when it fails. Never the store's own
+    file (``Store.check_output``)."""
     store.check_output(path)
     path = Path(path)
-    if format == "native":
-        lines: Iterable[str] = export_native(store, session_ids)
-    elif format == "openai":
-        ids = list(session_ids or [])
-        if len(ids) != 1:
-            raise FormatError(
-                f"the openai format holds one branch of one session; got {len(ids)} session ids"
-            )
-        messages = export_openai(store.session(ids[0]), branch)
-        text = json.dumps(messages, ensure_ascii=False, indent=2)
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate survives only as a \u escape
-            text = json.dumps(messages, ensure_ascii=True, indent=2)
-        lines = [text + "\n"]
-    elif format == "yoagent":
-        ids = list(session_ids or [])
-        if len(ids) != 1:
-            raise FormatError(f"the yoagent format holds one session; got {len(ids)} session ids")
-        lines = _joined(export_yoagent(store, ids[0]))
-    elif format == "yoagent-messages":
-        ids = list(session_ids or [])
-        if len(ids) != 1:
-            raise FormatError(
-                f"the yoagent-messages format holds one branch of one session; got {len(ids)} session ids"
-            )
-        lines = [export_yoagent_messages(store, ids[0], branch)]
-    else:
-        raise FormatError(f"cannot export to {format!r}; export formats: {', '.join(EXPORT_FORMATS)}")
+    lines = iter(export_lines(store, format, session_ids=session_ids, branch=branch, per=per))
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
     except OSError as e:  # no such directory, no permission: say it of the path asked for

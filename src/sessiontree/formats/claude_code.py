@@ -19,7 +19,9 @@ are linked by ``uuid``/``parentUuid``; what becomes of each record:
   it hangs (``parse_file`` then makes it a note, see ``common.OpenCalls``); a
   call or result id that is not a string is refused.
 - ``system`` records become ``note`` markers in the chain (they never reach a
-  model, and they sit on the line, so they fork nothing).
+  model, and they sit on the line, so they fork nothing); one of subtype
+  ``sessiontree`` (what ``claude_code_export`` writes for a node Claude Code cannot
+  hold) becomes that node again.
 - Skipped, with their children re-attached to the nearest kept ancestor:
   ``progress`` (hook output, which would otherwise fork every tool call),
   sidechain records (sub-agent turns inside a session), and every record without a
@@ -42,6 +44,7 @@ from typing import Any
 from ..bulk import ImportedNode, ImportedRun, ImportedSession
 from ..errors import FormatError
 from ..ids import now
+from ..model import KINDS
 from .common import (
     block_text,
     chat_message,
@@ -63,7 +66,8 @@ KEPT = {"user", "assistant", "system"}
 # each tool's output; ``progress`` data; display fields) is dropped as each line is
 # read, so it is never held for the whole session.
 LINKS = {"type", "uuid", "parentUuid", "logicalParentUuid", "isSidechain", "agentId", "timestamp"}
-READ = LINKS | {"message", "subtype", "content", "level", "isCompactSummary"}
+READ = LINKS | {"message", "subtype", "content", "level", "isCompactSummary", "sessiontree"}
+SUBTYPE = "sessiontree"  # see ``claude_code_export``: a node Claude Code cannot hold
 
 
 def parse_claude_code(lines: Iterable[str]) -> ImportedSession:
@@ -133,6 +137,7 @@ class _Builder:
         self.tail: dict[str, str] = {}  # assistant node -> its last tool result
         self.texts: dict[str, list[str]] = {}
         self.dangling: list[str] = []
+        self.restored: set[str] = set()  # nodes sessiontree's export kept as they were
 
     def build(self) -> ImportedSession:
         parent_of = {u: self._parent_uuid(r) for u, (_, r) in self.records.items()}
@@ -148,7 +153,7 @@ class _Builder:
         for node in self.session.nodes:
             node.parent_id = self._resolve(self.parent[node.id])
         for node in self.session.nodes:  # a summary stands for everything before it
-            if node.kind == "summary":
+            if node.kind == "summary" and node.id not in self.restored:
                 cover_from_root(self.session.nodes, node, node.parent_id)
         for node_id, parts in self.texts.items():
             payload = self.by_id[node_id].payload
@@ -199,6 +204,11 @@ class _Builder:
             return parent  # skipped: children re-attach to the nearest kept ancestor
         at = iso(rec.get("timestamp")) or self.session.created_at
         where = f"line {number}"
+        if kind == "system" and rec.get("subtype") == SUBTYPE:
+            node_kind, payload = _kept_node(rec, where)
+            node = ImportedNode(self._id(uid), None, node_kind, payload, at, source=where)
+            self.restored.add(node.id)
+            return ("node", self._add(node, parent))
         if kind == "system":
             payload = {
                 "source": "claude-code",
@@ -316,3 +326,14 @@ class _Builder:
                 line = content.strip().splitlines()[0]
                 return line[:77] + "..." if len(line) > 80 else line
         return None
+
+
+def _kept_node(rec: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
+    """(kind, payload) of a ``system`` record of subtype ``sessiontree``."""
+    node = rec.get(SUBTYPE)
+    if not (isinstance(node, dict) and node.get("kind") in KINDS and isinstance(node.get("payload"), dict)):
+        raise FormatError(
+            f"{where}: a system record of subtype {SUBTYPE!r} needs {SUBTYPE!r}:"
+            f" {{'kind': one of {', '.join(sorted(KINDS))}, 'payload': an object}}"
+        )
+    return node["kind"], node["payload"]

@@ -23,9 +23,11 @@ child of the one before, as pi's own migration does). Entries become:
 - ``label`` -> a checkpoint named by the label at its target (the last label
   of a target wins; a cleared label removes it; a label that is no valid name or
   clashes with a branch gets a derived one, see ``_label_name``); ``session_info`` -> the
-  session title (the last one wins); ``custom`` (extension state) and unknown
-  types are skipped. Skipped entries create no node: entries hanging from
-  them re-attach to the nearest kept ancestor, so they fork nothing.
+  session title (the last one wins); a ``custom`` entry of type ``sessiontree``
+  (what ``pi_export`` writes for a node pi cannot hold) -> that node again;
+  other ``custom`` entries (extension state) and unknown types are skipped.
+  Skipped entries create no node: entries hanging from them re-attach to the
+  nearest kept ancestor, so they fork nothing.
 - ``main`` is the path to the last entry of the file (pi's leaf when it opens
   the file); every other leaf gets a branch ``leaf-<first 8 chars of its id>``.
 - The header needs an ``id`` string, a ``timestamp`` and an integer ``version``
@@ -42,6 +44,7 @@ from ..bulk import ImportedNode, ImportedRef, ImportedSession
 from ..bulk_stream import Collector, Sink
 from ..errors import Conflict, FormatError
 from ..ids import now
+from ..model import KINDS
 from ..names import MAX_NAME, check_name
 from .common import (
     OpenCalls,
@@ -59,6 +62,7 @@ from .common import (
     tool_call,
 )
 
+CUSTOM_TYPE = "sessiontree"  # see ``pi_export``: a node pi cannot hold, as extension state
 NODE_TYPES = {
     "message",
     "compaction",
@@ -175,7 +179,7 @@ class _Reader:
             self.labels.pop(entry["targetId"], None)  # re-insert: the last label's order counts
             self.labels[entry["targetId"]] = label.strip() if isinstance(label, str) else None
         parent = resolve(self.aliases, entry.get("parentId"))
-        if kind not in NODE_TYPES:
+        if kind not in NODE_TYPES and not _is_kept_node(entry, f"line {number}"):
             self.aliases[eid] = parent
             return
         at = iso(entry.get("timestamp")) or self.session.created_at
@@ -271,11 +275,27 @@ def _valid_name(name: str) -> bool:
     return True
 
 
+def _is_kept_node(entry: dict[str, Any], where: str) -> bool:
+    """Whether an entry is a node sessiontree's pi export kept as extension state
+    (``pi_export``): a ``custom`` entry of type ``sessiontree`` holding its kind and payload."""
+    if entry.get("type") != "custom" or entry.get("customType") != CUSTOM_TYPE:
+        return False
+    data = entry.get("data")
+    if not (isinstance(data, dict) and data.get("kind") in KINDS and isinstance(data.get("payload"), dict)):
+        raise FormatError(
+            f"{where}: a {CUSTOM_TYPE!r} custom entry needs data {{'kind': one of {', '.join(sorted(KINDS))},"
+            " 'payload': an object}"
+        )
+    return True
+
+
 def _convert(
     entry: dict[str, Any], mapped: Callable[[Any], Any], node_id: str, at: str, where: str
 ) -> tuple[str, dict[str, Any], Any]:
     """(kind, payload, run or None) of one entry that becomes a node."""
     kind = entry.get("type")
+    if kind == "custom":  # a node sessiontree wrote as extension state (``_is_kept_node``)
+        return entry["data"]["kind"], entry["data"]["payload"], None
     if kind == "compaction":
         first = entry.get("firstKeptEntryId")
         return (

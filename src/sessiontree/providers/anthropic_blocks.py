@@ -10,7 +10,9 @@ Contract:
   JSON object are sent as ``{"_unparsed_arguments": <the text>}``, so the model
   sees what it wrote and the tool result that refused it); consecutive ``tool``
   messages become one user message of ``tool_result`` blocks; messages of one
-  role in a row are merged into one. A message that cannot be sent (an unknown
+  role in a row are merged into one. A call id the API would refuse (it takes
+  ``[a-zA-Z0-9_-]+`` only; other servers write ``functions.get_weather:0``) is sent
+  as ``wire_id(id)``, in the call and in its result alike. A message that cannot be sent (an unknown
   role, a content part of an unknown type) raises ``ValueError`` naming it.
 - An assistant message with ``raw["anthropic"]["content"]`` (the blocks the API
   returned, kept by ``reply_message``) is sent as those blocks verbatim, signed
@@ -28,7 +30,9 @@ Contract:
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from typing import Any
 
 KIND = "anthropic"
@@ -36,6 +40,18 @@ UNPARSED = "_unparsed_arguments"
 THINKING = ("thinking", "redacted_thinking")
 _NATIVE_PARTS = ("image", "document", "text", "search_result")
 _ERROR_PREFIXES = ("Error:", "Rejected:")  # what the agent loop writes for a call that failed
+_TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+")  # the only tool_use ids the API takes
+
+
+def wire_id(call_id: Any) -> str:
+    """A tool call's id as the API takes it: as it is when it can be (Anthropic's own, OpenAI's
+    ``call_...``), else a form made only of the characters allowed, the same for a call and its
+    result, distinct for distinct ids (other servers write ``functions.get_weather:0``)."""
+    text = str(call_id or "")
+    if _TOOL_ID.fullmatch(text):
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{re.sub(r'[^a-zA-Z0-9_-]', '_', text)[:48]}_{digest}"
 
 
 def tool_input(arguments: Any) -> dict[str, Any]:
@@ -52,7 +68,8 @@ def tool_input(arguments: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {UNPARSED: text}
 
 
-def _text_of(content: Any) -> str:
+def text_of(content: Any) -> str:
+    """The text of a message's content: a string, or the texts of its parts joined."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -101,9 +118,9 @@ def _image_source(url: str, where: str) -> dict[str, Any]:
 def _tool_result(message: dict[str, Any]) -> dict[str, Any]:
     content = message.get("content")
     flag = message.get("is_error")
-    text = _text_of(content)
+    text = text_of(content)
     is_error = flag if isinstance(flag, bool) else text.startswith(_ERROR_PREFIXES)
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": str(message.get("tool_call_id") or "")}
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": wire_id(message.get("tool_call_id"))}
     if isinstance(content, list):
         block["content"] = _user_blocks(content, "a tool result")
     elif text:
@@ -115,14 +132,14 @@ def _tool_result(message: dict[str, Any]) -> dict[str, Any]:
 
 def _built(message: dict[str, Any]) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
-    if text := _text_of(message.get("content")):
+    if text := text_of(message.get("content")):
         blocks.append({"type": "text", "text": text})
     for call in message.get("tool_calls") or []:
         function = call.get("function") or {}
         blocks.append(
             {
                 "type": "tool_use",
-                "id": call.get("id"),
+                "id": wire_id(call.get("id")),
                 "name": function.get("name"),
                 "input": tool_input(function.get("arguments")),
             }
@@ -168,7 +185,7 @@ def request_parts(
         role = message.get("role") if isinstance(message, dict) else None
         where = f"message {i} ({role})"
         if role in ("system", "developer"):
-            if text := _text_of(message.get("content")):
+            if text := text_of(message.get("content")):
                 system.append({"type": "text", "text": text})
         elif role == "user":
             add("user", _user_blocks(message.get("content"), where))

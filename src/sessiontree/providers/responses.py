@@ -1,0 +1,337 @@
+"""An adapter for OpenAI's Responses API (``POST /v1/responses``), over httpx, no SDK.
+
+Contract:
+
+- ``call = openai_responses(model, ...)``; ``await call(messages, tools)`` takes
+  the chat messages and OpenAI tool specs the loop uses (converted by
+  ``responses_items.request_parts``) and returns a ``Completion`` whose
+  ``message`` is an OpenAI-shaped assistant message (``content``,
+  ``tool_calls`` with the model's argument text and ``call_id`` as the id) plus
+  ``raw["responses"]``: the output items as the API returned them (``reasoning``
+  items, ``encrypted_content`` included, built-in tool calls), the response's
+  status and id. ``call.raw_kind == "responses"``: the loop hands this adapter
+  its own ``raw`` entries and no other adapter ever sees them
+  (``model.sendable``). The history is sent whole every time
+  (``previous_response_id`` is never used), so a branch continues wherever it
+  was forked.
+- ``encrypted_reasoning=True`` asks for the reasoning items' encrypted content
+  (``include: ["reasoning.encrypted_content"]``), which the API needs back to
+  reuse them when it does not store responses (``store=False``).
+- ``finish_reason``: ``stop`` for a completed response, ``tool_calls`` when it
+  has function calls, ``length`` for ``incomplete`` with
+  ``max_output_tokens``, ``content_filter`` for ``incomplete`` with
+  ``content_filter``; any other incomplete reason is kept as it is.
+- ``usage`` is the API's own, with two fields added so that costs and
+  ``compare`` treat every provider alike: ``cache_read_input_tokens`` (the
+  API's ``input_tokens_details.cached_tokens``) and ``input_tokens`` without
+  them (as Anthropic counts it); ``output_tokens`` includes the reasoning
+  tokens (``output_tokens_details.reasoning_tokens``), which are billed as output.
+- A ``failed`` response, an ``error`` object, a ``response.failed`` or ``error``
+  stream event is a ``ProviderError``; with ``stream=True`` the call is an async
+  iterator of text deltas ending with one ``Completion``, and a stream that
+  ends without ``response.completed`` (or ``response.incomplete``) is a
+  ``ProviderError`` (truncated).
+- HTTP, retries (429 with ``retry-after-ms``/``Retry-After``, every 5xx), the
+  deadline, the size limits and redaction are ``http.Endpoint``'s, shared with
+  the other adapters. The key is a bearer token, never in an error, a
+  ``Completion`` or a repr.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from ..model import Completion, completion_problem, sendable
+from ..redact import check_header
+from .body import ACCEPT_ENCODING
+from .failures import Failures
+from .http import DEFAULT_DEADLINE, DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_RESPONSE_BYTES, Endpoint
+from .reply import data_object, error_text
+from .responses_items import KIND, reply_message, request_parts
+from .sse import Event
+
+PROVIDER = "openai-responses"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+ENCRYPTED = "reasoning.encrypted_content"
+INCOMPLETE_REASONS = {"max_output_tokens": "length", "content_filter": "content_filter"}
+_RESERVED = frozenset({"input", "instructions", "tools", "model", "stream", "previous_response_id"})
+# Error codes a stream may report that another attempt may not meet.
+_RETRYABLE_ERRORS = frozenset({"server_error", "rate_limit_exceeded", "server_is_overloaded", "slow_down"})
+_TERMINAL = frozenset({"response.completed", "response.incomplete"})
+
+
+def openai_responses(
+    model: str,
+    *,
+    base_url: str = DEFAULT_BASE_URL,
+    api_key: str | None = None,
+    api_key_env: str | None = "OPENAI_API_KEY",
+    stream: bool = False,
+    encrypted_reasoning: bool = False,
+    timeout: float | httpx.Timeout = 60.0,
+    max_retries: int = 4,
+    max_retry_time: float = 60.0,
+    deadline: float = DEFAULT_DEADLINE,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    headers: Mapping[str, str] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    **params: Any,
+) -> OpenAIResponses:
+    """Build a model ``call`` for the Responses API at ``base_url`` (``/responses`` is added).
+
+    ``params`` (reasoning, max_output_tokens, temperature, tool_choice, store,
+    include, ...) are sent as they are. The key is ``api_key``, else the variable
+    named ``api_key_env``, else none (no ``Authorization`` header, fine for local
+    mock servers).
+    """
+    clash = _RESERVED & params.keys()
+    if clash:
+        raise TypeError(f"openai_responses() sets {sorted(clash)} itself; do not pass them")
+    if encrypted_reasoning:
+        include = params.get("include") or []
+        if not isinstance(include, list):
+            raise TypeError(f"include must be a list, not {type(include).__name__}")
+        params["include"] = [*include, ENCRYPTED] if ENCRYPTED not in include else include
+    if api_key is None and api_key_env:
+        api_key = os.environ.get(api_key_env) or None
+    base = base_url.rstrip("/")
+    sent = httpx.Headers(
+        {
+            "Accept": "text/event-stream" if stream else "application/json",
+            "Accept-Encoding": ACCEPT_ENCODING,  # what body.Inflater decodes
+        }
+    )
+    for name, value in (headers or {}).items():
+        check_header(f"the {name} header", value)
+    sent.update(headers or {})
+    if api_key:
+        check_header("the API key", api_key)
+        sent["Authorization"] = f"Bearer {api_key}"  # replaces any given one
+    endpoint = Endpoint(
+        base + "/responses",
+        sent,
+        f"{PROVIDER} ({model}): ",
+        timeout=timeout,
+        max_retries=max_retries,
+        max_retry_time=max_retry_time,
+        deadline=deadline,
+        max_response_bytes=max_response_bytes,
+        max_line_bytes=max_line_bytes,
+        transport=transport,
+    )
+    return OpenAIResponses(endpoint, base, model, bool(stream), params)
+
+
+class OpenAIResponses:
+    """The callable ``openai_responses`` returns. Holds no connection between calls."""
+
+    raw_kind = KIND
+    provider = PROVIDER  # recorded in a run's recipe
+
+    def __init__(
+        self, endpoint: Endpoint, base_url: str, model: str, stream: bool, params: dict[str, Any]
+    ) -> None:
+        self._endpoint, self._error = endpoint, endpoint.error
+        self.base_url, self.url, self.model, self.stream = base_url, endpoint.url, model, stream
+        self.params = dict(params)
+
+    def with_params(self, **params: Any) -> OpenAIResponses:
+        """The same endpoint and model with these request parameters added or replaced."""
+        clash = _RESERVED & params.keys()
+        if clash:
+            raise TypeError(f"with_params() cannot set {sorted(clash)}")
+        other = copy.copy(self)
+        other.params = {**self.params, **params}
+        return other
+
+    def __repr__(self) -> str:
+        return f"OpenAIResponses(base_url={self.base_url!r}, model={self.model!r}, stream={self.stream})"
+
+    def __call__(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> Awaitable[Completion] | AsyncIterator[str | Completion]:
+        try:  # the loop's own messages carry our raw items; a caller's may carry others'
+            instructions, items, specs = request_parts(sendable(messages, KIND), tools)
+        except (ValueError, AttributeError, TypeError) as exc:
+            error = self._error(f"the messages cannot be sent: {exc}")
+            return _raise_streamed(error) if self.stream else _raise_now(error)
+        body: dict[str, Any] = {"model": self.model, "input": items}
+        if instructions:
+            body["instructions"] = instructions
+        if specs:
+            body["tools"] = specs
+        body.update(self.params)
+        if self.stream:
+            body["stream"] = True
+            return self._streamed(body)
+        return self._complete(body)
+
+    # -- one call ------------------------------------------------------------------
+
+    async def _complete(self, body: dict[str, Any]) -> Completion:
+        raw, budget = await self._endpoint.read(body)
+        data = self._endpoint.parse(raw)
+        if not isinstance(data, dict):
+            raise self._error("the reply is not a response object: ", detail=json.dumps(data), limit=200)
+        self._check(data)
+        output = data.get("output")
+        if not isinstance(output, list) or not all(isinstance(i, dict) for i in output):
+            raise self._error("the reply has no output items: ", detail=json.dumps(data), limit=200)
+        return self._completion(data, output, budget.started, lambda: json.dumps(data))
+
+    async def _streamed(self, body: dict[str, Any]) -> AsyncIterator[str | Completion]:
+        budget = self._endpoint.budget()
+        state = ResponseStream()
+        async for item in self._endpoint.events(body, ResponseStream, budget):
+            if isinstance(item, str):
+                yield item
+            else:
+                state = item
+        if not state.done:
+            raise self._error(
+                f"stream ended without response.completed after {len(state.text)} text chunks: truncated"
+            )
+        response = state.response
+        output = response.get("output")
+        if not isinstance(output, list) or not output or not all(isinstance(i, dict) for i in output):
+            output = state.output()  # a server that leaves the final output out: what was streamed
+        yield self._completion(response, output, budget.started, lambda: repr(state))
+
+    def _check(self, response: dict[str, Any]) -> None:
+        """Raise the ProviderError a failed response (or an error object) stands for."""
+        error = response.get("error")
+        if error or response.get("status") == "failed" or response.get("type") == "error":
+            found = error if isinstance(error, dict) else response
+            retryable = found.get("code") in _RETRYABLE_ERRORS
+            raise self._error(
+                "error in response: ", detail=error_text(error or response), retryable=retryable
+            )
+
+    def _completion(
+        self, response: dict[str, Any], output: list[dict[str, Any]], started: float, raw: Callable[[], str]
+    ) -> Completion:
+        """The Completion of a response, credentials the server echoed replaced, or the
+        ProviderError (``raw()`` attached) when it cannot be stored."""
+        scrub = self._endpoint.redact
+        status = response.get("status")
+        message = scrub.credentials_in(reply_message(output, status, response.get("id")))
+        if status == "incomplete":
+            details = response.get("incomplete_details")
+            reason = details.get("reason") if isinstance(details, dict) else None
+            finish = INCOMPLETE_REASONS.get(reason, reason) if isinstance(reason, str) else "incomplete"
+        else:
+            finish = "tool_calls" if message.get("tool_calls") else "stop"
+        completion = Completion(
+            message,
+            model=response.get("model") or self.model,
+            provider=PROVIDER,
+            params=dict(self.params),
+            finish_reason=finish,
+            usage=usage_of(response.get("usage")),
+            latency_ms=round((time.monotonic() - started) * 1000, 3),
+        )
+        if (problem := completion_problem(completion)) is not None:
+            raise self._error(f"the reply cannot be stored: {problem}", raw=scrub(raw()))
+        return completion
+
+
+def usage_of(usage: Any) -> dict[str, Any]:
+    """The API's usage, with ``cache_read_input_tokens`` taken out of ``input_tokens``."""
+    if not isinstance(usage, dict):
+        return {}
+    out = dict(usage)
+    details = usage.get("input_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    total = usage.get("input_tokens")
+    if isinstance(cached, int) and isinstance(total, int) and 0 <= cached <= total:
+        out["input_tokens"], out["cache_read_input_tokens"] = total - cached, cached
+    return out
+
+
+async def _raise_now(error: Exception) -> Completion:
+    raise error
+
+
+async def _raise_streamed(error: Exception) -> AsyncIterator[str | Completion]:
+    raise error
+    yield ""  # pragma: no cover - makes this an async generator
+
+
+@dataclass
+class ResponseStream:
+    """One streamed response folded from its events (``http.StreamFolder``)."""
+
+    text: list[str] = field(default_factory=list)
+    items: dict[int, dict[str, Any]] = field(default_factory=dict)  # by output_index
+    response: dict[str, Any] = field(default_factory=dict)  # the last response object seen
+    done: bool = False
+
+    def feed(self, event: Event, error: Failures) -> str | None:
+        data = event.data.strip()
+        if not data:
+            return None
+        chunk = data_object(data, error)
+        kind = chunk.get("type") or event.event
+        if kind in ("error", "response.failed") or event.event == "error":
+            found = chunk.get("response", chunk) if kind == "response.failed" else chunk
+            problem = found.get("error") if isinstance(found, dict) and found.get("error") else found
+            code = problem.get("code") if isinstance(problem, dict) else None
+            raise error("error in stream: ", detail=error_text(problem), retryable=code in _RETRYABLE_ERRORS)
+        try:
+            return self._take(kind, chunk)
+        except (AttributeError, TypeError, ValueError, KeyError):  # a list where an object was due, ...
+            raise error(
+                f"a {kind} event has an unexpected shape: ", detail=data, limit=200, quote=True
+            ) from None
+
+    def _take(self, kind: str, chunk: dict[str, Any]) -> str | None:
+        if kind in ("response.created", "response.in_progress") or kind in _TERMINAL:
+            response = chunk["response"]
+            if not isinstance(response, dict):
+                raise TypeError("response is not an object")
+            self.response = response
+            self.done = kind in _TERMINAL
+        elif kind in ("response.output_item.added", "response.output_item.done"):
+            item = chunk["item"]
+            if not isinstance(item, dict):
+                raise TypeError("item is not an object")
+            # .done carries the whole item: it replaces what the deltas built
+            self.items[int(chunk["output_index"])] = dict(item)
+        elif kind == "response.output_text.delta":
+            delta = chunk["delta"]
+            if not isinstance(delta, str):
+                raise TypeError("delta is not text")
+            self._part(chunk, "output_text", "text", delta)
+            self.text.append(delta)
+            return delta
+        elif kind == "response.refusal.delta":
+            self._part(chunk, "refusal", "refusal", str(chunk["delta"]))
+        elif kind == "response.function_call_arguments.delta":
+            item = self.items.setdefault(int(chunk["output_index"]), {"type": "function_call"})
+            item["arguments"] = str(item.get("arguments") or "") + str(chunk["delta"])
+        # reasoning summaries, content_part and *.done events, built-in tool progress and
+        # event types added later: the output_item.done that follows carries them whole
+        return None
+
+    def _part(self, chunk: dict[str, Any], kind: str, key: str, delta: str) -> None:
+        item = self.items.setdefault(
+            int(chunk["output_index"]), {"type": "message", "role": "assistant", "content": []}
+        )
+        parts = item.setdefault("content", [])
+        index = int(chunk.get("content_index") or 0)
+        while len(parts) <= index:
+            parts.append({"type": kind, key: ""})
+        parts[index][key] = str(parts[index].get(key) or "") + delta
+
+    def output(self) -> list[dict[str, Any]]:
+        """The output items as streamed, in order."""
+        return [self.items[i] for i in sorted(self.items)]
