@@ -576,3 +576,23 @@ def test_the_runs_limits_and_parallel_tools_are_recorded_and_continued(journey, 
         recipe.replace(model=f"script:{journey / 'replies.jsonl'}", provider="script"), recorded=True
     )
     assert options["limits"] == Limits(tokens=5000) and options["parallel_tools"] == 2
+
+
+def test_a_provider_spelling_is_recorded_and_builds_the_same_adapter_again(monkeypatch):
+    from sessiontree.cli.running import make_call, recipe_from_flags, run_options
+    from sessiontree.recipe import from_call
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-recipe-secret")
+    flags = {"base_url": None, "model": "anthropic/claude-x", "api_key_env": "OPENAI_API_KEY", "params": ()}
+    call = make_call(None, "anthropic/claude-x", "OPENAI_API_KEY", True, ())
+    recipe = recipe_from_flags(flags, call)
+    # --api-key-env left at its default: the variable read is the provider's usual one
+    assert (recipe.provider, recipe.model, recipe.api_key_env) == (
+        "anthropic",
+        "anthropic/claude-x",
+        "ANTHROPIC_API_KEY",
+    )
+    again = run_options(recipe, recorded=True)["call"]
+    assert (type(again), again.model, again.base_url) == (type(call), "claude-x", call.base_url)
+    assert from_call(call).model == "anthropic/claude-x"  # the library's derived recipe spells it so too
+    assert "sk-ant-recipe-secret" not in json.dumps(recipe.to_dict())
