@@ -244,7 +244,7 @@ def test_user_mistakes_are_one_line_errors(db, small, args, message):
 def test_an_ambiguous_prefix_is_refused(invoke, small):
     shared = small["session"][:8]  # UUIDv7: everything made this minute shares it
     result = invoke("show", shared, code=1)
-    assert "ambiguous" in result.output and result.output.count("\n") == 1
+    assert "use more characters" in result.output and result.output.count("\n") == 1  # session and nodes
 
 
 def test_missing_database(tmp_path):

@@ -107,6 +107,7 @@ BAD = [
     ["promote", "nosuchbranch"],
     ["sql", "DELETE FROM nodes"],
     ["sql", "SELECT :missing"],
+    ["help", "nosuchcommand"],
 ]
 
 

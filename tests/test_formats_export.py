@@ -332,8 +332,10 @@ def test_every_line_has_the_shape_a_columnar_json_loader_needs(store, tmp_path, 
 
 
 @pytest.mark.parametrize("fmt", ["messages", "sharegpt"])
-def test_hugging_face_datasets_loads_the_export(store, tmp_path, fmt):
-    datasets = pytest.importorskip("datasets")  # ~400 MB with pyarrow and pandas: not in the test extra
+def test_hugging_face_datasets_loads_the_export(store, tmp_path, fmt, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # a local file: nothing to fetch
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import datasets  # in the test extra: the loader the export's users run
     forked(store)
     import_file(store, CONVERSATIONS / "claude-code-tool_heavy.jsonl")
     out = export_file(store, tmp_path / "set.jsonl", fmt)

@@ -196,3 +196,28 @@ def test_log_and_show_say_what_a_score_is(tmp_path):
         score(store, a, 0.75, session=s, name="judge", note="fine")
     out = CliRunner().invoke(cli, ["--db", db, "log", a, "-s", s.id], catch_exceptions=False)
     assert "score: judge=0.75 (fine)" in out.output.splitlines()[-1]
+
+
+def test_the_preference_export_writes_a_line_per_pair(db_target, tmp_path):
+    from sessiontree.formats import export_file
+
+    with Store(db_target) as store:
+        s, (a, b, c) = three_variants(store)
+        for branch, value in [(a, 1.0), (b, 0.5), (c, 0.0)]:
+            score(store, branch, value, session=s, name="judge")
+        out = export_file(store, tmp_path / "pairs.jsonl", "preference")
+        cli_out = CliRunner().invoke(cli, ["--db", db_target, "export", "--format", "preference"])
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert cli_out.exit_code == 0 and cli_out.output == out.read_text()
+    assert [(x["chosen_branch"], x["rejected_branch"]) for x in lines] == [(a, b), (a, c), (b, c)]
+    assert lines[0] == {
+        "prompt": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "What is 2+2?"}],
+        "chosen": [{"role": "assistant", "content": "four"}],
+        "rejected": [{"role": "assistant", "content": "4, obviously"}],
+        "scorer": "judge",
+        "chosen_score": 1.0,
+        "rejected_score": 0.5,
+        "chosen_branch": a,
+        "rejected_branch": b,
+        "session": s.id,
+    }

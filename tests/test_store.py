@@ -509,7 +509,7 @@ def test_a_decision_no_run_has_carried_on_from_is_never_pruned(store, session):
         {"reason": "r", "calls": [{"id": "c", "name": "pay", "arguments": "{}"}]}, kind="pause"
     )
     decision = decide(store, pause, {"c": Approve()})
-    session.move("main", to="main~2")  # the branch moved away from the decision
+    session.move("main", to="main~2!")  # the branch moved away from the decision
     assert store.prune(dry_run=False, grace=0).node_ids == []
     assert store.node(decision.id).kind == "decision" and store.node(pause.id).kind == "pause"
 

@@ -549,3 +549,64 @@ def test_serve_shows_an_expired_pause_without_buttons(page, serve_app, tmp_path)
     page.page.click(".inbox-item a")
     page.page.wait_for_selector(".badge.expired", timeout=10_000)
     assert pause_id
+
+
+def test_markers_read_as_text_roots_apart_and_unknown_latency_said(page, tmp_path):
+    """Newcomer row 14: imported notes and summaries were raw JSON cards (a branch summary
+    with literal \\n), a second root was drawn as if it carried on the first, an untitled
+    session showed its id twice, and a latency nobody recorded read "0 ms"."""
+    db = tmp_path / "markers.db"
+    with Store(db) as store:
+        s = store.create_session()  # untitled
+        s.append({"role": "user", "content": "hi"})
+        system = {"source": "claude-code", "type": "system", "subtype": "compact_boundary", "content": None}
+        note = s.append({**system, "level": "info"}, kind="note")
+        answer = s.append({"role": "assistant", "content": "hello"}, run={"model": "m", "usage": {}})
+        summary = s.append(
+            {"source": "pi", "type": "branch_summary", "summary": "## Goal\nShip it", "from_id": None},
+            kind="summary",
+        )
+        second = s.append({"role": "user", "content": "another start"}, branch="second")
+        (tmp_path / "m.html").write_text(render_html(store, s.id), "utf-8")
+    page.open((tmp_path / "m.html").as_uri())
+    assert page.page.inner_text("h1") == "untitled session"
+    assert page.page.inner_text("header").count(s.id) == 1
+    roots = page.page.eval_on_selector_all("#tree-inner .root-row", "rs => rs.map(r => r.textContent)")
+    assert roots == ["root 1 of 2", "root 2 of 2"]
+    order = page.page.eval_on_selector_all(
+        "#tree-inner .row", "rs => rs.map(r => r.dataset.id || r.textContent)"
+    )
+    assert order.index("root 2 of 2") == order.index(second.id) - 1
+    assert order.index("root 2 of 2") > order.index(summary.id)
+    assert page.row(note.id).locator(".label").inner_text() == "note (system · compact_boundary): level info"
+    assert page.row(summary.id).locator(".label").inner_text() == "summary (branch_summary): ## Goal Ship it"
+    metrics = page.row(answer.id).locator(".metrics").inner_text()
+    assert "latency unknown" in metrics and "0 ms" not in metrics
+    page.row(summary.id).click()
+    card = page.page.locator(f'#path .card[data-id="{summary.id}"]')
+    assert card.locator(".text").inner_text() == "## Goal\nShip it"
+    assert "{" not in card.inner_text()  # the payload is folded away, not the card's text
+    note_card = page.page.locator(f'#path .card[data-id="{note.id}"]').inner_text()
+    assert "system · compact_boundary · from claude-code" in note_card and "null" not in note_card
+
+
+def test_a_score_reads_as_text_and_compare_shows_the_latest_by_each_scorer(page, tmp_path):
+    from sessiontree.scoring import score
+
+    db = tmp_path / "scores.db"
+    with Store(db) as store:
+        s = store.create_session("judged")
+        s.append({"role": "user", "content": "2+2?"})
+        s.fork("b", at="main")
+        s.append({"role": "assistant", "content": "4"})
+        s.append({"role": "assistant", "content": "5"}, branch="b")
+        score(store, "main", 0.5, session=s, name="judge")
+        last = score(store, "main", 1.0, session=s, name="judge", note="right")
+        score(store, "b", 0.0, session=s, name="judge")
+        (tmp_path / "s.html").write_text(render_html(store, s.id), "utf-8")
+    page.open((tmp_path / "s.html").as_uri())
+    assert page.row(last.id).locator(".label").inner_text() == "score: judge = 1 (right)"
+    page.page.click("#compare")
+    table = page.page.inner_text("table.compare")
+    assert "status\tcompleted\tcompleted" in table  # the score is not what the run did
+    assert "scores\tjudge 1\tjudge 0" in table or "scores\tjudge 0\tjudge 1" in table

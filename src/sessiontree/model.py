@@ -161,6 +161,20 @@ class Run:
     created_at: str
 
 
+def usage_tokens(usage: dict[str, Any]) -> tuple[int | None, int | None]:
+    """(input, output) tokens of a run's usage as either API names them (``prompt_tokens``
+    or ``input_tokens``; ``completion_tokens`` or ``output_tokens``); None where it is silent."""
+    return _count(usage, "prompt_tokens", "input_tokens"), _count(usage, "completion_tokens", "output_tokens")
+
+
+def _count(usage: dict[str, Any], *names: str) -> int | None:
+    for name in names:
+        value = usage.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
 @dataclass
 class Completion:
     """What a model call returns: the assistant message plus its provenance.

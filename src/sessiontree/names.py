@@ -6,8 +6,10 @@ Contract:
   node id or an id prefix (4+ hex digits and dashes): a name can therefore
   never shadow a node, and a printed id prefix always means the node.
 - A ref is a name, a node id, a unique id prefix (MIN_PREFIX+ characters)
-  or a ``Node``, optionally followed git-style by ``~N`` (the Nth ancestor;
-  ``~`` alone is ``~1``; suffixes add up: ``main~2~1`` is ``main~3``).
+  or a ``Node``, optionally followed git-style by ``~N``: the Nth ancestor *message*
+  (marker nodes such as pauses, decisions and tool starts are stepped over, so
+  ``main~1`` is the message before the head); ``~N!`` counts every node, as git
+  does. ``~`` alone is ``~1``; suffixes add up: ``main~2~1`` is ``main~3``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ MIN_PREFIX = 4
 
 FULL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _ID_LIKE = re.compile(rf"[0-9a-fA-F-]{{{MIN_PREFIX},}}")
-_ANCESTRY = re.compile(r"(~\d*)+\Z")
+_ANCESTRY = re.compile(r"(~\d*)+!?\Z")
 
 
 def looks_like_id(text: str) -> bool:
@@ -37,7 +39,8 @@ MAX_GENERATIONS = 1 << 62
 
 
 def split_ancestry(ref: str) -> tuple[str, int]:
-    """``"main~2"`` -> ``("main", 2)``; a ref without ``~`` -> ``(ref, 0)``.
+    """``"main~2"`` -> ``("main", 2)``; a ref without ``~`` -> ``(ref, 0)``. A trailing
+    ``!`` (``main~2!``: count every node) is part of the suffix; see ``counts_every_node``.
 
     A count too large for any tree (even one of thousands of digits) is read as
     ``MAX_GENERATIONS``, so that it goes past the root like any other too-large count.
@@ -45,8 +48,13 @@ def split_ancestry(ref: str) -> tuple[str, int]:
     match = _ANCESTRY.search(ref)
     if match is None or match.start() == 0:
         return ref, 0
-    steps = sum(_generations(part) for part in ref[match.start() + 1 :].split("~"))
+    steps = sum(_generations(part) for part in ref[match.start() + 1 :].rstrip("!").split("~"))
     return ref[: match.start()], min(steps, MAX_GENERATIONS)
+
+
+def counts_every_node(ref: str) -> bool:
+    """Whether a ref's ``~N`` suffix ends in ``!``: it counts markers too, not only messages."""
+    return ref.endswith("!") and split_ancestry(ref)[0] != ref
 
 
 def _generations(part: str) -> int:

@@ -8,9 +8,9 @@ Contract:
   caller last saw.
 - A *ref* is a branch name, a checkpoint name, a node id, a unique id prefix
   (4+ characters) or a ``Node``, optionally with a git-style ``~N`` suffix
-  for the Nth ancestor (see ``names``). Branch and checkpoint names share one
-  namespace per session and can never look like an id, so a ref always means
-  one thing.
+  for the Nth ancestor message (``~N!``: the Nth ancestor node, markers
+  included; see ``names``). Branch and checkpoint names share one namespace
+  per session and can never look like an id, so a ref always means one thing.
 - Branches move; checkpoints never do. Forking is one row; nothing is copied.
 - ``path`` reads root-to-node in one recursive query, whatever the depth.
 - The rules live here; every statement runs in the storage backend. Row keys
@@ -41,7 +41,16 @@ from .model import (
     encode_json,
     encode_payload,
 )
-from .names import FULL_ID, MIN_PREFIX, check_lookup, check_name, check_text, shown, split_ancestry
+from .names import (
+    FULL_ID,
+    MIN_PREFIX,
+    check_lookup,
+    check_name,
+    check_text,
+    counts_every_node,
+    shown,
+    split_ancestry,
+)
 from .storage import Storage
 
 Ref = str | Node
@@ -94,10 +103,13 @@ class Session:
         if generations:
             # The walk stops at the root, so even a huge count (capped by split_ancestry to
             # fit a 64-bit integer) costs at most the depth.
-            ancestor = self.storage.ancestor(key, generations)
+            every = counts_every_node(ref)
+            ancestor = self.storage.ancestor(key, generations, messages_only=not every)
             if ancestor is None:
                 depth = self.storage.node(node_id).depth
-                raise NotFound(f"{shown(ref)} goes past the root: {shown(base)} is at depth {depth}")
+                # Deep enough, but not in messages: say why, and how to count every node.
+                why = "" if every or depth < generations else "; ~N counts messages, ~N! every node"
+                raise NotFound(f"{shown(ref)} goes past the root: {shown(base)} is at depth {depth}{why}")
             key, node_id = ancestor
         return key, node_id
 
@@ -315,8 +327,8 @@ class Session:
         with self.storage.snapshot():
             return self.storage.children(self._locate(ref)[0])
 
-    def path(self, ref: Ref) -> list[Node]:
-        """Root-to-node, in one recursive query."""
+    def path(self, ref: Ref = "main") -> list[Node]:
+        """Root-to-node (main's head by default, as ``messages``), in one recursive query."""
         with self.storage.snapshot():
             return list(self.storage.path_to(*self._locate(ref), self.id))
 
@@ -451,8 +463,9 @@ class Session:
         with self.storage.snapshot():
             return self.storage.branches_at(self._key, self._locate(ref)[0])
 
-    def fork(self, name: str, *, at: Ref, metadata: dict[str, Any] | None = None) -> Branch:
-        """A new branch pointing at ``at``. One row; nothing is copied."""
+    def fork(self, name: str, at: Ref, *, metadata: dict[str, Any] | None = None) -> Branch:
+        """A new branch pointing at ``at`` (``fork("b", "main~1")`` or ``at=``). One row;
+        nothing is copied."""
         with self.storage.transaction():
             key, node_id = self._locate(at)
             when = now()
@@ -462,8 +475,9 @@ class Session:
         stored = json.loads(encode_json(metadata or {}, "branch metadata"))
         return Branch(self.id, name, node_id, when, when, stored)
 
-    def move(self, name: str, *, to: Ref, expect_head: Ref | None = None) -> Branch:
-        """Point an existing branch somewhere else (compare-and-set with ``expect_head``)."""
+    def move(self, name: str, to: Ref, *, expect_head: Ref | None = None) -> Branch:
+        """Point an existing branch somewhere else (``to`` by position or keyword;
+        compare-and-set with ``expect_head``)."""
         expected = self.expected_head(expect_head)
         with self.storage.transaction():
             current = self._existing_branch_head(name)
@@ -504,8 +518,8 @@ class Session:
 
     # -- checkpoints -----------------------------------------------------
 
-    def checkpoint(self, name: str, *, at: Ref) -> Checkpoint:
-        """A named pointer at ``at`` that never moves."""
+    def checkpoint(self, name: str, at: Ref) -> Checkpoint:
+        """A named pointer at ``at`` that never moves (``checkpoint("cp", "main~1")`` or ``at=``)."""
         with self.storage.transaction():
             self._check_name_free(name, "checkpoint")
             created = now()
@@ -535,11 +549,13 @@ class Session:
     def delete(self, *, permanently: bool = False) -> int:
         """Move the session to the trash (hidden from listings and search, restorable with
         ``Store.restore_session`` until the trash is emptied); with ``permanently=True``,
-        remove it with all its nodes, refs and runs at once. Returns its node count."""
+        remove it with all its nodes, refs and runs at once. Returns its node count. A
+        session already in the trash stays there as it was (its time there is not restarted)."""
         with self.storage.transaction():
             if permanently:
                 return self.storage.delete_session(self._key)
-            self.storage.set_trashed(self._key, now())
+            if self.storage.session_row(self.id)[6] is None:
+                self.storage.set_trashed(self._key, now())
             self.trashed_at = self.storage.session_row(self.id)[6]
             return self.storage.counts(self._key)[1]
 

@@ -20,6 +20,8 @@ from typing import Any
 from .errors import ScriptExhausted
 from .model import Completion
 
+__all__ = ["ScriptExhausted", "ScriptedModel", "completed", "deltas", "reply", "tool_call"]
+
 
 def tool_call(
     name: str, arguments: dict[str, Any] | str | None = None, *, id: str | None = None

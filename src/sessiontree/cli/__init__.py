@@ -33,6 +33,7 @@ def _register() -> None:
         demo,
         experiment,
         find,
+        help,
         inspect,
         pointers,
         refs,
@@ -56,6 +57,7 @@ def _register() -> None:
         transfer,
         sql,
         demo,
+        help,
     ):
         for command in module.COMMANDS:
             cli.add_command(command)

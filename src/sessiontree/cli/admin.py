@@ -10,7 +10,7 @@ from .. import db as _db
 from . import complete
 from .common import db_path, db_url, echo_json, echo_result, open_store, pick_session
 from .imports import import_
-from .inspect import json_option
+from .inspect import json_option, session_argument
 from .params import SECONDS
 from .render import json_safe
 
@@ -148,7 +148,7 @@ def migrate(ctx: click.Context, list_only: bool) -> None:
 
 
 @click.command()
-@click.argument("sessions", nargs=-1, shell_complete=complete.sessions)
+@session_argument(many=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="File (default: stdout).")
 @click.option(
     "--format",
@@ -166,6 +166,7 @@ def migrate(ctx: click.Context, list_only: bool) -> None:
             "messages",
             "sharegpt",
             "yieldagent",
+            "preference",
         ]
     ),
 )
@@ -188,7 +189,8 @@ def export(
     ctx: click.Context, sessions: tuple[str, ...], output: str | None, fmt: str, branch: str | None, per: str
 ) -> None:
     """Export sessions (all by default) as native JSONL or a fine-tuning dataset (messages,
-    sharegpt), or one session for another agent (pi, claude-code, yoagent, yieldagent, openai).
+    sharegpt, preference: chosen/rejected pairs of scored branches), or one session for
+    another agent (pi, claude-code, yoagent, yieldagent, openai).
 
     pi and claude-code write the whole tree, forks included, unless -b picks one path.
     """
@@ -226,7 +228,7 @@ def export(
 
 
 @click.command()
-@click.argument("session", shell_complete=complete.sessions)
+@session_argument(required=True)
 @click.option("--undo", is_flag=True, help="Un-archive instead.")
 @json_option
 @click.pass_context
@@ -243,7 +245,7 @@ def archive(ctx: click.Context, session: str, undo: bool, as_json: bool) -> None
 
 
 @click.command()
-@click.argument("session", shell_complete=complete.sessions)
+@session_argument(required=True)
 @click.option(
     "--permanently",
     is_flag=True,
@@ -265,7 +267,22 @@ def delete(ctx: click.Context, session: str, permanently: bool, yes: bool, as_js
     store = open_store(ctx, write=yes or not permanently)
     session_id = store.resolve_session_id(session)
     if not permanently:
+        trashed_at = store.session(session_id).trashed_at
         nodes = store.delete_session(session_id)
+        if trashed_at is not None:
+            echo_result(
+                as_json,
+                {
+                    "session": session_id,
+                    "trashed": True,
+                    "nodes": nodes,
+                    "already": True,
+                    "trashed_at": trashed_at,
+                },
+                f"session {session_id} is already in the trash (since {trashed_at});"
+                f" `sessiontree restore {session_id}` brings it back",
+            )
+            return
         echo_result(
             as_json,
             {"session": session_id, "trashed": True, "nodes": nodes},

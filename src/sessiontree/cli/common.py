@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -186,6 +187,25 @@ def abbreviations(store: Store, ids: list[str]) -> dict[str, str]:
     return store.abbreviations(ids)
 
 
+def colour_wanted() -> bool:
+    """Colour only on a terminal, and never with ``NO_COLOR`` set (https://no-color.org)
+    or on a dumb terminal; piped output stays plain text."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def echo_lines(lines: Sequence[str], *, page: bool = True, colour: bool = False) -> None:
+    """Print lines; on a terminal, through a pager (``$PAGER``, else ``less``) when they
+    fill more than the screen and ``page`` (``--no-pager`` turns it off). A pipe, a file
+    or a test always gets the plain lines."""
+    if page and sys.stdout.isatty() and len(lines) >= shutil.get_terminal_size().lines:
+        if colour and "LESS" not in os.environ:
+            os.environ["LESS"] = "FRX"  # as git: keep colours, quit at the end, leave the screen
+        click.echo_via_pager("\n".join(lines), color=colour)
+        return
+    for line in lines:
+        click.echo(line)
+
+
 def echo_json(data: Any) -> None:
     click.echo(json_safe(json.dumps(data, indent=2, ensure_ascii=False, default=str)))
 
@@ -224,7 +244,13 @@ def _clip_word(match: re.Match[str]) -> str:
 
 class SessionTreeGroup(click.Group):
     """Turns sessiontree's errors into one-line messages and a non-zero exit, and removes
-    a database a failed command created (see ``remember_new_database``)."""
+    a database a failed command created (see ``remember_new_database``). Its help lists
+    the commands in sections (see ``help``)."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from .help import format_sections
+
+        format_sections(self, ctx, formatter)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

@@ -171,7 +171,13 @@ def parse_variant(spec: str) -> tuple[str, str, dict]:
     f"variant, {AGAIN}, on the model the run at AT recorded.",
 )
 @click.option(
-    "-n", "repetitions", default=1, show_default=True, type=click.IntRange(min=1), help="Runs per variant."
+    "-n",
+    "--runs",
+    "repetitions",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Runs per variant.",
 )
 @click.option("--concurrency", default=4, show_default=True, type=click.IntRange(min=1), help="Runs at once.")
 @click.option("--prefix", default="", help="Prefix for the new branch names.")

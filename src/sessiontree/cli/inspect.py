@@ -2,22 +2,76 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 import click
 
 from .. import deadlines
-from ..errors import NotFound
+from ..errors import AmbiguousRef, NotFound
 from ..model import Diff
 from ..names import looks_like_id
 from ..session import Session
 from ..store import Store
 from . import complete
-from .common import abbreviations, echo_json, open_store, pick_session, target, targets
-from .render import call_line, safe, summary, table, transcript, tree_lines
+from .common import (
+    abbreviations,
+    colour_wanted,
+    echo_json,
+    echo_lines,
+    open_store,
+    pick_session,
+    target,
+    targets,
+)
+from .params import MAX_COUNT
+from .render import call_line, run_line, safe, summary, table, transcript, tree_lines
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Output JSON.")
 session_option = click.option(
     "-s", "--session", help="Session id or prefix (default: the latest).", shell_complete=complete.sessions
 )
+
+
+def session_argument(*, required: bool = False, many: bool = False) -> Callable[[F], F]:
+    """SESSION as an argument, as the command always took it, or as ``-s/--session``, the
+    spelling of every other command: the command gets ``session`` (``sessions``, a tuple,
+    when ``many``). Both at once must name the same session."""
+    name = "sessions" if many else "session"
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def merged(*args: Any, **kwargs: Any) -> Any:
+            given, flagged = kwargs.pop(name), kwargs.pop("session_flag")
+            if many:
+                kwargs[name] = tuple(given) + tuple(flagged)
+            elif given and flagged and given != flagged:
+                raise click.UsageError(f"two sessions given, {given} and -s {flagged}: give one")
+            else:
+                kwargs[name] = given or flagged
+            if required and not kwargs[name]:
+                raise click.UsageError("Missing argument 'SESSION' (or -s SESSION).")
+            return command(*args, **kwargs)
+
+        more = " (repeatable)" if many else ""
+        merged = click.option(
+            "-s",
+            "--session",
+            "session_flag",
+            metavar="SESSION",
+            multiple=many,
+            help=f"The same as the SESSION argument{more}.",
+            shell_complete=complete.sessions,
+        )(merged)
+        argument = click.argument(
+            name, nargs=-1 if many else 1, required=False, shell_complete=complete.sessions
+        )
+        return argument(merged)  # type: ignore[return-value]
+
+    return decorate
 
 
 @click.command()
@@ -50,12 +104,25 @@ def sessions(ctx: click.Context, include_archived: bool, as_json: bool) -> None:
         click.echo(line)
 
 
+limit_option = click.option(
+    "-n", "--limit", type=click.IntRange(min=1, max=MAX_COUNT), help="Print at most this many."
+)
+pager_option = click.option(
+    "--no-pager", "no_pager", is_flag=True, help="Never page (output longer than a terminal is paged there)."
+)
+
+
 @click.command()
-@click.argument("session", required=False, shell_complete=complete.sessions)
+@session_argument()
+@limit_option
+@pager_option
 @json_option
 @click.pass_context
-def tree(ctx: click.Context, session: str | None, as_json: bool) -> None:
-    """Draw a session's tree: branches (in parentheses), checkpoints [in brackets], pauses."""
+def tree(ctx: click.Context, session: str | None, limit: int | None, no_pager: bool, as_json: bool) -> None:
+    """Draw a session's tree: branches (in parentheses), checkpoints [in brackets], pauses.
+
+    -n N prints the first N lines of the graph (--json always gives every node).
+    """
     store = open_store(ctx)
     s = pick_session(store, session)
     nodes, branches, checkpoints = s.tree(), s.branches(), s.checkpoints()
@@ -71,28 +138,44 @@ def tree(ctx: click.Context, session: str | None, as_json: bool) -> None:
             }
         )
         return
-    click.echo(f"session {s.id}" + (f"  {safe(s.title)}" if s.title else ""))
-    for line in tree_lines(
-        nodes, branches, checkpoints, pending, abbreviations(store, [n.id for n in nodes])
-    ):
-        click.echo(line)
+    colour = colour_wanted()
+    lines = [f"session {s.id}" + (f"  {safe(s.title)}" if s.title else "")]
+    lines += tree_lines(
+        nodes, branches, checkpoints, pending, abbreviations(store, [n.id for n in nodes]), colour
+    )
+    if limit is not None and len(lines) > limit + 1:
+        left = len(lines) - limit - 1
+        lines = [*lines[: limit + 1], f"... {left:,} more line{'s' if left > 1 else ''} (-n sets how many)"]
+    echo_lines(lines, page=not no_pager, colour=colour)
 
 
 @click.command()
 @click.argument("ref", default="main", shell_complete=complete.refs)
 @session_option
+@limit_option
+@pager_option
 @json_option
 @click.pass_context
-def log(ctx: click.Context, ref: str, session: str | None, as_json: bool) -> None:
-    """Show a branch (or the path to any node) as a transcript."""
+def log(
+    ctx: click.Context, ref: str, session: str | None, limit: int | None, no_pager: bool, as_json: bool
+) -> None:
+    """Show a branch (or the path to any node) as a transcript.
+
+    -n N shows only the last N nodes (the newest), as `git log -n` does.
+    """
     store = open_store(ctx)
     s, ref = target(store, ref, session)
     path = s.path(ref)
+    earlier = max(0, len(path) - limit) if limit is not None else 0
+    path = path[earlier:]
     if as_json:
         echo_json([n.to_dict() for n in path])
         return
-    for line in transcript(path, abbreviations(store, [n.id for n in path])):
-        click.echo(line)
+    colour = colour_wanted()
+    lines = transcript(path, abbreviations(store, [n.id for n in path]), colour)
+    if earlier:
+        lines = [f"... {earlier:,} earlier node{'s' if earlier > 1 else ''} (-n sets how many)", "", *lines]
+    echo_lines(lines, page=not no_pager, colour=colour)
 
 
 @click.command()
@@ -103,12 +186,11 @@ def log(ctx: click.Context, ref: str, session: str | None, as_json: bool) -> Non
 def show(ctx: click.Context, node: str, session: str | None, as_json: bool) -> None:
     """Show one node in full (payload, parent, children, provenance), or a session by its id."""
     store = open_store(ctx)
-    if session is None and looks_like_id(node) and not _is_node(store, node):
-        try:
-            show_session(store.session(node), as_json)
+    if session is None and looks_like_id(node):
+        meant = _session_meant(store, node)
+        if meant is not None:
+            show_session(meant, as_json)
             return
-        except NotFound:
-            pass  # neither a node nor a session: the node lookup below says so
     s, ref = target(store, node, session)
     n = s.node(ref)
     children = s.children(n)
@@ -127,10 +209,7 @@ def show(ctx: click.Context, node: str, session: str | None, as_json: bool) -> N
     if n.kind == "pause":
         click.echo(f"state    {pause_line(data['state'], deadlines.expires_at(n))}")
     if run:
-        click.echo(
-            f"run      {run.model or '?'} via {run.provider or '?'}, usage {run.usage}, "
-            f"{run.latency_ms} ms, finish {run.finish_reason}"
-        )
+        click.echo(f"run      {run_line(run)}")
     click.echo(summary(n))
     echo_json(n.payload)
 
@@ -142,12 +221,32 @@ def pause_line(state: str, expires_at: str | None) -> str:
     return state + (f" (expires {expires_at})" if expires_at else "")
 
 
-def _is_node(store: Store, ref: str) -> bool:
+def _session_meant(store: Store, prefix: str) -> Session | None:
+    """The session ``show PREFIX`` names, or None when it names a node (or nothing: the
+    node lookup then says so). A prefix of both a session and a node is refused, naming
+    both, rather than silently showing one of them (whole ids never are: ids are unique)."""
+    sessions = _matches(lambda: [store.resolve_session_id(prefix)])
+    nodes = _matches(lambda: [store.node(prefix).id])
+    if prefix in sessions or not nodes:
+        return store.session(prefix) if sessions else None  # an ambiguous prefix says so
+    if prefix in nodes or not sessions:
+        return None
+    short = abbreviations(store, [id for id in (*sessions, *nodes) if id])
+    said = [
+        f"session {short[sessions[0]]}" if sessions[0] else "several sessions",
+        f"node {short[nodes[0]]}" if nodes[0] else "several nodes",
+    ]
+    raise click.ClickException(f"{prefix} matches {said[0]} and {said[1]}; use more characters")
+
+
+def _matches(lookup: Callable[[], list[str]]) -> list[str]:
+    """The one id ``lookup`` finds, [""] when it finds several, [] when none."""
     try:
-        store.node(ref)
+        return lookup()
+    except AmbiguousRef:
+        return [""]
     except NotFound:
-        return False
-    return True
+        return []
 
 
 def show_session(s: Session, as_json: bool) -> None:
@@ -176,7 +275,7 @@ def show_session(s: Session, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("session", required=False, shell_complete=complete.sessions)
+@session_argument()
 @json_option
 @click.pass_context
 def branches(ctx: click.Context, session: str | None, as_json: bool) -> None:
@@ -237,12 +336,13 @@ def diff_lines(store: Store, d: Diff, a: str, b: str) -> list[str]:
 
 
 @click.command()
+@click.option("-s", "--session", help="Only this session (id or prefix).", shell_complete=complete.sessions)
 @json_option
 @click.pass_context
-def pending(ctx: click.Context, as_json: bool) -> None:
-    """List pauses waiting for a human, across sessions."""
+def pending(ctx: click.Context, session: str | None, as_json: bool) -> None:
+    """List pauses waiting for a human, across sessions (or in one)."""
     store = open_store(ctx)
-    pauses = store.pending()
+    pauses = store.pending(session and store.resolve_session_id(session))
     if as_json:
         echo_json([{**p.to_dict(), **deadlines.about(p)} for p in pauses])
         return

@@ -26,10 +26,17 @@ PREAMBLE = """\
   first 8 characters; the listings print the shortest unique prefix.
 - **Refs.** Where a command takes a REF it accepts a branch name, a checkpoint name or a
   node id. A node id names its own session; a name is looked up in `--session`, else in
-  the most recently active session.
-- **Sessions.** Commands that work in one session take `-s/--session` (`tree` and
-  `branches` take SESSION as an argument); without it they use the most recently active
+  the most recently active session. `REF~N` is the Nth message above REF, stepping over
+  pauses, decisions, tool starts and other markers; `REF~N!` counts every node.
+- **Sessions.** Every command that works in one session takes `-s/--session`; those that
+  always took SESSION as an argument (`tree`, `branches`, `html`, `export`, `archive`,
+  `delete`, `restore`) take either. Without one they use the most recently active
   session. So does `run`; `run --new` starts a new session.
+- **Counts.** `-n` is always a count: `--limit` of what is printed (`search`: hits;
+  `log`: the newest nodes; `tree`: lines), or `rerun --runs`, the runs per variant.
+- **Help.** `sessiontree --help` lists the commands by what they act on;
+  `sessiontree help COMMAND` (or `COMMAND --help`) shows one. `python -m sessiontree` is
+  the same command.
 - **Output.** Listings take `--json`, and so do the commands that write: they print what
   they made as one JSON object. `run --json` and `resume --json` print one JSON object
   per step, one per line (JSON Lines). User mistakes (unknown id, ambiguous prefix,

@@ -47,7 +47,7 @@ def fork(ctx: click.Context, name: str, at: str, session: str | None, as_json: b
     "at",
     default="main",
     show_default=True,
-    help="What the checkpoint marks.",
+    help="What the checkpoint marks (REF~N: the Nth message above REF, REF~N!: the Nth node).",
     shell_complete=complete.refs,
 )
 @session_option
@@ -59,6 +59,14 @@ def checkpoint(ctx: click.Context, name: str, at: str, session: str | None, as_j
     s, ref = target(store, at, session)
     cp = s.checkpoint(name, at=ref)
     echo_result(as_json, cp.__dict__, f"checkpoint {cp.name} -> {cp.node_id}")
+    marked = s.node(cp.node_id)
+    if marked.kind != "message":  # a rerun from a tool_start runs its tool again (newcomer row 11)
+        short = store.abbreviations([marked.id])[marked.id]
+        click.echo(
+            f"warning: checkpoint {cp.name} marks a {marked.kind} node, not a message;"
+            f" --at {short}~1 would mark the message before it",
+            err=True,
+        )
 
 
 @click.command()
@@ -216,9 +224,18 @@ def _decide(
 
 
 def decision_options(function: Callable) -> Callable:
-    function = click.option("--by", help="Who decided (recorded in the decision).")(function)
+    function = click.option(
+        "--by",
+        default=CLI_DECIDER,
+        show_default=True,
+        help="Who decided, recorded in the decision (the web inbox records 'web' or the decider's name).",
+    )(function)
     return json_option(function)
 
+
+CLI_DECIDER = "cli"
+"""The ``by`` of a decision made on the command line without ``--by``: the channel, as the
+web inbox records "web" (a name is given with ``--by`` or, in the inbox, a decider token)."""
 
 pause_argument = click.argument("pause", shell_complete=complete.pending)
 

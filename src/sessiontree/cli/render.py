@@ -2,7 +2,7 @@
 branch transcripts and tables.
 
 Contract: pure functions from nodes and refs to lines of text; nothing here
-reads the database or prints.
+reads the database or prints. Colour (ANSI styles) is added only when asked.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from ..model import Branch, Checkpoint, Node
+import click
+
+from ..model import Branch, Checkpoint, Node, Run, usage_tokens
 
 WIDTH = 72
 
@@ -94,13 +96,61 @@ def summary(node: Node) -> str:
     return f"{node.kind}: {one_line(json.dumps(p, ensure_ascii=False))}"
 
 
+COLOURS = {
+    "user": "green",
+    "assistant": "cyan",
+    "tool": "yellow",
+    "system": "magenta",
+    "developer": "magenta",
+    "pause": "red",
+    "error": "red",
+    "decision": "blue",
+}
+"""The colour of each role and marker kind when the terminal shows colour."""
+
+
+def paint(text: str, what: str | None, colour: bool, *, bold: bool = False) -> str:
+    """``text`` in ``what``'s colour (a role or kind in ``COLOURS``) when ``colour``."""
+    if not colour or (what not in COLOURS and not bold):
+        return text
+    return click.style(text, fg=COLOURS.get(what or ""), bold=bold)
+
+
+def _painted_summary(node: Node, colour: bool) -> str:
+    """``summary(node)`` with its leading role or kind painted."""
+    text = summary(node)
+    head, sep, rest = text.partition(":")
+    return paint(head, node.role or node.kind, colour) + sep + rest
+
+
+def run_line(run: Run) -> str:
+    """A model call in words: ``gpt-4o via openai, 3 in → 191 out, 812 ms, finish stop``;
+    what the run did not record says so ("tokens unknown", "latency unknown")."""
+    tokens_in, tokens_out = usage_tokens(run.usage)
+    if tokens_in is None and tokens_out is None:
+        tokens = "tokens unknown"
+    else:
+        tokens = f"{_count(tokens_in)} in → {_count(tokens_out)} out"
+    latency = "latency unknown" if run.latency_ms is None else f"{run.latency_ms:,.0f} ms"
+    finish = f", finish {safe(run.finish_reason)}" if run.finish_reason else ""
+    return f"{safe(run.model or '?')} via {safe(run.provider or '?')}, {tokens}, {latency}{finish}"
+
+
+def _count(tokens: int | None) -> str:
+    return "?" if tokens is None else f"{tokens:,}"
+
+
 def markers(
-    node_id: str, heads: dict[str, list[str]], checkpoints: dict[str, list[str]], pending: set[str]
+    node_id: str,
+    heads: dict[str, list[str]],
+    checkpoints: dict[str, list[str]],
+    pending: set[str],
+    colour: bool = False,
 ) -> str:
-    marks = [f"({', '.join(heads[node_id])})"] if node_id in heads else []
-    marks += [f"[{name}]" for name in checkpoints.get(node_id, [])]
+    marks = [paint(f"({', '.join(heads[node_id])})", None, colour, bold=True)] if node_id in heads else []
+    marks += [paint(f"[{name}]", None, colour, bold=True) for name in checkpoints.get(node_id, [])]
     if node_id in pending:
-        marks.append("<- waiting for a human")
+        marks.append(paint("<- waiting for a human", "pause", colour, bold=True))
     return (" " + " ".join(marks)) if marks else ""
 
 
@@ -110,9 +160,11 @@ def tree_lines(
     checkpoints: list[Checkpoint],
     pending: set[str],
     short: dict[str, str],
+    colour: bool = False,
 ) -> list[str]:
     """A graph like ``git log --graph``, root first: a fork opens a lane to the
-    right for each side branch, drawn before the line that leads to ``main``."""
+    right for each side branch, drawn before the line that leads to ``main``; roots
+    apart by a blank line. ``colour``: roles, kinds and refs painted for a terminal."""
     children: dict[str | None, list[Node]] = defaultdict(list)
     for node in nodes:
         children[node.parent_id].append(node)
@@ -146,7 +198,8 @@ def tree_lines(
             if node is None:
                 lines.append(f"{lane}|\\")
                 continue
-            lines.append(f"{lane}* {short[node.id]} {summary(node)}{markers(node.id, heads, cps, pending)}")
+            said, marks = _painted_summary(node, colour), markers(node.id, heads, cps, pending, colour)
+            lines.append(f"{lane}* {short[node.id]} {said}{marks}")
             kids = ordered(children.get(node.id, []))
             if kids:
                 work.append((kids[-1], lane))
@@ -162,17 +215,18 @@ def tree_lines(
     return lines
 
 
-def transcript(path: list[Node], short: dict[str, str]) -> list[str]:
-    """A branch as a readable conversation, markers included."""
+def transcript(path: list[Node], short: dict[str, str], colour: bool = False) -> list[str]:
+    """A branch as a readable conversation, markers included (``colour``: roles and
+    markers painted for a terminal)."""
     lines: list[str] = []
     for node in path:
         p = node.payload
         if node.kind == "message":
             role = p.get("role")
-            header = f"{role} {short[node.id]}"
+            header = f" {short[node.id]}"
             if role == "tool":
                 header += f" (answers {p.get('tool_call_id')})"
-            lines.append(safe(header))
+            lines.append(paint(safe(role), role, colour, bold=True) + safe(header))
             content = p.get("content")
             if isinstance(content, list):
                 content = "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
@@ -181,7 +235,7 @@ def transcript(path: list[Node], short: dict[str, str]) -> list[str]:
             for call in p.get("tool_calls") or []:
                 lines.append(safe(f"  -> {calls_text([call])} [{call.get('id')}]"))
         else:
-            lines.append(f"-- {summary(node)} ({short[node.id]}) --")
+            lines.append(f"-- {_painted_summary(node, colour)} ({short[node.id]}) --")
         lines.append("")
     return lines[:-1] if lines else lines
 

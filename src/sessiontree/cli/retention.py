@@ -8,8 +8,8 @@ import click
 
 from .. import retention as _retention
 from ..names import shown
-from . import complete
 from .common import echo_json, echo_result, open_store
+from .inspect import session_argument
 from .params import MAX_COUNT, check_seconds
 from .render import safe, table
 
@@ -59,7 +59,7 @@ def trash(ctx: click.Context, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("session", shell_complete=complete.sessions)
+@session_argument(required=True)
 @json_option
 @click.pass_context
 def restore(ctx: click.Context, session: str, as_json: bool) -> None:

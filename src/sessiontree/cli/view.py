@@ -30,7 +30,6 @@ from ..store import Store
 from ..view import session_data
 from ..view.page import view_page
 from ..worker import DEFAULT_POLL, awork
-from . import complete
 from .common import (
     abbreviations,
     command,
@@ -42,6 +41,7 @@ from .common import (
     resume_command,
 )
 from .experiment import parse_price
+from .inspect import session_argument
 from .params import Seconds
 from .running import recipe_preparer, worker_defaults
 from .stepview import print_steps
@@ -56,7 +56,7 @@ STOP_WAIT = 30.0
 
 
 @click.command()
-@click.argument("session", required=False, shell_complete=complete.sessions)
+@session_argument()
 @click.option(
     "-o",
     "--output",

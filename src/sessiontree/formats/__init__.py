@@ -20,8 +20,9 @@ Contract:
   ``sharegpt`` (any number of sessions; see ``finetune``), ``openai`` and
   ``yoagent-messages`` (one branch of one session), ``yoagent``, ``pi`` and
   ``claude-code`` (one session, the whole tree or one branch), ``yieldagent`` (a
-  pause); ``export_file`` writes it atomically: a temporary file renamed into place.
-  ``messages`` has no importer, and ``preference`` (issue 30 item 4) is not a format yet.
+  pause), ``preference`` (chosen/rejected pairs of scored branches, any number of
+  sessions); ``export_file`` writes it atomically: a temporary file renamed into place.
+  ``messages`` and ``preference`` have no importer.
 - ``progress(done, total)`` is called with node counts as nodes are written;
   a streamed import does not know its total until the end and passes 0 until then.
 - ``skip_invalid=True`` leaves out a conversation that fails to parse (files
@@ -53,7 +54,7 @@ from .claude_code import parse_claude_code
 from .claude_code_export import export_claude_code
 from .common import answer_open_calls
 from .errors import located
-from .finetune import export_dataset
+from .finetune import export_dataset, export_preference
 from .jsonstream import CHUNK, JsonItems, read_json
 from .librechat import parse_librechat
 from .native import export_native, parse_native, stream_native
@@ -132,6 +133,7 @@ EXPORT_FORMATS = (
     "messages",
     "sharegpt",
     "yieldagent",
+    "preference",
 )
 # One session per file; with a branch, its path alone, else the whole tree (see export_lines).
 ONE_SESSION = ("openai", "yoagent", "yoagent-messages", "pi", "claude-code", "yieldagent")
@@ -453,6 +455,8 @@ def export_lines(
         return export_native(store, session_ids)
     if format in ("messages", "sharegpt"):
         return export_dataset(store, format, session_ids, per, branch)
+    if format == "preference":
+        return export_preference(store, session_ids)
     ids = list(session_ids or [])
     if len(ids) != 1:
         what = "one branch of one session" if format in ("openai", "yoagent-messages") else "one session"

@@ -21,6 +21,13 @@ yields lines (each ending in a newline), one JSON object per conversation:
 - Every line has the same keys with the same JSON types, so a columnar loader
   (Hugging Face ``datasets``' JSON builder) reads the file as one table.
 A path with no message is written as no line.
+
+``export_preference(store, session_ids=None)`` yields one line per chosen/rejected pair
+of scored branches that share a prompt (``scoring.preference_pairs``):
+``{"prompt", "chosen", "rejected"}`` as lists of messages in the ``messages`` shape
+(the conversational preference layout fine-tuning libraries read), with ``scorer``,
+``chosen_score``, ``rejected_score``, ``chosen_branch``, ``rejected_branch`` and
+``session`` beside them.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from .. import bulk
 from ..errors import FormatError
 from ..model import sendable
+from ..scoring import preference_pairs
 from .outgoing import arguments, line, text
 
 if TYPE_CHECKING:
@@ -60,6 +68,35 @@ def export_dataset(
         for i in ids:
             store.session(i).resolve(branch)
     return _lines(store, ids, format, per, branch)
+
+
+def export_preference(store: Store, session_ids: Iterable[str] | None = None) -> Iterator[str]:
+    ids = (
+        bulk.session_ids(store) if session_ids is None else [store.resolve_session_id(i) for i in session_ids]
+    )
+    return _pairs(store, ids)
+
+
+def _pairs(store: Store, ids: list[str]) -> Iterator[str]:
+    def shaped(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [_openai(m) for m in sendable(messages) if isinstance(m, dict)]
+
+    for session_id in ids:
+        session = store.session(session_id)
+        for pair in preference_pairs(session):
+            yield line(
+                {
+                    "prompt": shaped(pair.prompt),
+                    "chosen": shaped(pair.chosen),
+                    "rejected": shaped(pair.rejected),
+                    "scorer": pair.scorer,
+                    "chosen_score": float(pair.chosen_score),
+                    "rejected_score": float(pair.rejected_score),
+                    "chosen_branch": pair.chosen_branch,
+                    "rejected_branch": pair.rejected_branch,
+                    "session": session.id,
+                }
+            )
 
 
 def _lines(store: Store, ids: list[str], format: str, per: str, branch: str | None) -> Iterator[str]:

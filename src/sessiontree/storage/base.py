@@ -144,8 +144,9 @@ class Storage(ABC):
     def children(self, key: int) -> list[Node]: ...
 
     @abstractmethod
-    def ancestor(self, key: int, generations: int) -> tuple[int, str] | None:
-        """(key, id) of the node ``generations`` steps above ``key``, or None past the root."""
+    def ancestor(self, key: int, generations: int, *, messages_only: bool = False) -> tuple[int, str] | None:
+        """(key, id) of the node ``generations`` steps above ``key``, or None past the root;
+        ``messages_only``: the ``generations``-th message node above it, stepping over markers."""
 
     @abstractmethod
     def is_ancestor(self, ancestor: int, key: int) -> bool: ...

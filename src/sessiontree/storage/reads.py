@@ -135,12 +135,15 @@ class SharedReads(Storage):
         )
         return None if row is None else node_from_row(row)
 
-    def ancestor(self, key: int, generations: int) -> tuple[int, str] | None:
+    def ancestor(self, key: int, generations: int, *, messages_only: bool = False) -> tuple[int, str] | None:
+        # k counts the steps that land on a counted node; the walk stops at the one
+        # that makes it :n (with messages_only, always a message node).
+        step = "CASE WHEN n.kind = 'message' THEN 1 ELSE 0 END" if messages_only else "1"
         row = self._first(
-            """WITH RECURSIVE up(key, id, parent, k) AS (
+            f"""WITH RECURSIVE up(key, id, parent, k) AS (
                  SELECT key, id, parent, 0 FROM nodes WHERE key = :key
-                 UNION ALL SELECT n.key, n.id, n.parent, up.k + 1 FROM up JOIN nodes n ON n.key = up.parent
-                 WHERE up.k < :n)
+                 UNION ALL SELECT n.key, n.id, n.parent, up.k + {step}
+                 FROM up JOIN nodes n ON n.key = up.parent WHERE up.k < :n)
                SELECT key, id FROM up WHERE k = :n""",
             {"key": key, "n": generations},
         )

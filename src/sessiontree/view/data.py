@@ -36,6 +36,7 @@ from typing import Any
 
 from .. import deadlines
 from ..bulk import read_session
+from ..model import usage_tokens
 from ..redact import Redactor
 from ..store import Store
 
@@ -76,14 +77,6 @@ def scrubbed_snippet(snippet: str, payload: Any) -> str:
     return snippet
 
 
-def _tokens(usage: dict[str, Any], *names: str) -> int | None:
-    for name in names:
-        value = usage.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
-
-
 def session_data(
     store: Store, session_id: str, *, prices: dict[str, dict[str, float]] | None = None
 ) -> dict[str, Any]:
@@ -93,8 +86,8 @@ def session_data(
         r.id: {
             "model": r.model,
             "provider": r.provider,
-            "input_tokens": _tokens(r.usage, "prompt_tokens", "input_tokens"),
-            "output_tokens": _tokens(r.usage, "completion_tokens", "output_tokens"),
+            "input_tokens": usage_tokens(r.usage)[0],
+            "output_tokens": usage_tokens(r.usage)[1],
             "latency_ms": r.latency_ms,
             "finish_reason": r.finish_reason,
         }

@@ -29,9 +29,10 @@
 
   // -- the data ---------------------------------------------------------------
 
-  function metrics() { return { calls: 0, tin: 0, tout: 0, lat: 0, cost: 0, unpriced: false }; }
+  // nolat counts the calls whose latency was not recorded (imports): they add nothing to lat
+  function metrics() { return { calls: 0, tin: 0, tout: 0, lat: 0, nolat: 0, cost: 0, unpriced: false }; }
   function addMetrics(into, m) {
-    into.calls += m.calls; into.tin += m.tin; into.tout += m.tout; into.lat += m.lat; into.cost += m.cost;
+    into.calls += m.calls; into.tin += m.tin; into.tout += m.tout; into.lat += m.lat; into.nolat += m.nolat; into.cost += m.cost;
     into.unpriced = into.unpriced || m.unpriced;
   }
   function priced() { return D.prices && Object.keys(D.prices).length > 0; }
@@ -60,6 +61,7 @@
         seenRuns.add(n.run);
         var m = metrics();
         m.calls = 1; m.tin = run.input_tokens || 0; m.tout = run.output_tokens || 0; m.lat = run.latency_ms || 0;
+        m.nolat = typeof run.latency_ms === "number" ? 0 : 1;
         var price = Object.prototype.hasOwnProperty.call(D.prices || {}, run.model) ? D.prices[run.model] : null;
         if (price) m.cost = (m.tin * (price.input || 0) + m.tout * (price.output || 0)) / 1e6;
         else m.unpriced = true;
@@ -134,9 +136,25 @@
         return "error: " + errorText(p);
       case "tool_start":
         return "running " + (p.calls || []).map(function (c) { return c.name; }).join(", ");
+      case "score":
+        return "score: " + p.scorer + " = " + p.value + (p.note ? " (" + p.note + ")" : "");
       default:
-        return n.kind + ": " + asText(p.text !== undefined ? p.text : p.content !== undefined ? p.content : p);
+        var said = markerText(p);
+        return n.kind + (said.tag ? " (" + said.tag + ")" : "") + ": " + (said.text || said.fields || "—");
     }
+  }
+  var MARKER_KEYS = ["source", "type", "subtype", "summary", "text", "content", "message"];
+  function markerText(p) {
+    // A note, summary or other marker as words: its text (a summary, a note's text or content,
+    // an imported message's content), its type, and its other plain fields; never raw JSON.
+    var body = [p.summary, p.text, p.content, p.message && typeof p.message === "object" ? p.message.content : p.message]
+      .find(function (v) { return v !== undefined && v !== null && v !== ""; });
+    var fields = Object.keys(p).filter(function (k) {
+      var v = p[k];
+      return MARKER_KEYS.indexOf(k) < 0 && v !== null && v !== undefined && typeof v !== "object";
+    }).map(function (k) { return k + " " + p[k]; });
+    return { tag: [p.type, p.subtype].filter(function (v) { return v && typeof v !== "object"; }).join(" · "),
+             text: body === undefined ? "" : ST.contentText(body), fields: fields.join(", ") };
   }
   function asText(value) { return typeof value === "string" ? value : JSON.stringify(value); }
   function errorText(p) {  // "ProviderError: 429 too many requests", whatever the payload holds
@@ -149,9 +167,14 @@
   function metricText(m, prefix) {
     if (!m || !m.calls) return "";
     var parts = [prefix + (m.calls > 1 || prefix ? m.calls + " call" + (m.calls > 1 ? "s" : "") + " · " : ""),
-                 ST.num(m.tin) + "→" + ST.num(m.tout) + " tok", ST.ms(m.lat)];
+                 ST.num(m.tin) + "→" + ST.num(m.tout) + " tok", latencyText(m)];
     if (priced()) parts.push(m.unpriced ? "cost ?" : ST.money(m.cost));
     return parts[0] + parts.slice(1).join(" · ");
+  }
+  function latencyText(m) {  // "—" with no calls, never "0 ms" for a latency nobody recorded
+    if (!m.calls) return "—";
+    if (m.nolat === m.calls) return "latency unknown";
+    return ST.ms(m.lat) + (m.nolat ? " + " + m.nolat + " unknown" : "");
   }
   function ownText(n) {
     if (!n.own) return "";
@@ -181,22 +204,29 @@
   }
   function buildRows() {
     rows = []; rowOf = new Map();
-    var stack = [];
-    for (var r = roots.length - 1; r >= 0; r--) stack.push([roots[r], roots.length > 1 ? 1 : 0]);
+    var stack = [], opening = null, separators = 0;
+    // Each root of a session of several opens under its own line ("root 2 of 3"), drawn
+    // before the root's first shown row, so that it never reads as carrying on the last leaf.
+    function add(row) {
+      if (opening) { rows.push(opening); separators++; opening = null; }
+      rows.push(row);
+    }
+    for (var r = roots.length - 1; r >= 0; r--) stack.push([roots[r], roots.length > 1 ? 1 : 0, r]);
     while (stack.length) {
       var top = stack.pop(), i = top[0], level = top[1], n = N[i];
-      if (visible(n)) { rowOf.set(i, rows.length); rows.push({ i: i, level: level }); }
+      if (top.length > 2 && roots.length > 1) opening = { i: i, level: 0, root: top[2] + 1 };
+      if (visible(n)) { rowOf.set(i, rows.length + (opening ? 1 : 0)); add({ i: i, level: level }); }
       if (!n.kids.length) continue;
       // git-log style: one child carries on in this column (the one on the current branch,
       // else the first); the others are drawn first, one step in, like merged side branches
       var main = mainChild(n);
       stack.push([main, level]);
       if (n.kids.length < 2) continue;
-      if (folded(i)) { rows.push({ i: i, level: level + 1, fold: true }); continue; }
+      if (folded(i)) { add({ i: i, level: level + 1, fold: true }); continue; }
       for (var k = n.kids.length - 1; k >= 0; k--) if (n.kids[k] !== main) stack.push([n.kids[k], level + 1]);
     }
     ui.inner.style.height = rows.length * ROW + "px";
-    ui.count.textContent = rows.length + " rows · " + N.length + " nodes";
+    ui.count.textContent = rows.length - separators + " rows · " + N.length + " nodes";
   }
 
   function badges(i, into) {
@@ -218,6 +248,11 @@
     var indent = Math.min(r.level, MAX_INDENT) * 14;  // deeper nesting keeps the last column
     var el = h("div", { class: "row", style: { top: index * ROW + "px", paddingLeft: 6 + indent + "px",
                                               backgroundSize: indent + "px 100%" } });
+    if (r.root) {
+      el.classList.add("root-row");
+      el.textContent = "root " + r.root + " of " + roots.length;
+      return el;
+    }
     if (r.fold) {
       el.classList.add("fold-row");
       el.dataset.fold = n.id;
@@ -310,7 +345,7 @@
     var from = rowOf.get(state.selected);
     if (from === undefined) from = step > 0 ? -1 : rows.length;
     for (var r = from + step; r >= 0 && r < rows.length; r += step) {
-      if (!rows[r].fold && N[rows[r].i].kids.length > 1) { select(rows[r].i); return; }
+      if (!rows[r].fold && !rows[r].root && N[rows[r].i].kids.length > 1) { select(rows[r].i); return; }
     }
   }
   function headFor(i) {
@@ -366,8 +401,12 @@
     } else if (n.kind === "tool_start") {
       out.push(h("div", { class: "muted", text: "running " + (p.calls || []).map(function (c) { return c.name + " [" + c.id + "]"; }).join(", ") }));
     } else {
-      var body = p.text !== undefined ? p.text : p.content;
-      out.push(h("div", { class: "text", text: typeof body === "string" ? body : ST.pretty(p) }));
+      var said = markerText(p);
+      if (said.tag) out.push(h("div", { class: "muted", text: said.tag + (p.source ? " · from " + p.source : "") }));
+      if (said.text) out.push(h("div", { class: "text", text: said.text }));
+      if (said.fields) out.push(h("div", { class: "muted", text: said.fields }));
+      if (!said.text && !said.fields) out.push(h("div", { class: "muted", text: "(nothing recorded)" }));
+      out.push(details("payload", ST.pretty(p)));
     }
     return out;
   }
@@ -446,18 +485,21 @@
   }
   function summary(leaf, ancestor) {
     var added = pathTo(leaf).filter(function (k) { return ancestor < 0 || N[k].depth > N[ancestor].depth; });
-    var m = metrics(), s = { added: added, steps: 0, tools: 0, errors: 0, pauses: 0, final: null };
+    var m = metrics(), s = { added: added, steps: 0, tools: 0, errors: 0, pauses: 0, final: null, scores: {} };
     added.forEach(function (k) {
       var n = N[k], p = n.payload;
       if (n.own) addMetrics(m, n.own);
       if (n.kind === "error") s.errors++;
       if (n.kind === "pause") s.pauses++;
+      if (n.kind === "score") { delete s.scores[p.scorer]; s.scores[p.scorer] = p.value; }  // the latest by each
       if (n.kind === "message" && p.role === "assistant") {
         s.steps++; s.tools += (p.tool_calls || []).length;
         if (!(p.tool_calls || []).length) s.final = ST.contentText(p.content);
       }
     });
-    var head = N[leaf], hp = head.payload;
+    var path = pathTo(leaf), at = path.length - 1;
+    while (at > 0 && N[path[at]].kind === "score") at--;  // a score judges the run; it is not what the run did
+    var head = N[path[at]], hp = head.payload;
     s.status = pending.has(head.id) ? "paused" : head.kind === "error" ? "error"
       : head.kind === "message" && hp.role === "assistant" && !(hp.tool_calls || []).length ? "completed" : "in progress";
     s.m = m;
@@ -485,10 +527,14 @@
       line("steps (model calls)", function (s) { return String(s.steps); }),
       line("tool calls", function (s) { return String(s.tools); }),
       line("tokens in → out", function (s) { return s.m.tin + " → " + s.m.tout; }),
-      line("latency", function (s) { return ST.ms(s.m.lat); }),
+      line("latency", function (s) { return latencyText(s.m); }),
       priced() ? line("cost", function (s) { return s.m.unpriced ? "?" : ST.money(s.m.cost); }) : null,
       line("errors", function (s) { return String(s.errors); }),
-      line("pauses", function (s) { return String(s.pauses); })));
+      line("pauses", function (s) { return String(s.pauses); }),
+      line("scores", function (s) {
+        var names = Object.keys(s.scores);
+        return names.length ? names.map(function (k) { return k + " " + s.scores[k]; }).join(", ") : "—";
+      })));
     [["A adds", sa], ["B adds", sb]].forEach(function (pair) {
       var list = h("ol", { class: "adds" });
       pair[1].added.slice(0, 200).forEach(function (k) {
@@ -571,9 +617,8 @@
       h("option", { value: "notools", text: "hide tool traffic" }), h("option", { value: "errors", text: "errors only" }));
     ui.count = h("span", { id: "count", class: "muted" });
     ui.notice = h("span", { id: "notice" });
-    var title = D.session.title || D.session.id;
-    app.appendChild(h("header", {},
-      h("h1", { text: title }), h("span", { class: "muted sid", text: D.session.id }),
+    app.appendChild(h("header", {},  // an untitled session is named by its id once
+      h("h1", { text: D.session.title || "untitled session" }), h("span", { class: "muted sid", text: D.session.id }),
       CONFIG.home ? h("a", { href: CONFIG.home, text: "all sessions" }) : null,
       h("span", { class: "spacer" }),
       ui.search, ui.found, ui.filter,
