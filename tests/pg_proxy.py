@@ -7,6 +7,16 @@ that holds ``pattern`` (say ``b"COMMIT\\x00"``) ends that client's connection, e
 before the server sees it (``forward=False``) or once the server has answered it,
 without passing the answer on (``forward=True``: the server did the work, the client
 never hears so). ``proxy.dropped`` is set then. ``proxy.stop()`` ends it.
+
+``DroppingProxy(server_url, delay=seconds)`` holds every chunk that long before passing
+it on, each way: a network's round trip of twice that (for benchmarks; ``time.sleep``
+oversleeps by tens of µs).
+
+``proxy.round_trips`` counts round trips on the wire, over every connection: a burst of
+client bytes that comes after the server last spoke on that connection (or first) is
+one. Pipelined statements are one round trip; a statement whose answer the client
+waits for before the next is one each. ``proxy.counted()`` gives the count since the
+last call.
 """
 
 from __future__ import annotations
@@ -14,11 +24,12 @@ from __future__ import annotations
 import select
 import socket
 import threading
+import time
 from urllib.parse import urlsplit
 
 
 class DroppingProxy:
-    def __init__(self, server_url: str) -> None:
+    def __init__(self, server_url: str, delay: float = 0.0) -> None:
         parts = urlsplit(server_url)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 5432)
         self.user, self.database = parts.username or "postgres", parts.path.lstrip("/") or "postgres"
@@ -29,6 +40,9 @@ class DroppingProxy:
         self.dropped = threading.Event()
         self._lock = threading.Lock()
         self._open: list[socket.socket] = []
+        self.round_trips = 0
+        self.delay = delay
+        self._seen = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
     def url(self, schema: str) -> str:
@@ -40,6 +54,12 @@ class DroppingProxy:
         with self._lock:
             self.pattern, self.forward = pattern, forward
             self.dropped.clear()
+
+    def counted(self) -> int:
+        """Round trips since the last call."""
+        with self._lock:
+            now, self._seen = self.round_trips - self._seen, self.round_trips
+        return now
 
     def stop(self) -> None:
         self.listener.close()
@@ -64,14 +84,25 @@ class DroppingProxy:
 
     def _relay(self, client: socket.socket) -> None:
         server = socket.create_connection(self.upstream)
+        for sock in (client, server):  # as libpq does: small messages go at once
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._open += [client, server]
+        answered = True  # the server spoke last (nothing yet): the client's next burst is a round trip
         try:
             while True:
+                if client.fileno() < 0 or server.fileno() < 0:  # stopped
+                    return
                 ready, _, _ = select.select([client, server], [], [])
                 if client in ready:
                     data = client.recv(65536)
                     if not data:
                         return
+                    if answered:
+                        with self._lock:
+                            self.round_trips += 1
+                        answered = False
+                    if self.delay:
+                        time.sleep(self.delay)
                     forward = self._armed(data)
                     if forward is not None:
                         if forward:
@@ -84,6 +115,9 @@ class DroppingProxy:
                     data = server.recv(65536)
                     if not data:
                         return
+                    answered = True
+                    if self.delay:
+                        time.sleep(self.delay)
                     client.sendall(data)
         except OSError:
             return

@@ -172,6 +172,19 @@ def test_postgres_benchmark_reports_every_figure():
         assert figure in out.stdout
 
 
+def test_postgres_round_trips_benchmark_reports_one_round_trip_an_operation():
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT.parent / "postgres.py"), "--round-trips", "--repeat", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "SESSIONTREE_TEST_POSTGRES": postgres_server()},
+    )
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith(("read", "append", "fork"))]
+    assert len(rows) == 5 and all(row[-3] == "1" for row in rows), out.stdout
+
+
 def test_view_benchmark_quick_json_reports_every_figure():
     import os
 

@@ -336,6 +336,7 @@ def test_hugging_face_datasets_loads_the_export(store, tmp_path, fmt, monkeypatc
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # a local file: nothing to fetch
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     import datasets  # in the test extra: the loader the export's users run
+
     forked(store)
     import_file(store, CONVERSATIONS / "claude-code-tool_heavy.jsonl")
     out = export_file(store, tmp_path / "set.jsonl", fmt)

@@ -29,6 +29,9 @@ from test_reliability_pauses import make_pauses
 from conftest import drop_schema, postgres_server, user
 
 COMMIT = b"COMMIT\x00"
+APPEND = b"sessiontree_append("
+"""An append under a branch head is one statement, its own transaction: sending it is
+sending its COMMIT."""
 
 
 @pytest.fixture
@@ -58,7 +61,7 @@ def test_a_connection_lost_once_commit_was_sent_is_outcome_unknown_and_it_did_co
     with Store(url) as store:
         s = store.create_session("lost")
         s.append(user("first"))
-        proxy.drop_at(COMMIT, forward=True)  # the server commits; the client never hears
+        proxy.drop_at(APPEND, forward=True)  # the server commits; the client never hears
         with pytest.raises(OutcomeUnknown) as lost:
             s.append(user("second"))
         assert proxy.dropped.is_set()
@@ -77,7 +80,7 @@ def test_a_commit_that_never_reached_the_server_is_outcome_unknown_then_found_ab
     with Store(url) as store:
         s = store.create_session("lost")
         s.append(user("first"))
-        proxy.drop_at(COMMIT, forward=False)
+        proxy.drop_at(APPEND, forward=False)
         with pytest.raises(OutcomeUnknown) as lost:
             s.append_many([user("a"), user("b")])
     assert lost.value.backend_pid is not None and f"process {lost.value.backend_pid}" in str(lost.value)
@@ -94,8 +97,8 @@ def test_a_connection_lost_before_commit_is_unavailable_and_nothing_is_written(p
         s = store.create_session("lost")
         s.append(user("first"))
         proxy.drop_at(b"INSERT INTO nodes", forward=False)
-        with pytest.raises(Unavailable) as lost:
-            s.append(user("second"))
+        with pytest.raises(Unavailable) as lost:  # a new branch: a transaction of statements
+            s.append(user("second"), branch="other")
         assert not isinstance(lost.value, OutcomeUnknown)
         assert str(lost.value).startswith("lost the connection to PostgreSQL at postgresql://")
         assert str(lost.value).endswith("nothing was written") and "\n" not in str(lost.value)

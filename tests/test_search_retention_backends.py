@@ -141,20 +141,29 @@ def test_the_search_index_reports_rebuilds_and_checks_on_both_backends(any_store
     ]
 
 
-def test_only_sqlite_can_turn_the_index_off(any_store):
-    from sessiontree import SearchIndexOff, SessionTreeError
+def test_the_index_turns_off_and_back_on_on_both_backends(any_store):
+    """Off, a store indexes nothing (PostgreSQL: no search columns, no index) and search
+    says how to turn it back on; on again, every node is found as before, written while
+    it was off or not."""
+    from sessiontree import SearchIndexOff
 
-    fill(any_store)
-    if str(any_store.path).startswith("postgresql://"):
-        with pytest.raises(
-            SessionTreeError, match="PostgreSQL store: its search index .* cannot be turned off"
-        ):
-            any_store.set_search_index(False)
-        assert any_store.search_index().enabled
-        return
+    a, _ = fill(any_store)
+    before = found(any_store, "paris OR oslo")
     assert any_store.set_search_index(False) == 0
-    with pytest.raises(SearchIndexOff):
+    assert not any_store.search_index().enabled
+    with pytest.raises(SearchIndexOff, match="search index of .* is off; turn it on with"):
         any_store.search("paris")
+    any_store.session(a.id).append(user("Snow in Paris"), branch="other")  # written while off
+    if str(any_store.path).startswith("postgresql://"):
+        columns = raw(
+            any_store,
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = 'nodes'",
+        )
+        assert ("search_text",) not in columns and ("search_tools",) not in columns
+    assert any_store.set_search_index(True) == any_store.search_index().indexed
+    assert found(any_store, "paris OR oslo") == sorted([*before, "Snow in Paris"])
+    assert found(any_store, "oslo", tools=False) == []
 
 
 def test_a_redaction_by_another_store_reaches_this_stores_cached_reads(db_target):

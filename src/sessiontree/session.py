@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 from . import compaction, maintenance
 from .errors import BranchMoved, CheckpointImmutable, Conflict, InvalidPayload, NotFound
@@ -50,6 +50,7 @@ from .names import (
     counts_every_node,
     shown,
     split_ancestry,
+    unstorable,
 )
 from .storage import Storage
 
@@ -191,6 +192,10 @@ class Session:
         if branch is not None:
             check_name(branch, new=False)
         expected = self.expected_head(expect_head)
+        if branch is not None:
+            done = self._append_in_one(texts, branch, parent, kind, run, expected)
+            if done is not None:
+                return done
         with self.storage.transaction():
             place = self._place(branch, parent, expected)
             if kind == "decision" and place.kind != "pause":
@@ -279,22 +284,47 @@ class Session:
             if found is None or found[1] != self.id:
                 raise NotFound(f"no run {shown(run)} in session {self.id}")
             return found[0], run
-        fields = run.__dict__ if isinstance(run, Completion) else run
         run_id = new_id()
-        key = self.storage.insert_run(
-            run_id,
-            self._key,
-            (
-                check_text(fields.get("model"), "run model"),
-                check_text(fields.get("provider"), "run provider"),
-                encode_json(fields.get("params") or {}, "run params", default=str),
-                encode_json(fields.get("usage") or {}, "run usage", default=str),
-                check_latency(fields.get("latency_ms")),
-                check_text(fields.get("finish_reason"), "run finish_reason"),
-                now(),
-            ),
+        return self.storage.insert_run(run_id, self._key, _run_fields(run)), run_id
+
+    def _append_in_one(
+        self, texts: list[str], branch: str, parent: Ref | None, kind: str, run: RunLike, expected: str | None
+    ) -> list[Node] | None:
+        """``append_many``'s common case (under the head of an existing branch) in the one
+        statement of ``Storage.append_at_head``; None when it is not that case, or when
+        the input is wrong (the long way then says what is, in its own order)."""
+        if not self.storage.one_statement:
+            return None
+        if parent is not None:
+            parent = parent.id if isinstance(parent, Node) and parent.session_id == self.id else parent
+            if not isinstance(parent, str) or FULL_ID.fullmatch(parent) is None:
+                return None
+        recorded: tuple[str, Sequence[Any] | None] | None = None
+        if isinstance(run, str):
+            if unstorable(run) is not None:
+                return None
+            recorded = (run, None)
+        elif run is not None:
+            try:
+                recorded = (new_id(), _run_fields(run))
+            except Exception:  # noqa: BLE001 - the long way raises it, after what it checks first
+                return None
+        created = now()
+        chain = list(zip(new_ids(len(texts)), texts, strict=True))
+        place = self.storage.append_at_head(
+            self._key, branch, expected, parent, kind, chain, created, recorded
         )
-        return key, run_id
+        if place is None:
+            return None
+        parent_id, depth = place
+        run_id = recorded[0] if recorded is not None else None
+        nodes = []
+        for node_id, text in chain:
+            depth += 1
+            nodes.append(Node(node_id, self.id, parent_id, depth, kind, text, created, run_id))
+            parent_id = node_id
+        self.storage.remember(place[0], nodes)
+        return nodes
 
     def edit(self, node: Ref, payload: dict[str, Any], *, branch: str) -> Node:
         """A sibling of ``node`` carrying ``payload``, on the new branch ``branch``."""
@@ -329,6 +359,10 @@ class Session:
 
     def path(self, ref: Ref = "main") -> list[Node]:
         """Root-to-node (main's head by default, as ``messages``), in one recursive query."""
+        if _plain_name(ref):  # a branch or checkpoint: one statement where it costs a round trip
+            found = self.storage.path_at_ref(self._key, self.id, ref)
+            if found is not None:
+                return list(found)
         with self.storage.snapshot():
             return list(self.storage.path_to(*self._locate(ref), self.id))
 
@@ -339,6 +373,10 @@ class Session:
         list; the dicts in it are the nodes' payloads, shared with the store's cache, so
         treat them as read-only (``copy.deepcopy`` one to change it).
         """
+        if _plain_name(ref):
+            messages = self.storage.messages_at_ref(self._key, self.id, ref)
+            if messages is not None:
+                return messages
         with self.storage.snapshot():
             return self.storage.messages(*self._locate(ref), self.id)
 
@@ -466,6 +504,9 @@ class Session:
     def fork(self, name: str, at: Ref, *, metadata: dict[str, Any] | None = None) -> Branch:
         """A new branch pointing at ``at`` (``fork("b", "main~1")`` or ``at=``). One row;
         nothing is copied."""
+        forked = self._fork_in_one(name, at, metadata)
+        if forked is not None:
+            return forked
         with self.storage.transaction():
             key, node_id = self._locate(at)
             when = now()
@@ -474,6 +515,46 @@ class Session:
         # metadata as it reads back from its JSON.
         stored = json.loads(encode_json(metadata or {}, "branch metadata"))
         return Branch(self.id, name, node_id, when, when, stored)
+
+    def _fork_in_one(self, name: str, at: Ref, metadata: dict[str, Any] | None) -> Branch | None:
+        """``fork`` at a whole node id, or at a branch or checkpoint, in the one statement
+        of ``Storage.fork_at``; None otherwise, or for wrong input (the long way says
+        what is wrong, in its own order)."""
+        if not self.storage.one_statement:
+            return None
+        try:
+            encoded = encode_json(metadata or {}, "branch metadata")
+        except Exception:  # noqa: BLE001 - the long way raises it, after what it checks first
+            return None
+        found = self._pointer_in_one(name, "branch", at, encoded)
+        if found is None:
+            return None
+        node_id, when = found
+        return Branch(self.id, name, node_id, when, when, json.loads(encoded))
+
+    def _pointer_in_one(self, name: str, what: str, at: Ref, metadata: str | None) -> tuple[str, str] | None:
+        """(node id, time) of a new branch (``metadata``) or checkpoint (None) made in one
+        statement, or None for the long way."""
+        if not self.storage.one_statement:
+            return None
+        if isinstance(at, Node):
+            at = at.id if at.session_id == self.id else ""
+        if not _plain_name(at) and not (isinstance(at, str) and FULL_ID.fullmatch(at)):
+            return None
+        try:
+            check_name(name, what)
+        except Exception:  # noqa: BLE001 - the long way raises it, after what it checks first
+            return None
+        when = now()
+        node_id = self.storage.fork_at(
+            self._key,
+            name,
+            at,
+            FULL_ID.fullmatch(at) is not None,
+            metadata,
+            when,
+        )
+        return None if node_id is None else (node_id, when)
 
     def move(self, name: str, to: Ref, *, expect_head: Ref | None = None) -> Branch:
         """Point an existing branch somewhere else (``to`` by position or keyword;
@@ -520,6 +601,9 @@ class Session:
 
     def checkpoint(self, name: str, at: Ref) -> Checkpoint:
         """A named pointer at ``at`` that never moves (``checkpoint("cp", "main~1")`` or ``at=``)."""
+        found = self._pointer_in_one(name, "checkpoint", at, None)
+        if found is not None:
+            return Checkpoint(self.id, name, found[0], found[1])
         with self.storage.transaction():
             self._check_name_free(name, "checkpoint")
             created = now()
@@ -570,6 +654,33 @@ class Session:
     def verify(self) -> VerifyReport:
         """``Store.verify`` for this session only."""
         return maintenance.verify(self.storage, session_key=self._key)
+
+
+def _run_fields(run: Completion | dict[str, Any]) -> tuple[Any, ...]:
+    """The ``RUN_FIELDS`` values of a run to record, checked."""
+    fields = run.__dict__ if isinstance(run, Completion) else run
+    return (
+        check_text(fields.get("model"), "run model"),
+        check_text(fields.get("provider"), "run provider"),
+        encode_json(fields.get("params") or {}, "run params", default=str),
+        encode_json(fields.get("usage") or {}, "run usage", default=str),
+        check_latency(fields.get("latency_ms")),
+        check_text(fields.get("finish_reason"), "run finish_reason"),
+        now(),
+    )
+
+
+def _plain_name(ref: Ref) -> TypeGuard[str]:
+    """Whether ``ref`` may be a branch or checkpoint name as written (no ``~N``, not a
+    whole id): what ``_locate`` looks up first as a name, so finding it as one gives the
+    node ``_locate`` would. Anything else, or a name not found, goes the general way."""
+    return (
+        isinstance(ref, str)
+        and bool(ref)
+        and "~" not in ref
+        and FULL_ID.fullmatch(ref) is None
+        and unstorable(ref) is None
+    )
 
 
 def _ref_text(ref: Ref) -> str:

@@ -278,7 +278,8 @@ class Store:
         (emptying it: appends and storage no longer pay for it, and ``search`` raises
         ``SearchIndexOff``); ``rebuild=True`` empties it and indexes every node again.
         ``progress(done, total)`` is called as the nodes are indexed. How many nodes it
-        holds after. On PostgreSQL the index cannot be turned off."""
+        holds after. On PostgreSQL off drops the index and its vector columns, and on
+        adds them back (rewriting the nodes table once)."""
         return self.storage.set_search_index(enabled, rebuild=rebuild, progress=progress)
 
     def check_search_index(self) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 
 import click
 
@@ -223,8 +224,11 @@ def export(
         return
     pieces = iter(export_lines(store, fmt, session_ids=ids, branch=branch, per=per))
     first = next(pieces, "")  # what the export refuses, it refuses here: before any output
+    # On a terminal, characters it would act on are written as \u escapes (the same JSON);
+    # into a pipe or a file, the bytes are exactly the format's (yoagent's, byte for byte).
+    shown = json_safe if sys.stdout.isatty() else str
     for piece in itertools.chain([first], pieces):
-        click.echo(json_safe(piece), nl=False)  # the same JSON, safe on a terminal
+        click.echo(shown(piece), nl=False)
 
 
 @click.command()

@@ -14,18 +14,20 @@ Contract:
   JSON-encoded arguments; model, provider, usage and stop reason as a run);
   ``toolResult`` -> ``tool`` (``tool_call_id``, ``name``); an extension message (any
   other role) -> a ``note``, never sent to a model. Every node keeps yoagent's message
-  (the five legacy snake_case keys renamed), entry id, label and timestamp under
-  ``payload["raw"]["yoagent"]``, never sent to a model (``model.sendable``), which
-  the export writes back.
+  (the five legacy snake_case keys renamed), entry id, place in the file, label and
+  timestamp under ``payload["raw"]["yoagent"]``, never sent to a model
+  (``model.sendable``), which the export writes back.
 - ``label`` -> a checkpoint (see ``pi._label_name`` for labels that are no valid
   name; a label used twice names the entry created last, as ``seek_checkpoint``);
   the head is ``main``, every other leaf gets ``leaf-<entry id>``.
 - ``export_yoagent(session)`` yields the lines of a yoagent file: parents first,
-  ``main``'s head last, each line as yoagent's serde writes it (struct field order,
-  keys inside JSON values sorted), joined by ``\\n`` with no trailing newline. Nodes
-  that were never yoagent entries become extension messages ``sessiontree.<kind>``.
-  It refuses (``FormatError``) a tree yoagent cannot hold: ``main``'s head with
-  children, or two checkpoints on one node.
+  ``main``'s head last, each line byte for byte as yoagent's ``serde_json`` writes it
+  (compact; struct fields in declaration order; keys inside JSON values sorted; UTF-8
+  unescaped, ``/`` too; floats in ryu's shortest form, ``1.0``, ``-0.0``, ``1e16``),
+  joined by ``\\n`` with no trailing newline. Nodes that were never yoagent entries
+  become extension messages ``sessiontree.<kind>``. It refuses (``FormatError``) a
+  tree yoagent cannot hold: ``main``'s head with children, two checkpoints on one
+  node, or a lone surrogate in a string (which the import refuses too, as yoagent).
 """
 
 from __future__ import annotations
@@ -172,10 +174,14 @@ class _Reader:
         self.seen.add(eid)
         at = _iso_ms(stamp)
         kept = _normalised(message, where)
+        if _unwritable(json.dumps(kept, ensure_ascii=False)):
+            raise FormatError(f"{where}: a string {_SURROGATE}")
         own = self.node_id(eid)
         kind, payload, run = _convert(kept, own, at, where)
         # Kept for the export, never sent to a model (``model.sendable``).
-        yo: dict[str, Any] = {"message": kept, "id": eid}
+        # The entry's place in the file: the export's order where timestamps cannot give
+        # it (forks made in one millisecond, a clock that stepped back).
+        yo: dict[str, Any] = {"message": kept, "id": eid, "position": len(self.seen) - 1}
         if label is not None:
             yo["label"] = label
         if stamp != _ms(at):
@@ -343,6 +349,11 @@ def _export(s: ImportedSession) -> Iterator[str]:
     }
     # Creation order (a yoagent file's order), parents first, main's head last.
     created = sorted(s.nodes, key=lambda n: n.created_at)
+    # A file's own entries take the places creation order gives them, in file order.
+    slots = [i for i, n in enumerate(created) if type(_kept(n).get("position")) is int]
+    filed = sorted((created[i] for i in slots), key=lambda n: _kept(n)["position"])
+    for i, n in zip(slots, filed, strict=True):
+        created[i] = n
     ranked = parents_first({n.id: n.parent_id for n in created}, str)
     order = [_by_id(s, i) for i in ranked if i != main and i not in skipped]
     order += [n for n in s.nodes if n.id == main]
@@ -365,6 +376,8 @@ def _export(s: ImportedSession) -> Iterator[str]:
         label = label if isinstance(label, str) else labels.get(n.id)
         if label is not None:
             line += ',"label":' + _dump(label)
+        if _unwritable(line):
+            raise FormatError(f"session {s.id}: node {n.id} {_SURROGATE}")
         yield line + "}"
 
 
@@ -493,7 +506,7 @@ def _float(f: float) -> str:
     if not math.isfinite(f):
         return "null"
     digits, exp = _shortest(f)
-    sign = "-" if f < 0 else ""
+    sign = "-" if math.copysign(1.0, f) < 0 else ""  # serde_json writes -0.0 as "-0.0"
     kk = len(digits) + exp
     if exp >= 0 and kk <= 16:
         return sign + digits + "0" * exp + ".0"
@@ -528,4 +541,22 @@ def export_yoagent_messages(store: Store, session_id: str, branch: str = "main")
         if not (node.payload.get("synthesised") and "message" not in _kept(node)):
             path.append(node)
         head = node.parent_id
-    return "[" + ",".join(_message(n, runs) for n in reversed(path)) + "]"
+    text = "[" + ",".join(_message(n, runs) for n in reversed(path)) + "]"
+    if _unwritable(text):
+        raise FormatError(f"session {s.id}: branch {branch!r} {_SURROGATE}")
+    return text
+
+
+_SURROGATE = "holds a lone surrogate (an unpaired \\ud800-\\udfff escape), which yoagent's serde_json refuses"
+
+
+def _unwritable(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate: JSON's ``\\u`` escapes let one in, but
+    it is no UTF-8, so no yoagent file holds one (serde_json refuses it)."""
+    if text.isascii():  # O(1) in CPython: most lines skip the encode below
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False

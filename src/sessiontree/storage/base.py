@@ -393,6 +393,42 @@ class Storage(ABC):
         """Return when a decision may have been written (True: a signal came), or after
         ``timeout`` seconds (False)."""
 
+    # -- reads and writes in one statement --------------------------------------------
+
+    one_statement = False
+    """Whether ``path_at_ref``, ``messages_at_ref``, ``append_at_head`` and ``fork_at`` do
+    anything: where each statement is a round trip (PostgreSQL). Elsewhere the callers go
+    their usual way."""
+
+    def append_at_head(
+        self,
+        session_key: int,
+        branch: str,
+        expect: str | None,
+        parent: str | None,
+        kind: str,
+        nodes: Sequence[tuple[str, str]],
+        created: str,
+        run: tuple[str, Sequence[Any] | None] | None,
+    ) -> tuple[str | None, int] | None:
+        """The common append in one statement, its own transaction: (id, payload) nodes
+        as a chain under the head of the existing branch ``branch`` (which must be
+        ``expect`` and ``parent`` when given), moving it; ``run`` is (run id, its
+        ``RUN_FIELDS`` to record it, or None for an existing run of the session). The
+        head's (id, depth) it went under; None, having written nothing, for anything
+        else (the caller then takes the long way, which raises what it raises), or when
+        the backend has no such statement (SQLite: its transactions cost no round trip).
+        A connection lost once the statement was sent is ``OutcomeUnknown``."""
+        return None
+
+    def fork_at(
+        self, session_key: int, name: str, at: str, at_is_id: bool, metadata: str | None, created: str
+    ) -> str | None:
+        """A new branch ``name`` with ``metadata`` (None: a checkpoint ``name``) at ``at`` (a
+        whole node id of the session, or a branch or checkpoint name) in one statement;
+        the node's id, or None as ``append_at_head``."""
+        return None
+
     # -- paths, through the cache -------------------------------------------------
 
     @abstractmethod
@@ -425,11 +461,67 @@ class Storage(ABC):
         cached ancestor (see ``cache``)."""
         return self._cached_path(key, node_id, session_id, self._drop_stale_paths())
 
-    def _cached_path(self, key: int, node_id: str, session_id: str, generation: int) -> tuple[Node, ...]:
+    def _ref_walk(
+        self, session_key: int, name: str, stops: list[str], redactions: bool
+    ) -> tuple[int, str, int | None, list[PathRow]] | None:
+        """In one statement, outside any transaction: (node key, node id, the redaction
+        count if asked, the walk up from the node as ``_path_rows`` with ``stops``, the
+        node itself flagged when it is one of them) of the branch or checkpoint ``name``;
+        None when there is none, it has no node, or the backend has no such statement
+        (then the caller reads as before). PostgreSQL has one: a
+        read there is a round trip, where SQLite's cost none."""
+        return None
+
+    def path_at_ref(self, session_key: int, session_id: str, name: str) -> tuple[Node, ...] | None:
+        """The path to the node a branch or checkpoint named ``name`` points at, in the one
+        statement of ``_ref_walk``; None when that gives nothing (no such name, no node
+        yet, or no such statement)."""
+        found = self._walk_ref(session_key, session_id, name)
+        return None if found is None else self._cached_path(*found)
+
+    def messages_at_ref(self, session_key: int, session_id: str, name: str) -> list[dict[str, Any]] | None:
+        """``messages`` of the node a branch or checkpoint named ``name`` points at, as
+        ``path_at_ref``."""
+        found = self._walk_ref(session_key, session_id, name)
+        if found is None:
+            return None
+        projected = self.cache.messages(found[1])
+        if projected is None:
+            path = self._cached_path(*found)
+            projected = self.cache.messages(found[1])
+            if projected is None:  # not cacheable (too big, or the cache is off)
+                return project(path)
+        return projected
+
+    def _walk_ref(
+        self, session_key: int, session_id: str, name: str
+    ) -> tuple[int, str, str, int, list[PathRow]] | None:
+        """``_cached_path``'s arguments from one ``_ref_walk``, the redaction count looked
+        at when due."""
+        if not self.one_statement:
+            return None
+        # Taken before the statement: a clear after it (by another thread that saw a
+        # redaction, or by this look at the count) voids what this read would put.
+        generation = self.cache.generation
+        now = time.monotonic()
+        due = now >= self._next_redaction_check
+        found = self._ref_walk(session_key, name, self.cache.heads(session_id), due)
+        if found is None:
+            return None
+        key, node_id, count, rows = found
+        if due:
+            self._next_redaction_check = now + self.redaction_check_every
+            self.cache.agree(count or 0)
+        return key, node_id, session_id, generation, rows
+
+    def _cached_path(
+        self, key: int, node_id: str, session_id: str, generation: int, rows: list[PathRow] | None = None
+    ) -> tuple[Node, ...]:
         cached = self.cache.get(node_id)
         if cached is not None:
             return cached
-        rows = self._path_rows(key, self.cache.heads(session_id))
+        if rows is None:
+            rows = self._path_rows(key, self.cache.heads(session_id))
         base: tuple[Node, ...] = ()
         if rows[-1][6]:  # stopped at a cached ancestor
             base = self.cache.get(rows[-1][0]) or ()

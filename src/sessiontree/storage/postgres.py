@@ -20,9 +20,17 @@ cannot change until it ends) is kept with advisory locks:
   a write that decided from a listing made without them (emptying the trash, a
   retention policy): it lists again once it holds them, and statements from then
   on see what the sessions' last writers committed (READ COMMITTED).
-Node keys come from ``sessiontree_reserve_node_keys`` (a block per call). An
-append is six round trips: BEGIN, the locks, the head, the insert, the head
-update, COMMIT.
+Node keys come from ``sessiontree_reserve_node_keys`` (a block per call).
+
+Round trips (schema step 12). A read of a branch or checkpoint is one statement
+(``_ref_walk``: the ref, the walk to the nearest cached path end, the redaction
+count when due); an append under a branch head and a fork are one call each of a
+server function (``append_at_head``, ``fork_at``) that takes the same locks and
+goes through the same triggers, in its own transaction. Anything else, and any
+case those functions do not take (SQLSTATE SW001, or a trigger's refusal, with
+nothing written), goes the long way: a transaction of statements as above.
+The path and tree walks are functions whose plans are fixed; every other
+statement is planned for the tables as they are (``postgres_db.PLANS``).
 
 Connections: a write transaction or a snapshot holds one pooled connection for
 the thread that opened it; any other read borrows one for a single statement.
@@ -62,18 +70,26 @@ from .postgres_upkeep import TREE, PostgresUpkeep
 from .reads import RUN_COLUMNS, SharedReads
 from .shared_sql import for_postgres
 
-# The walk carries only keys (a recursive query copies what it carries: payloads made
-# the path at depth 2,000 a fifth slower); each node's columns are read once at the end.
-_PATH = """
-WITH RECURSIVE p(key, parent, stop) AS (
-    SELECT key, parent, false FROM nodes WHERE key = %(key)s
-    UNION ALL
-    SELECT n.key, n.parent, n.id = ANY(%(stop)s)
-    FROM p JOIN nodes n ON n.key = p.parent WHERE NOT p.stop
+# The walk up a path, with its plan pinned (schema step 12: an index lookup per step,
+# whatever the table's statistics say).
+_PATH = "SELECT * FROM sessiontree_path(%(key)s, %(stop)s)"
+
+# A read of a branch or checkpoint in one round trip: its node and the walk up from it
+# to the nearest cached path end (only the node, unread, when it is one), with the
+# redaction count when the cache is due to look at it.
+_REF_WALK = """
+WITH r AS (
+    SELECT b.head AS key FROM branches b WHERE b.session = %(s)s AND b.name = %(name)s
+    UNION ALL SELECT c.node FROM checkpoints c WHERE c.session = %(s)s AND c.name = %(name)s
+    LIMIT 1
 )
-SELECT n.id, n.depth, n.kind, n.payload, n.created_at, (SELECT r.id FROM runs r WHERE r.key = n.run), p.stop
-FROM p JOIN nodes n ON n.key = p.key ORDER BY n.depth DESC
+SELECT r.key, CASE WHEN %(redactions)s THEN (SELECT redactions FROM change_counts) END, p.*
+FROM r LEFT JOIN LATERAL sessiontree_path(r.key, %(stop)s) p ON true
 """
+
+
+ONE_STATEMENT_STEP = 12
+"""The schema step that installs the one-statement reads and writes (``sessiontree_append``)."""
 
 
 class _Held(threading.local):
@@ -90,6 +106,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
     """One PostgreSQL schema (``?schema=`` in the URL, default ``sessiontree``)."""
 
     is_tool_message = "sessiontree_json(h.payload) ->> 'role' = 'tool'"
+    tree_walk = TREE
     usage_number = "sessiontree_usage_tokens(r.usage, '{name}', '{name}')"
 
     # A look at the redaction count is a round trip here: at most one a second, so
@@ -122,6 +139,9 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
                     )
             else:
                 pgdb.migrate(conn, self.target.schema)
+            # Step 12's functions; a schema migrated only part way (as the upgrade tests
+            # make one) goes the long way.
+            self.one_statement = pgdb.schema_version(conn, self.target.schema) >= ONE_STATEMENT_STEP
         schema = self.target.schema
 
         def configure(conn: psycopg.Connection[Any]) -> None:
@@ -340,7 +360,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
 
     def delete_session(self, session_key: int) -> int:
         self._claim(session_key)
-        doomed = [r[0] for r in self._all(TREE + "SELECT key FROM t", {"s": session_key})]
+        doomed = [r[0] for r in self._all(for_postgres(TREE) + "SELECT key FROM t", {"s": session_key})]
         self._write("DELETE FROM branches WHERE session = %s", (session_key,))
         self._write("DELETE FROM checkpoints WHERE session = %s", (session_key,))
         self._write("DELETE FROM nodes WHERE key = ANY(%s)", (doomed,))
@@ -395,6 +415,79 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
                 ) from None
             raise
 
+    def append_at_head(
+        self,
+        session_key: int,
+        branch: str,
+        expect: str | None,
+        parent: str | None,
+        kind: str,
+        nodes: Sequence[tuple[str, str]],
+        created: str,
+        run: tuple[str, Sequence[Any] | None] | None,
+    ) -> tuple[str | None, int] | None:
+        run_id, fields = run if run is not None else (None, None)
+        recorded = list(fields[:6]) if fields is not None else [None] * 6
+        row = self._one_write(
+            "SELECT * FROM sessiontree_append(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+            " %s, %s, %s, %s, %s, %s)",
+            (
+                self.lock_class,
+                session_key,
+                branch,
+                expect,
+                parent,
+                kind,
+                [n[0] for n in nodes],
+                [n[1] for n in nodes],
+                created,
+                run_id,
+                fields is not None,
+                *recorded,
+            ),
+            nodes[-1][0],
+        )
+        return None if row is None else (row[0], int(row[1]))
+
+    def fork_at(
+        self,
+        session_key: int,
+        name: str,
+        at: str,
+        at_is_id: bool,
+        metadata: str | None,
+        created: str,
+    ) -> str | None:
+        row = self._one_write(
+            "SELECT sessiontree_fork(%s, %s, %s, %s, %s, %s, %s, %s)",
+            (self.lock_class, session_key, name, at, at_is_id, metadata, created, metadata is None),
+            None,
+        )
+        return None if row is None else str(row[0])
+
+    def _one_write(
+        self, statement: str, params: Sequence[Any], node_id: str | None
+    ) -> tuple[Any, ...] | None:
+        """A write function's one row, run as its own transaction on a pooled connection;
+        None when it took the long way (SQLSTATE SW001) or a trigger refused it (nothing
+        was written: the long way says why). Lost once sent: ``OutcomeUnknown``."""
+        if self.readonly or self._held.conn is not None:
+            return None  # the long way says it is read-only, or joins the open transaction
+        with pgdb.clear_errors(self.url), self.pool.connection() as conn:
+            backend = conn.info.backend_pid  # read now: a lost connection forgets it
+            try:
+                return conn.execute(statement, params).fetchone()
+            except psycopg.IntegrityError:
+                return None
+            except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+                if pgdb.connection_lost(e):
+                    raise pgdb.outcome_unknown(self.url, backend, node_id) from None
+                raise
+            except psycopg.Error as e:
+                if e.sqlstate == "SW001":
+                    return None
+                raise
+
     def _committed_session_id(self, key: int) -> str | None:
         with pgdb.clear_errors(self.url), self.pool.connection() as other:
             row = other.execute("SELECT id FROM sessions WHERE key = %s", (key,)).fetchone()
@@ -411,6 +504,16 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
 
     def _path_rows(self, key: int, stops: list[str]) -> list[PathRow]:
         return self._all(_PATH, {"key": key, "stop": stops})
+
+    def _ref_walk(
+        self, session_key: int, name: str, stops: list[str], redactions: bool
+    ) -> tuple[int, str, int | None, list[PathRow]] | None:
+        if self._held.conn is not None:  # inside a snapshot or a write: read as it does
+            return None
+        rows = self._all(_REF_WALK, {"s": session_key, "name": name, "stop": stops, "redactions": redactions})
+        if not rows or rows[0][0] is None:
+            return None
+        return rows[0][0], rows[0][2], rows[0][1], [r[2:] for r in rows]
 
     def redaction_count(self) -> int:
         return int(self._one("SELECT redactions FROM change_counts"))

@@ -17,7 +17,9 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import SessionTreeError
+from psycopg import errors as pg_errors
+
+from ..errors import SearchIndexOff
 from ..model import Node, SearchIndex, encode_payload
 from . import shared_sql
 from .base import Storage
@@ -26,9 +28,12 @@ from .sqlite_search import ELLIPSIS, MARK_END, MARK_START, SNIPPET_TOKENS
 
 _TEXT = "coalesce(sessiontree_node_text(n.kind, n.payload), '')"
 _ALL = f"{_TEXT} || ' ' || coalesce(sessiontree_node_tools(n.kind, n.payload), '')"
-ALL_VECTOR = "(n.search_text || n.search_tools)"
-"""What ``tools=True`` matches: the expression of the ``nodes_search_all`` index (step 9),
-written the same, so that the planner can use the index."""
+ALL_VECTOR = "(setweight(n.search_text, 'A') || n.search_tools)"
+"""What every search matches: the expression of the one index, ``nodes_search_all`` (step
+12), written the same, so that the planner can use it. The text's words carry weight A:
+``tools=False`` matches the query with its words restricted to A (``q.text``)."""
+_RANKED = {True: "(n.search_text || n.search_tools)", False: "n.search_text"}
+"""What a match is ranked by (unweighted: the ranks of steps 4 to 11)."""
 _HEADLINE = (
     f'StartSel="{MARK_START}", StopSel="{MARK_END}", MaxWords={SNIPPET_TOKENS}, MinWords=4,'
     f' MaxFragments=1, FragmentDelimiter="{ELLIPSIS}"'
@@ -41,14 +46,16 @@ WITH RECURSIVE on_branch(key) AS (
       AND (%(session)s::text IS NULL OR b.session = (SELECT key FROM sessions WHERE id = %(session)s))
     UNION
     SELECT n.parent FROM on_branch JOIN nodes n ON n.key = on_branch.key WHERE n.parent IS NOT NULL
-), q AS (SELECT websearch_to_tsquery('simple', %(query)s) AS q)
+), q AS (
+    SELECT w.q, sessiontree_text_query(w.q) AS text FROM websearch_to_tsquery('simple', %(query)s) AS w(q)
+)
 SELECT n.key, n.id, s.id, p.id, n.depth, n.kind, n.payload, n.created_at, r.id,
        ts_headline('simple', {document}, q.q, %(headline)s)
 FROM q, nodes n
 JOIN sessions s ON s.key = n.session
 LEFT JOIN nodes p ON p.key = n.parent
 LEFT JOIN runs r ON r.key = n.run
-WHERE {vector} @@ q.q AND s.trashed_at IS NULL
+WHERE {vector} @@ {query} AND s.trashed_at IS NULL
   AND (%(session)s::text IS NULL OR s.id = %(session)s)
   AND (%(kind)s::text IS NULL OR n.kind = %(kind)s)
   AND (%(role)s::text IS NULL OR (n.kind = 'message' AND sessiontree_json(n.payload) ->> 'role' = %(role)s))
@@ -101,9 +108,13 @@ class PostgresFind(Storage):
         tools: bool = True,
         newest: bool = False,
     ) -> list[tuple[Node, str]]:
-        vector = ALL_VECTOR if tools else "n.search_text"
-        order = "n.key DESC" if newest else f"ts_rank({vector}, q.q) DESC, n.id"
-        sql = _SEARCH.format(document=_ALL if tools else _TEXT, vector=vector, order=order)
+        order = "n.key DESC" if newest else f"ts_rank({_RANKED[tools]}, q.q) DESC, n.id"
+        sql = _SEARCH.format(
+            document=_ALL if tools else _TEXT,
+            vector=ALL_VECTOR,
+            query="q.q" if tools else "q.text",
+            order=order,
+        )
         params = {
             "query": query,
             "session": session_id,
@@ -113,31 +124,38 @@ class PostgresFind(Storage):
             "limit": limit,
             "headline": _HEADLINE,
         }
-        return [(Node(*r[1:9]), r[9] or "") for r in self._all(sql, params)]
+        try:
+            rows = self._all(sql, params)
+        except pg_errors.UndefinedColumn:  # turned off (by any process): no search columns
+            raise self._search_off() from None
+        return [(Node(*r[1:9]), r[9] or "") for r in rows]
 
-    # The index is two generated tsvector columns and two GIN indexes (on the text's, and
-    # on both joined): always on, always in step with the rows (a GIN index's pending list
-    # is visible to every query).
+    # The index is two generated tsvector columns and one GIN index on both: in step with
+    # the rows (a GIN index's pending list is visible to every query), or, turned off, no
+    # columns and no index at all (``sessiontree_search``, schema step 12).
+
+    def _search_off(self) -> SearchIndexOff:
+        return SearchIndexOff(
+            f"the search index of {self.url} is off; turn it on with `sessiontree search-index on`"
+        )
 
     def search_index(self) -> SearchIndex:
         ((nodes, size),) = self._all(
-            "SELECT (SELECT count(*) FROM nodes),"
-            " pg_relation_size('nodes_search_text') + pg_relation_size('nodes_search_all')"
+            "SELECT (SELECT count(*) FROM nodes), (SELECT pg_relation_size(to_regclass('nodes_search_all')))"
         )
+        if size is None:
+            return SearchIndex(False, 0, 0, 0)
         return SearchIndex(True, int(nodes), 0, int(size))
 
     def set_search_index(
         self, enabled: bool, *, rebuild: bool = False, progress: Callable[[int, int], None] | None = None
     ) -> int:
-        if not enabled:
-            raise SessionTreeError(
-                f"{self.url} is a PostgreSQL store: its search index is part of the nodes table"
-                " (generated columns) and cannot be turned off"
-            )
-        if rebuild:
-            with self.transaction():
-                self._write("REINDEX INDEX nodes_search_text")
+        with self.transaction():
+            self._write("SELECT sessiontree_search(%s)", (enabled,))
+            if rebuild and enabled:
                 self._write("REINDEX INDEX nodes_search_all")
+        if not enabled:
+            return 0
         count = int(self._one("SELECT count(*) FROM nodes"))
         if progress is not None:
             progress(count, count)

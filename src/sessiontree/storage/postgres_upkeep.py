@@ -19,7 +19,9 @@ from . import shared_sql
 from .base import Storage
 from .shared_sql import for_postgres
 
-TREE = for_postgres(shared_sql.TREE)
+TREE = "WITH t(key) AS (SELECT key FROM sessiontree_tree(:s))\n"
+"""``shared_sql.TREE`` with its plan pinned (schema step 12), as the same ``t(key)``; in
+SQLite's parameter style, as ``SharedReads`` writes its statements."""
 
 TABLES = ("sessions", "runs", "nodes", "branches", "checkpoints")
 
@@ -88,7 +90,7 @@ class PostgresUpkeep(Storage):
                 int(self._one("SELECT count(*) FROM sessions")),
                 int(self._one("SELECT count(*) FROM nodes")),
             )
-        return 1, int(self._one(TREE + "SELECT count(*) FROM t", {"s": session_key}))
+        return 1, int(self._one(for_postgres(TREE) + "SELECT count(*) FROM t", {"s": session_key}))
 
     def stats(self) -> dict[str, Any]:
         tables = {

@@ -46,9 +46,11 @@ class SharedReads(Storage):
     """Portable reads; mixed into each backend, which supplies ``_rows``."""
 
     is_tool_message: str
+    """The dialect's condition "node ``h`` (a message) is a tool result", for ``TOOL_HEADS``."""
     usage_number: str
     """The dialect's "the number ``usage.{name}`` of run ``r``, else NULL" (a format string)."""
-    """The dialect's condition "node ``h`` (a message) is a tool result", for ``TOOL_HEADS``."""
+    tree_walk: str = TREE
+    """The CTE ``t(key)`` of every node of session ``:s`` (a backend may pin its plan)."""
 
     @abstractmethod
     def _rows(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
@@ -84,13 +86,14 @@ class SharedReads(Storage):
 
     def tree(self, session_key: int) -> list[Node]:
         return self._nodes(
-            TREE + f"SELECT {NODE} FROM t JOIN nodes n ON n.key = t.key {NODE_JOINS} ORDER BY n.depth, n.id",
+            self.tree_walk
+            + f"SELECT {NODE} FROM t JOIN nodes n ON n.key = t.key {NODE_JOINS} ORDER BY n.depth, n.id",
             {"s": session_key},
         )
 
     def leaves(self, session_key: int) -> list[Node]:
         return self._nodes(
-            TREE + f"SELECT {NODE} FROM t JOIN nodes n ON n.key = t.key {NODE_JOINS}"
+            self.tree_walk + f"SELECT {NODE} FROM t JOIN nodes n ON n.key = t.key {NODE_JOINS}"
             " WHERE NOT EXISTS (SELECT 1 FROM nodes c WHERE c.parent = n.key) ORDER BY n.id",
             {"s": session_key},
         )
