@@ -57,8 +57,6 @@ assistant: Paris is sunny. I'll email Bob.
 assistant -> send_email({"to": "bob@example.com", "subject": "Paris forecast", "body": "Sunny, 21C, light wind."})
 paused: send_email requires approval
   call call_email: send_email({"to": "bob@example.com", "subject": "Paris forecast", "body": "Sunny, 21C, light wind."})
-decide with: sessiontree approve <id>  (or: sessiontree reject <id> --reason ...)
-then resume: sessiontree resume <id>
 checkpoint weather-known -> <id>
 
 == 2. a human approves (from any process, any time later)
@@ -213,7 +211,10 @@ def test_fork_checkpoint_edit(invoke, small, db, monkeypatch, tmp_path):
 
 def test_approve_reject_and_decision_errors(invoke, small, db):
     out = invoke("reject", small["pause"], "--reason", "never rm /", "--by", "ops").output
-    assert normalise(out) == "decision <id> on pause <id>: c1\nresume with: sessiontree resume <id>"
+    # The fixture's pause was made by a testing.ScriptedModel, which a command cannot rebuild.
+    assert normalise(out.replace(str(db), "<db>")) == (
+        "decision <id> on pause <id>: c1\nresume with: sessiontree --db <db> resume <id> --model MODEL"
+    )
     result = invoke("approve", small["pause"][:20], code=1)
     assert result.output == f"Error: pause {small['pause']} already has a decision\n"
     with Store(db) as store:

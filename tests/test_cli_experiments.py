@@ -125,6 +125,9 @@ def test_rerun_variants_against_a_real_server(agent_fakellm, tmp_path, monkeypat
 
 
 def test_rerun_needs_a_base_url(tmp_path, monkeypatch):
+    # (A base URL the run at AT recorded would do: tests/test_recipe.py.)
     monkeypatch.delenv("SESSIONTREE_BASE_URL", raising=False)
+    with Store(tmp_path / "x.db") as store:
+        store.create_session("no recipe").append({"role": "user", "content": "hi"})
     bad = invoke(tmp_path / "x.db", "rerun", "main", "--variant", "a=m", code=2)
     assert "Error: give --base-url (or SESSIONTREE_BASE_URL)" in bad.output

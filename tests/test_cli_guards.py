@@ -36,7 +36,7 @@ def test_append_and_run_refuse_a_branch_waiting_at_a_pause(invoke, small, db):  
     before = db.read_bytes()
     waiting = (
         f"Error: branch alt is waiting at pause {small['pause']}: approve or reject it first"
-        " (sessiontree pending)\n"
+        f" (sessiontree --db {db} pending)\n"
     )
     assert invoke("append", "hello", "-b", "alt", code=1).output == waiting
     assert invoke("run", "hello", "-b", "alt", *MODEL, code=1).output == waiting
@@ -57,11 +57,11 @@ def test_append_refuses_unanswered_tool_calls_and_says_how_to_answer_them(invoke
         )
     assert invoke("append", "hello", "-b", "alt", code=1).output == (
         f"Error: branch alt has unanswered tool calls (c1): resume it first"
-        f" (sessiontree resume {small['pause']})\n"
+        f" (sessiontree --db {db} resume {small['pause']} --model MODEL)\n"
     )
     assert invoke("append", "hello", "-b", "calls", "--role", "assistant", code=1).output == (
         "Error: branch calls has unanswered tool calls (c2): let the agent answer them first"
-        " (sessiontree run -b calls)\n"
+        f" (sessiontree --db {db} run -b calls)\n"
     )
     verify_ok(invoke)
     assert normalise(invoke("append", "go on").stdout) == "branch main -> <id>"  # main is settled

@@ -26,8 +26,8 @@ assistant -> get_weather({"city": "Paris"})
 assistant -> send_email({"to": "bob@example.com", "body": "Sunny, 21C"})
 paused: send_email requires approval
   call call_<id>: send_email({"to": "bob@example.com", "body": "Sunny, 21C"})
-decide with: sessiontree approve <id>  (or: sessiontree reject <id> --reason ...)
-then resume: sessiontree resume <id>"""
+decide with: sessiontree --db <tmp>/run.db approve <id>  (or: sessiontree --db <tmp>/run.db reject <id> --reason ...)
+then resume: sessiontree --db <tmp>/run.db resume <id>"""
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
@@ -41,8 +41,8 @@ def test_run_pauses_then_approve_and_resume(agent_fakellm, tmp_path, monkeypatch
     prompt = f"What is the weather in Paris? Email bob. ({uuid.uuid4().hex})"
     result = runner.invoke(cli, ["--db", db, "run", prompt, "--tools", FLOWS, *extra])
     assert result.exit_code == 3, result.output  # paused: waiting for a human
-    assert normalise(re.sub(r"call_[0-9a-f]+", "call_<id>", result.output)) == EXPECTED_RUN
-    pause = re.search(r"sessiontree approve (\S+)", result.output)[1]
+    assert normalise(re.sub(r"call_[0-9a-f]+", "call_<id>", result.output), tmp_path) == EXPECTED_RUN
+    pause = re.search(r" approve (\S+)", result.output)[1]
 
     result = runner.invoke(cli, ["--db", db, "approve", pause[:20], "--by", "me"])
     assert result.exit_code == 0, result.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -47,8 +48,8 @@ Sunny. Emailing Bob.
 assistant -> send_email({"to": "bob@example.com", "body": "Sunny"})
 paused: send_email requires approval
   call call_e: send_email({"to": "bob@example.com", "body": "Sunny"})
-decide with: sessiontree approve <id>  (or: sessiontree reject <id> --reason ...)
-then resume: sessiontree resume <id>"""
+decide with: sessiontree --db <db> approve <id>  (or: sessiontree --db <db> reject <id> --reason ...)
+then resume: sessiontree --db <db> resume <id>"""
 RESUME_OUTPUT = """\
   running send_email [call_e]
   ok send_email: sent to bob@example.com
@@ -81,8 +82,8 @@ def test_run_pause_approve_resume_on_a_script_model(db_target, tmp_path, monkeyp
     out = invoke(
         db_target, "run", "--new", "Weather in Paris? Email bob.", "--model", model, "--tools", FLOWS, code=3
     )
-    assert normalise(out) == RUN_OUTPUT
-    pause = re.search(r"sessiontree approve (\S+)", out)[1]
+    assert normalise(out.replace(shlex.quote(db_target), "<db>")) == RUN_OUTPUT
+    pause = re.search(r" approve (\S+)", out)[1]
     assert not sent.exists()
     assert invoke(db_target, "approve", pause, "--by", "alice").startswith("decision ")
     assert invoke(db_target, "resume", pause, "--model", model, "--tools", FLOWS) == RESUME_OUTPUT
@@ -117,8 +118,9 @@ def test_run_and_resume_in_separate_processes_share_one_script(tmp_path):
         return result.stdout
 
     out = shell("run", "--new", "Weather in Paris? Email bob.", "--model", model, "--tools", FLOWS, code=3)
-    assert normalise(out) == RUN_OUTPUT.split("\n", 1)[1]  # the session line goes to stderr
-    pause = re.search(r"sessiontree approve (\S+)", out)[1]
+    # The session line goes to stderr; SESSIONTREE_DB chose the database, so no --db.
+    assert normalise(out) == RUN_OUTPUT.split("\n", 1)[1].replace("--db <db> ", "")
+    pause = re.search(r" approve (\S+)", out)[1]
     shell("approve", pause, "--by", "alice")
     assert shell("resume", pause, "--model", model, "--tools", FLOWS) == RESUME_OUTPUT
     assert len(sent.read_text().splitlines()) == 1
@@ -133,7 +135,7 @@ def test_worker_rerun_and_compaction_run_on_a_script_model(tmp_path, monkeypatch
     out = invoke(
         db, "run", "--new", "Weather? Email bob.", "--model", model, "--tools", FLOWS, "--no-stream", code=3
     )
-    pause = re.search(r"sessiontree approve (\S+)", out)[1]
+    pause = re.search(r" approve (\S+)", out)[1]
     invoke(db, "approve", pause)
     out = invoke(db, "worker", "--until-idle", "--model", model, "--tools", FLOWS, "--no-stream")
     assert out.splitlines()[-1] == "assistant: Emailed Bob: sunny in Paris."
@@ -277,22 +279,28 @@ def test_the_reply_is_chosen_from_the_conversation_not_the_process(tmp_path):
         script_model(tmp_path / "missing.jsonl")
 
 
-def test_resume_as_printed_without_tools_refuses_and_keeps_the_decision(db_target, tmp_path, monkeypatch):
-    # The newcomer's journey: `resume P` pasted as printed, without --tools, used to run the
-    # approved call with no tool, fail, and use the human's approval up.
+def test_resume_given_tools_without_the_approved_one_refuses_and_keeps_the_decision(
+    db_target, tmp_path, monkeypatch
+):
+    # `resume P --tools T` where T lacks the approved call's tool used to run the call with
+    # no tool, fail, and use the human's approval up. (Pasted with no flags, `resume P` now
+    # takes the recorded tools: tests/test_recipe.py.)
+    weather_only = tmp_path / "weather_only.py"
+    weather_only.write_text("from flows import get_weather\n", "utf-8")
     sent = tmp_path / "sent.log"
     offline_env(monkeypatch, sent)
     model = write_script(tmp_path / "replies.jsonl", SCRIPT)
     out = invoke(
         db_target, "run", "--new", "Weather in Paris? Email bob.", "--model", model, "--tools", FLOWS, code=3
     )
-    pause = re.search(r"sessiontree approve (\S+)", out)[1]
+    pause = re.search(r" approve (\S+)", out)[1]
     invoke(db_target, "approve", pause, "--by", "alice")
     with Store(db_target) as store:
         before = public_rows_of(store)
-    refused = invoke(db_target, "resume", pause, "--model", model, code=1)
+    refused = invoke(db_target, "resume", pause, "--tools", str(weather_only), code=1)
     call_id = re.search(r"decided call (\S+) needs", refused)[1]
     assert refused == (
+        f"using --tools {weather_only} instead of the recorded {FLOWS}\n"
         f"Error: pause {pause}: the decided call {call_id} needs the tool 'send_email', which this run"
         " was not given; nothing was run and the decision stays usable (give the tool: tools=..., or"
         " --tools on the command line)\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
+import shlex
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
@@ -160,7 +161,9 @@ def test_edit_call_refuses_a_bad_edit_in_one_line_and_writes_nothing(db_target):
     with Store(db_target) as store:
         (decision,) = store.session(session.id).children(pause.id)
     assert good.stdout == (
-        f"decision {decision.id} on pause {pause.id}: r3\nresume with: sessiontree resume {pause.id}\n"
+        # (the pause was made by a testing.ScriptedModel, which a command cannot rebuild)
+        f"decision {decision.id} on pause {pause.id}: r3\nresume with: "
+        f"{shlex.join(['sessiontree', '--db', db_target, 'resume', pause.id])} --model MODEL\n"
     )
     assert decision.payload["decisions"] == {
         "r3": {"action": "edit", "arguments": {"order_id": 9, "amount": 1}}

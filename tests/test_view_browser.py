@@ -376,6 +376,11 @@ def test_serve_approve_from_the_inbox(page, served, tmp_path):
     page.page.click(".inbox-item button.approve")
     page.page.wait_for_selector("#inbox .empty", timeout=10_000)
     assert page.page.inner_text("#inbox h2") == "Inbox: 0 pending pauses"
+    # what happens now stays said after the inbox redrew: here, nothing runs it by itself
+    assert page.page.inner_text("#decided") == (
+        f"approved; nothing runs until it is continued: sessiontree resume {served['pause']}"
+        " (or keep a worker running: sessiontree worker)"
+    )
     with Store(served["db"], readonly=True) as store:
         assert store.pending() == []
         (decision,) = [n for n in store.session(served["session"]).children(served["pause"])]

@@ -29,6 +29,7 @@ from .errors import (
     SearchIndexOff,
     SessionTreeError,
     ToolArgumentError,
+    ToolChanged,
     ToolFailed,
     ToolMissing,
     ToolsUnavailable,
@@ -70,6 +71,7 @@ from .model import (
     VerifyReport,
 )
 from .notify import Webhook
+from .recipe import Recipe
 from .scoring import Judgement, Promotion, Score, promote, score
 from .session import Session
 from .steps import (
@@ -143,6 +145,7 @@ __all__ = [
     "ProviderError",
     "PruneReport",
     "ReadOnly",
+    "Recipe",
     "Reject",
     "ReplayReport",
     "RetentionReport",
@@ -165,6 +168,7 @@ __all__ = [
     "Tool",
     "ToolArgumentError",
     "ToolFailed",
+    "ToolChanged",
     "ToolMissing",
     "ToolsUnavailable",
     "ToolCall",

@@ -133,6 +133,12 @@ class ToolMissing(SessionTreeError, LookupError):
     is written, so the decision stays usable once the tool is given."""
 
 
+class ToolChanged(ToolMissing):
+    """A decided call's tool is there, but its JSON schema is not the one recorded when the
+    run paused (the recipe's ``schema_hashes``): refused before anything is written, as
+    ``ToolMissing`` is, so the decision stays usable once the tool is as it was."""
+
+
 class ToolFailed(SessionTreeError):
     """A tool said its call failed (an MCP result marked ``isError``): the model is told
     the tool's own words; ``raw`` keeps everything the tool returned."""

@@ -35,6 +35,7 @@ from . import bridge
 from .errors import CassetteExhausted, Conflict, SessionTreeError
 from .loop import ModelCall, arun
 from .model import Completion, Node, Usage
+from .recipe import Recipe
 from .scoring import KIND as SCORE
 from .scoring import latest_scores
 from .session import Ref, Session
@@ -344,13 +345,15 @@ class Variant:
 
     ``params`` are applied with ``call.with_params(**params)`` (the HTTP adapter
     and ScriptedModel have it); ``system`` replaces the leading system
-    message(s) the model is sent, without rewriting the tree.
+    message(s) the model is sent, without rewriting the tree. ``recipe`` is what its
+    runs record for continuing them (default: what the call tells, ``sessiontree.recipe``).
     """
 
     name: str
     call: ModelCall
     params: dict[str, Any] = field(default_factory=dict)
     system: str | None = None
+    recipe: Recipe | None = None
 
     def model_call(self) -> ModelCall:
         call = self.call
@@ -437,6 +440,7 @@ async def arerun(
                     tools=tool_list,
                     approve=approve,
                     max_steps=max_steps,
+                    recipe=variant.recipe,
                 ):
                     if isinstance(step, Final):
                         final = step

@@ -55,12 +55,14 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 from . import bridge, compaction, deadlines, schema_check
+from . import recipe as recipes
 from .errors import (
     BranchMoved,
     Conflict,
     InvalidPayload,
     ModelOutputError,
     SessionTreeError,
+    ToolChanged,
     ToolFailed,
     ToolMissing,
 )
@@ -68,6 +70,7 @@ from .ids import new_id, now
 from .limits import Budget, Limits
 from .model import Completion, Node, completion_problem, sendable
 from .plan import Action, next_action
+from .recipe import Recipe
 from .redact import Redactor
 from .session import Ref, Session, summary_text
 from .steps import (
@@ -124,6 +127,7 @@ async def arun(
     count_tokens: TokenCounter | None = None,
     pause_expires: float | None = None,
     on_pause: PauseHook | None = None,
+    recipe: Recipe | None = None,
     limits: Limits | None = None,
     parallel_tools: int = 4,
 ) -> AsyncIterator[Step]:
@@ -139,7 +143,9 @@ async def arun(
     pause neither the approver nor the tool gives one; ``on_pause`` is told of each pause
     written (see the module docstring). ``limits`` are this run's budgets (``Limits``:
     tokens, seconds, cost, repeated calls); ``parallel_tools`` bounds how many calls of one
-    batch run at once (1: one after another).
+    batch run at once (1: one after another). ``recipe`` is what continuing the run needs,
+    recorded on its pauses and ``tool_start`` nodes (default: what ``call`` and the tools
+    tell; see ``sessiontree.recipe``).
     """
     pause_expires = deadlines.validate(pause_expires, "pause_expires")
     if isinstance(parallel_tools, bool) or not isinstance(parallel_tools, int) or parallel_tools < 1:
@@ -153,6 +159,18 @@ async def arun(
     if expected is not None and head != expected:
         raise BranchMoved(branch, expected, head)
     cursor = _BranchCursor(store, session, branch, session.path(head) if head else [])
+    cursor.recipe = recipes.for_run(
+        recipe,
+        call=call,
+        tools=registry,
+        approve=approve,
+        max_steps=max_steps,
+        context_budget=context_budget,
+        keep_last=keep_last,
+        pause_expires=pause_expires,
+        limits=limits,
+        parallel_tools=parallel_tools,
+    ).to_dict()
     cursor.parallel_tools, cursor.budget = parallel_tools, budget
     model_calls = 0
     try:
@@ -227,6 +245,8 @@ class _BranchCursor:
         self.messages = compaction.project(path)
         # A decision at the head that the next append claims (see ``_resolve_calls``).
         self.claiming: Node | None = None
+        # What continuing the run needs, stored on its pauses and tool_start nodes.
+        self.recipe: dict[str, Any] | None = None
         self.parallel_tools = 1  # how many calls of a batch run at once
         self.budget: Budget | None = None  # what this run may still spend
 
@@ -459,7 +479,10 @@ async def _answer_calls(
         # take this branch for a run cut off inside a tool (see ``worker.cut_off``).
         with cursor.session.tool_lease():
             marker = cursor.append(
-                {"calls": [{"id": c.id, "name": c.name, "arguments": a} for c, a in to_run]},
+                {
+                    "calls": [{"id": c.id, "name": c.name, "arguments": a} for c, a in to_run],
+                    **_stamp(cursor),
+                },
                 kind="tool_start",
             )
             for call, _ in to_run:
@@ -478,8 +501,14 @@ async def _answer_calls(
         }
         if waits:  # of several deadlines, the earliest: a human must answer the whole pause
             payload["expires_at"] = deadlines.deadline(min(waits))
+        payload.update(_stamp(cursor))
         pause = cursor.append(payload, kind="pause")
         yield Paused(pause)
+
+
+def _stamp(cursor: _BranchCursor) -> dict[str, Any]:
+    """The recipe's entry in a pause or tool_start payload (none when the run has none)."""
+    return {recipes.KEY: cursor.recipe} if cursor.recipe is not None else {}
 
 
 async def _run_batch(
@@ -650,6 +679,7 @@ def run(
     count_tokens: TokenCounter | None = None,
     pause_expires: float | None = None,
     on_pause: PauseHook | None = None,
+    recipe: Recipe | None = None,
     limits: Limits | None = None,
     parallel_tools: int = 4,
 ) -> Iterator[Step]:
@@ -670,6 +700,7 @@ def run(
             count_tokens=count_tokens,
             pause_expires=pause_expires,
             on_pause=on_pause,
+            recipe=recipe,
             limits=limits,
             parallel_tools=parallel_tools,
         )
@@ -782,10 +813,13 @@ def aresume(store: Store, pause: Ref, **kwargs: Any) -> AsyncIterator[Step]:
 
     Raises ``Conflict`` when the node is not a pause, when the pause has no decision
     yet, when it was already resumed (a node follows the decision, on any branch), or
-    when no branch stands at its decision any more (moved back, or deleted); and
-    ``ToolMissing`` when an approved or edited call's tool is not among ``tools``.
-    Each is raised before anything is written, so the decision stays usable.
+    when no branch stands at its decision any more (moved back, or deleted);
+    ``ToolMissing`` when an approved or edited call's tool is not among ``tools``; and
+    ``ToolChanged`` when such a tool's JSON schema is not the one the pause's recipe
+    recorded (``accept_changed_tools=True`` runs it as it is now). Each is raised before
+    anything is written, so the decision stays usable.
     """
+    accept_changed = bool(kwargs.pop("accept_changed_tools", False))
     pause = store.node(pause)
     if pause.kind != "pause":
         raise Conflict(f"node {pause.id} is a {pause.kind} node, not a pause")
@@ -806,25 +840,39 @@ def aresume(store: Store, pause: Ref, **kwargs: Any) -> AsyncIterator[Step]:
             f"pause {pause.id}: no branch stands at its decision {decision.id} any more"
             f" ({_why_left(store, decision)}); nothing was run"
         )
-    _require_tools(pause, decision, as_tools(kwargs.get("tools") or []))
+    _require_tools(pause, decision, as_tools(kwargs.get("tools") or []), accept_changed)
     if len(branches) > 1:  # forks made at the pause are younger than the branch that paused
         branches.sort(key=lambda name: session.branch(name).created_at)
     return arun(store, session, branches[0], expect_head=decision.id, **kwargs)
 
 
-def _require_tools(pause: Node, decision: Node, tools: dict[str, Tool]) -> None:
+def _require_tools(pause: Node, decision: Node, tools: dict[str, Tool], accept_changed: bool = False) -> None:
     """``ToolMissing`` when a call the decision lets run (approved or edited) has no tool
-    among ``tools``: checked before the run writes its ``tool_start``, which would use the
-    decision up on a call that can only fail."""
+    among ``tools``, ``ToolChanged`` when its schema is not the recorded one: checked
+    before the run writes its ``tool_start``, which would use the decision up on a call
+    that can only fail, or that a human approved for another tool."""
     actions = decision.payload.get("decisions") or {}
+    recorded = recipes.of(pause)
+    hashes = recorded.schema_hashes if recorded is not None else {}
     for call in pause.payload.get("calls") or []:
         action = actions.get(call.get("id"))
-        runs = isinstance(action, dict) and action.get("action") in ("approve", "edit")
-        if runs and call.get("name") not in tools:
+        if not (isinstance(action, dict) and action.get("action") in ("approve", "edit")):
+            continue
+        name = call.get("name")
+        tool = tools.get(name) if isinstance(name, str) else None
+        if tool is None:
             raise ToolMissing(
-                f"pause {pause.id}: the decided call {call.get('id')} needs the tool {call.get('name')!r},"
+                f"pause {pause.id}: the decided call {call.get('id')} needs the tool {name!r},"
                 " which this run was not given; nothing was run and the decision stays usable"
                 " (give the tool: tools=..., or --tools on the command line)"
+            )
+        expected = hashes.get(name) if isinstance(name, str) else None
+        if expected is not None and not accept_changed and recipes.schema_hash(tool) != expected:
+            raise ToolChanged(
+                f"pause {pause.id}: the tool {name!r} of the decided call {call.get('id')} has changed"
+                " since the pause (its JSON schema is not the one recorded); nothing was run and the"
+                " decision stays usable (give the tool as it was, or accept it as it is now:"
+                " accept_changed_tools=True, or --accept-changed-tools on the command line)"
             )
 
 

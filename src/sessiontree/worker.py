@@ -33,18 +33,27 @@ Contract:
   then resumes like any decided pause; a deadline is noticed within ``poll`` seconds.
   The default, ``"keep"``, leaves an expired pause as it is: ``expired``, for a human
   to see, and never resumed.
+- Each pause continues with the options its own run recorded when ``prepare`` is given:
+  ``prepare(recipe)`` is called with the recipe recorded where the item stopped (the
+  pause's, or the latest on a cut-off run's path; None when there is none) and returns
+  ``arun`` keyword arguments that go over ``run_options`` for that item. What it raises
+  is reported for that item, like a refusal (``ToolMissing``, ``ToolChanged``), and the
+  worker goes on with the others.
 - Stopping (Ctrl-C, or closing the iterator) takes at most ``WAIT_SLICE`` seconds
-  while it waits, whatever ``poll`` is.
+  while it waits, whatever ``poll`` is. ``stop`` (a ``threading.Event``) stops it
+  the same way from another thread, between two items: a run under way is finished.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from . import bridge, deadlines
+from . import recipe as recipes
 from .errors import Busy, Conflict, Unavailable
 from .loop import aresume, arun, reject_expired
 from .plan import next_action
@@ -99,10 +108,26 @@ def _look(store: Store) -> list[Item]:
     return decided + cut_off(store)
 
 
-def _steps(store: Store, item: Item, run_options: dict[str, Any]) -> AsyncIterator[Step]:
+Prepare = Callable[[recipes.Recipe | None], dict[str, Any]]
+
+
+def recipe_at(store: Store, item: Item) -> recipes.Recipe | None:
+    """The recipe recorded where ``item`` stopped: its pause's, or a cut-off run's latest."""
     if isinstance(item, Resuming):
-        return aresume(store, item.pause_id, **run_options)
-    return arun(store, item.session_id, item.branch, expect_head=item.head_id, **run_options)
+        return recipes.of(store.node(item.pause_id))
+    return recipes.recorded(store.session(item.session_id).path(item.head_id))
+
+
+def _steps(
+    store: Store, item: Item, run_options: dict[str, Any], prepare: Prepare | None
+) -> AsyncIterator[Step]:
+    options = dict(run_options)
+    if prepare is not None:
+        options.update(prepare(recipe_at(store, item)))
+    if isinstance(item, Resuming):
+        return aresume(store, item.pause_id, **options)
+    options.pop("accept_changed_tools", None)  # no decision here: nothing was approved for a tool
+    return arun(store, item.session_id, item.branch, expect_head=item.head_id, **options)
 
 
 async def awork(
@@ -111,16 +136,20 @@ async def awork(
     poll: float = DEFAULT_POLL,
     until_idle: bool = False,
     on_expiry: str = "keep",
+    prepare: Prepare | None = None,
+    stop: threading.Event | None = None,
     **run_options: Any,
 ) -> AsyncIterator[Step | Resuming | Recovering]:
     """Resume decided pauses as they come (``arun`` keyword arguments apply: ``call``,
-    ``tools``, ``approve``, ``max_steps``, ``pause_expires``, ``on_pause``)."""
+    ``tools``, ``approve``, ``max_steps``, ``pause_expires``, ``on_pause``; and
+    ``aresume``'s ``accept_changed_tools``). ``prepare`` and ``stop``: see the module
+    docstring."""
     if on_expiry not in ("keep", "reject"):
         raise ValueError(f"on_expiry must be 'keep' or 'reject', not {on_expiry!r}")
     failed: set[Item] = set()
     if not until_idle:  # start listening before the first look, so no decision slips between
         await asyncio.to_thread(store.storage.wait_for_decisions, 0)
-    while True:
+    while stop is None or not stop.is_set():
         ran = False
         try:
             if on_expiry == "reject":
@@ -129,9 +158,11 @@ async def awork(
         except (Unavailable, Busy):
             items = []  # the server is away or busy: look again after the wait
         for item in items:
+            if stop is not None and stop.is_set():
+                return
             started = False
             try:
-                async for step in _steps(store, item, run_options):
+                async for step in _steps(store, item, run_options, prepare):
                     if not started:
                         yield item
                         started = ran = True
@@ -150,13 +181,13 @@ async def awork(
             continue
         if until_idle:
             return
-        await _wait_for_decisions(store, poll)
+        await _wait_for_decisions(store, poll, stop)
 
 
-async def _wait_for_decisions(store: Store, poll: float) -> None:
-    """Wait ``poll`` seconds, or less when a signal comes, in short slices."""
+async def _wait_for_decisions(store: Store, poll: float, stop: threading.Event | None = None) -> None:
+    """Wait ``poll`` seconds, or less when a signal comes or ``stop`` is set, in short slices."""
     deadline = time.monotonic() + poll
-    while (left := deadline - time.monotonic()) > 0:
+    while (left := deadline - time.monotonic()) > 0 and (stop is None or not stop.is_set()):
         if await asyncio.to_thread(store.storage.wait_for_decisions, min(left, WAIT_SLICE)):
             return
 

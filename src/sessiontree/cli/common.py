@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import sys
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from typing import Any
 
 import click
 
+from .. import recipe as recipes
 from ..db import needs_migration
 from ..errors import NotFound, SessionTreeError
 from ..model import Node
@@ -53,6 +55,36 @@ def db_url(ctx: click.Context) -> str | None:
     """The ``postgresql://`` URL the user chose with ``--db`` or ``SESSIONTREE_DB``, if any."""
     chosen = ctx.find_root().params.get("db") or os.environ.get("SESSIONTREE_DB")
     return chosen if chosen and is_postgres_url(chosen) else None
+
+
+def command(ctx: click.Context | None, *words: str) -> str:
+    """A ``sessiontree`` command line to print as a hint, one that works when pasted: with
+    ``--db`` when this command was given one (a file as an absolute path; a server's URL
+    without its password, which libpq then reads from PGPASSWORD or ~/.pgpass). A database
+    chosen by SESSIONTREE_DB is left to the variable, as the API key is."""
+    line = ["sessiontree"]
+    root = ctx.find_root() if ctx is not None else None
+    given = root is not None and root.get_parameter_source("db") == click.core.ParameterSource.COMMANDLINE
+    chosen = root.params.get("db") if root is not None and given else None
+    if chosen:
+        if is_postgres_url(chosen):
+            chosen = re.sub(r"(://[^:/@]*):[^/@]*@", r"\1@", chosen)
+        else:
+            chosen = str(Path(chosen).absolute())
+        line += ["--db", chosen]
+    return shlex.join([*line, *words])
+
+
+FLAGS_FOR = {"model": ("--model", "MODEL"), "tools": ("--tools", "TOOLS")}
+"""The flags that stand for what a recipe cannot rebuild (``Recipe.missing``)."""
+
+
+def resume_command(ctx: click.Context | None, pause: Node) -> str:
+    """The command that continues ``pause`` once decided: with no flags when the pause
+    records a recipe that has everything, else with placeholders for what it lacks."""
+    recorded = recipes.of(pause)
+    lacking = recorded.missing() if recorded is not None else ("model", "tools")
+    return command(ctx, "resume", pause.id, *(word for item in lacking for word in FLAGS_FOR[item]))
 
 
 CREATE_HINT = "create one with `sessiontree demo` or `sessiontree run`, or check --db / SESSIONTREE_DB"

@@ -64,7 +64,8 @@ def run_demo(store: Store) -> None:
         ],
         model="scripted-a",
     )
-    final = print_steps(arun(store, session, call=first, tools=TOOLS))
+    # No "decide with"/"then resume" lines: the demo does both itself, below.
+    final = print_steps(arun(store, session, call=first, tools=TOOLS), hints=False)
     assert final is not None and final.node is not None
     pause_id = final.node.id
     weather_answer = [n for n in session.path("main") if n.payload.get("role") == "tool"][0]

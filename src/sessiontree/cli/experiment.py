@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from .. import recipe as recipes
 from ..experiments import Divergence, ReplayReport, Variant
 from ..experiments import compare as compare_branches
 from ..experiments import replay as replay_branch
@@ -24,9 +25,14 @@ from .running import (
     api_key_option,
     approver,
     base_url_option,
+    continue_from,
+    given_flags,
+    key_variable,
     load_tools,
     make_call,
-    offered_tools,
+    model_spelling,
+    provider_of,
+    recorded_tools,
     rerun_options,
 )
 
@@ -127,6 +133,10 @@ def compared_lines(d: Divergence, indent: str) -> list[str]:
     return [f"{indent}expected: {one_line(d.expected, 300)}", f"{indent}actual:   {one_line(d.actual, 300)}"]
 
 
+AGAIN = "again"
+"""The name of rerun's one variant when none is given: the recorded model, again."""
+
+
 def parse_variant(spec: str) -> tuple[str, str, dict]:
     """``NAME=MODEL[:key=value,...]``; values are JSON when they parse, else text. MODEL may
     be ``script:PATH`` (a script file, PATH without a colon)."""
@@ -155,10 +165,10 @@ def parse_variant(spec: str) -> tuple[str, str, dict]:
     "--variant",
     "variant_specs",
     multiple=True,
-    required=True,
     help="NAME=MODEL[:key=value,...] (repeatable); MODEL is PROVIDER/MODEL as for run --model "
     "(anthropic/..., responses/..., openai/..., script:PATH); key system=... sets a system "
-    "prompt, key base_url=... this variant's endpoint instead of --base-url.",
+    "prompt, key base_url=... this variant's endpoint instead of --base-url. Default: one "
+    f"variant, {AGAIN}, on the model the run at AT recorded.",
 )
 @click.option(
     "-n",
@@ -190,10 +200,28 @@ def rerun(
     params: tuple[tuple[str, str], ...],
     as_json: bool,
 ) -> None:
-    """Run each variant from AT (a checkpoint, branch or node) on a branch of its own."""
-    tools = offered_tools(ctx, tool_specs)
+    """Run each variant from AT (a checkpoint, branch or node) on a branch of its own.
+
+    The base URL, parameters, tools, --approve and --max-steps are those the run at AT
+    recorded (its recipe), unless given; a flag given replaces its item, and says so.
+    """
+    for spec in variant_specs:  # a mistake in a variant is refused before the store is opened
+        parse_variant(spec)
+    store = open_store(ctx, write=True)
+    s, ref = target(store, at, session)
+    recorded = recipes.near(s, s.resolve(ref))
+    given = given_flags(ctx)
+    chosen, said = continue_from(recorded, dict(ctx.params), given)
+    for line in said:
+        click.echo(line, err=True)
+    if not variant_specs and (chosen.model is None or "model" in chosen.missing()):
+        raise click.UsageError(
+            "give --variant NAME=MODEL: no run recorded at or after AT names a model to run again"
+        )
+    specs = variant_specs or (f"{AGAIN}={chosen.model}",)
+    tools = recorded_tools(chosen, recorded=recorded is not None and "tool_specs" not in given)
     variants: list[Variant] = []
-    for spec in variant_specs:
+    for spec in specs:
         name, variant_model, variant_params = parse_variant(spec)
         if name in {v.name for v in variants}:
             raise click.BadParameter(
@@ -201,12 +229,25 @@ def rerun(
             )
         system = variant_params.pop("system", None)
         # Variants of several providers each need their own endpoint (a mock's, say).
-        variant_url = variant_params.pop("base_url", None) or base_url
+        variant_url = variant_params.pop("base_url", None) or chosen.base_url
+        pairs = tuple((k, json.dumps(v)) for k, v in chosen.params.items())
         # Never streamed: concurrent runs would interleave their tokens on one terminal.
-        call = make_call(variant_url, variant_model, api_key_env, False, params)
-        variants.append(Variant(name, call, variant_params, system))
-    store = open_store(ctx, write=True)
-    s, ref = target(store, at, session)
+        # The variable --api-key-env names; else the recorded one for the recorded model, and
+        # for any other model its provider's usual one.
+        recorded_key = chosen.api_key_env is not None and model_spelling(variant_model) == chosen.model
+        given_key = True if recorded_key and "api_key_env" not in given else None
+        key_env = chosen.api_key_env if given_key and chosen.api_key_env else api_key_env
+        call = make_call(variant_url, variant_model, key_env, False, pairs, key_env_given=given_key)
+        recipe = chosen.replace(
+            provider=provider_of(call),
+            api_key_env=key_variable(variant_model, key_env, given_key),
+            base_url=variant_url,
+            model=model_spelling(variant_model),
+            params={**chosen.params, **variant_params},
+            stream=False,
+            system=system,
+        )
+        variants.append(Variant(name, call, variant_params, system, recipe))
     total = len(variants) * repetitions
     with click.progressbar(length=total, label="running", file=sys.stderr) as bar:
         results = rerun_at(
@@ -216,8 +257,8 @@ def rerun(
             repetitions,
             session=s,
             tools=tools,
-            approve=approver(policy),
-            max_steps=max_steps,
+            approve=approver(chosen.approve),
+            max_steps=chosen.max_steps,
             concurrency=concurrency,
             prefix=prefix,
             progress=lambda done, _total, _result: bar.update(1),

@@ -19,7 +19,7 @@ from ..plan import next_action
 from ..session import Session
 from ..steps import Approve, Decision, Edit, Reject
 from . import complete
-from .common import echo_json, echo_result, open_store, pick_session, target
+from .common import command, echo_json, echo_result, open_store, pick_session, resume_command, target
 from .inspect import json_option, session_option
 from .render import one_line
 
@@ -183,7 +183,7 @@ def unsettled(path: list[Node], branch: str = "BRANCH") -> tuple[str, str, str] 
     reads it: (its action, what waits, what to do), or None when one may."""
     action = next_action(path)
     if action.kind == "paused":
-        return "paused", f"pause {path[-1].id}", "approve or reject it first (sessiontree pending)"
+        return "paused", f"pause {path[-1].id}", f"approve or reject it first ({_hint('pending')})"
     if action.kind != "tools":
         return None
     assert action.assistant is not None  # calls to answer come from an assistant message
@@ -191,8 +191,17 @@ def unsettled(path: list[Node], branch: str = "BRANCH") -> tuple[str, str, str] 
     after = [n for n in path if n.depth > action.assistant.depth]
     pause = next((n for n in reversed(after) if n.kind == "pause"), None)
     if pause is not None and path[-1].kind == "decision":
-        return "tools", what, f"resume it first (sessiontree resume {pause.id})"
-    return "tools", what, f"let the agent answer them first (sessiontree run -b {branch})"
+        return (
+            "tools",
+            what,
+            f"resume it first ({resume_command(click.get_current_context(silent=True), pause)})",
+        )
+    return "tools", what, f"let the agent answer them first ({_hint('run', '-b', branch)})"
+
+
+def _hint(*words: str) -> str:
+    """A command to paste, with this command's --db (see ``common.command``)."""
+    return command(click.get_current_context(silent=True), *words)
 
 
 def _decide(
@@ -211,7 +220,7 @@ def _decide(
         echo_json(decision.to_dict())
         return
     click.echo(f"decision {decision.id} on pause {node.id}: {one_line(', '.join(ids), None)}")
-    click.echo(f"resume with: sessiontree resume {node.id}")
+    click.echo(f"resume with: {resume_command(ctx, node)}")
 
 
 def decision_options(function: Callable) -> Callable:

@@ -20,10 +20,13 @@ from typing import Any
 
 import click
 
+from .. import recipe as recipes
 from ..errors import ToolsUnavailable
 from ..integrations import missing_extra
+from ..limits import Limits
 from ..loop import aresume, arun
 from ..notify import Webhook
+from ..recipe import Recipe
 from ..steps import Approve, Final, Pause, ToolCall
 from ..tools import Tool, as_tools
 from ..worker import DEFAULT_POLL, awork
@@ -158,6 +161,7 @@ tools_option = click.option(
     help="Tools to offer: module, module:attribute or file.py (repeatable).",
 )
 MCP_META = "sessiontree.mcp"
+MCP_SOURCE = "mcp:"  # how a recipe names an MCP server among its tools (see recorded_tools)
 
 
 def _remember_mcp(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:
@@ -313,11 +317,14 @@ def make_call(
     api_key_env: str,
     stream: bool,
     params: tuple[tuple[str, str], ...],
+    *,
+    key_env_given: bool | None = None,
 ) -> Any:
     """The model call ``--base-url``/``--model`` name (``PROVIDER/MODEL``, see
     providers.naming): ``script:PATH`` plays a script file (no server), ``anthropic/``,
     ``responses/`` and ``openai/`` their API (at --base-url, else the provider's own),
-    a name without a provider a chat-completions model on --base-url."""
+    a name without a provider a chat-completions model on --base-url. The key is read
+    from ``key_env(model, api_key_env, key_env_given)``."""
     from ..providers import naming
 
     if not base_url and not model:
@@ -341,13 +348,7 @@ def make_call(
             f"give --base-url (or SESSIONTREE_BASE_URL), or name the provider: --model openai/{model}"
             " for api.openai.com, anthropic/MODEL or responses/MODEL"
         )
-    # --api-key-env left at its default means the provider's usual variable.
-    context = click.get_current_context(silent=True)
-    given = context is not None and context.get_parameter_source("api_key_env") not in (
-        None,
-        click.core.ParameterSource.DEFAULT,
-    )
-    key_env = api_key_env if given else naming.KEY_ENVS[provider]
+    key_env = key_variable(model, api_key_env, key_env_given)
     try:
         return naming.model(
             model, base_url or None, os.environ.get(key_env), api_key_env=None, stream=stream, **extra
@@ -356,6 +357,226 @@ def make_call(
         if "API key" in str(e):  # a control character: the message names it, never quotes it
             raise click.ClickException(f"${key_env}: {e}") from None
         raise click.BadParameter(str(e), param_hint="-o") from None
+
+
+def key_variable(model: str | None, api_key_env: str, given: bool | None = None) -> str:
+    """The variable a model's key is read from: ``api_key_env`` when it was ``given`` (None:
+    when --api-key-env was on this command line), else the provider's usual one."""
+    from ..providers import naming
+
+    if given is None:  # --api-key-env left at its default means the provider's usual variable
+        context = click.get_current_context(silent=True)
+        given = context is not None and context.get_parameter_source("api_key_env") not in (
+            None,
+            click.core.ParameterSource.DEFAULT,
+        )
+    if given:
+        return api_key_env
+    try:
+        provider = naming.parse(model or "")[0]
+    except ValueError:
+        return api_key_env
+    return naming.KEY_ENVS.get(provider, api_key_env)
+
+
+# -- recipes: what a run records, and how resume/worker continue from it ----------
+
+RECIPE_FLAGS: dict[str, tuple[str, str]] = {
+    # click parameter -> (Recipe field, the flag as a user types it)
+    "base_url": ("base_url", "--base-url"),
+    "model": ("model", "--model"),
+    "api_key_env": ("api_key_env", "--api-key-env"),
+    "no_stream": ("stream", "--no-stream"),
+    "tool_specs": ("tools", "--tools"),
+    "policy": ("approve", "--approve"),
+    "max_steps": ("max_steps", "--max-steps"),
+    "params": ("params", "-o"),
+    "pause_expires": ("pause_expires", "--pause-expires"),
+    "context_budget": ("context_budget", "--context-budget"),
+    "keep_last": ("keep_last", "--keep-last"),
+}
+"""The flags of run/resume/worker that set an item of the recipe."""
+_FILLED = ("base_url", "model", "stream")
+"""Fields a recipe may lack (a library run records what its call told): the flags' value
+(or environment default) fills them. Elsewhere None means "none" (no budget, no deadline)."""
+
+
+def tool_references(specs: tuple[str, ...]) -> tuple[str, ...]:
+    """``--tools`` specs as a recipe records them: a file path made absolute, a module as given."""
+    found = []
+    for spec in specs:
+        target, sep, attribute = spec.partition(":")
+        if target.endswith(".py"):
+            target = str(Path(target).absolute())
+        found.append(target + sep + attribute)
+    return tuple(found)
+
+
+def model_spelling(model: str | None) -> str | None:
+    """``--model`` as a recipe records it: as given, a script's path made absolute."""
+    from ..providers.script import PREFIX
+
+    if model and model.startswith(PREFIX) and model[len(PREFIX) :]:
+        return PREFIX + str(Path(model[len(PREFIX) :]).absolute())
+    return model
+
+
+def flag_values(values: dict[str, Any]) -> dict[str, Any]:
+    """The recipe items the flags in ``values`` (click parameter -> value) stand for."""
+    from ..providers import openai_compatible
+
+    converted = {
+        "base_url": lambda v: v,
+        "model": model_spelling,
+        "api_key_env": lambda v: v,
+        "no_stream": lambda v: not v,
+        "tool_specs": tool_references,
+        "policy": lambda v: v,
+        "max_steps": lambda v: v,
+        "params": lambda v: request_params(v, openai_compatible),
+        "pause_expires": lambda v: v,
+        "context_budget": lambda v: v,
+        "keep_last": lambda v: v,
+    }
+    return {RECIPE_FLAGS[k][0]: converted[k](v) for k, v in values.items() if k in RECIPE_FLAGS}
+
+
+def recipe_from_flags(values: dict[str, Any], call: Any = None, system: str | None = None) -> Recipe:
+    """The recipe of a run the flags in ``values`` describe (``run``, ``rerun``)."""
+    items = flag_values(values)
+    script = isinstance(items.get("model"), str) and items["model"].startswith("script:")
+    if script:
+        items["base_url"] = None  # a script needs no server: a base URL set in the environment is not used
+    if "api_key_env" in items:  # the variable the key was read from (the provider's usual, by default)
+        items["api_key_env"] = key_variable(items.get("model"), items["api_key_env"])
+    return Recipe(provider=provider_of(call), system=system, **items)
+
+
+def provider_of(call: Any) -> str | None:
+    """The provider kind of a call ``make_call`` built: the adapter's ``provider``, else its
+    module's name (any call it builds can be built again from the model's spelling)."""
+    if call is None:
+        return None
+    return getattr(call, "provider", None) or type(call).__module__.rsplit(".", 1)[-1]
+
+
+def continue_from(
+    recorded: Recipe | None, defaults: dict[str, Any], given: dict[str, Any]
+) -> tuple[Recipe, list[str]]:
+    """The recipe a continued run uses: ``recorded`` with each flag ``given`` on the command
+    line in place of its item, and what to say about that on stderr. ``defaults`` (every
+    flag's value, given or not) fill what the recording lacks; without a recording they are
+    the recipe, as before recipes were recorded."""
+    if recorded is None:
+        return recipe_from_flags({**defaults, **given}), []
+    said = []
+    fallback = flag_values(defaults)
+    changes = {k: v for k, v in fallback.items() if k in _FILLED and getattr(recorded, k) is None}
+    for name, value in flag_values(given).items():
+        before = getattr(recorded, name)
+        changes[name] = value
+        if value != before:
+            flag = next(k for k, (field, _) in RECIPE_FLAGS.items() if field == name)
+            said.append(
+                f"using {_as_flag(flag, given[flag])} instead of the recorded {_as_recorded(name, before)}"
+            )
+    if "params" not in changes and recorded.left_out:
+        said.append(
+            f"the recorded run had -o {', -o '.join(recorded.left_out)}, which a recipe never holds"
+            " (a credential, by its name): give it again with -o"
+        )
+    if recorded.approve == "custom" and "approve" not in changes:
+        changes["approve"] = "all"
+        said.append(
+            "the recorded run's approver was a Python function, which a recipe cannot hold:"
+            " every call pauses for a human (give --approve to choose)"
+        )
+    return recorded.replace(**changes), said
+
+
+def _as_flag(flag: str, value: Any) -> str:
+    label = RECIPE_FLAGS[flag][1]
+    if flag == "no_stream":
+        return label
+    if flag == "params":
+        return " ".join(f"-o {k} {v}" for k, v in value) or "no -o"
+    if flag == "tool_specs":
+        return " ".join(f"--tools {v}" for v in value)
+    return f"{label} {value}"
+
+
+def _as_recorded(name: str, value: Any) -> str:
+    if value is None:
+        return "none"
+    if name == "stream":
+        return "streaming" if value else "--no-stream"
+    if name == "params":
+        return " ".join(f"-o {k} {json.dumps(v)}" for k, v in value.items()) or "no -o"
+    if name == "tools":
+        return " ".join(value) or "no tools"
+    return str(value)
+
+
+def run_options(recipe: Recipe, *, recorded: bool) -> dict[str, Any]:
+    """``arun`` keyword arguments for a run following ``recipe`` (the recipe included, so
+    the run records it again); ``recorded`` says the tools come from a recording, which a
+    failure to load them names."""
+    from ..experiments import Variant
+
+    stream = True if recipe.stream is None else recipe.stream
+    pairs = tuple((k, json.dumps(v)) for k, v in recipe.params.items())
+    # A recorded variable is the one to read; none recorded: the provider's usual one.
+    call = make_call(
+        recipe.base_url,
+        recipe.model,
+        recipe.api_key_env or "OPENAI_API_KEY",
+        stream,
+        pairs,
+        key_env_given=recipe.api_key_env is not None,
+    )
+    if recipe.system is not None:  # a rerun variant's system prompt, put back
+        call = Variant("recorded", call, {}, recipe.system).model_call()
+    tools = recorded_tools(recipe, recorded=recorded)
+    return {
+        "call": call,
+        "tools": tools,
+        "approve": approver(recipe.approve),
+        "max_steps": recipe.max_steps,
+        "context_budget": recipe.context_budget,
+        "keep_last": recipe.keep_last,
+        "pause_expires": recipe.pause_expires,
+        "limits": Limits(**recipe.limits) if recipe.limits else None,
+        "parallel_tools": recipe.parallel_tools,
+        "recipe": recipe,
+    }
+
+
+def recorded_tools(recipe: Recipe, *, recorded: bool) -> list[Tool]:
+    """The tools ``recipe`` names, loaded; when they come from a recording, a failure says so.
+
+    An ``mcp:SPEC`` entry relaunches that MCP server (``--mcp`` given on this command line
+    replaces the recorded servers); every other entry is a ``--tools`` spec."""
+    ctx = click.get_current_context(silent=True)
+    given = tuple(ctx.meta.get(MCP_META, ())) if ctx is not None else ()
+    servers = given or tuple(t[len(MCP_SOURCE) :] for t in recipe.tools if t.startswith(MCP_SOURCE))
+    specs = tuple(t for t in recipe.tools if not t.startswith(MCP_SOURCE))
+    try:
+        return load_tools(specs) + mcp_tools_for(servers)
+    except click.BadParameter as e:
+        if not recorded:
+            raise
+        raise click.ClickException(
+            f"the recorded tools cannot be loaded: {e.message} (restore them, or give --tools)"
+        ) from None
+
+
+def given_flags(ctx: click.Context) -> dict[str, Any]:
+    """The recipe flags typed on this command line (not defaults, not environment values)."""
+    return {
+        name: value
+        for name, value in ctx.params.items()
+        if name in RECIPE_FLAGS and ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+    }
 
 
 def request_params(params: tuple[tuple[str, str], ...], adapter: Callable[..., Any]) -> dict[str, Any]:
@@ -443,6 +664,9 @@ def run(
         raise click.ClickException("give -s SESSION or --new, not both")
     call = make_call(base_url, model, api_key_env, not no_stream, params)
     tools = offered_tools(ctx, tool_specs)
+    recipe = recipe_from_flags(ctx.params, call)  # recorded on the run's pauses: resume needs no flags
+    servers = tuple(MCP_SOURCE + spec for spec in ctx.meta.get(MCP_META, ()))
+    recipe = recipe.replace(tools=(*recipe.tools, *servers))
     hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
     new = new or (not session and not store.sessions())
@@ -475,6 +699,7 @@ def run(
             keep_last=keep_last,
             pause_expires=pause_expires,
             on_pause=hook,
+            recipe=recipe,
         ),
         as_json,
         lambda final: {"session": s.id, "branch": branch},
@@ -483,37 +708,67 @@ def run(
     ctx.exit(exit_code(final))
 
 
-@click.command()
+budget_options = options(
+    click.option(
+        "--context-budget",
+        type=click.IntRange(min=1),
+        help="Compact the branch (a summary written by the model stands for its older turns)"
+        " before a model call whose messages would pass this many tokens.",
+    ),
+    click.option(
+        "--keep-last",
+        type=click.IntRange(min=0),
+        default=4,
+        show_default=True,
+        help="Messages a compaction leaves as they are.",
+    ),
+)
+accept_changed_option = click.option(
+    "--accept-changed-tools",
+    "accept_changed",
+    is_flag=True,
+    help="Run a decided call even if its tool's JSON schema changed since the pause (by default "
+    "that is refused, and the decision stays usable).",
+)
+CONTINUING = (
+    "With no flags it continues as the run was recorded (model, base URL, parameters, tools, "
+    "--approve, --max-steps, context budget; the key is read from the variable the run named); "
+    "a flag given replaces its item, and says so on stderr."
+)
+
+
+@click.command(
+    help="Continue the branch of a decided PAUSE.\n\n" + CONTINUING + "\n\n"
+    "Exits as `run` does: 0 completed, 3 paused again, 4 stopped at --max-steps, 1 error."
+)
 @click.argument("pause", shell_complete=complete.resumable)
 @model_options
+@budget_options
 @pause_options
+@accept_changed_option
 @json_steps_option
 @click.pass_context
 def resume(
     ctx: click.Context,
+    /,
     pause: str,
-    base_url: str | None,
-    model: str | None,
-    api_key_env: str,
-    no_stream: bool,
-    tool_specs: tuple[str, ...],
-    policy: str,
-    max_steps: int,
-    params: tuple[tuple[str, str], ...],
-    pause_expires: float | None,
     webhook_url: str | None,
     webhook_secret_env: str,
+    accept_changed: bool,
     as_json: bool,
+    **_flags: Any,  # the recipe's flags, read through ctx (given_flags)
 ) -> None:
-    """Continue the branch of a decided PAUSE.
-
-    Exits as `run` does: 0 completed, 3 paused again, 4 stopped at --max-steps, 1 error.
-    """
-    call = make_call(base_url, model, api_key_env, not no_stream, params)
-    tools = offered_tools(ctx, tool_specs)
     hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
     node = store.node(pause)
+    if node.kind != "pause":
+        raise click.ClickException(f"node {node.id} is a {node.kind} node, not a pause")
+    given = given_flags(ctx)
+    recorded = recipes.of(node)
+    chosen, said = continue_from(recorded, dict(ctx.params), given)
+    for line in said:
+        click.echo(line, err=True)
+    run_with = run_options(chosen, recorded=recorded is not None and "tool_specs" not in given)
 
     def about(final: Final) -> dict[str, Any]:
         heads = [
@@ -524,16 +779,7 @@ def resume(
         return {"session": node.session_id, "branch": heads[0] if heads else None}
 
     final = print_steps(
-        aresume(
-            store,
-            node.id,
-            call=call,
-            tools=tools,
-            approve=approver(policy),
-            max_steps=max_steps,
-            pause_expires=pause_expires,
-            on_pause=hook,
-        ),
+        aresume(store, node.id, on_pause=hook, accept_changed_tools=accept_changed, **run_with),
         as_json,
         about,
     )
@@ -541,9 +787,55 @@ def resume(
     ctx.exit(exit_code(final))
 
 
+def recipe_preparer(
+    defaults: dict[str, Any], given: dict[str, Any], say: Callable[[str], None]
+) -> Callable[[Recipe | None], dict[str, Any]]:
+    """``awork``'s ``prepare``: each pause's run options from its own recipe, with the flags
+    ``given`` in place of their items; each thing to say is said once."""
+    said: set[str] = set()
+
+    def prepare(recorded: Recipe | None) -> dict[str, Any]:
+        chosen, lines = continue_from(recorded, defaults, given)
+        for line in lines:
+            if line not in said:
+                said.add(line)
+                say(line)
+        return run_options(chosen, recorded=recorded is not None and "tool_specs" not in given)
+
+    return prepare
+
+
+def worker_defaults() -> dict[str, Any]:
+    """What a worker with no flags (``serve --work``) falls back to where a pause records no
+    recipe: the flags' defaults, and the environment's model and base URL."""
+    return {
+        **WORKER_DEFAULTS,
+        "base_url": os.environ.get("SESSIONTREE_BASE_URL"),
+        "model": os.environ.get("SESSIONTREE_MODEL"),
+    }
+
+
+WORKER_DEFAULTS: dict[str, Any] = {
+    "base_url": None,
+    "model": None,
+    "api_key_env": "OPENAI_API_KEY",
+    "no_stream": False,
+    "tool_specs": (),
+    "policy": "default",
+    "max_steps": 20,
+    "params": (),
+    "pause_expires": None,
+    "context_budget": None,
+    "keep_last": 4,
+}
+"""The defaults of the recipe's flags (``worker_defaults`` adds the environment's)."""
+
+
 @click.command()
 @model_options
+@budget_options
 @pause_options
+@accept_changed_option
 @click.option(
     "--on-expiry",
     type=click.Choice(["keep", "reject"]),
@@ -564,31 +856,31 @@ def resume(
 @click.pass_context
 def worker(
     ctx: click.Context,
-    base_url: str | None,
-    model: str | None,
-    api_key_env: str,
-    no_stream: bool,
-    tool_specs: tuple[str, ...],
-    policy: str,
-    max_steps: int,
-    params: tuple[tuple[str, str], ...],
-    pause_expires: float | None,
+    /,
     webhook_url: str | None,
     webhook_secret_env: str,
+    accept_changed: bool,
     on_expiry: str,
     poll: float,
     until_idle: bool,
     as_json: bool,
+    **_flags: Any,  # the recipe's flags, read through ctx (given_flags)
 ) -> None:
     """Resume every decided pause, then wait for more (Ctrl-C or SIGTERM stops). Several
     workers, on any machines sharing the store, carry on each pause exactly once.
+
+    Each pause continues as its own run was recorded (model, tools, --approve, ...); a
+    flag given replaces its item for every pause, and says so on stderr. A pause that
+    cannot be continued (its tools gone or changed, say) is reported and left for a human.
 
     A run whose process died inside a tool is carried on too: a call not safe to run
     twice becomes an 'interrupted' pause for a human (see `pending`), an idempotent one
     runs again.
     """
-    call = make_call(base_url, model, api_key_env, not no_stream, params)
-    tools = offered_tools(ctx, tool_specs)
+    given = given_flags(ctx)
+    if "tool_specs" in given:  # a mistake in a flag is refused now, not at each pause
+        load_tools(given["tool_specs"])
+    prepare = recipe_preparer(dict(ctx.params), given, lambda line: click.echo(line, err=True))
     hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
     stopped_by = signal.SIGINT
@@ -608,13 +900,10 @@ def worker(
                 store,
                 poll=poll,
                 until_idle=until_idle,
-                call=call,
-                tools=tools,
-                approve=approver(policy),
-                max_steps=max_steps,
-                pause_expires=pause_expires,
+                prepare=prepare,
                 on_pause=hook,
                 on_expiry=on_expiry,
+                accept_changed_tools=accept_changed,
             ),
             as_json,
         )

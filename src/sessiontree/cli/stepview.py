@@ -27,6 +27,7 @@ from ..steps import (
     ToolEnd,
     ToolStart,
 )
+from .common import command, resume_command
 from .render import call_line, calls_text, json_safe, one_line, safe
 
 EXIT_CODES: dict[str, int] = {
@@ -47,11 +48,16 @@ def exit_code(final: Final | None) -> int:
 
 
 def print_steps(
-    steps: AsyncIterator[Any], as_json: bool = False, about: Callable[[Final], dict[str, Any]] | None = None
+    steps: AsyncIterator[Any],
+    as_json: bool = False,
+    about: Callable[[Final], dict[str, Any]] | None = None,
+    *,
+    hints: bool = True,
 ) -> Final | None:
     """Print steps as they come (as text, or one JSON object per line); return the Final step.
 
-    ``about(final)`` adds fields to the JSON line of the Final step.
+    ``about(final)`` adds fields to the JSON line of the Final step; ``hints=False`` leaves
+    out the commands to decide and resume a pause (for a caller that does both itself).
     """
     final = None
     streamed = False
@@ -65,7 +71,7 @@ def print_steps(
                     data.update(about(step))
                 click.echo(json_safe(json.dumps(data, ensure_ascii=False, default=str)))
             else:
-                echo_step(step, streamed)
+                echo_step(step, streamed, hints)
             final = step if isinstance(step, Final) else final
             streamed = isinstance(step, Token)  # tokens are always followed by their Assistant
 
@@ -123,7 +129,7 @@ def step_dict(step: Any) -> dict[str, Any]:
     raise TypeError(f"unknown step {step!r}")
 
 
-def echo_step(step: Any, streamed: bool = False) -> None:
+def echo_step(step: Any, streamed: bool = False, hints: bool = True) -> None:
     """A step for a person at a terminal. Whatever the model or the server wrote goes
     through ``safe`` (escape sequences, say, are shown rather than obeyed), and what must
     stay on one line through ``one_line``."""
@@ -159,12 +165,15 @@ def echo_step(step: Any, streamed: bool = False) -> None:
         if state["state"] == "expired":  # a run stopped at an old pause: nobody can decide it
             click.echo(f"expired at {state['expires_at']}: it can no longer be decided")
             return
+        if not hints:
+            return
+        ctx = click.get_current_context(silent=True)  # for --db, so the lines work pasted
         click.echo(
-            f"decide with: sessiontree approve {step.node.id}   "
-            f"(or: sessiontree reject {step.node.id} --reason ...)"
+            f"decide with: {command(ctx, 'approve', step.node.id)}   "
+            f"(or: {command(ctx, 'reject', step.node.id)} --reason ...)"
             + (f"  before {state['expires_at']}" if state["expires_at"] else "")
         )
-        click.echo(f"then resume: sessiontree resume {step.node.id}")
+        click.echo(f"then resume: {resume_command(ctx, step.node)}")
     elif isinstance(step, Compacted):
         covered = (step.node.payload.get("covers") or {}).get("nodes")
         click.echo(f"compacted: a summary now stands for {covered} earlier nodes")

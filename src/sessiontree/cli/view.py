@@ -6,7 +6,9 @@
 a browser needs to post decisions; ``--deciders FILE`` lets named people decide,
 each with a token of their own (``sessiontree decider-token NAME`` makes one and the
 file's line for it); ``--max-connections`` and ``--header-timeout`` are the limits of
-``view.guard``.
+``view.guard``. ``--work`` runs a worker in a thread beside the server (``start_worker``):
+each decided pause continues as its run recorded it (``sessiontree.recipe``), and on
+shutdown the worker finishes the run under way and starts no other.
 """
 
 from __future__ import annotations
@@ -14,24 +16,43 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
+import signal
 import socket
+import threading
 from pathlib import Path
+from typing import Any
 
 import click
 
 from .. import deciders as deciders_file
+from ..errors import SessionTreeError
+from ..store import Store
 from ..view import session_data
 from ..view.page import view_page
-from .common import abbreviations, db_path, db_url, echo_result, open_store, pick_session
+from ..worker import DEFAULT_POLL, awork
+from .common import (
+    abbreviations,
+    command,
+    db_path,
+    db_url,
+    echo_result,
+    open_store,
+    pick_session,
+    resume_command,
+)
 from .experiment import parse_price
 from .inspect import session_argument
 from .params import Seconds
+from .running import recipe_preparer, worker_defaults
+from .stepview import print_steps
 
 MAX_CONNECTIONS = 100
 """serve's default: a browser opens at most six connections to a server, so a hundred
 serve a dozen users and stay far below any limit of open files."""
 HEADER_TIMEOUT = 10.0
 """serve's default seconds to send a request's headers: a browser needs milliseconds."""
+STOP_WAIT = 30.0
+"""Seconds ``serve --work`` waits on shutdown for a run under way to end."""
 
 
 @click.command()
@@ -116,6 +137,12 @@ def html(
     type=Seconds(0.1),
     help="Seconds a connection has to send a request's headers, from its start or the last response.",
 )
+@click.option(
+    "--work",
+    is_flag=True,
+    help="Also carry decided pauses on, as a worker beside the server would: each continues "
+    "as its run was recorded (model, tools, --approve, ...; keys from the variables it named).",
+)
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -127,6 +154,7 @@ def serve(
     prices: tuple[str, ...],
     max_connections: int,
     header_timeout: float,
+    work: bool,
 ) -> None:
     """Serve the sessions, their live trees and an inbox of pending pauses on HOST:PORT.
 
@@ -178,6 +206,8 @@ def serve(
         hosts=host_names(host),
         login=login,
         deciders=deciders,
+        work=work,
+        commands=lambda pause: (resume_command(ctx, pause), command(ctx, "worker")),
     )
     url = f"http://{shown}:{port}/"
     click.echo(f"serving {store.path} on {url}" + ("" if allow_decide else " (read-only)"))
@@ -189,10 +219,72 @@ def serve(
         )
     elif token:
         click.echo(f"decisions allowed with the token {token}: open {url}#token={token}")
+    if work:
+        click.echo("carrying decided pauses on (--work)")
     click.echo("Ctrl-C stops the server", err=True)
     config = server_config(app, max_connections=max_connections, header_timeout=header_timeout)
     server = uvicorn.Server(config)
-    server.run(sockets=[sock])
+    worker = start_worker(path) if work else None
+    stopped_by = signal.SIGINT
+
+    def on_term(signum: int, frame: Any) -> None:  # uvicorn raises the signal again once stopped
+        nonlocal stopped_by
+        stopped_by = signal.SIGTERM
+        raise KeyboardInterrupt
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_term) if main else None
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # a requested stop (Ctrl-C, SIGTERM), after uvicorn's own shutdown
+        click.echo(f"serve stopped ({stopped_by.name})", err=True)
+        ctx.exit(128 + stopped_by)
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+        if worker is not None:
+            worker.stop()  # after the server: no decision comes in that it would leave behind
+
+
+class Worker:
+    """A worker carrying decided pauses on in a thread of its own (``serve --work``)."""
+
+    def __init__(self, db: str, poll: float = DEFAULT_POLL) -> None:
+        self.db, self.poll = db, poll
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="sessiontree serve --work", daemon=True)
+
+    def _run(self) -> None:
+        say = lambda line: click.echo(line, err=True)  # noqa: E731
+        try:
+            with Store(self.db) as store:
+                print_steps(
+                    awork(
+                        store,
+                        poll=self.poll,
+                        stop=self.stopping,
+                        prepare=recipe_preparer(worker_defaults(), {}, say),
+                    ),
+                    hints=False,  # a pause it reaches is in the inbox, to decide there
+                )
+        except SessionTreeError as e:  # the server goes on; what it cannot do is said once
+            click.echo(f"worker stopped: {e}", err=True)
+
+    def stop(self, timeout: float = STOP_WAIT) -> bool:
+        """Stop between two pauses and wait up to ``timeout`` seconds; whether it ended."""
+        self.stopping.set()
+        self.thread.join(timeout)
+        if self.thread.is_alive():  # a run still under way; a worker recovers it if cut off
+            click.echo(f"worker: a run was still under way after {timeout:g} s", err=True)
+            return False
+        return True
+
+
+def start_worker(db: str, poll: float = DEFAULT_POLL) -> Worker:
+    """A started ``Worker`` on ``db``."""
+    worker = Worker(db, poll)
+    worker.thread.start()
+    return worker
 
 
 def host_names(host: str) -> list[str]:

@@ -141,6 +141,7 @@ class Anthropic:
     """The callable ``anthropic`` returns. Holds no connection between calls."""
 
     raw_kind = KIND
+    provider = PROVIDER  # recorded in a run's recipe
 
     def __init__(
         self,

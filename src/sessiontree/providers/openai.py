@@ -96,6 +96,8 @@ def openai_compatible(
 class OpenAICompatible:
     """The callable ``openai_compatible`` returns. Holds no connection between calls."""
 
+    provider = PROVIDER  # recorded in a run's recipe
+
     def __init__(
         self,
         base_url: str,

@@ -135,6 +135,7 @@ class OpenAIResponses:
     """The callable ``openai_responses`` returns. Holds no connection between calls."""
 
     raw_kind = KIND
+    provider = PROVIDER  # recorded in a run's recipe
 
     def __init__(
         self, endpoint: Endpoint, base_url: str, model: str, stream: bool, params: dict[str, Any]

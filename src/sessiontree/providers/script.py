@@ -113,6 +113,8 @@ def assistants_since_last_user(messages: list[dict[str, Any]]) -> int:
 class ScriptModel:
     """A model call that answers from a script file; see the module docstring."""
 
+    provider = PROVIDER  # recorded in a run's recipe
+
     def __init__(
         self,
         path: str,

@@ -32,6 +32,9 @@ Contract:
   decision records the decider's name as ``by`` (a body whose ``by`` names someone
   else is a 400). A header too, so the cross-site reasoning above holds. Without
   ``deciders`` ``by`` is the free text the body gives (``"sessiontree serve"`` if none).
+- A decision's reply says what happens next (``next``): ``"approved; continuing"`` when
+  the server carries decided pauses on itself (``work``, ``sessiontree serve --work``),
+  else the exact commands that would (``commands(pause)``: resume it, or run a worker).
 - An expired pause (its deadline passed, see ``deadlines``) is listed in the inbox
   with ``state: "expired"``; deciding it is a 409 and writes nothing.
 - With ``login`` every request needs the token too (reading included): in the
@@ -266,8 +269,13 @@ def create_app(
     hosts: list[str] | None = None,
     login: bool = False,
     deciders: dict[str, str] | None = None,
+    work: bool = False,
+    commands: Callable[[Node], tuple[str, str]] | None = None,
 ) -> Starlette:
-    """The app (see the module docstring); ``hosts`` are the Host names it answers to."""
+    """The app (see the module docstring); ``hosts`` are the Host names it answers to.
+    ``work`` says a worker beside the app carries decided pauses on; otherwise
+    ``commands(pause)`` gives the commands that would (resume it, run a worker), for the
+    reply to a decision (default: ``sessiontree resume PAUSE`` and ``sessiontree worker``)."""
     allow_decide = allow_decide or bool(deciders)
     if (allow_decide or login) and not token:
         raise ValueError("allow_decide and login need a token")
@@ -398,8 +406,9 @@ def create_app(
         response.set_cookie(login_cookie(_port(request)), secret, httponly=True, samesite="strict", path="/")
         return response
 
-    def record(ref: str, decisions: dict[str, Decision], by: str | None) -> Node:
-        """Check the decisions against the pause, then write them (in a worker thread)."""
+    def record(ref: str, decisions: dict[str, Decision], by: str | None) -> tuple[Node, str]:
+        """Check the decisions against the pause, then write them (in a worker thread);
+        the decision node and what happens next."""
         with Store(path) as store:
             pause = store.node(ref)
             if pause.kind != "pause":
@@ -408,7 +417,19 @@ def create_app(
                 check_decisions(pause, decisions)
             except (Conflict, ToolArgumentError) as e:
                 raise _BadRequest(str(e)) from None
-            return decide(store, pause.id, decisions, by=by or "sessiontree serve")
+            node = decide(store, pause.id, decisions, by=by or "sessiontree serve")
+            return node, next_step(pause, decisions)
+
+    def next_step(pause: Node, decisions: dict[str, Decision]) -> str:
+        kinds = {type(d).__name__ for d in decisions.values()}
+        done = {"Approve": "approved", "Reject": "rejected", "Edit": "approved with edited arguments"}
+        said = done[kinds.pop()] if len(kinds) == 1 else "decided"
+        if work:
+            return f"{said}; continuing"
+        resume, worker = (
+            commands(pause) if commands else (f"sessiontree resume {pause.id}", "sessiontree worker")
+        )
+        return f"{said}; nothing runs until it is continued: {resume} (or keep a worker running: {worker})"
 
     async def api_decide(request: Request) -> Response:
         if not allow_decide:
@@ -449,7 +470,7 @@ def create_app(
         try:
             # In a worker thread: a write waits for the database's lock, and the event
             # loop must keep answering everyone else meanwhile.
-            node = await run_in_threadpool(record, request.path_params["pause"], decisions, by)
+            node, said = await run_in_threadpool(record, request.path_params["pause"], decisions, by)
         except _BadRequest as e:
             return JSON({"error": f"bad decision: {e}"}, 400)
         except OutcomeUnknown as e:  # not "try again": it may be recorded already
@@ -458,7 +479,7 @@ def create_app(
             return JSON({"error": str(e)}, 409)
         except SessionTreeError as e:
             return failure(e)
-        return JSON({"decision": node.id, "pause": node.parent_id})
+        return JSON({"decision": node.id, "pause": node.parent_id, "next": said})
 
     routes = [
         Route("/", reading(index)),

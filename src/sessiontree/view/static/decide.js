@@ -5,7 +5,9 @@
  * with the token in a header; the token comes from the URL fragment #token=...
  * printed by `sessiontree serve` and is kept in this tab's sessionStorage. With --deciders
  * (conf.deciders) the header is "Authorization: Bearer <decider token>" instead, the token
- * typed into the page, and no "by" is sent: the server records the token's name. */
+ * typed into the page, and no "by" is sent: the server records the token's name.
+ * After a decision the server's "next" (what happens now: "approved; continuing", or the
+ * command to run) is shown in a notice above the page, which outlives the inbox's redraw. */
 var STDecide = (function () {
   var h = ST.h;
   var CONFIG = ST.readJSON("st-config") || {};
@@ -37,10 +39,21 @@ var STDecide = (function () {
     }).then(function (r) {
       return r.json().then(function (body) {
         if (!r.ok) throw new Error(body.error || r.statusText);
-        status.textContent = "decided";
+        status.textContent = body.next || "decided";
+        notify(body.next || "decided");
         done();
       });
     }).catch(function (e) { status.textContent = String(e.message || e); status.classList.add("error"); });
+  }
+
+  function notify(text) {
+    var el = document.getElementById("decided");
+    if (!el) {
+      el = h("p", { id: "decided", class: "notice", role: "status" });
+      var app = document.getElementById("app");
+      app.insertBefore(el, app.firstChild);
+    }
+    el.textContent = text;
   }
 
   function controls(p, done) {
