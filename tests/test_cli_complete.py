@@ -121,3 +121,17 @@ def test_completion_does_not_write(stocked):
     before = Path(stocked["db"]).read_bytes()
     complete("--db", stocked["db"], "resume", "")
     assert Path(stocked["db"]).read_bytes() == before
+
+
+def test_an_expired_pause_is_not_offered_to_approve(tmp_path):
+    db = tmp_path / "e.db"
+    with Store(db) as store:
+        s = store.create_session("late")
+        s.append(user("Hi"))
+        call = {"id": "c1", "type": "function", "function": {"name": "rm", "arguments": "{}"}}
+        asked = s.append(assistant(None, [call]))
+        s.fork("fresh", at=asked)
+        waiting = {"reason": "risky", "calls": [{"id": "c1", "name": "rm", "arguments": "{}"}]}
+        s.append({**waiting, "expires_at": "2001-01-01T00:00:00.000Z"}, kind="pause")  # long past
+        fresh = s.append(waiting, kind="pause", branch="fresh")
+    assert complete("--db", str(db), "approve", "") == [fresh.id]

@@ -15,6 +15,7 @@ from typing import Any
 import click
 from click.shell_completion import CompletionItem
 
+from .. import deadlines
 from ..session import Session
 from ..store import Store
 from .common import db_path, db_url
@@ -69,7 +70,8 @@ def _refs(store: Store, ctx: click.Context) -> Iterable[tuple[str, str | None]]:
 
 
 def _pending(store: Store, ctx: click.Context) -> Iterable[tuple[str, str | None]]:
-    return [(p.id, _calls(p.payload)) for p in store.pending()]
+    # An expired pause cannot be decided (a worker's --on-expiry reject continues it).
+    return [(p.id, _calls(p.payload)) for p in store.pending() if not deadlines.is_expired(p)]
 
 
 def _resumable(store: Store, ctx: click.Context) -> Iterable[tuple[str, str | None]]:
