@@ -8,7 +8,8 @@ Contract:
   node's depth from its parent, accepts nodes in any order (parents are
   sorted first), and refuses a parent that is neither in the input nor
   already a node of the same session, a cycle, and a declared depth that
-  disagrees (``InvalidTree``).
+  disagrees (``InvalidTree``). ``write_each`` does the same for sessions taken one
+  at a time from an iterator (one conversation in memory at once).
 - Writing a session that already exists merges by id and is idempotent:
   nodes, runs, refs already present and equal are left alone; the session's
   title and metadata in the store win. It refuses (``ImportConflict``,
@@ -35,7 +36,7 @@ Contract:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -144,15 +145,51 @@ def write_sessions(
     storage = store.storage
     with storage.transaction():
         for session, texts in zip(sessions, encoded, strict=True):
-            try:
-                _write_one(storage, session, texts, tick)
-            except SessionTreeError as e:
-                if session.source and not str(e).startswith(session.source):  # named once
-                    raise type(e)(f"{session.source}: {e}") from None
-                raise
+            _write_named(storage, session, texts, tick)
     if progress is not None and total == 0:
         progress(0, 0)
     return [s.id for s in sessions]
+
+
+def write_each(
+    store: Store, sessions: Iterable[ImportedSession], progress: Progress | None = None
+) -> list[str]:
+    """``write_sessions`` for sessions made as they are asked for (a parser reading a
+    file one conversation at a time): each is encoded, its payloads consumed, and
+    written before the next is taken, all in ONE transaction, so memory holds one
+    session, not the file. The same rules and messages; a session is checked only
+    when its turn comes (an error rolls back the ones before it). The total is not
+    known until the end: ``progress(done, 0)`` until then, as a streamed import.
+    The sessions are consumed: each one's nodes are cleared once written."""
+    done = [0]
+
+    def tick(n: int) -> None:
+        done[0] += n
+        if progress is not None:
+            progress(done[0], 0)
+
+    ids = []
+    storage = store.storage
+    with storage.transaction():
+        for session in sessions:
+            _write_named(storage, session, _encode(session, consume=True), tick)
+            ids.append(session.id)
+            session.nodes.clear()  # the parser's frame still holds the session until the next
+    if progress is not None:
+        progress(done[0], done[0])
+    return ids
+
+
+def _write_named(
+    storage: Storage, session: ImportedSession, texts: dict[str, str], tick: Callable[[int], None]
+) -> None:
+    """``_write_one``; its errors name the session's source once."""
+    try:
+        _write_one(storage, session, texts, tick)
+    except SessionTreeError as e:
+        if session.source and not str(e).startswith(session.source):
+            raise type(e)(f"{session.source}: {e}") from None
+        raise
 
 
 def where(node: ImportedNode) -> str:

@@ -17,10 +17,9 @@ from typing import Any
 import click
 
 from ..errors import SessionTreeError
-from ..formats import STREAMED, detect_format, parse_file, stream_file, write
+from ..formats import detect_format, import_file
 from ..formats.errors import InvalidEntry
 from ..formats.inputs import Input, expand, local
-from ..session import Session
 from ..store import Store
 from .common import echo_json, open_store
 from .inspect import json_option
@@ -65,8 +64,8 @@ def import_(ctx: click.Context, files: tuple[str, ...], fmt: str, skip_invalid: 
     A FILE is a path; a quoted pattern ('logs/*.jsonl', ** for any depth); a directory
     (every .json, .jsonl, .gz and .zip file under it, sorted, such as
     ~/.claude/projects); or - for standard input. A .gz file is decompressed first, and
-    a ChatGPT export .zip is read from its conversations.json. Native and pi files are
-    written as they are read; other formats are parsed before the database is opened.
+    a ChatGPT export .zip is read from its conversations.json. Files are written as they
+    are read: a record (native, pi) or a conversation (the others) at a time.
     Each file is its own transaction: when one fails, the files before it stay imported
     and the ones after it are not read. A database this command created is removed
     again when nothing was imported. --json lists every file with its sessions.
@@ -92,8 +91,9 @@ def import_(ctx: click.Context, files: tuple[str, ...], fmt: str, skip_invalid: 
 
 
 class _Importer:
-    """Imports one file after another into the store, opened when the first file is
-    ready to be written (a file refused while parsing makes no database)."""
+    """Imports one file after another into the store, opened when the first file's
+    format is known (a file refused then makes no database; one refused later leaves
+    the database only when an earlier file made it in, see ``created``)."""
 
     def __init__(self, ctx: click.Context, fmt: str, skip_invalid: bool, shown: int) -> None:
         self.ctx, self.fmt, self.skip_invalid, self.total = ctx, fmt, skip_invalid, shown
@@ -104,12 +104,6 @@ class _Importer:
         """Import ``item``; what the command reports of it."""
         with local(item) as (path, name):
             fmt = detect_format(path, name=name) if self.fmt == "auto" else self.fmt
-            sessions = None
-            if fmt not in STREAMED:
-                try:
-                    sessions = parse_file(path, fmt, skip_invalid=self.skip_invalid, report=_warn, name=name)
-                except InvalidEntry as e:
-                    raise InvalidEntry(f"{e}{SKIP_HINT}") from None
             store = self._open()
             before = self.counts or store.storage.counts(None)
             label = f"importing {name}" if self.total == 1 else f"importing [{number}/{self.total}] {name}"
@@ -119,11 +113,12 @@ class _Importer:
                     bar.length = max(total, done, 1)  # a streamed import's total is known at its end
                     bar.update(done - bar.pos)
 
-                imported: list[Session]
-                if sessions is None:
-                    imported = stream_file(store, path, fmt, progress, name=name)
-                else:
-                    imported = write(store, sessions, name, progress)
+                try:
+                    imported = import_file(
+                        store, path, fmt, progress, skip_invalid=self.skip_invalid, report=_warn, name=name
+                    )
+                except InvalidEntry as e:
+                    raise InvalidEntry(f"{e}{SKIP_HINT}") from None
         self.counts = store.storage.counts(None)
         return {
             "file": item.name,

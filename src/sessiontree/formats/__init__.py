@@ -3,10 +3,12 @@
 Contract:
 - ``import_file(store, path, format="auto")`` writes every session the file
   holds in ONE transaction: all of it or nothing. It returns the sessions.
-  The JSONL formats that can be written as they are read (``native``, ``pi``)
-  are streamed into the store line by line (``sessiontree.bulk_stream``), so
-  memory does not grow with the file's payloads; the others are parsed whole
-  first (pure, no SQL), then written via ``sessiontree.bulk``.
+  The JSONL formats that can be written as they are read (``native``, ``pi``,
+  ``yoagent``) are streamed into the store line by line
+  (``sessiontree.bulk_stream``); the others are parsed one session at a time
+  (pure, no SQL), each written via ``bulk.write_each`` before the next is read:
+  a file of many conversations (chatgpt, librechat, openwebui) is never held
+  whole, so memory follows its largest conversation, not the file.
 - Malformed input raises ``FormatError`` in one line naming the file (once), the
   line or record, and the problem; a clash with what the store holds raises
   ``bulk.ImportConflict`` (a ``Conflict``). Either way nothing is written. The
@@ -312,7 +314,8 @@ def parse_file(
     report: Report | None = None,
     name: str | None = None,
 ) -> list[ImportedSession]:
-    """The sessions a file holds, parsed but not written.
+    """The sessions a file holds, parsed but not written (all of them in memory:
+    ``import_file`` writes each as it is parsed instead).
 
     ``report(line)`` is told what the import should say: the sessions' notes
     (e.g. a current-message pointer that names no message) and, with
@@ -321,30 +324,49 @@ def parse_file(
     whose files hold several conversations (chatgpt, librechat, openwebui).
     ``name``: what messages call the file (default: its file name).
     """
+    path, format, name = _known(path, format, name)
+    skipped: list[str] | None = [] if skip_invalid and format in SKIPPABLE else None
+    with _named(name):
+        sessions = list(_sessions(path, format, skipped))
+    _say(name, [n for s in sessions for n in s.notes], skipped, report)
+    return sessions
+
+
+def _known(path: str | Path, format: str, name: str | None) -> tuple[Path, str, str]:
+    """The checked path, the format (detected for ``auto``) and what messages call the file."""
     path = check_file(path)
     name = name or path.name
     if format == "auto":
         format = detect_format(path, name=name)
     if format not in FORMATS:
         raise FormatError(f"unknown format {format!r}; expected auto or one of {', '.join(FORMATS)}")
-    skipped: list[str] | None = [] if skip_invalid and format in SKIPPABLE else None
-    with _named(name):
-        sessions = _parsed(path, format, skipped)
-        if format not in ("native", "openai", *STREAMED):  # a native file is restored row for row
-            for session in sessions:
-                answer_open_calls(session)
-    said = [located(name, n) for s in sessions for n in s.notes]
+    return path, format, name
+
+
+def _say(name: str, notes: list[str], skipped: list[str] | None, report: Report | None) -> None:
+    """Tell ``report`` (else warn) the sessions' notes, then each conversation left out."""
+    said = [located(name, n) for n in notes]
     said += [located(name, f"skipped {why}") for why in skipped or []]
     for line in said:
         if report is not None:
             report(line)
         else:
-            warnings.warn(line, stacklevel=2)
-    return sessions
+            warnings.warn(line, stacklevel=3)
 
 
-def _parsed(path: Path, format: str, skipped: list[str] | None) -> list[ImportedSession]:
-    """The sessions of a file of a known format (errors not yet naming the file)."""
+def _sessions(path: Path, format: str, skipped: list[str] | None) -> Iterator[ImportedSession]:
+    """The sessions of a file of a known format, one at a time, their open calls
+    answered (errors not yet naming the file). A file of several conversations
+    (``SKIPPABLE``, a top-level array) is decoded one conversation per session taken."""
+    answer = format not in ("native", "openai", *STREAMED)  # a native file is restored row for row
+    for session in _parsed(path, format, skipped):
+        if answer:
+            answer_open_calls(session)
+        yield session
+
+
+def _parsed(path: Path, format: str, skipped: list[str] | None) -> Iterator[ImportedSession]:
+    """The sessions of a file of a known format, as its parser makes them."""
     parsed: Any
     if format == "sharegpt" and _first_record(path) is None:  # a JSON array, not JSONL
         parsed = parse_sharegpt_array(read_json(path, _reading))
@@ -357,7 +379,10 @@ def _parsed(path: Path, format: str, skipped: list[str] | None) -> list[Imported
             data = list(data)  # parsers of one conversation take a list
         parser: Callable[..., Any] = JSON_FORMATS[format]
         parsed = parser(data, skipped) if skipped is not None else parser(data)
-    return parsed if isinstance(parsed, list) else [parsed]
+    if isinstance(parsed, ImportedSession):
+        yield parsed
+    else:
+        yield from parsed  # a list, or the lazy sessions of a SKIPPABLE format
 
 
 def write(
@@ -398,15 +423,25 @@ def import_file(
     *,
     skip_invalid: bool = False,
     report: Report | None = None,
+    name: str | None = None,
 ) -> list[Session]:
-    """Import every session of a file, all or nothing; return them. ``skip_invalid``
-    and ``report``: see ``parse_file``."""
-    if format == "auto":
-        format = detect_format(path)
+    """Import every session of a file, all or nothing; return them. Each session is
+    written as soon as it is parsed (``bulk.write_each``; native and pi records as
+    they are read, ``stream_file``), inside the file's one transaction. ``skip_invalid``,
+    ``report`` and ``name``: see ``parse_file``."""
+    path, format, name = _known(path, format, name)
     if format in STREAMED:
-        return stream_file(store, path, format, progress)
-    sessions = parse_file(path, format, skip_invalid=skip_invalid, report=report)
-    return write(store, sessions, Path(path).name, progress)
+        return stream_file(store, path, format, progress, name=name)
+    skipped: list[str] | None = [] if skip_invalid and format in SKIPPABLE else None
+
+    def parsed() -> Iterator[ImportedSession]:
+        notes: list[str] = []
+        for session in _sessions(path, format, skipped):
+            notes.extend(session.notes)
+            yield session  # written (and its nodes dropped) before the next is parsed
+        _say(name, notes, skipped, report)  # the file is read: what parse_file says, before the commit
+
+    return _located(store, name, lambda: bulk.write_each(store, parsed(), progress))
 
 
 def import_native(

@@ -1,7 +1,7 @@
 """ChatGPT data export (``conversations.json``): ``mapping`` trees with a ``current_node``.
 
 Contract: ``parse_chatgpt(data)`` takes the parsed JSON (a list of
-conversations, or one) and returns one ``ImportedSession`` per conversation.
+conversations, or one) and yields one ``ImportedSession`` per conversation, as it is read.
 - Each mapping entry with a message becomes a ``message`` node; its content
   parts are joined into text (non-text parts become ``[content type]``).
 - Entries without a message (the root) and system messages with no text (the
@@ -18,6 +18,7 @@ conversations, or one) and returns one ``ImportedSession`` per conversation.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from ..bulk import ImportedNode, ImportedRun, ImportedSession
@@ -44,9 +45,10 @@ from .jsonstream import JsonItems
 ROLES = {"system", "user", "assistant", "tool"}
 
 
-def parse_chatgpt(data: Any, skipped: list[str] | None = None) -> list[ImportedSession]:
-    """One session per entry; with ``skipped``, an entry that fails is left out and its
-    error appended there instead of failing the whole file."""
+def parse_chatgpt(data: Any, skipped: list[str] | None = None) -> Iterator[ImportedSession]:
+    """One session per entry, parsed as it is taken (see ``common.parse_each``); with
+    ``skipped``, an entry that fails is left out and its error appended there instead
+    of failing the whole file."""
     conversations = data if isinstance(data, list | JsonItems) else [data]
 
     def one(i: int, conv: Any) -> ImportedSession:

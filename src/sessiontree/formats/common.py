@@ -136,18 +136,21 @@ def _str(value: Any) -> str | None:
 
 def parse_each(
     entries: Iterable[Any], parse_one: Callable[[int, Any], ImportedSession], skipped: list[str] | None
-) -> list[ImportedSession]:
-    """``parse_one(number, entry)`` for each entry (numbered from 1). With ``skipped``
-    given, an entry that raises FormatError is left out and its message appended."""
-    sessions = []
+) -> Iterator[ImportedSession]:
+    """``parse_one(number, entry)`` for each entry (numbered from 1), lazily: an entry
+    is read only when the session before it has been taken, so a caller that writes
+    each session before asking for the next holds one conversation at a time. With
+    ``skipped`` given, an entry that raises FormatError is left out and its message
+    appended."""
     for number, entry in enumerate(entries, 1):
         try:
-            sessions.append(parse_one(number, entry))
+            session = parse_one(number, entry)
         except FormatError as e:
             if skipped is None:
                 raise InvalidEntry(str(e)) from None
             skipped.append(str(e))
-    return sessions
+            continue
+        yield session
 
 
 NO_RESULT = "no result was recorded"

@@ -1,7 +1,7 @@
 """LibreChat conversation exports: nested ``children`` (``recursive: true``) or flat lists.
 
 Contract: ``parse_librechat(data)`` takes the parsed JSON (one export object, or
-a list of them) and returns one ``ImportedSession`` per conversation.
+a list of them) and yields one ``ImportedSession`` per conversation, as it is read.
 - Messages come from ``messages``: nested ones are walked through
   ``children``; flat ones are linked by ``parentMessageId``. A
   ``parentMessageId`` of null or the all-zero UUID means a root.
@@ -20,6 +20,7 @@ a list of them) and returns one ``ImportedSession`` per conversation.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from ..bulk import ImportedNode, ImportedSession
@@ -43,9 +44,10 @@ from .jsonstream import JsonItems
 ZERO = "00000000-0000-0000-0000-000000000000"
 
 
-def parse_librechat(data: Any, skipped: list[str] | None = None) -> list[ImportedSession]:
-    """One session per entry; with ``skipped``, an entry that fails is left out and its
-    error appended there instead of failing the whole file."""
+def parse_librechat(data: Any, skipped: list[str] | None = None) -> Iterator[ImportedSession]:
+    """One session per entry, parsed as it is taken (see ``common.parse_each``); with
+    ``skipped``, an entry that fails is left out and its error appended there instead
+    of failing the whole file."""
     exports = data if isinstance(data, list | JsonItems) else [data]
 
     def one(i: int, export: Any) -> ImportedSession:

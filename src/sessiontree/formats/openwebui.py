@@ -2,8 +2,8 @@
 
 Contract: ``parse_openwebui(data)`` takes the parsed JSON: a chat object
 (``{"history": ...}``), an exported record wrapping one (``{"chat": {...}}``,
-as "Export chat" writes them), or a list of either; one ``ImportedSession``
-per chat.
+as "Export chat" writes them), or a list of either; it yields one ``ImportedSession``
+per chat, as it is read.
 - Every entry of ``history.messages`` becomes a ``message`` node with its
   ``role`` and ``content`` exactly as stored (text is not unescaped: doubled
   quotes stay doubled). ``parentId`` is the tree; ``childrenIds`` is only
@@ -18,6 +18,7 @@ per chat.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from ..bulk import ImportedNode, ImportedSession
@@ -40,9 +41,10 @@ from .common import (
 from .jsonstream import JsonItems
 
 
-def parse_openwebui(data: Any, skipped: list[str] | None = None) -> list[ImportedSession]:
-    """One session per entry; with ``skipped``, an entry that fails is left out and its
-    error appended there instead of failing the whole file."""
+def parse_openwebui(data: Any, skipped: list[str] | None = None) -> Iterator[ImportedSession]:
+    """One session per entry, parsed as it is taken (see ``common.parse_each``); with
+    ``skipped``, an entry that fails is left out and its error appended there instead
+    of failing the whole file."""
     chats = data if isinstance(data, list | JsonItems) else [data]
 
     def one(i: int, chat: Any) -> ImportedSession:
