@@ -38,7 +38,9 @@ are linked by ``uuid``/``parentUuid``; what becomes of each record:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from ..bulk import ImportedNode, ImportedRun, ImportedSession
@@ -70,10 +72,24 @@ READ = LINKS | {"message", "subtype", "content", "level", "isCompactSummary", "s
 SUBTYPE = "sessiontree"  # see ``claude_code_export``: a node Claude Code cannot hold
 
 
+@dataclass(slots=True)
+class _Record:
+    """What the first pass keeps of a record with a ``uuid``: its links, and the fields
+    the conversion reads as compact JSON text (decoded again when its node is made).
+    Text is about the size of the line less what is dropped; the decoded dicts would
+    be several times that, for the whole session at once."""
+
+    number: int
+    parent: str | None  # parentUuid, else logicalParentUuid
+    sidechain: bool
+    text: str
+
+
 def parse_claude_code(lines: Iterable[str]) -> ImportedSession:
-    records = {}  # uuid -> (line number, record)
+    records: dict[str, _Record] = {}
     meta: dict[str, Any] = {"source": "claude-code"}
     title = None
+    agent_id = first_time = None
     for number, rec in jsonl_records(lines):
         where = f"line {number}"
         kind = optional(rec, "type", str, where)
@@ -91,17 +107,26 @@ def parse_claude_code(lines: Iterable[str]) -> ImportedSession:
         for key in ("sessionId", "cwd", "version", "gitBranch"):
             if key not in meta and isinstance(rec.get(key), str):
                 meta[key] = rec[key]
+        if not records:
+            first_time = rec.get("timestamp")
+        if agent_id is None and isinstance(rec.get("agentId"), str):
+            agent_id = rec["agentId"]
         keep = READ if kind in KEPT else LINKS
-        records[uid] = (number, {k: v for k, v in rec.items() if k in keep})
+        parent = rec.get("parentUuid") or rec.get("logicalParentUuid")
+        text = json.dumps({k: v for k, v in rec.items() if k in keep}, ensure_ascii=False)
+        up = parent if isinstance(parent, str) else None
+        records[uid] = _Record(number, up, bool(rec.get("isSidechain")), text)
+        del rec  # only the text is held until the second pass
     if not records:
         raise FormatError("no Claude Code records (lines with a 'uuid') in the input")
-    agent = all(r.get("isSidechain") for _, r in records.values())
+    agent = all(r.sidechain for r in records.values())
     if agent:  # a sub-agent transcript (<session>/subagents/agent-*.jsonl): its own session
-        agent_id = next((r["agentId"] for _, r in records.values() if isinstance(r.get("agentId"), str)), "")
-        parent = meta.pop("sessionId", None)
-        meta.update(parent_session=parent, agentId=agent_id)
-        meta["sessionId"] = stable_id("claude-code", str(parent), "agent", agent_id or sorted(records)[0])
-    return _Builder(records, meta, title, agent).build()
+        parent_session = meta.pop("sessionId", None)
+        meta.update(parent_session=parent_session, agentId=agent_id or "")
+        meta["sessionId"] = stable_id(
+            "claude-code", str(parent_session), "agent", agent_id or sorted(records)[0]
+        )
+    return _Builder(records, meta, title, iso(first_time), agent).build()
 
 
 Anchor = tuple[str, str] | None  # where children hang: ("node", id), ("tail", message node) or a root
@@ -114,16 +139,16 @@ class _Builder:
 
     def __init__(
         self,
-        records: dict[str, tuple[int, dict[str, Any]]],
+        records: dict[str, _Record],
         meta: dict[str, Any],
         title: str | None,
+        first_time: str | None,
         agent: bool = False,
     ) -> None:
         self.records = records
         self.agent = agent  # a sub-agent transcript: its sidechain records are the conversation
         raw_id = meta.get("sessionId") or stable_id("claude-code", *sorted(records)[:1])
         self.scope = ("claude-code", raw_id)
-        first_time = iso(records[next(iter(records))][1].get("timestamp"))
         self.session = ImportedSession(
             keep_or_derive(raw_id, "claude-code"), title, meta, first_time or now()
         )
@@ -140,9 +165,11 @@ class _Builder:
         self.restored: set[str] = set()  # nodes sessiontree's export kept as they were
 
     def build(self) -> ImportedSession:
-        parent_of = {u: self._parent_uuid(r) for u, (_, r) in self.records.items()}
-        for uid in parents_first(parent_of, lambda u: f"line {self.records[u][0]}"):
-            number, rec = self.records[uid]
+        parent_of = {u: r.parent for u, r in self.records.items()}
+        for uid in parents_first(parent_of, lambda u: f"line {self.records[u].number}"):
+            record = self.records[uid]
+            number, rec = record.number, json.loads(record.text)
+            record.text = ""  # decoded: what is left of it becomes this record's nodes
             parent_uuid = parent_of[uid]
             if parent_uuid is not None and parent_uuid not in self.records:
                 self.dangling.append(parent_uuid)
@@ -183,10 +210,6 @@ class _Builder:
             return None
         kind, node_id = anchor
         return self.tail.get(node_id, node_id) if kind == "tail" else node_id
-
-    def _parent_uuid(self, rec: dict[str, Any]) -> str | None:
-        parent = rec.get("parentUuid") or rec.get("logicalParentUuid")
-        return parent if isinstance(parent, str) else None
 
     def _id(self, uid: str, part: int = 0) -> str:
         return keep_or_derive(uid, *self.scope) if part == 0 else stable_id(*self.scope, uid, str(part))
