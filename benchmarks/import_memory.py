@@ -146,24 +146,24 @@ def main() -> None:
     parser.add_argument("--formats", default=",".join(SOURCES), help="comma-separated")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    results = []
+    sizes = [float(m) for m in args.mb.split(",")]
+    results: dict[str, dict[str, Any]] = {}  # size -> format -> figures
     if not args.json:
         columns = f"{'baseline MB':>12} {'peak MB':>8} {'growth MB':>10} {'x file':>7}  bar"
         print(f"{'format':<12} {'file MB':>8} {columns}")
-    for mb in (float(m) for m in args.mb.split(",")):
+    for mb in sizes:
         for fmt in args.formats.split(","):
             with tempfile.TemporaryDirectory() as tmp:  # one file and one database on disk at a time
                 path = make_file(fmt, int(mb * 1e6), Path(tmp))
-                r = {"format": fmt, **measure(path, Path(tmp) / f"{fmt}.db")}
-            results.append(r)
+                r = results.setdefault(f"{mb:g}", {})[fmt] = measure(path, Path(tmp) / f"{fmt}.db")
             if not args.json:
                 print(
                     f"{fmt:<12} {r['file_mb']:>8} {r['baseline_mb']:>12} {r['peak_mb']:>8}"
                     f" {r['peak_growth_mb']:>10} {r['ratio']:>7}  {'ok' if r['bar'] else 'OVER'}",
                     flush=True,
                 )
-    if args.json:
-        print(json.dumps(results))
+    if args.json:  # one size: format -> figures; several: size -> format -> figures
+        print(json.dumps(results[f"{sizes[0]:g}"] if len(sizes) == 1 else results))
 
 
 if __name__ == "__main__":

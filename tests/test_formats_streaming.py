@@ -6,9 +6,11 @@ nodes are in the store before the file has been read to its end.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -244,3 +246,46 @@ def test_a_damaged_pi_file_is_one_line_and_writes_nothing(tmp_path, kept, damage
         import_file(store, pi_file(tmp_path, records), "pi")
     assert str(e.value) == message
     assert public_rows(store.conn) == before
+
+
+def _benchmark() -> Any:
+    """benchmarks/import_memory.py, whose ``make_file`` builds big copies of the real exports."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "import_memory.py"
+    spec = importlib.util.spec_from_file_location("import_memory", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["chatgpt", "librechat", "openwebui"])
+def test_an_export_of_many_conversations_is_written_one_at_a_time(tmp_path, fmt):
+    """Before: every conversation was parsed before the first was written, so the peak
+    followed the file (chatgpt: 8.9 MB for a 4 MB file, ~2.2x). Now each is written
+    before the next is decoded: a file 4 times bigger peaks about the same (a few MB:
+    the decoder's buffer and one conversation)."""
+    make_file = _benchmark().make_file
+    peaks, sessions = [], []
+    for mb in (3, 12):
+        (tmp_path / str(mb)).mkdir()
+        path = make_file(fmt, mb * 1_000_000, tmp_path / str(mb))
+        with Store(tmp_path / f"{mb}.db") as store:
+            peaks.append(traced_peak(store, path, fmt))
+            sessions.append(len(store.sessions()))
+    assert sessions[1] > 3 * sessions[0] > 0  # distinct conversations, all written
+    assert peaks[1] < 1.5 * peaks[0], [f"{p / 1e6:.1f} MB" for p in peaks]
+
+
+@pytest.mark.slow
+def test_a_long_claude_code_session_holds_less_than_the_file(tmp_path):
+    """One session per file: its records are linked and reordered (tool results after
+    their calls) before it is written, so they are all held. Before: as decoded dicts,
+    a peak of 1.47x the file (4 MB). Now as compact JSON text until each record's node is
+    made: 0.8x."""
+    path = _benchmark().make_file("claude-code", 4_000_000, tmp_path)
+    with Store(tmp_path / "s.db") as store:
+        peak = traced_peak(store, path, "claude-code")
+        (session,) = store.sessions()
+        assert len(store.session(session.id).messages("main")) > 100
+    assert peak < 1.1 * path.stat().st_size, f"{peak / 1e6:.1f} MB for {path.stat().st_size / 1e6:.1f} MB"
