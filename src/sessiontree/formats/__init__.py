@@ -2,7 +2,8 @@
 
 Contract:
 - ``import_file(store, path, format="auto")`` writes every session the file
-  holds in ONE transaction: all of it or nothing. It returns the sessions.
+  holds in ONE transaction: all of it or nothing. It returns the sessions
+  (``Imported``: a sequence that reads each from the store when asked for).
   The JSONL formats that can be written as they are read (``native``, ``pi``,
   ``yoagent``) are streamed into the store line by line
   (``sessiontree.bulk_stream``); the others are parsed one session at a time
@@ -41,11 +42,11 @@ import json
 import os
 import tempfile
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, overload
 
 from .. import bulk
 from ..bulk import ImportConflict, ImportedSession, InvalidTree
@@ -86,6 +87,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMATS",
     "FormatError",
+    "Imported",
     "ImportConflict",
     "check_file",
     "detect_format",
@@ -103,7 +105,7 @@ __all__ = [
 ]
 
 Progress = Callable[[int, int], None]
-JSONL_FORMATS = {
+JSONL_FORMATS: dict[str, Callable[[Iterable[str]], Any]] = {
     "native": parse_native,
     "claude-code": parse_claude_code,
     "pi": parse_pi,
@@ -367,36 +369,61 @@ def _sessions(path: Path, format: str, skipped: list[str] | None) -> Iterator[Im
 
 def _parsed(path: Path, format: str, skipped: list[str] | None) -> Iterator[ImportedSession]:
     """The sessions of a file of a known format, as its parser makes them."""
-    parsed: Any
-    if format == "sharegpt" and _first_record(path) is None:  # a JSON array, not JSONL
-        parsed = parse_sharegpt_array(read_json(path, _reading))
-    elif format in JSONL_FORMATS:
-        with _reading(path) as lines:
-            parsed = JSONL_FORMATS[format](lines)
-    else:
-        data = read_json(path, _reading)  # a top-level array: decoded one element at a time
-        if isinstance(data, JsonItems) and format not in SKIPPABLE:
-            data = list(data)  # parsers of one conversation take a list
-        parser: Callable[..., Any] = JSON_FORMATS[format]
-        parsed = parser(data, skipped) if skipped is not None else parser(data)
-    if isinstance(parsed, ImportedSession):
-        yield parsed
-    else:
-        yield from parsed  # a list, or the lazy sessions of a SKIPPABLE format
+    if format in JSONL_FORMATS and not (format == "sharegpt" and _first_record(path) is None):
+        with _reading(path) as lines:  # open while a lazy parser reads it
+            yield from _each(JSONL_FORMATS[format](lines))
+        return
+    data = read_json(path, _reading)  # a top-level array: decoded one element at a time
+    if format == "sharegpt":  # a JSON array of records, not JSONL
+        yield from parse_sharegpt_array(data)
+        return
+    if isinstance(data, JsonItems) and format not in SKIPPABLE:
+        data = list(data)  # parsers of one conversation take a list
+    parser: Callable[..., Any] = JSON_FORMATS[format]
+    yield from _each(parser(data, skipped) if skipped is not None else parser(data))
+
+
+def _each(parsed: ImportedSession | Iterable[ImportedSession]) -> Iterable[ImportedSession]:
+    """A parser's result as sessions: one, a list, or the lazy ones of a ``SKIPPABLE`` format."""
+    return [parsed] if isinstance(parsed, ImportedSession) else parsed
 
 
 def write(
     store: Store, sessions: list[ImportedSession], name: str | None = None, progress: Progress | None = None
-) -> list[Session]:
+) -> Imported:
     """Write parsed sessions in one transaction; errors gain the file name."""
     return _located(store, name, lambda: bulk.write_sessions(store, sessions, progress, consume=True))
 
 
-def _located(store: Store, name: str | None, writing: Callable[[], list[str]]) -> list[Session]:
+def _located(store: Store, name: str | None, writing: Callable[[], list[str]]) -> Imported:
     """The sessions ``writing`` wrote; its errors gain the file name."""
     with _named(name):
         ids = writing()
-    return [store.session(i) for i in ids]
+    return Imported(store, ids)
+
+
+class Imported(Sequence["Session"]):
+    """The sessions an import wrote, in the file's order, each read from the store when
+    it is asked for: an export of 100,000 conversations returns 100,000 ids, not
+    100,000 sessions with their metadata decoded (2 KB each for LibreChat's)."""
+
+    def __init__(self, store: Store, ids: list[str]) -> None:
+        self.store, self.ids = store, ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, index: int) -> Session: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Session]: ...
+    def __getitem__(self, index: int | slice) -> Session | list[Session]:
+        if isinstance(index, slice):
+            return [self.store.session(i) for i in self.ids[index]]
+        return self.store.session(self.ids[index])
+
+    def __repr__(self) -> str:
+        return f"<{len(self.ids)} imported session(s)>"
 
 
 def stream_file(
@@ -406,13 +433,13 @@ def stream_file(
     progress: Progress | None = None,
     *,
     name: str | None = None,
-) -> list[Session]:
+) -> Imported:
     """Import a file of a ``STREAMED`` format, written as it is read, all or nothing.
     ``name``: what messages call the file (default: its file name)."""
     path = check_file(path)
     with _named(name or path.name), _reading(path) as lines:
         ids = write_stream(store, lambda sink: STREAMED[format](lines, sink), progress)
-    return [store.session(i) for i in ids]
+    return Imported(store, ids)
 
 
 def import_file(
@@ -424,7 +451,7 @@ def import_file(
     skip_invalid: bool = False,
     report: Report | None = None,
     name: str | None = None,
-) -> list[Session]:
+) -> Imported:
     """Import every session of a file, all or nothing; return them. Each session is
     written as soon as it is parsed (``bulk.write_each``; native and pi records as
     they are read, ``stream_file``), inside the file's one transaction. ``skip_invalid``,
@@ -446,7 +473,7 @@ def import_file(
 
 def import_native(
     store: Store, source: str | Path | Iterable[str], progress: Progress | None = None
-) -> list[Session]:
+) -> Imported:
     """Import a native file (a path) or its lines; merges by id, idempotently."""
     if isinstance(source, str | Path):
         return import_file(store, source, "native", progress)
