@@ -224,3 +224,14 @@ def test_no_import_cycle_between_sessiontree_modules():
     graph = import_graph(SRC, PACKAGE)
     groups = strongly_connected(graph)
     assert not groups, "import cycles between sessiontree modules:\n" + describe(graph, groups)
+
+
+def test_importing_sessiontree_does_not_import_sqlite_utils_or_pandas():
+    """sqlite-utils imports pandas when it is installed (0.4 s and ~80 MB a process): every
+    command would pay for it. It is imported where it is used (``stats``, ``sql``)."""
+    import subprocess
+    import sys
+
+    code = "import sys, sessiontree.cli; print(sorted({'sqlite_utils', 'pandas'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

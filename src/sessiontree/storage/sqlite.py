@@ -28,9 +28,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any
 
 from .. import db as _db
 from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeError
@@ -43,6 +41,9 @@ from .sqlite_retention import SQLiteRetention
 from .sqlite_search import SEARCH_BATCH, SQLiteSearch
 from .sqlite_threads import Connections, Slot
 from .sqlite_upkeep import TREE, SQLiteUpkeep
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 WAL_LIMIT = 32 * 1024 * 1024
 """Write-ahead log size past which a writer checkpoints and empties it (see ``_bound_wal``)."""
@@ -129,6 +130,8 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
     def db(self) -> sqlite_utils.Database:
         """sqlite-utils on this thread's connection, for schema introspection (no plugins,
         and no pragma changes on a connection that is ours)."""
+        import sqlite_utils  # here, not at import: it imports pandas when that is installed (0.4 s, 80 MB)
+
         return sqlite_utils.Database(self.conn, recursive_triggers=False, execute_plugins=False)
 
     @property

@@ -11,9 +11,7 @@ import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any
 
 from .. import db as _db
 from ..errors import Conflict, NotFound, SessionTreeError
@@ -28,6 +26,9 @@ from .shared_sql import (
     TREE,
     UNREACHABLE,
 )
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 
 class SQLiteUpkeep(Storage):
@@ -161,6 +162,8 @@ class SQLiteUpkeep(Storage):
         conn = _db.connect(self.path, readonly=True, apply_migrations=False)
         conn.execute("PRAGMA query_only = ON")
         try:
+            import sqlite_utils  # see SQLiteStorage.db: imported when used
+
             cursor = sqlite_utils.Database(conn).execute(query, params)
         except (sqlite3.Error, sqlite3.Warning, ValueError, OverflowError) as e:
             conn.close()
