@@ -124,7 +124,7 @@ class SessiontreeSession:
         """``get_items`` without asyncio."""
         limit = resolve_session_limit(limit, self.session_settings)
         with self._lock:
-            head, items = self._items()
+            head, items = self._path_items()
             self._seen = head
         if limit is not None:
             items = items[-limit:] if limit > 0 else []
@@ -283,7 +283,7 @@ class SessiontreeSession:
             self._cache = None
         self._seen = after
 
-    def _items(self) -> tuple[str | None, list[Any]]:
+    def _path_items(self) -> tuple[str | None, list[Any]]:
         """(head id, every item on the branch's path), from the cache when the head is the
         one it was made at."""
         session = self.tree()
