@@ -96,17 +96,26 @@ def show(result: dict[str, Any]) -> str:
     points = list(next(iter(result["systems"].values()))["turn_ms"])
     names = list(result["systems"])
     lines = [
-        f"{result['turns']} turns of 4 items, {result['reps']} rep(s); branch from turn {result['branch_from_turn']}",
+        f"{result['turns']} turns of 4 items, {result['reps']} rep(s);"
+        f" branch from turn {result['branch_from_turn']}",
         "| measure | " + " | ".join(names) + " |",
         "|---" * (len(names) + 1) + "|",
     ]
     for p in points:
-        lines.append(f"| ms/turn @{p} | " + " | ".join(str(result["systems"][n]["turn_ms"][p]) for n in names) + " |")
-    for key, label in (("bytes_per_message", "bytes/item"), ("fork_ms", "ms/branch"), ("cold_read_ms", "cold read ms")):
+        lines.append(
+            f"| ms/turn @{p} | " + " | ".join(str(result["systems"][n]["turn_ms"][p]) for n in names) + " |"
+        )
+    for key, label in (
+        ("bytes_per_message", "bytes/item"),
+        ("fork_ms", "ms/branch"),
+        ("cold_read_ms", "cold read ms"),
+    ):
         lines.append(f"| {label} | " + " | ".join(str(result["systems"][n][key]) for n in names) + " |")
     for name, row in result["sessiontree_over_peer"].items():
         last = f"turn_ms@{points[-1]}"
-        lines.append(f"sessiontree / {name}: {row[last]}x per turn at turn {points[-1]}; branch {row['fork_ms']}x")
+        lines.append(
+            f"sessiontree / {name}: {row[last]}x per turn at turn {points[-1]}; branch {row['fork_ms']}x"
+        )
     return "\n".join(lines)
 
 

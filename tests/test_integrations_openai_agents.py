@@ -1,6 +1,6 @@
 """The OpenAI Agents SDK adapter: its Session protocol on both backends, approvals as pauses.
 
-The SDK's own runner tests run against it too (tests/peers/agents_sdk.py); these tests pin
+The SDK's own runner tests run against it too (tests/peer_suites/agents_sdk.py); these tests pin
 what the adapter adds: one node per model response, nothing lost by pop and clear, O(1)
 forks, strict compare-and-set, threads sharing one session, and an approval decided in
 another Store (another process's view) resumed once.
@@ -45,8 +45,22 @@ REASONING = {
     "summary": [{"type": "summary_text", "text": "two lookups"}],
     "encrypted_content": "gAAAA-opaque",
 }
-CALL_A = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "weather", "arguments": '{"city":"Paris"}', "status": "completed"}
-CALL_B = {"type": "function_call", "id": "fc_2", "call_id": "c2", "name": "weather", "arguments": '{"city":"Lyon"}', "status": "completed"}
+CALL_A = {
+    "type": "function_call",
+    "id": "fc_1",
+    "call_id": "c1",
+    "name": "weather",
+    "arguments": '{"city":"Paris"}',
+    "status": "completed",
+}
+CALL_B = {
+    "type": "function_call",
+    "id": "fc_2",
+    "call_id": "c2",
+    "name": "weather",
+    "arguments": '{"city":"Lyon"}',
+    "status": "completed",
+}
 OUT_A = {"type": "function_call_output", "call_id": "c1", "output": "sunny"}
 OUT_B = {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "rain"}]}
 ANSWER = {
@@ -238,15 +252,23 @@ class ScriptedModel(Model):
         self.turns = list(turns)
         self.inputs: list[Any] = []
 
-    async def get_response(self, system_instructions, input, model_settings, tools, output_schema, handoffs, tracing, **kwargs):
+    async def get_response(
+        self, system_instructions, input, model_settings, tools, output_schema, handoffs, tracing, **kwargs
+    ):
         self.inputs.append(input)
         turn = self.turns.pop(0)
         if isinstance(turn, str):
             text = ResponseOutputText(type="output_text", text=turn, annotations=[])
-            output = [ResponseOutputMessage(id="msg_x", type="message", role="assistant", status="completed", content=[text])]
+            output = [
+                ResponseOutputMessage(
+                    id="msg_x", type="message", role="assistant", status="completed", content=[text]
+                )
+            ]
         else:
             output = [
-                ResponseFunctionToolCall(type="function_call", id=f"fc_{cid}", call_id=cid, name=name, arguments=json.dumps(args))
+                ResponseFunctionToolCall(
+                    type="function_call", id=f"fc_{cid}", call_id=cid, name=name, arguments=json.dumps(args)
+                )
                 for cid, name, args in turn
             ]
         return ModelResponse(output=output, usage=Usage(), response_id=None)
@@ -292,7 +314,12 @@ def test_an_approval_decided_elsewhere_resumes_once(any_store):
     assert sent == ["bob"]
 
     items = run(session.get_items())
-    assert [i.get("type", i.get("role")) for i in items] == ["user", "function_call", "function_call_output", "message"]
+    assert [i.get("type", i.get("role")) for i in items] == [
+        "user",
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
     kinds = [n.kind for n in session.tree().path("main")]
     assert kinds == ["message", "message", "pause", "decision", "note", "message", "message"]
     assert session.tree().verify().ok
@@ -317,7 +344,9 @@ def test_an_edit_is_refused_before_anything_is_written(any_store):
     assert len(session.tree().tree()) == nodes
     # a decision written some other way still never runs edited arguments
     session.tree().append(
-        {"decisions": {"call_1": {"action": "edit", "arguments": {"to": "eve"}}}}, kind="decision", parent=pause
+        {"decisions": {"call_1": {"action": "edit", "arguments": {"to": "eve"}}}},
+        kind="decision",
+        parent=pause,
     )
     nodes = len(session.tree().tree())
     with pytest.raises(Conflict, match="edited arguments"):

@@ -13,12 +13,13 @@ import pytest
 
 pytest.importorskip("agents")
 
-import servers  # noqa: E402
 from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 
 from sessiontree import Store  # noqa: E402
 from sessiontree.integrations.openai_agents import SessiontreeSession, resume  # noqa: E402
+
+import servers  # noqa: E402
 
 pytestmark = pytest.mark.slow  # starts llmock and a CLI process
 
@@ -56,7 +57,15 @@ def test_responses_over_http_pause_approve_elsewhere_resume(llmock, db_target):
 
                 # another process decides, through the CLI
                 approved = subprocess.run(
-                    [servers.executable("sessiontree"), "--db", db_target, "approve", pause.id, "--by", "ann"],
+                    [
+                        servers.executable("sessiontree"),
+                        "--db",
+                        db_target,
+                        "approve",
+                        pause.id,
+                        "--by",
+                        "ann",
+                    ],
                     capture_output=True,
                     text=True,
                     env={**os.environ},
@@ -74,7 +83,13 @@ def test_responses_over_http_pause_approve_elsewhere_resume(llmock, db_target):
                 assert items[2]["output"] == f"sent to {sent[0]}"
                 tree = session.tree()
                 assert [n.kind for n in tree.path("main")] == [
-                    "message", "message", "pause", "decision", "note", "message", "message",
+                    "message",
+                    "message",
+                    "pause",
+                    "decision",
+                    "note",
+                    "message",
+                    "message",
                 ]
                 assert tree.verify().ok
                 assert json.loads(items[1]["arguments"]) == {"to": sent[0]}

@@ -18,8 +18,8 @@ Contract:
   are written in one transaction: all of them or none.
 - ``get_items(limit)`` returns the items on the branch's path in order, exactly as they
   were added (as JSON keeps them); the last ``limit`` (or ``session_settings.limit``).
-  The dicts are fresh at the top level; nested values are shared with the store's
-  cache, so treat them as read-only.
+  A new list; the dicts in it are shared with the store's cache (as ``messages()``'s
+  are, and as the SDK's reference session shares its own), so treat them as read-only.
 - Concurrency: by default a write lands at whatever the branch head is inside its own
   transaction, so concurrent ``add_items`` calls (threads, tasks, processes) all land, as
   the SDK expects. ``strict=True`` makes every write a compare-and-set on the head this
@@ -48,7 +48,7 @@ import threading
 import uuid
 from typing import Any, cast
 
-from agents import Agent, RunResult, Runner
+from agents import Agent, Runner, RunResult
 from agents.items import TResponseInputItem
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 from agents.run_state import RunState
@@ -128,7 +128,7 @@ class SessiontreeSession:
             self._seen = head
         if limit is not None:
             items = items[-limit:] if limit > 0 else []
-        return [dict(item) if isinstance(item, dict) else item for item in items]  # type: ignore[misc]
+        return list(items)
 
     def add_items_sync(self, items: list[TResponseInputItem]) -> None:
         """``add_items`` without asyncio."""
@@ -159,6 +159,7 @@ class SessiontreeSession:
                     return None
                 kept = _items_of(holder)[:-1]
                 popped = _items_of(holder)[-1]
+                new_head: str | None
                 if kept:  # a sibling with the others, and the branch there
                     kind, payload = _payload(_side(kept[0]), kept)
                     if holder.parent_id is None:
@@ -236,7 +237,9 @@ class SessiontreeSession:
         if not interruptions:
             raise Conflict("the run has no interruptions (nothing needs approval): there is nothing to pause")
         state = result.to_state().to_json()
-        calls = [{"id": str(i.call_id), "name": str(i.name), "arguments": i.arguments} for i in interruptions]
+        calls: list[dict[str, Any]] = [
+            {"id": str(i.call_id), "name": str(i.name), "arguments": i.arguments} for i in interruptions
+        ]
         # An Edit has no SDK counterpart: ``decide`` checks edits against these schemas,
         # which only the original arguments fit, so a changing edit is refused up front.
         schemas: dict[str, Any] = {}
@@ -344,7 +347,8 @@ def _groups(items: list[Any]) -> list[tuple[str, list[Any]]]:
     for number, item in enumerate(items):
         if not isinstance(item, dict):
             raise InvalidPayload(
-                f"add_items takes Responses input items (JSON objects); item {number} is a {type(item).__name__}"
+                "add_items takes Responses input items (JSON objects);"
+                f" item {number} is a {type(item).__name__}"
             )
         side = _side(item)
         if side == "model" and groups and groups[-1][0] == "model":
@@ -389,7 +393,12 @@ def _payload(side: str, items: list[Any]) -> tuple[str, dict[str, Any]]:
         return "message", {"role": first["role"], "content": _text(first.get("content")), **raw}
     if side == "tool":
         content = _text(first.get("output")) or ""
-        return "message", {"role": "tool", "tool_call_id": str(first.get("call_id")), "content": content, **raw}
+        return "message", {
+            "role": "tool",
+            "tool_call_id": str(first.get("call_id")),
+            "content": content,
+            **raw,
+        }
     if side == "model":
         texts, calls, thoughts = [], [], []
         for item in items:
@@ -404,7 +413,9 @@ def _payload(side: str, items: list[Any]) -> tuple[str, dict[str, Any]]:
                 calls.append({"id": str(item.get("call_id")), "type": "function", "function": function})
             elif kind == "reasoning":
                 summary = item.get("summary") or []
-                thoughts += [s["text"] for s in summary if isinstance(s, dict) and isinstance(s.get("text"), str)]
+                thoughts += [
+                    s["text"] for s in summary if isinstance(s, dict) and isinstance(s.get("text"), str)
+                ]
         if texts or calls:
             message: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts) if texts else None}
             if calls:
@@ -476,11 +487,11 @@ async def resume(store: Store, pause: Ref, agent: Agent[Any], **runner_kwargs: A
             )
     state = await RunState.from_json(agent, state_json)
     for item in state.get_interruptions():
-        answer = chosen.get(str(item.call_id))
-        if isinstance(answer, Approve | Edit):  # an Edit here repeats the arguments
+        chosen_answer = chosen.get(str(item.call_id))
+        if isinstance(chosen_answer, Approve | Edit):  # an Edit here repeats the arguments
             state.approve(item)
-        elif isinstance(answer, Reject):
-            state.reject(item, rejection_message=answer.reason or None)
+        elif isinstance(chosen_answer, Reject):
+            state.reject(item, rejection_message=chosen_answer.reason or None)
     foreign = (session.metadata.get(KIND) or {}).get("session_id")
     if "session" not in runner_kwargs:
         if not isinstance(foreign, str):

@@ -1,6 +1,6 @@
 """The OpenAI Agents SDK's own runner tests, on its reference session and then on ours.
 
-Contract: ``python tests/peers/agents_sdk.py [--work DIR]`` takes the released sdist of
+Contract: ``python tests/peer_suites/agents_sdk.py [--work DIR]`` takes the released sdist of
 ``openai-agents`` (``VERSION``) from ``DIR`` or downloads it there with pip (``pip
 download --no-binary :all: --no-deps``: PyPI or the configured index, so pip's cache
 serves a second run), unpacks it, and runs every test file of its ``tests/`` that uses
@@ -83,7 +83,9 @@ def counts(outcomes: dict[str, str]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--work", type=Path, default=None, help="where the sdist is kept (default: a temp dir)")
+    parser.add_argument(
+        "--work", type=Path, default=None, help="where the sdist is kept (default: a temp dir)"
+    )
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="agents-sdk-peer-"))
     work.mkdir(parents=True, exist_ok=True)

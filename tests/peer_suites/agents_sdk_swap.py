@@ -12,7 +12,7 @@ Contract:
   many sessions called "test" stay apart; its ``session_id`` is still what the test gave.
   The count of sessions built goes into the outcomes file (``sessiontree_sessions``).
 
-Loaded by ``tests/peers/agents_sdk.py``; the SDK's tests themselves are never copied here.
+Loaded by ``tests/peer_suites/agents_sdk.py``; the SDK's tests themselves are never copied here.
 """
 
 from __future__ import annotations
@@ -87,10 +87,10 @@ def pytest_configure(config: Any) -> None:
 
 
 def pytest_runtest_logreport(report: Any) -> None:
-    if report.when == "call" or report.outcome != "passed":
-        # a failure in setup or teardown fails the test; a skip in setup skips it
-        if report.nodeid not in _outcomes or report.outcome == "failed":
-            _outcomes[report.nodeid] = report.outcome
+    # a failure in setup or teardown fails the test; a skip in setup skips it
+    counts = report.when == "call" or report.outcome != "passed"
+    if counts and (report.nodeid not in _outcomes or report.outcome == "failed"):
+        _outcomes[report.nodeid] = report.outcome
 
 
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
