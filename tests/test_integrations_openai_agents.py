@@ -364,3 +364,46 @@ def test_resume_refuses_undecided_and_foreign_pauses(any_store):
     with pytest.raises(Conflict, match="no interruptions"):
         run(session.pause(type("R", (), {"interruptions": []})()))
     assert sent == []
+
+
+def test_two_resumes_at_once_run_the_tool_once(db_target):
+    sent: list[str] = []
+    with Store(db_target) as store:
+        agent, session, pause = paused_run(store, sent)
+        decide(store, pause, {"call_1": Approve()})
+    start = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def attempt() -> None:
+        with Store(db_target) as store:  # each its own connection, as two processes
+            start.wait()
+            try:
+                run(resume(store, pause.id, agent))
+                outcomes.append("ran")
+            except Conflict as e:
+                outcomes.append("refused" if "already resumed" in str(e) else str(e))
+            except Exception as e:  # noqa: BLE001 - shown by the assertion
+                outcomes.append(repr(e))
+
+    threads = [threading.Thread(target=attempt) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["ran", "refused"] and sent == ["bob"], (outcomes, sent)
+
+
+def test_sessiontrees_own_worker_leaves_an_agents_sdk_pause_usable(any_store):
+    """The core worker runs sessiontree's loop, not the SDK's: it does not take the pause."""
+    from sessiontree import work
+
+    sent: list[str] = []
+    agent, session, pause = paused_run(any_store, sent)
+    decide(any_store, pause, {"call_1": Approve()})
+
+    def no_model(messages, tools):
+        raise AssertionError("the worker called a model")
+
+    steps = list(work(any_store, call=no_model, tools=[], until_idle=True))
+    assert "ToolMissing" in steps[-1].error and sent == []
+    assert run(resume(any_store, pause, agent)).final_output == "Emailed bob." and sent == ["bob"]

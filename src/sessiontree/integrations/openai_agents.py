@@ -471,9 +471,9 @@ async def resume(store: Store, pause: Ref, agent: Agent[Any], **runner_kwargs: A
     decision = next((n for n in session.children(node) if n.kind == "decision"), None)
     if decision is None:
         raise Conflict(f"pause {node.id} has no decision yet: decide it first")
-    if session.children(decision):
-        raise Conflict(f"pause {node.id} was already resumed: its decision {decision.id} has been acted on")
     branches = session.branches_at(decision)
+    if session.children(decision):  # read after the branches: a resume racing ours shows here
+        raise Conflict(f"pause {node.id} was already resumed: its decision {decision.id} has been acted on")
     if not branches:
         raise Conflict(f"pause {node.id}: no branch stands at its decision {decision.id} any more")
     branches.sort(key=lambda name: session.branch(name).created_at)
