@@ -224,3 +224,14 @@ def test_no_import_cycle_between_sessiontree_modules():
     graph = import_graph(SRC, PACKAGE)
     groups = strongly_connected(graph)
     assert not groups, "import cycles between sessiontree modules:\n" + describe(graph, groups)
+
+
+def test_the_core_never_imports_an_integration():
+    """An adapter imports its framework; the core must run without any of them installed."""
+    graph = import_graph(SRC, PACKAGE)
+    adapters = {m for m in graph if m.startswith(f"{PACKAGE}.integrations")}
+    assert f"{PACKAGE}.integrations.openai_agents" in adapters
+    found = [
+        str(e) for m, edges in graph.items() if m not in adapters for e in edges if e.imported in adapters
+    ]
+    assert not found, "the core imports an integration:\n" + "\n".join(found)
