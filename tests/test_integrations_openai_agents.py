@@ -407,3 +407,13 @@ def test_sessiontrees_own_worker_leaves_an_agents_sdk_pause_usable(any_store):
     steps = list(work(any_store, call=no_model, tools=[], until_idle=True))
     assert "ToolMissing" in steps[-1].error and sent == []
     assert run(resume(any_store, pause, agent)).final_output == "Emailed bob." and sent == ["bob"]
+
+
+def test_a_trashed_session_is_not_written_to_until_restored(any_store):
+    session = SessiontreeSession("chat", any_store)
+    run(session.add_items([USER]))
+    session.delete_session()  # the trash: restorable
+    with pytest.raises(Conflict, match="in the trash"):
+        run(SessiontreeSession("chat", any_store).add_items([ANSWER]))
+    any_store.restore_session(session_uuid("chat"))
+    assert run(SessiontreeSession("chat", any_store).get_items()) == [USER]
