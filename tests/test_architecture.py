@@ -235,3 +235,15 @@ def test_importing_sessiontree_does_not_import_sqlite_utils_or_pandas():
     code = "import sys, sessiontree.cli; print(sorted({'sqlite_utils', 'pandas'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_nothing_imports_a_framework_adapter():
+    """A framework adapter imports its framework (an optional extra): the rest of sessiontree,
+    the CLI included, must run without it installed, so no module imports one."""
+    graph = import_graph(SRC, PACKAGE)
+    adapters = {f"{PACKAGE}.integrations.openai_agents"}
+    assert adapters <= set(graph)
+    found = [
+        str(e) for m, edges in graph.items() if m not in adapters for e in edges if e.imported in adapters
+    ]
+    assert not found, "a module imports a framework adapter:\n" + "\n".join(found)

@@ -149,6 +149,19 @@ def test_peers_benchmark_skips_peers_that_are_not_installed():
     assert set(result["systems"]) == {"sessiontree", "floor"}
 
 
+def test_agents_sdk_benchmark_quick_json_reports_every_figure():
+    pytest.importorskip("agents")
+    result = quick_json("agents_sdk.py")
+    assert result["quick"] is True and result["items"] == 4 * result["turns"]
+    assert set(result["systems"]) == {"sessiontree", "agents-sqlite", "agents-advanced"}
+    for name, system in result["systems"].items():
+        assert set(system["turn_ms"]) == {"10", "25", "50"} and all(v > 0 for v in system["turn_ms"].values())
+        assert system["cold_read_ms"] > 0 and system["bytes_per_message"] > 0, name
+        assert (system["fork_ms"] is None) if name == "agents-sqlite" else system["fork_ms"] > 0, name
+    assert set(result["sessiontree_over_peer"]) == {"agents-sqlite", "agents-advanced"}
+    assert all(r["turn_ms@50"] > 0 for r in result["sessiontree_over_peer"].values())
+
+
 def test_import_memory_stays_under_three_times_the_file():
     result = quick_json("import_memory.py", "--mb", "20", timeout=600)
     assert set(result) == {"chatgpt", "librechat", "openwebui", "claude-code", "pi", "native"}
