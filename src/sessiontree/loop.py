@@ -823,6 +823,12 @@ def aresume(store: Store, pause: Ref, **kwargs: Any) -> AsyncIterator[Step]:
     pause = store.node(pause)
     if pause.kind != "pause":
         raise Conflict(f"node {pause.id} is a {pause.kind} node, not a pause")
+    owner = framework_of(pause)
+    if owner is not None:
+        raise Conflict(
+            f"pause {pause.id} belongs to a run of {owner}: continue it with that framework's resume"
+            " (docs/integrations.md); nothing was run"
+        )
     session = store.session(pause.session_id)
     decision = next((n for n in session.children(pause) if n.kind == "decision"), None)
     if decision is None and deadlines.is_expired(pause):
@@ -844,6 +850,15 @@ def aresume(store: Store, pause: Ref, **kwargs: Any) -> AsyncIterator[Step]:
     if len(branches) > 1:  # forks made at the pause are younger than the branch that paused
         branches.sort(key=lambda name: session.branch(name).created_at)
     return arun(store, session, branches[0], expect_head=decision.id, **kwargs)
+
+
+def framework_of(pause: Node) -> str | None:
+    """The framework whose run a pause belongs to (an adapter keeps that run's state in the
+    pause's never-sent ``raw``, under the framework's name), or None for the loop's own
+    pauses, which carry no ``raw``. Human decisions work the same for both; only the
+    framework's own resume can carry the first kind on."""
+    raw = pause.payload.get("raw")
+    return next(iter(raw)) if isinstance(raw, dict) and raw else None
 
 
 def _require_tools(pause: Node, decision: Node, tools: dict[str, Tool], accept_changed: bool = False) -> None:

@@ -55,7 +55,7 @@ from typing import Any
 from . import bridge, deadlines
 from . import recipe as recipes
 from .errors import Busy, Conflict, Unavailable
-from .loop import aresume, arun, reject_expired
+from .loop import aresume, arun, framework_of, reject_expired
 from .plan import next_action
 from .steps import Final, Recovering, Resuming, Step
 from .store import Store
@@ -104,7 +104,11 @@ def expire_pauses(store: Store) -> list[str]:
 
 def _look(store: Store) -> list[Item]:
     """What can be carried on now: decided pauses, then runs cut off inside a tool."""
-    decided: list[Item] = [Resuming(p, s) for p, s in store.storage.resumable()]
+    decided: list[Item] = [
+        Resuming(p, s)
+        for p, s in store.storage.resumable()
+        if framework_of(store.node(p)) is None  # a framework's own resume carries those on
+    ]
     return decided + cut_off(store)
 
 
