@@ -18,7 +18,9 @@ modes:
 - ``reply-<name>``: a 200 with the odd reply ``REPLIES[name]``.
 - ``anthropic-<name>``: the recorded Messages stream ``fixtures/anthropic/<name>.sse``
   (``<name>-continued.sse`` when the request ends with an assistant turn, as a
-  continued ``pause_turn`` does); ``anthropic-echo``: a 401 that echoes ``x-api-key``.
+  continued ``pause_turn`` does), or ``<name>.json`` (a whole Message) for a request
+  that does not stream, when there is one (``cache-usage``: a reply with both cache
+  usage fields); ``anthropic-echo``: a 401 that echoes ``x-api-key``.
   ``server.bodies`` holds every request body received, parsed, ``server.headers``
   the headers of every request (names in lower case).
 - ``responses-<name>``: the recorded Responses stream ``fixtures/responses/<name>.sse``
@@ -171,9 +173,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._head(401, "application/json", len(body))
             self.wfile.write(body)
             return
-        messages = self.server.bodies[-1].get("messages") or [{}]  # type: ignore[attr-defined]
+        request = self.server.bodies[-1]  # type: ignore[attr-defined]
+        messages = request.get("messages") or [{}]
         if messages[-1].get("role") == "assistant":
             name += "-continued"
+        whole = RECORDED / f"{name}.json"
+        if not request.get("stream") and whole.exists():  # a recorded reply, not streamed
+            body = whole.read_bytes()
+            self._head(200, "application/json", len(body))
+            self.wfile.write(body)
+            return
         body = (RECORDED / f"{name}.sse").read_bytes()
         self._head(200, "text/event-stream", len(body))
         self.wfile.write(body)

@@ -83,6 +83,14 @@ def test_quick_json_run_reports_every_figure():
     assert all(x > 0 for x in figures)
 
 
+def test_parallel_tools_benchmark_quick_json_reports_every_figure():
+    result = quick_json("parallel_tools.py")
+    assert set(result) == {"quick", "reps", "calls", "sleep_s", "parallel_1_s", "parallel_4_s", "ratio"}
+    assert result["calls"] == 3 and result["reps"] >= 3
+    # one after another can never take less than the three sleeps (no claim about the ratio)
+    assert result["parallel_1_s"] >= 3 * result["sleep_s"] > 0 and result["parallel_4_s"] > 0
+
+
 def test_loop_benchmark_quick_json_reports_every_figure():
     result = quick_json("loop.py")
     expected = {

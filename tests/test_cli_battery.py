@@ -113,6 +113,19 @@ BAD = [
     ["mcp", "--poll", "0"],
     ["run", "--mcp", "/no/such/mcp-server", *MODEL, "hi"],
     ["resume", "nope", "--mcp", "python 'unclosed", *MODEL],
+    ["run", "--max-tokens-total", "0", *MODEL, "hi"],
+    ["run", "--max-seconds", "nan", *MODEL, "hi"],
+    ["run", "--max-seconds", "0", *MODEL, "hi"],
+    ["run", "--max-cost", "inf", "--price", "m=1,2", *MODEL, "hi"],
+    ["run", "--max-cost", "-1", "--price", "m=1,2", *MODEL, "hi"],
+    ["run", "--max-cost", "0.5", *MODEL, "hi"],
+    ["run", "--price", "m=1", *MODEL, "hi"],
+    ["run", "--max-repeats", "0", *MODEL, "hi"],
+    ["run", "--parallel-tools", "0", *MODEL, "hi"],
+    ["run", "--parallel-tools", "many", *MODEL, "hi"],
+    ["worker", "--max-cost", "1", *MODEL],
+    ["rerun", "main", "--variant", "a=m", "--max-cost", "1", "--base-url", "http://127.0.0.1:9/v1"],
+    ["rerun", "main", "--variant", "a=m", "--price", "m=a,b", "--base-url", "http://127.0.0.1:9/v1"],
 ]
 
 

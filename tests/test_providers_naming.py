@@ -257,3 +257,66 @@ def test_the_cross_provider_rerun_tutorial_runs_against_llmock(llmock, tmp_path)
         ).stdout
     )
     assert "claude" in json.dumps(compared) and "cost" in json.dumps(compared)
+
+
+def stdout_of(db: Path, *args: str) -> str:
+    """What a command that succeeds prints on stdout (its stderr aside)."""
+    result = CliRunner().invoke(cli, ["--db", str(db), *args])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.mark.slow
+def test_a_rerun_with_an_anthropic_and_a_chat_completions_variant_prices_the_cache_fields(
+    llmock, hostile, tmp_path, monkeypatch
+):
+    """The bar's cross-provider rerun: one checkpoint, Claude (the hostile server's recorded
+    Messages reply, which reports both cache fields: no mock does) and GPT (llmock's chat
+    completions), then `compare --price`: both branches valid, the cost counts the cache."""
+    for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "SESSIONTREE_BASE_URL", "SESSIONTREE_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    servers.llmock_reset(llmock)
+    db = tmp_path / "t.db"
+    invoke(db, "demo")
+    ran = stdout_of(
+        db, "rerun", "weather-known", "--tools", "sessiontree.cli.demo:TOOLS", "--json",
+        "--variant", f"claude=anthropic/claude-sonnet-4-5:base_url={hostile.url('anthropic-cache-usage')}",
+        "--variant", f"gpt=openai/gpt-4o-mini:base_url={llmock.url}/v1",
+    )  # fmt: skip
+    results = json.loads(ran)
+    assert [(r["branch"], r["reason"], r["error"]) for r in results] == [
+        ("claude", "completed", None),
+        ("gpt", "completed", None),
+    ]
+    (sent,) = hostile.bodies
+    assert sent["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}  # caching is on
+    compared = json.loads(
+        invoke(
+            db,
+            "compare",
+            "claude",
+            "gpt",
+            "--json",
+            "--price",
+            "claude-sonnet-4-5=3,15",
+            "--price",
+            "gpt-4o-mini=0.15,0.6",
+        )  # fmt: skip
+    )
+    claude, gpt = compared["branches"]
+    assert (claude["status"], gpt["status"]) == ("completed", "completed")
+    assert claude["final"] == "Sunny in Paris, 22 C. Bob can leave the umbrella at home."
+    usage = claude["usage"]
+    assert (usage["input_tokens"], usage["output_tokens"]) == (12, 14)
+    assert (usage["cache_creation_input_tokens"], usage["cache_read_input_tokens"]) == (2048, 4096)
+    # 12 x $3 + 14 x $15 + 2048 written x 1.25 x $3 + 4096 read x 0.1 x $3, per million tokens
+    assert claude["cost"] == pytest.approx(0.0091548, abs=1e-12)
+    chat = gpt["usage"]
+    assert chat["cache_creation_input_tokens"] == chat["cache_read_input_tokens"] == 0
+    assert chat["input_tokens"] > 0
+    assert gpt["cost"] == pytest.approx((chat["input_tokens"] * 0.15 + chat["output_tokens"] * 0.6) / 1e6)
+    with Store(db) as store:
+        session = store.session(store.sessions()[0].id)
+        for name, provider in (("claude", "anthropic"), ("gpt", "openai-compatible")):
+            last = session.path(name)[-1]
+            assert last.payload["role"] == "assistant" and store.run(last.run_id).provider == provider

@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from . import bridge
 from .errors import CassetteExhausted, Conflict, SessionTreeError
+from .limits import Limits
 from .loop import ModelCall, arun
 from .model import Completion, Node, Usage
 from .recipe import Recipe
@@ -406,11 +407,14 @@ async def arerun(
     tools: Iterable[Tool | Callable[..., Any]] = (),
     approve: Callable[[ToolCall], Any] | None = None,
     max_steps: int = 20,
+    limits: Limits | None = None,
+    parallel_tools: int = 4,
     concurrency: int = 4,
     prefix: str = "",
     progress: Callable[[int, int, RerunResult], None] | None = None,
 ) -> list[RerunResult]:
-    """Run every variant ``n`` times from ``at``, each on its own new branch."""
+    """Run every variant ``n`` times from ``at``, each on its own new branch; ``limits``
+    and ``parallel_tools`` are each run's, as ``arun`` takes them."""
     if not variants or n < 1 or concurrency < 1:
         raise ValueError("rerun needs at least one variant, n >= 1 and concurrency >= 1")
     if len({v.name for v in variants}) != len(variants):
@@ -440,6 +444,8 @@ async def arerun(
                     tools=tool_list,
                     approve=approve,
                     max_steps=max_steps,
+                    limits=limits,
+                    parallel_tools=parallel_tools,
                     recipe=variant.recipe,
                 ):
                     if isinstance(step, Final):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
+from typing import Any
 
 import click
 
@@ -20,6 +20,7 @@ from ..scoring import score as score_branch
 from . import complete
 from .common import echo_json, echo_result, open_store, target, targets
 from .inspect import diff_lines, json_option, session_option
+from .params import parse_price
 from .render import one_line, table
 from .running import (
     api_key_option,
@@ -28,6 +29,7 @@ from .running import (
     continue_from,
     given_flags,
     key_variable,
+    limits_of,
     load_tools,
     make_call,
     model_spelling,
@@ -186,6 +188,7 @@ def parse_variant(spec: str) -> tuple[str, str, dict]:
 @click.pass_context
 def rerun(
     ctx: click.Context,
+    /,
     at: str,
     session: str | None,
     variant_specs: tuple[str, ...],
@@ -199,11 +202,13 @@ def rerun(
     max_steps: int,
     params: tuple[tuple[str, str], ...],
     as_json: bool,
+    **_limits: Any,  # the budgets and --parallel-tools, read through ctx (given_flags)
 ) -> None:
     """Run each variant from AT (a checkpoint, branch or node) on a branch of its own.
 
-    The base URL, parameters, tools, --approve and --max-steps are those the run at AT
-    recorded (its recipe), unless given; a flag given replaces its item, and says so.
+    The base URL, parameters, tools, --approve, --max-steps, the budgets and
+    --parallel-tools are those the run at AT recorded (its recipe), unless given; a flag
+    given replaces its item, and says so. Each run has the budgets of its own.
     """
     for spec in variant_specs:  # a mistake in a variant is refused before the store is opened
         parse_variant(spec)
@@ -259,6 +264,8 @@ def rerun(
             tools=tools,
             approve=approver(chosen.approve),
             max_steps=chosen.max_steps,
+            limits=limits_of(chosen),
+            parallel_tools=chosen.parallel_tools,
             concurrency=concurrency,
             prefix=prefix,
             progress=lambda done, _total, _result: bar.update(1),
@@ -271,25 +278,6 @@ def rerun(
         ["BRANCH", "VARIANT", "RESULT", "ERROR"],
     ):
         click.echo(line)
-
-
-def parse_price(spec: str) -> tuple[str, dict[str, float]]:
-    """``MODEL=INPUT,OUTPUT``: two finite numbers >= 0, dollars per million tokens."""
-    model, sep, numbers = spec.rpartition("=")
-    try:
-        tokens_in, tokens_out = (float(x) for x in numbers.split(","))
-    except ValueError:
-        raise click.BadParameter(
-            f"{shown(spec)}: expected MODEL=INPUT,OUTPUT (dollars per million tokens)", param_hint="--price"
-        ) from None
-    if not sep or not model:
-        raise click.BadParameter(f"{shown(spec)}: expected MODEL=INPUT,OUTPUT", param_hint="--price")
-    if not all(math.isfinite(x) and x >= 0 for x in (tokens_in, tokens_out)):
-        raise click.BadParameter(
-            f"{shown(spec)}: prices are finite numbers >= 0 (dollars per million tokens)",
-            param_hint="--price",
-        )
-    return model, {"input": tokens_in, "output": tokens_out}
 
 
 @click.command()

@@ -6,7 +6,8 @@ far from the typo that caused it).
 Contract: ``Seconds(minimum)`` (and ``SECONDS``, minimum 0) is a click type for a
 finite number of seconds up to ``MAX_SECONDS``; ``check_seconds`` says why a number is
 not one; ``Duration`` takes a unit too (``15m``, ``1h``, ``2d``); ``MAX_COUNT`` bounds
-counts (bytes, results).
+counts (bytes, results); ``Dollars`` is a finite amount above 0; ``parse_price`` reads
+``--price MODEL=INPUT,OUTPUT`` (``compare``, ``html``, ``run --max-cost``).
 """
 
 from __future__ import annotations
@@ -77,3 +78,37 @@ class Duration(Seconds):
         except ValueError:
             self.fail(f"{shown(str(value))} is not a duration (e.g. 90, 90s, 15m, 1h, 2d)", param, ctx)
         return super().convert(number * unit, param, ctx)
+
+
+class Dollars(click.ParamType):
+    """An amount of dollars: a finite number above 0 (``--max-cost``)."""
+
+    name = "dollars"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            amount = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            self.fail(f"{shown(str(value))} is not a number of dollars", param, ctx)
+        if not math.isfinite(amount) or amount <= 0:
+            self.fail(f"{shown(str(value))}: a cost budget is a finite number of dollars above 0", param, ctx)
+        return amount
+
+
+def parse_price(spec: str) -> tuple[str, dict[str, float]]:
+    """``MODEL=INPUT,OUTPUT``: two finite numbers >= 0, dollars per million tokens."""
+    model, sep, numbers = spec.rpartition("=")
+    try:
+        tokens_in, tokens_out = (float(x) for x in numbers.split(","))
+    except ValueError:
+        raise click.BadParameter(
+            f"{shown(spec)}: expected MODEL=INPUT,OUTPUT (dollars per million tokens)", param_hint="--price"
+        ) from None
+    if not sep or not model:
+        raise click.BadParameter(f"{shown(spec)}: expected MODEL=INPUT,OUTPUT", param_hint="--price")
+    if not all(math.isfinite(x) and x >= 0 for x in (tokens_in, tokens_out)):
+        raise click.BadParameter(
+            f"{shown(spec)}: prices are finite numbers >= 0 (dollars per million tokens)",
+            param_hint="--price",
+        )
+    return model, {"input": tokens_in, "output": tokens_out}

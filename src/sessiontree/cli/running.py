@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from ..tools import Tool, as_tools
 from ..worker import DEFAULT_POLL, awork
 from . import complete
 from .common import open_store, pick_session
-from .params import Duration, Seconds
+from .params import Dollars, Duration, Seconds, parse_price
 from .refs import require_branch, require_settled
 from .render import one_line
 from .stepview import exit_code, print_steps
@@ -232,6 +233,64 @@ params_option = click.option(
     type=(str, str),
     help="Extra request parameter, e.g. -o temperature 0.2 (repeatable).",
 )
+
+
+def _check_prices(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    for spec in value:  # refused as it is parsed, before anything is opened or run
+        parse_price(spec)
+    return value
+
+
+# A run's budgets (sessiontree.limits) and how many calls of a batch run at once. The token
+# budget is --max-tokens-total: a request's max_tokens (-o max_tokens N) is another thing.
+limit_options = options(
+    click.option(
+        "--max-tokens-total",
+        type=click.IntRange(min=1),
+        metavar="N",
+        help="Stop the run before a model call once its model calls used N tokens in all "
+        "(input, output and prompt-cache tokens; not a reply's max_tokens).",
+    ),
+    click.option(
+        "--max-seconds",
+        type=Seconds(minimum=0.001),
+        metavar="S",
+        help="Stop the run before a model call or a batch of tools once S seconds have passed "
+        "(a running tool is not interrupted).",
+    ),
+    click.option(
+        "--max-cost",
+        type=Dollars(),
+        metavar="DOLLARS",
+        help="Stop the run before a model call once it cost DOLLARS, priced with --price (a model "
+        "with no price stops it too).",
+    ),
+    click.option(
+        "--price",
+        "prices",
+        multiple=True,
+        callback=_check_prices,
+        metavar="MODEL=IN,OUT",
+        help="Price of MODEL for --max-cost in dollars per million input and output tokens "
+        "(repeatable; cache writes and reads at 1.25x and 0.1x input).",
+    ),
+    click.option(
+        "--max-repeats",
+        type=click.IntRange(min=1),
+        metavar="N",
+        help="Stop the run before the model's same tool calls (names and arguments) would run "
+        "the (N+1)th time in a row: a model stuck in a loop.",
+    ),
+    click.option(
+        "--parallel-tools",
+        type=click.IntRange(min=1),
+        default=4,
+        show_default=True,
+        metavar="N",
+        help="Calls of one batch that run at once (1: one after another; a tool marked "
+        "parallel=False always runs alone).",
+    ),
+)
 json_steps_option = click.option(
     "--json", "as_json", is_flag=True, help="Print each step as a JSON object, one per line."
 )
@@ -248,9 +307,17 @@ model_options = options(
     approve_option,
     max_steps_option,
     params_option,
+    limit_options,
 )
 rerun_options = options(
-    base_url_option, api_key_option, tools_option, mcp_option, approve_option, max_steps_option, params_option
+    base_url_option,
+    api_key_option,
+    tools_option,
+    mcp_option,
+    approve_option,
+    max_steps_option,
+    params_option,
+    limit_options,
 )
 
 
@@ -394,8 +461,17 @@ RECIPE_FLAGS: dict[str, tuple[str, str]] = {
     "pause_expires": ("pause_expires", "--pause-expires"),
     "context_budget": ("context_budget", "--context-budget"),
     "keep_last": ("keep_last", "--keep-last"),
+    "parallel_tools": ("parallel_tools", "--parallel-tools"),
+    # each sets one item of the recipe's limits (a dict: sessiontree.Limits's fields)
+    "max_tokens_total": ("limits.tokens", "--max-tokens-total"),
+    "max_seconds": ("limits.seconds", "--max-seconds"),
+    "max_cost": ("limits.cost", "--max-cost"),
+    "prices": ("limits.prices", "--price"),
+    "max_repeats": ("limits.repeats", "--max-repeats"),
 }
-"""The flags of run/resume/worker that set an item of the recipe."""
+"""The flags of run/resume/worker/rerun that set an item of the recipe (``limits.X``: the
+item X of its limits)."""
+LIMITS = "limits."
 _FILLED = ("base_url", "model", "stream")
 """Fields a recipe may lack (a library run records what its call told): the flags' value
 (or environment default) fills them. Elsewhere None means "none" (no budget, no deadline)."""
@@ -437,13 +513,52 @@ def flag_values(values: dict[str, Any]) -> dict[str, Any]:
         "pause_expires": lambda v: v,
         "context_budget": lambda v: v,
         "keep_last": lambda v: v,
+        "parallel_tools": lambda v: v,
+        "max_tokens_total": lambda v: v,
+        "max_seconds": lambda v: v,
+        "max_cost": lambda v: v,
+        "prices": lambda v: dict(parse_price(p) for p in v) or None,
+        "max_repeats": lambda v: v,
     }
     return {RECIPE_FLAGS[k][0]: converted[k](v) for k, v in values.items() if k in RECIPE_FLAGS}
 
 
+def _item(recipe: Recipe, name: str) -> Any:
+    """The recipe's value of ``name``: a field, or ``limits.X``, an item of its limits."""
+    if name.startswith(LIMITS):
+        return (recipe.limits or {}).get(name[len(LIMITS) :])
+    return getattr(recipe, name)
+
+
+def _fold_limits(items: dict[str, Any], recorded: Any = None) -> dict[str, Any]:
+    """``items`` with its ``limits.X`` entries put into one ``limits`` dict, over the
+    ``recorded`` one: the form ``Limits`` takes, checked (--max-cost needs --price)."""
+    parts = {k[len(LIMITS) :]: items.pop(k) for k in list(items) if k.startswith(LIMITS)}
+    if not parts:
+        return items
+    merged = {k: v for k, v in {**(recorded or {}), **parts}.items() if v is not None}
+    if merged.get("cost") is not None and not merged.get("prices"):
+        raise click.UsageError(
+            "--max-cost needs the price of the model: --price MODEL=INPUT,OUTPUT (dollars per million tokens)"
+        )
+    items["limits"] = asdict(Limits(**merged)) if merged else None
+    return items
+
+
+def limits_of(recipe: Recipe) -> Limits | None:
+    """The ``Limits`` a recipe records (None: no budget); a recording that is not one is
+    refused in one line."""
+    if not recipe.limits:
+        return None
+    try:
+        return Limits(**recipe.limits)
+    except (TypeError, ValueError) as e:
+        raise click.ClickException(f"the recorded limits cannot be used: {e}") from None
+
+
 def recipe_from_flags(values: dict[str, Any], call: Any = None, system: str | None = None) -> Recipe:
     """The recipe of a run the flags in ``values`` describe (``run``, ``rerun``)."""
-    items = flag_values(values)
+    items = _fold_limits(flag_values(values))
     script = isinstance(items.get("model"), str) and items["model"].startswith("script:")
     if script:
         items["base_url"] = None  # a script needs no server: a base URL set in the environment is not used
@@ -473,7 +588,7 @@ def continue_from(
     fallback = flag_values(defaults)
     changes = {k: v for k, v in fallback.items() if k in _FILLED and getattr(recorded, k) is None}
     for name, value in flag_values(given).items():
-        before = getattr(recorded, name)
+        before = _item(recorded, name)
         changes[name] = value
         if value != before:
             flag = next(k for k, (field, _) in RECIPE_FLAGS.items() if field == name)
@@ -491,7 +606,7 @@ def continue_from(
             "the recorded run's approver was a Python function, which a recipe cannot hold:"
             " every call pauses for a human (give --approve to choose)"
         )
-    return recorded.replace(**changes), said
+    return recorded.replace(**_fold_limits(changes, recorded.limits)), said
 
 
 def _as_flag(flag: str, value: Any) -> str:
@@ -500,8 +615,10 @@ def _as_flag(flag: str, value: Any) -> str:
         return label
     if flag == "params":
         return " ".join(f"-o {k} {v}" for k, v in value) or "no -o"
-    if flag == "tool_specs":
-        return " ".join(f"--tools {v}" for v in value)
+    if flag in ("tool_specs", "prices"):
+        return " ".join(f"{label} {v}" for v in value)
+    if isinstance(value, float):
+        return f"{label} {value:g}"
     return f"{label} {value}"
 
 
@@ -514,6 +631,10 @@ def _as_recorded(name: str, value: Any) -> str:
         return " ".join(f"-o {k} {json.dumps(v)}" for k, v in value.items()) or "no -o"
     if name == "tools":
         return " ".join(value) or "no tools"
+    if name == "limits.prices":
+        return " ".join(f"--price {m}={p.get('input', 0):g},{p.get('output', 0):g}" for m, p in value.items())
+    if isinstance(value, float):
+        return f"{value:g}"
     return str(value)
 
 
@@ -545,7 +666,7 @@ def run_options(recipe: Recipe, *, recorded: bool) -> dict[str, Any]:
         "context_budget": recipe.context_budget,
         "keep_last": recipe.keep_last,
         "pause_expires": recipe.pause_expires,
-        "limits": Limits(**recipe.limits) if recipe.limits else None,
+        "limits": limits_of(recipe),
         "parallel_tools": recipe.parallel_tools,
         "recipe": recipe,
     }
@@ -633,6 +754,7 @@ def request_params(params: tuple[tuple[str, str], ...], adapter: Callable[..., A
 @click.pass_context
 def run(
     ctx: click.Context,
+    /,
     prompt: str | None,
     session: str | None,
     new: bool,
@@ -652,13 +774,15 @@ def run(
     webhook_url: str | None,
     webhook_secret_env: str,
     as_json: bool,
+    **_limits: Any,  # the budgets and --parallel-tools, read into the recipe from ctx.params
 ) -> None:
     """Add PROMPT (if given) to a branch and run the agent loop on an OpenAI-compatible model
     (or, with --model script:PATH, on a file of replies: no server needed).
 
     Continues -s SESSION, else the most recently active session; --new (or an
     empty store) starts a new session. Exits 0 when the run completed, 3 when it paused
-    for a human, 4 when it stopped at --max-steps, 1 on an error.
+    for a human, 4 when it stopped at --max-steps or another budget (--max-tokens-total,
+    --max-seconds, --max-cost, --max-repeats), 1 on an error.
     """
     if new and session:
         raise click.ClickException("give -s SESSION or --new, not both")
@@ -698,6 +822,8 @@ def run(
             context_budget=context_budget,
             keep_last=keep_last,
             pause_expires=pause_expires,
+            limits=limits_of(recipe),
+            parallel_tools=recipe.parallel_tools,
             on_pause=hook,
             recipe=recipe,
         ),
@@ -732,14 +858,16 @@ accept_changed_option = click.option(
 )
 CONTINUING = (
     "With no flags it continues as the run was recorded (model, base URL, parameters, tools, "
-    "--approve, --max-steps, context budget; the key is read from the variable the run named); "
+    "--approve, --max-steps, context budget, the budgets and --parallel-tools; the key is read "
+    "from the variable the run named); "
     "a flag given replaces its item, and says so on stderr."
 )
 
 
 @click.command(
     help="Continue the branch of a decided PAUSE.\n\n" + CONTINUING + "\n\n"
-    "Exits as `run` does: 0 completed, 3 paused again, 4 stopped at --max-steps, 1 error."
+    "Exits as `run` does: 0 completed, 3 paused again, 4 stopped at --max-steps or another "
+    "budget, 1 error."
 )
 @click.argument("pause", shell_complete=complete.resumable)
 @model_options
@@ -827,6 +955,12 @@ WORKER_DEFAULTS: dict[str, Any] = {
     "pause_expires": None,
     "context_budget": None,
     "keep_last": 4,
+    "parallel_tools": 4,
+    "max_tokens_total": None,
+    "max_seconds": None,
+    "max_cost": None,
+    "prices": (),
+    "max_repeats": None,
 }
 """The defaults of the recipe's flags (``worker_defaults`` adds the environment's)."""
 
@@ -880,6 +1014,7 @@ def worker(
     given = given_flags(ctx)
     if "tool_specs" in given:  # a mistake in a flag is refused now, not at each pause
         load_tools(given["tool_specs"])
+    _fold_limits(flag_values(given))  # --max-cost without --price too (pauses' prices differ)
     prepare = recipe_preparer(dict(ctx.params), given, lambda line: click.echo(line, err=True))
     hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)

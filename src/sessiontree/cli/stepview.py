@@ -42,6 +42,15 @@ waits for a human (3) or gave up at ``--max-steps`` or another budget (4) from o
 finished (0) or failed (1). 2 stays click's "bad usage"."""
 
 
+BUDGET_FLAGS: dict[str, str] = {
+    "token_budget": "--max-tokens-total",
+    "time_budget": "--max-seconds",
+    "cost_budget": "--max-cost",
+    "repeated_calls": "--max-repeats",
+}
+"""The flag that sets each budget a run can stop at (sessiontree.limits), named when it does."""
+
+
 def exit_code(final: Final | None) -> int:
     """The exit code for a run that ended with ``final`` (no Final step: nothing ran, 0)."""
     return 0 if final is None else EXIT_CODES[final.reason]
@@ -180,5 +189,8 @@ def echo_step(step: Any, streamed: bool = False, hints: bool = True) -> None:
     elif isinstance(step, Final):
         if step.reason == "error":
             click.echo(f"error: {one_line(step.error, None)}", err=True)
+        elif step.reason in BUDGET_FLAGS and step.error:
+            # one line naming the budget, its flag, and what the run spent (the note's message)
+            click.echo(f"stopped: {step.reason} ({BUDGET_FLAGS[step.reason]}): {one_line(step.error, None)}")
         elif step.reason not in ("completed", "paused"):
             click.echo(f"stopped: {step.reason}")

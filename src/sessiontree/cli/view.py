@@ -40,9 +40,8 @@ from .common import (
     pick_session,
     resume_command,
 )
-from .experiment import parse_price
 from .inspect import session_argument
-from .params import Seconds
+from .params import Seconds, parse_price
 from .running import recipe_preparer, worker_defaults
 from .stepview import print_steps
 
