@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import json
 import shlex
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
@@ -134,9 +135,15 @@ class MCPTools:
                         http = await stack.enter_async_context(httpx2.AsyncClient(headers=self._headers))
                         target = streamable_http_client(self._target, http_client=http)
                 else:
-                    target = StdioServerParameters(
+                    from mcp.client.stdio import stdio_client
+
+                    parameters = StdioServerParameters(
                         command=self._target[0], args=self._target[1:], env=self._env
                     )
+                    # The server's stderr: given here, because the SDK's default is the
+                    # sys.stderr of when it was imported, which may be a stream that no
+                    # longer has a file behind it (a test runner's capture, CliRunner's).
+                    target = stdio_client(parameters, errlog=_errlog())
                 client = await stack.enter_async_context(Client(target))
                 self._client = client
                 definitions, cursor = [], None
@@ -297,3 +304,13 @@ def _one_line(error: BaseException) -> str:
         error = error.exceptions[0]
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _errlog() -> Any:
+    """Where a stdio server's stderr goes: this process's stderr when it is a file, else
+    the interpreter's original one."""
+    try:
+        sys.stderr.fileno()
+        return sys.stderr
+    except (AttributeError, OSError, ValueError):
+        return sys.__stderr__
