@@ -3,13 +3,15 @@
 Contract: ``new_id()`` returns a canonical lower-case UUIDv7 string (RFC 9562).
 Ids made by one process are strictly increasing, so sorting by id sorts by
 creation order even within one millisecond; ids from different processes or
-files never collide in practice (62 random bits in each).
+files never collide in practice (62 random bits in each). ``is_stamp`` says whether
+a text is a time in exactly the form ``now()`` writes.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import threading
 import time
 
@@ -74,3 +76,18 @@ def now() -> str:
     if cached[0] != seconds:  # formatting the date is most of the cost: once a second
         cached = _second = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
     return f"{cached[1]}.{ms:03d}Z"
+
+
+_STAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z")
+
+
+def is_stamp(text: object) -> bool:
+    """Whether ``text`` is a real UTC time written as ``now()`` writes it (stored times
+    compare as text, so one in another form would sort wrongly)."""
+    if not isinstance(text, str) or _STAMP.fullmatch(text) is None:
+        return False
+    try:
+        time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")
+    except ValueError:  # the shape, but no such day or hour (2026-02-30, 25:00)
+        return False
+    return True

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, TypeGuard
 
 from . import compaction, maintenance
 from .errors import BranchMoved, CheckpointImmutable, Conflict, InvalidPayload, NotFound
-from .ids import new_id, new_ids, now
+from .ids import is_stamp, new_id, new_ids, now
 from .model import (
     Branch,
     Checkpoint,
@@ -164,15 +164,25 @@ class Session:
         kind: str = "message",
         run: RunLike = None,
         expect_head: Ref | None = None,
+        id: str | None = None,
+        created_at: str | None = None,
     ) -> Node:
         """Add one node and move ``branch`` to it.
 
         The node is a child of ``parent`` if given, else of the branch head (a
         new root when the branch is new). With ``branch=None`` no branch moves.
-        Given both, the branch must be new or at ``parent``.
+        Given both, the branch must be new or at ``parent``. ``id`` and
+        ``created_at`` name and date the node instead of the store (see ``append_many``).
         """
         return self.append_many(
-            [payload], branch=branch, parent=parent, kind=kind, run=run, expect_head=expect_head
+            [payload],
+            branch=branch,
+            parent=parent,
+            kind=kind,
+            run=run,
+            expect_head=expect_head,
+            ids=None if id is None else [id],
+            created_at=created_at,
         )[0]
 
     def append_many(
@@ -184,16 +194,29 @@ class Session:
         kind: str = "message",
         run: RunLike = None,
         expect_head: Ref | None = None,
+        ids: Sequence[str] | None = None,
+        created_at: str | None = None,
     ) -> list[Node]:
-        """Append a chain of nodes (each the child of the one before) in one transaction."""
+        """Append a chain of nodes (each the child of the one before) in one transaction.
+
+        ``ids``, one per payload, are the nodes' ids instead of new UUIDv7s: each a
+        lower-case UUID string, none repeated, none already in the store (``Conflict``,
+        and nothing is written). ``created_at`` is the chain's one time, in ``ids.now()``'s
+        form (``2026-11-30T09:14:15.123Z``), as the store dates a chain it names itself.
+        """
         texts = [encode_payload(p, kind) for p in payloads]
+        chosen = _chosen_ids(ids, len(texts))
+        if created_at is not None and not is_stamp(created_at):
+            raise InvalidPayload(
+                f"created_at {shown(str(created_at))} is not a UTC time like 2026-11-30T09:14:15.123Z"
+            )
         if not texts:
             return []
         if branch is not None:
             check_name(branch, new=False)
         expected = self.expected_head(expect_head)
         if branch is not None:
-            done = self._append_in_one(texts, branch, parent, kind, run, expected)
+            done = self._append_in_one(texts, branch, parent, kind, run, expected, chosen, created_at)
             if done is not None:
                 return done
         with self.storage.transaction():
@@ -203,14 +226,17 @@ class Session:
                     "a decision must be the child of a pause, not of "
                     f"{place.kind or 'nothing'} node {place.id}"
                 )
+            for node_id in chosen or ():
+                if self.storage.handle(node_id) is not None:
+                    raise Conflict(f"node id {node_id} is taken: a node of this store has it")
             run_key, run_id = self._record_run(run)
-            created = now()
+            created = created_at or now()
             # A chain names each parent by its key before it exists: keys are taken in order.
             first = self.storage.reserve_node_keys(len(texts)) if len(texts) > 1 else None
             parent_key, parent_id, depth = place.key, place.id, place.depth + 1
             rows, nodes = [], []
             session_key, session_id, key = self._key, self.id, first or 0
-            for node_id, text in zip(new_ids(len(texts)), texts, strict=True):
+            for node_id, text in zip(chosen or new_ids(len(texts)), texts, strict=True):
                 rows.append((node_id, session_key, parent_key, depth, kind, text, created, run_key))
                 nodes.append(Node(node_id, session_id, parent_id, depth, kind, text, created, run_id))
                 parent_key, parent_id, depth, key = key, node_id, depth + 1, key + 1
@@ -288,11 +314,20 @@ class Session:
         return self.storage.insert_run(run_id, self._key, _run_fields(run)), run_id
 
     def _append_in_one(
-        self, texts: list[str], branch: str, parent: Ref | None, kind: str, run: RunLike, expected: str | None
+        self,
+        texts: list[str],
+        branch: str,
+        parent: Ref | None,
+        kind: str,
+        run: RunLike,
+        expected: str | None,
+        chosen: list[str] | None,
+        created_at: str | None,
     ) -> list[Node] | None:
         """``append_many``'s common case (under the head of an existing branch) in the one
         statement of ``Storage.append_at_head``; None when it is not that case, or when
-        the input is wrong (the long way then says what is, in its own order)."""
+        the input is wrong (the long way then says what is, in its own order: a taken
+        ``chosen`` id makes the statement fail on the unique index, writing nothing)."""
         if not self.storage.one_statement:
             return None
         if parent is not None:
@@ -309,8 +344,8 @@ class Session:
                 recorded = (new_id(), _run_fields(run))
             except Exception:  # noqa: BLE001 - the long way raises it, after what it checks first
                 return None
-        created = now()
-        chain = list(zip(new_ids(len(texts)), texts, strict=True))
+        created = created_at or now()
+        chain = list(zip(chosen or new_ids(len(texts)), texts, strict=True))
         place = self.storage.append_at_head(
             self._key, branch, expected, parent, kind, chain, created, recorded
         )
@@ -668,6 +703,28 @@ def _run_fields(run: Completion | dict[str, Any]) -> tuple[Any, ...]:
         check_text(fields.get("finish_reason"), "run finish_reason"),
         now(),
     )
+
+
+def _chosen_ids(ids: Sequence[str] | None, count: int) -> list[str] | None:
+    """The caller's node ids for ``count`` payloads, checked as far as they can be
+    without the store (well-formed, one each, none twice); None when the store names them."""
+    if ids is None:
+        return None
+    if isinstance(ids, str):  # a lone id would zip as its characters
+        raise InvalidPayload(f"ids must be a list of node ids, not the string {shown(ids)}")
+    chosen = list(ids)
+    if len(chosen) != count:
+        raise InvalidPayload(f"ids has {len(chosen)} ids for {count} payloads: give one id per payload")
+    seen: set[str] = set()
+    for node_id in chosen:
+        if not isinstance(node_id, str) or FULL_ID.fullmatch(node_id) is None:
+            raise InvalidPayload(
+                f"node id {shown(str(node_id))} is not a lower-case UUID like 0192f4c1-8e3a-7b2c-9d4e-5f6a7b8c9d0e"
+            )
+        if node_id in seen:
+            raise InvalidPayload(f"node id {node_id} is given twice: each node needs its own")
+        seen.add(node_id)
+    return chosen
 
 
 def _plain_name(ref: Ref) -> TypeGuard[str]:

@@ -61,7 +61,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeError, Unavailable
-from ..names import MIN_PREFIX
+from ..names import FULL_ID, MIN_PREFIX
 from . import postgres_db as pgdb
 from .base import SESSION_GONE, PathRow
 from .cache import DEFAULT_MAX_BYTES, PathCache
@@ -402,6 +402,9 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         except pg_errors.UniqueViolation as e:
             if "nodes_one_decision" in str(e):
                 raise Conflict(f"pause {self._committed_id(rows[0][2])} already has a decision") from None
+            if e.diag.constraint_name == "nodes_id_key":  # a caller's id, taken since append_many checked
+                taken = FULL_ID.search(e.diag.message_detail or "")
+                raise Conflict(f"node id {taken and taken[0]} is taken: a node of this store has it") from None
             raise
         except (pg_errors.IntegrityConstraintViolation, pg_errors.ForeignKeyViolation) as e:
             if "in the trash" in str(e):
