@@ -346,7 +346,11 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
             if "existing session" in str(e):  # a stale handle: another writer deleted it
                 raise NotFound(SESSION_GONE) from None
             if "nodes.id" in str(e):  # a caller's id (session.append_many checks it first)
-                taken = next((r[0] for r in rows if self.handle(r[0]) is not None), None)
+                ids = [r[0] for r in rows]
+                found = self.conn.execute(
+                    f"SELECT id FROM nodes WHERE id IN ({','.join('?' * len(ids))})", ids
+                ).fetchone()
+                taken = found and found[0]
                 raise Conflict(f"node id {taken} is taken: a node of this store has it") from None
             if "nodes.parent" in str(e):  # the unique index: one decision per pause
                 raise Conflict(f"pause {self._id_of(parent)} already has a decision") from None
