@@ -346,11 +346,8 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
             if "existing session" in str(e):  # a stale handle: another writer deleted it
                 raise NotFound(SESSION_GONE) from None
             if "nodes.id" in str(e):  # a caller's id (session.append_many checks it first)
-                ids = [r[0] for r in rows]
-                found = self.conn.execute(
-                    f"SELECT id FROM nodes WHERE id IN ({','.join('?' * len(ids))})", ids
-                ).fetchone()
-                taken = found and found[0]
+                is_taken = "SELECT 1 FROM nodes WHERE id = ?"
+                taken = next((r[0] for r in rows if self.conn.execute(is_taken, (r[0],)).fetchone()), None)
                 raise Conflict(f"node id {taken} is taken: a node of this store has it") from None
             if "nodes.parent" in str(e):  # the unique index: one decision per pause
                 raise Conflict(f"pause {self._id_of(parent)} already has a decision") from None
