@@ -61,15 +61,16 @@ def test_given_ids_and_time_are_stored_on_both_paths(any_store, db_target, paths
     s = any_store.create_session()
     root = s.append(msg("root"))  # the branch is new: the long way
     a, b = str(uuid.uuid4()), str(uuid.uuid1())  # any UUID, not only the store's v7
-    chain = s.append_many([msg("a"), msg("b")], ids=[a, b], created_at=WHEN)  # under the head
+    chain = s.append_many([msg("a"), msg("b")], ids=[a, b], created_at=WHEN, run={"model": "m"})  # the head
     one_statement = any_store.storage.one_statement
     assert paths == ["long", "one" if one_statement else "long"]
     c = new_id()
-    side = s.append(msg("c"), parent=root, branch=None, id=c, created_at=WHEN)  # not the head: long
+    side = s.append(msg("c"), parent=root, branch=None, id=c, created_at=WHEN, run={"model": "m"})  # long
     assert paths[-1] == "long"
 
     assert [n.id for n in chain] == [a, b] and side.id == c
     assert [n.created_at for n in (*chain, side)] == [WHEN] * 3
+    assert any_store.run(chain[0].run_id).created_at == any_store.run(side.run_id).created_at == WHEN
     assert chain[0].parent_id == root.id and chain[1].parent_id == a and side.parent_id == root.id
     # read back through a fresh store: nothing is served from this one's path cache
     with Store(db_target) as again:
@@ -134,7 +135,10 @@ def test_an_id_twice_in_one_call_writes_nothing(any_store):
     ("ids", "says"),
     [
         (["0192F4C1-8E3A-7B2C-9D4E-5F6A7B8C9D0E"], "node id '0192F4C1-8E3A-7B2C-9D4E-5F6A7B8C9D0E' is not"),
-        (["{0192f4c1-8e3a-7b2c-9d4e-5f6a7b8c9d0e}"], "node id '{0192f4c1-8e3a-7b2c-9d4e-5f6a7b8c9d0e}' is not"),
+        (
+            ["{0192f4c1-8e3a-7b2c-9d4e-5f6a7b8c9d0e}"],
+            "node id '{0192f4c1-8e3a-7b2c-9d4e-5f6a7b8c9d0e}' is not",
+        ),
         (["0192f4c18e3a7b2c9d4e5f6a7b8c9d0e"], "node id '0192f4c18e3a7b2c9d4e5f6a7b8c9d0e' is not"),
         (["main"], "node id 'main' is not"),
         (["0192f4c1-8e3a-7b2c-9d4e-5f6a7b8c9d0e\n"], "is not a lower-case UUID"),

@@ -229,7 +229,7 @@ class Session:
             for node_id in chosen or ():
                 if self.storage.handle(node_id) is not None:
                     raise Conflict(f"node id {node_id} is taken: a node of this store has it")
-            run_key, run_id = self._record_run(run)
+            run_key, run_id = self._record_run(run, created_at)
             created = created_at or now()
             # A chain names each parent by its key before it exists: keys are taken in order.
             first = self.storage.reserve_node_keys(len(texts)) if len(texts) > 1 else None
@@ -301,8 +301,9 @@ class Session:
         assert run_id is not None
         return run_id
 
-    def _record_run(self, run: RunLike) -> tuple[int | None, str | None]:
-        """(key, id) of the run a new node names: recorded now, or an earlier one by id."""
+    def _record_run(self, run: RunLike, when: str | None = None) -> tuple[int | None, str | None]:
+        """(key, id) of the run a new node names: recorded now (or at ``when``, the time
+        given for its nodes), or an earlier one by id."""
         if run is None:
             return None, None
         if isinstance(run, str):
@@ -311,7 +312,7 @@ class Session:
                 raise NotFound(f"no run {shown(run)} in session {self.id}")
             return found[0], run
         run_id = new_id()
-        return self.storage.insert_run(run_id, self._key, _run_fields(run)), run_id
+        return self.storage.insert_run(run_id, self._key, _run_fields(run, when)), run_id
 
     def _append_in_one(
         self,
@@ -691,8 +692,8 @@ class Session:
         return maintenance.verify(self.storage, session_key=self._key)
 
 
-def _run_fields(run: Completion | dict[str, Any]) -> tuple[Any, ...]:
-    """The ``RUN_FIELDS`` values of a run to record, checked."""
+def _run_fields(run: Completion | dict[str, Any], when: str | None = None) -> tuple[Any, ...]:
+    """The ``RUN_FIELDS`` values of a run to record (at ``when``, default now), checked."""
     fields = run.__dict__ if isinstance(run, Completion) else run
     return (
         check_text(fields.get("model"), "run model"),
@@ -701,8 +702,11 @@ def _run_fields(run: Completion | dict[str, Any]) -> tuple[Any, ...]:
         encode_json(fields.get("usage") or {}, "run usage", default=str),
         check_latency(fields.get("latency_ms")),
         check_text(fields.get("finish_reason"), "run finish_reason"),
-        now(),
+        when or now(),
     )
+
+
+_SOME_ID = "0192f4c1-8e3a-7b2c-9d4e-5f6a7b8c9d0e"
 
 
 def _chosen_ids(ids: Sequence[str] | None, count: int) -> list[str] | None:
@@ -718,9 +722,7 @@ def _chosen_ids(ids: Sequence[str] | None, count: int) -> list[str] | None:
     seen: set[str] = set()
     for node_id in chosen:
         if not isinstance(node_id, str) or FULL_ID.fullmatch(node_id) is None:
-            raise InvalidPayload(
-                f"node id {shown(str(node_id))} is not a lower-case UUID like 0192f4c1-8e3a-7b2c-9d4e-5f6a7b8c9d0e"
-            )
+            raise InvalidPayload(f"node id {shown(str(node_id))} is not a lower-case UUID like {_SOME_ID}")
         if node_id in seen:
             raise InvalidPayload(f"node id {node_id} is given twice: each node needs its own")
         seen.add(node_id)

@@ -403,8 +403,9 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
             if "nodes_one_decision" in str(e):
                 raise Conflict(f"pause {self._committed_id(rows[0][2])} already has a decision") from None
             if e.diag.constraint_name == "nodes_id_key":  # a caller's id, taken since append_many checked
-                taken = FULL_ID.search(e.diag.message_detail or "")
-                raise Conflict(f"node id {taken and taken[0]} is taken: a node of this store has it") from None
+                found = FULL_ID.search(e.diag.message_detail or "")
+                taken = found[0] if found else None
+                raise Conflict(f"node id {taken} is taken: a node of this store has it") from None
             raise
         except (pg_errors.IntegrityConstraintViolation, pg_errors.ForeignKeyViolation) as e:
             if "in the trash" in str(e):
