@@ -51,18 +51,18 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
-from psycopg_pool import ConnectionPool
 
 from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeError, Unavailable
 from ..names import FULL_ID, MIN_PREFIX
 from . import postgres_db as pgdb
+from . import postgres_pool
 from .base import SESSION_GONE, PathRow
 from .cache import DEFAULT_MAX_BYTES, PathCache
 from .postgres_find import PostgresFind
@@ -87,6 +87,8 @@ SELECT r.key, CASE WHEN %(redactions)s THEN (SELECT redactions FROM change_count
 FROM r LEFT JOIN LATERAL sessiontree_path(r.key, %(stop)s) p ON true
 """
 
+
+T = TypeVar("T")
 
 ONE_STATEMENT_STEP = 12
 """The schema step that installs the one-statement reads and writes (``sessiontree_append``)."""
@@ -124,6 +126,18 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         self._relisten = False  # the listener dropped: signals may have been missed
         self._leaser: psycopg.Connection[Any] | None = None
         self._leaser_lock = threading.Lock()
+        self.pool, self.one_statement = postgres_pool.acquire(self.target, self._check_schema)
+        self._closed = False
+        # Behind PgBouncer each transaction sets what a connection would have kept.
+        self._local_settings = b""
+        if self.target.pgbouncer:
+            with pgdb.clear_errors(self.url), postgres_pool.borrow(self.pool) as conn:
+                self._local_settings = pgdb.settings(self.target.schema, local=True).as_bytes(conn)
+
+    def _check_schema(self) -> bool:
+        """Migrate the schema (or, read-only, check it needs nothing); whether it has step
+        12's one-statement functions. Once per process and URL (``postgres_pool``)."""
+        readonly = self.readonly
         with pgdb.connect(self.target) as conn, pgdb.clear_errors(self.url):
             if readonly:
                 waiting = pgdb.pending(conn, self.target.schema)
@@ -141,26 +155,12 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
                 pgdb.migrate(conn, self.target.schema)
             # Step 12's functions; a schema migrated only part way (as the upgrade tests
             # make one) goes the long way.
-            self.one_statement = pgdb.schema_version(conn, self.target.schema) >= ONE_STATEMENT_STEP
-        schema = self.target.schema
-
-        def configure(conn: psycopg.Connection[Any]) -> None:
-            pgdb.configure(conn, schema, readonly=readonly)
-
-        self.pool = ConnectionPool(
-            self.target.conninfo,
-            min_size=1,
-            max_size=self.target.pool_size,
-            kwargs={"autocommit": True, "prepare_threshold": self.target.prepare_threshold},
-            configure=configure,
-            open=False,
-            name=f"sessiontree {self.url}",
-        )
-        with pgdb.clear_errors(self.url):
-            self.pool.open(wait=True, timeout=15)
+            return pgdb.schema_version(conn, self.target.schema) >= ONE_STATEMENT_STEP
 
     def close(self) -> None:
-        self.pool.close()
+        if not self._closed:
+            self._closed = True
+            postgres_pool.release(self.target)
         for own in (self._listener, self._leaser):
             if own is not None:
                 own.close()
@@ -185,13 +185,18 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
                 held.last_node = before  # rolled back to the savepoint
                 raise
             return
-        with pgdb.clear_errors(self.url), self.pool.connection() as conn:
+        with pgdb.clear_errors(self.url), self._begun(self._begin_write) as conn:
             held.conn, held.writing, held.claimed, held.last_node = conn, True, set(), None
             backend, committing = conn.info.backend_pid, False  # read now: a lost connection forgets it
             try:
-                with conn.transaction():
+                try:
                     yield conn
-                    committing = True  # the block ended: leaving it sends COMMIT
+                except BaseException:
+                    with contextlib.suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")
+                    raise
+                committing = True  # the block ended: COMMIT goes now
+                conn.execute("COMMIT")
             except (psycopg.OperationalError, psycopg.InterfaceError) as e:
                 if committing and pgdb.connection_lost(e):
                     raise pgdb.outcome_unknown(self.url, backend, held.last_node) from None
@@ -206,14 +211,55 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         if held.conn is not None:
             yield
             return
-        with pgdb.clear_errors(self.url), self.pool.connection() as conn:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        with pgdb.clear_errors(self.url), self._begun(self._begin_snapshot) as conn:
             held.conn = conn
             try:
                 yield
             finally:
                 held.conn = None
                 conn.execute("COMMIT")
+
+    @property
+    def _begin_write(self) -> bytes:
+        return b"; ".join(filter(None, [b"BEGIN", self._local_settings]))
+
+    @property
+    def _begin_snapshot(self) -> bytes:
+        return b"; ".join(filter(None, [b"BEGIN ISOLATION LEVEL REPEATABLE READ", self._local_settings]))
+
+    @contextmanager
+    def _begun(self, begin: bytes) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection in a transaction begun with ``begin`` (a script: one round
+        trip). A connection found lost as it begins has run nothing: another is tried, once."""
+        for attempt in (1, 2):
+            with postgres_pool.borrow(self.pool) as conn:
+                try:
+                    conn.execute(begin)
+                except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+                    if attempt == 2 or not pgdb.connection_lost(e):
+                        raise
+                    continue
+                yield conn
+                return
+
+    def _statement(self, run: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """``run`` (one statement) on a pooled connection of its own: a read, so it runs
+        again once, on another connection, when the first was lost (a server restart, a
+        pooler's idle timeout). Behind PgBouncer, inside a transaction that sets what the
+        statement needs."""
+        for attempt in (1, 2):
+            try:
+                with postgres_pool.borrow(self.pool) as conn:
+                    if not self._local_settings:
+                        return run(conn)
+                    conn.execute(self._begin_write)
+                    result = run(conn)
+                    conn.execute("COMMIT")
+                    return result
+            except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+                if attempt == 2 or not pgdb.connection_lost(e):
+                    raise
+        raise AssertionError("unreachable")
 
     def _claim(self, session_key: int) -> None:
         """Inside a write transaction: this session's writers wait for us from now on. The
@@ -256,8 +302,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         with pgdb.clear_errors(self.url):
             if conn is not None:
                 return conn.execute(query, params).fetchall()
-            with self.pool.connection() as borrowed:
-                return borrowed.execute(query, params).fetchall()
+            return self._statement(lambda borrowed: borrowed.execute(query, params).fetchall())
 
     def _rows(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
         return self._all(for_postgres(sql), params)
@@ -278,8 +323,8 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
 
     @property
     def schema_version(self) -> int:
-        with pgdb.clear_errors(self.url), self.pool.connection() as conn:
-            return pgdb.schema_version(conn, self.target.schema)
+        with pgdb.clear_errors(self.url):
+            return self._statement(lambda conn: pgdb.schema_version(conn, self.target.schema))
 
     # -- ids ---------------------------------------------------------------------
 
@@ -477,14 +522,21 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         was written: the long way says why). Lost once sent: ``OutcomeUnknown``."""
         if self.readonly or self._held.conn is not None:
             return None  # the long way says it is read-only, or joins the open transaction
-        with pgdb.clear_errors(self.url), self.pool.connection() as conn:
+        with pgdb.clear_errors(self.url), postgres_pool.borrow(self.pool) as conn:
             backend = conn.info.backend_pid  # read now: a lost connection forgets it
+            sent = False  # behind PgBouncer: BEGIN and the settings first, then the call
             try:
-                return conn.execute(statement, params).fetchone()
+                if self._local_settings:
+                    conn.execute(self._begin_write)
+                sent = True
+                row = conn.execute(statement, params).fetchone()
+                if self._local_settings:
+                    conn.execute("COMMIT")
+                return row
             except psycopg.IntegrityError:
                 return None
             except (psycopg.OperationalError, psycopg.InterfaceError) as e:
-                if pgdb.connection_lost(e):
+                if sent and pgdb.connection_lost(e):
                     raise pgdb.outcome_unknown(self.url, backend, node_id) from None
                 raise
             except psycopg.Error as e:
@@ -492,9 +544,14 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
                     return None
                 raise
 
+    def _elsewhere(self, query: str, key: int) -> tuple[Any, ...] | None:
+        """One row read on a connection of its own, outside this thread's transaction."""
+        with pgdb.clear_errors(self.url):
+            rows = self._statement(lambda other: other.execute(query, (key,)).fetchall())
+        return rows[0] if rows else None
+
     def _committed_session_id(self, key: int) -> str | None:
-        with pgdb.clear_errors(self.url), self.pool.connection() as other:
-            row = other.execute("SELECT id FROM sessions WHERE key = %s", (key,)).fetchone()
+        row = self._elsewhere("SELECT id FROM sessions WHERE key = %s", key)
         return None if row is None else str(row[0])
 
     def _committed_id(self, key: int | None) -> str | None:
@@ -502,8 +559,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         transaction, or its savepoint when nested, rolls back as the error passes)."""
         if key is None:
             return None
-        with pgdb.clear_errors(self.url), self.pool.connection() as other:
-            row = other.execute("SELECT id FROM nodes WHERE key = %s", (key,)).fetchone()
+        row = self._elsewhere("SELECT id FROM nodes WHERE key = %s", key)
         return None if row is None else str(row[0])
 
     def _path_rows(self, key: int, stops: list[str]) -> list[PathRow]:
@@ -523,7 +579,11 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         return int(self._one("SELECT redactions FROM change_counts"))
 
     def wait_for_decisions(self, timeout: float) -> bool:
-        """LISTEN for the trigger's NOTIFY; a missed signal costs one ``timeout``."""
+        """LISTEN for the trigger's NOTIFY; a missed signal costs one ``timeout``. Behind
+        PgBouncer in transaction mode a LISTEN lasts one transaction: the caller polls."""
+        if self.target.pgbouncer:
+            time.sleep(timeout)
+            return False
         if self._listener is None:
             try:
                 self._listener = self._listen()
@@ -562,12 +622,35 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
     @contextmanager
     def tool_lease(self, session_key: int) -> Iterator[None]:
         lock = self._tool_lock(session_key)
+        if self.target.pgbouncer:
+            with self._lease_in_a_transaction(lock):
+                yield
+            return
         self._on_leaser("SELECT pg_advisory_lock_shared(%s, %s)", lock, reconnect=True)
         try:
             yield
         finally:  # a leaser that dropped meanwhile holds nothing any more: nothing to undo
             with contextlib.suppress(Unavailable):
                 self._on_leaser("SELECT pg_advisory_unlock_shared(%s, %s)", lock, reconnect=False)
+
+    @contextmanager
+    def _lease_in_a_transaction(self, lock: tuple[int, int]) -> Iterator[None]:
+        """Behind PgBouncer in transaction mode, where a session-level lock would stay with a
+        server connection other clients then get: the lease is a transaction-level lock,
+        held by a transaction left open on a connection of its own (PgBouncer keeps its
+        server connection for it) until the lease ends, or the process does."""
+        with pgdb.clear_errors(self.url):
+            conn = pgdb.connect(self.target)
+            try:
+                conn.execute("BEGIN")
+                conn.execute("SELECT pg_advisory_xact_lock_shared(%s, %s)", lock)
+            except BaseException:
+                conn.close()
+                raise
+        try:
+            yield
+        finally:
+            conn.close()  # the server rolls the transaction back, and gives the lock up
 
     def _on_leaser(self, statement: str, params: tuple[int, int], *, reconnect: bool) -> None:
         """Run ``statement`` on the connection that holds this store's tool leases."""
@@ -584,12 +667,14 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         if not session_keys:
             return set()
         by_lock = {self._tool_lock(key)[1]: key for key in session_keys}
-        with pgdb.clear_errors(self.url), self.pool.connection() as conn:
-            # autocommit: each transaction-level lock taken here is given back as the statement ends
-            rows = conn.execute(
-                "SELECT k FROM unnest(%s::int[]) AS k WHERE pg_try_advisory_xact_lock(%s, k)",
-                (list(by_lock), self.lock_class),
-            ).fetchall()
+        # A transaction of one statement: each lock it takes is given back as it ends.
+        with pgdb.clear_errors(self.url):
+            rows = self._statement(
+                lambda conn: conn.execute(
+                    "SELECT k FROM unnest(%s::int[]) AS k WHERE pg_try_advisory_xact_lock(%s, k)",
+                    (list(by_lock), self.lock_class),
+                ).fetchall()
+            )
         return {by_lock[r[0]] for r in rows}
 
     def nodes_by_ids(self, ids: Sequence[str]) -> dict[str, tuple[int, str, str | None, str, str, int]]:

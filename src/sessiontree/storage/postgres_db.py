@@ -4,8 +4,11 @@ Contract:
 - ``parse_url(url)`` splits a ``postgresql://`` URL into what libpq takes and
   sessiontree's own settings, given as query parameters and removed before
   libpq sees them: ``schema`` (the PostgreSQL schema that holds the tables,
-  default ``sessiontree``), ``pool_size`` (default 4) and ``prepare_threshold``
-  (``none`` behind PgBouncer in transaction mode). Every other parameter reaches
+  default ``sessiontree``), ``pool_size`` (default 4), ``prepare_threshold``
+  and ``pgbouncer`` (``true``: a pooler in transaction mode is in between, so no
+  setting is kept on a connection, nothing is prepared on the server unless
+  ``prepare_threshold`` says so, and LISTEN and session locks are not used; see
+  docs/postgres.md). Every other parameter reaches
   libpq exactly as written (libpq decodes its own %-escapes and reads ``+`` as a
   plus sign, so re-encoding them would change them).
 - ``migrate(conn, schema)`` refuses a newer schema (``SchemaTooNew``) or a
@@ -87,6 +90,8 @@ class Target:
     prepare_threshold: int | None
     shown: str
     """The URL with its password hidden, for messages."""
+    pgbouncer: bool = False
+    """Behind a pooler in transaction mode: each transaction sets what it needs (``settings``)."""
 
 
 def parse_url(url: str) -> Target:
@@ -96,7 +101,7 @@ def parse_url(url: str) -> Target:
         parts = urlsplit(url)
     except ValueError as e:
         raise SessionTreeError(f"invalid PostgreSQL URL {_hide_password(url)}: {e}") from None
-    ours = {"schema": "sessiontree", "pool_size": "4", "prepare_threshold": "5"}
+    ours = {"schema": "sessiontree", "pool_size": "4", "prepare_threshold": "", "pgbouncer": "false"}
     kept = []  # libpq's own parameters, as written: libpq decodes them itself
     secrets = [parts.password or ""]
     for piece in parts.query.split("&"):
@@ -111,9 +116,15 @@ def parse_url(url: str) -> Target:
         raise SessionTreeError(
             f"schema={shown(ours['schema'])}: a schema name is lower-case letters, digits and _ (at most 63)"
         )
+    if ours["pgbouncer"].lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+        raise SessionTreeError(f"pgbouncer={shown(ours['pgbouncer'])}: pgbouncer is true or false")
+    pgbouncer = ours["pgbouncer"].lower() in ("true", "1", "yes", "on")
+    # PgBouncer in transaction mode hands each transaction any server connection, which
+    # knows none of the statements prepared on another (1.21 and later can, when asked).
+    threshold_text = ours["prepare_threshold"] or ("none" if pgbouncer else "5")
     try:
         pool_size = int(ours["pool_size"])
-        threshold = None if ours["prepare_threshold"].lower() == "none" else int(ours["prepare_threshold"])
+        threshold = None if threshold_text.lower() == "none" else int(threshold_text)
     except ValueError:
         raise SessionTreeError("pool_size must be a number, prepare_threshold a number or none") from None
     if pool_size < 1:
@@ -132,7 +143,7 @@ def parse_url(url: str) -> Target:
         ) from None
     if ours["schema"] != "sessiontree":
         shown_url += f"?schema={ours['schema']}"
-    return Target(conninfo, ours["schema"], pool_size, threshold, shown_url)
+    return Target(conninfo, ours["schema"], pool_size, threshold, shown_url, pgbouncer)
 
 
 def _hide_password(url: str) -> str:
@@ -159,20 +170,35 @@ def lock_class(schema: str) -> int:
     return int.from_bytes(digest[:4], "big", signed=True)
 
 
+def settings(schema: str, *, local: bool) -> sql.Composed:
+    """What every statement of the store needs set: our schema first on the search path,
+    the lock wait, and plans made for the tables as they are now (``PLANS``). ``local``:
+    for the current transaction only (behind PgBouncer, where a connection's settings
+    would reach whichever client gets that server connection next)."""
+    scope = sql.SQL("SET LOCAL" if local else "SET")
+    return sql.SQL("; ").join(
+        [
+            sql.SQL("{} search_path TO {}").format(scope, sql.Identifier(schema)),
+            sql.SQL("{} lock_timeout TO {}").format(scope, sql.Literal(LOCK_TIMEOUT)),
+            sql.SQL("{} {}").format(scope, sql.SQL(PLANS.removeprefix("SET "))),
+        ]
+    )
+
+
 def configure(conn: psycopg.Connection[Any], schema: str, *, readonly: bool) -> None:
-    """Per-connection settings: our schema first on the search path, the lock wait, and
-    plans made for the tables as they are now (``PLANS``)."""
-    conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
-    conn.execute(sql.SQL("SET lock_timeout TO {}").format(sql.Literal(LOCK_TIMEOUT)))
-    conn.execute(PLANS)
+    """Per-connection settings (``settings``), in one round trip."""
+    conn.execute(settings(schema, local=False).as_bytes(conn))  # a script: the simple protocol
     if readonly:
         conn.execute("SET default_transaction_read_only TO on")
 
 
 def connect(target: Target, *, readonly: bool = False) -> psycopg.Connection[Any]:
     with clear_errors(target.shown):
-        conn = psycopg.connect(target.conninfo, autocommit=True, connect_timeout=10)
-        configure(conn, target.schema, readonly=readonly)
+        conn = psycopg.connect(
+            target.conninfo, autocommit=True, connect_timeout=10, prepare_threshold=target.prepare_threshold
+        )
+        if not target.pgbouncer:  # behind PgBouncer each transaction sets its own (``settings``)
+            configure(conn, target.schema, readonly=readonly)
         return conn
 
 
@@ -338,6 +364,7 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> list[_db.Migration]:
     applied = []
     for step in pending(conn, schema):
         with conn.transaction():
+            conn.execute(settings(schema, local=True).as_bytes(conn))  # behind PgBouncer too
             conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (lock_class(schema), MIGRATION_LOCK))
             if schema_version(conn, schema) >= step.version:  # another worker did it meanwhile
                 continue
