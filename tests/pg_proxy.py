@@ -17,6 +17,9 @@ client bytes that comes after the server last spoke on that connection (or first
 one. Pipelined statements are one round trip; a statement whose answer the client
 waits for before the next is one each. ``proxy.counted()`` gives the count since the
 last call.
+
+``proxy.connections`` counts the connections made through it; ``proxy.close_all()``
+ends every open one at once, as a cloud pooler's idle timeout does.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class DroppingProxy:
         self._lock = threading.Lock()
         self._open: list[socket.socket] = []
         self.round_trips = 0
+        self.connections = 0
         self.delay = delay
         self._seen = 0
         threading.Thread(target=self._accept, daemon=True).start()
@@ -60,6 +64,15 @@ class DroppingProxy:
         with self._lock:
             now, self._seen = self.round_trips - self._seen, self.round_trips
         return now
+
+    def close_all(self) -> None:
+        with self._lock:
+            socks, self._open = list(self._open), []
+        for sock in socks:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def stop(self) -> None:
         self.listener.close()
@@ -84,6 +97,8 @@ class DroppingProxy:
 
     def _relay(self, client: socket.socket) -> None:
         server = socket.create_connection(self.upstream)
+        with self._lock:
+            self.connections += 1
         for sock in (client, server):  # as libpq does: small messages go at once
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._open += [client, server]
