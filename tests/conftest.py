@@ -163,9 +163,15 @@ def raw(store: Store, sql: str, params: tuple = ()) -> list[tuple]:
 
     if isinstance(store.storage, SQLiteStorage):
         return store.conn.execute(sql, params).fetchall()
-    with store.storage.pool.connection() as conn:  # type: ignore[attr-defined]
-        cursor = conn.execute(sql.replace("?", "%s"), params)
-        return cursor.fetchall() if cursor.description else []
+    storage = store.storage
+    with storage.pool.connection() as conn:  # type: ignore[attr-defined]
+        if not storage.target.pgbouncer:  # type: ignore[attr-defined]
+            cursor = conn.execute(sql.replace("?", "%s"), params)
+            return cursor.fetchall() if cursor.description else []
+        with conn.transaction():  # behind PgBouncer: the store's settings last one transaction
+            conn.execute(storage._local_settings)  # type: ignore[attr-defined]
+            cursor = conn.execute(sql.replace("?", "%s"), params)
+            return cursor.fetchall() if cursor.description else []
 
 
 def schema_refusals() -> tuple[type[Exception], ...]:

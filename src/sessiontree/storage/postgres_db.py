@@ -8,7 +8,8 @@ Contract:
   and ``pgbouncer`` (``true``: a pooler in transaction mode is in between, so no
   setting is kept on a connection, nothing is prepared on the server unless
   ``prepare_threshold`` says so, and LISTEN and session locks are not used; see
-  docs/postgres.md). Every other parameter reaches
+  docs/postgres.md; without it in the URL, the environment variable
+  ``SESSIONTREE_PGBOUNCER`` says it). Every other parameter reaches
   libpq exactly as written (libpq decodes its own %-escapes and reads ``+`` as a
   plus sign, so re-encoding them would change them).
 - ``migrate(conn, schema)`` refuses a newer schema (``SchemaTooNew``) or a
@@ -35,6 +36,7 @@ Contract:
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -101,7 +103,7 @@ def parse_url(url: str) -> Target:
         parts = urlsplit(url)
     except ValueError as e:
         raise SessionTreeError(f"invalid PostgreSQL URL {_hide_password(url)}: {e}") from None
-    ours = {"schema": "sessiontree", "pool_size": "4", "prepare_threshold": "", "pgbouncer": "false"}
+    ours = {"schema": "sessiontree", "pool_size": "4", "prepare_threshold": "", "pgbouncer": os.environ.get("SESSIONTREE_PGBOUNCER") or "false"}
     kept = []  # libpq's own parameters, as written: libpq decodes them itself
     secrets = [parts.password or ""]
     for piece in parts.query.split("&"):
