@@ -76,7 +76,8 @@ def _backends(direct: str, application: str) -> list[int]:
     server = direct.partition("?")[0]
     with psycopg.connect(server, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application,)
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND pid <> pg_backend_pid()",
+            (application,),
         ).fetchall()
     return [pid for (pid,) in rows]
 
@@ -86,8 +87,7 @@ def _terminate_all(direct: str, application: str) -> int:
     pids = _backends(direct, application)
     server = direct.partition("?")[0]
     with psycopg.connect(server, autocommit=True) as conn:
-        for pid in pids:
-            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        conn.execute("SELECT count(pg_terminate_backend(p)) FROM unnest(%s::int[]) AS p", (pids,))
     deadline = time.monotonic() + 10
     while set(pids) & set(_backends(direct, application)):
         assert time.monotonic() < deadline, "the server processes did not end"
