@@ -79,8 +79,10 @@ def start(server_url: str, directory: Path) -> tuple[str, Callable[[], None]] | 
 
 
 if __name__ == "__main__":
-    url, stop_or_why = start(sys.argv[1] if len(sys.argv) > 1 else os.environ["SESSIONTREE_TEST_POSTGRES"],
-                             Path(tempfile.mkdtemp(prefix="sessiontree-pgbouncer-")))
+    url, stop_or_why = start(
+        sys.argv[1] if len(sys.argv) > 1 else os.environ["SESSIONTREE_TEST_POSTGRES"],
+        Path(tempfile.mkdtemp(prefix="sessiontree-pgbouncer-")),
+    )
     if url is None:
         sys.exit(str(stop_or_why))
     print(f"export SESSIONTREE_TEST_POSTGRES='{url}' SESSIONTREE_PGBOUNCER=true")

@@ -24,6 +24,7 @@ ends every open one at once, as a cloud pooler's idle timeout does.
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import threading
@@ -69,10 +70,8 @@ class DroppingProxy:
         with self._lock:
             socks, self._open = list(self._open), []
         for sock in socks:
-            try:
+            with contextlib.suppress(OSError):  # already gone
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def stop(self) -> None:
         self.listener.close()

@@ -14,11 +14,12 @@ import uuid
 
 import psycopg
 import pytest
-from conftest import drop_schema, postgres_server
-from pg_proxy import DroppingProxy
-from viewdata import demo_store
 
+from pg_proxy import DroppingProxy
 from sessiontree import Store
+
+from conftest import drop_schema, postgres_server
+from viewdata import demo_store
 
 
 @pytest.fixture

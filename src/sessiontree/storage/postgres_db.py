@@ -103,7 +103,12 @@ def parse_url(url: str) -> Target:
         parts = urlsplit(url)
     except ValueError as e:
         raise SessionTreeError(f"invalid PostgreSQL URL {_hide_password(url)}: {e}") from None
-    ours = {"schema": "sessiontree", "pool_size": "4", "prepare_threshold": "", "pgbouncer": os.environ.get("SESSIONTREE_PGBOUNCER") or "false"}
+    ours = {
+        "schema": "sessiontree",
+        "pool_size": "4",
+        "prepare_threshold": "",
+        "pgbouncer": os.environ.get("SESSIONTREE_PGBOUNCER") or "false",
+    }
     kept = []  # libpq's own parameters, as written: libpq decodes them itself
     secrets = [parts.password or ""]
     for piece in parts.query.split("&"):
