@@ -9,7 +9,8 @@ refuses to run as root).
 Run the PostgreSQL tests through it (``.ci/run`` does)::
 
     eval "$(python tests/pg_bouncer.py)"   # exports SESSIONTREE_TEST_POSTGRES, SESSIONTREE_PGBOUNCER=true
-    pytest -k postgres
+    pytest tests/test_postgres.py tests/test_postgres_pools.py
+    kill "$(cat "$SESSIONTREE_PGBOUNCER_PIDFILE")"
 
 (the flag comes from the environment: the tests add ``?schema=`` to the server's URL).
 """
@@ -79,10 +80,13 @@ def start(server_url: str, directory: Path) -> tuple[str, Callable[[], None]] | 
 
 
 if __name__ == "__main__":
+    directory = Path(tempfile.mkdtemp(prefix="sessiontree-pgbouncer-"))
     url, stop_or_why = start(
-        sys.argv[1] if len(sys.argv) > 1 else os.environ["SESSIONTREE_TEST_POSTGRES"],
-        Path(tempfile.mkdtemp(prefix="sessiontree-pgbouncer-")),
+        sys.argv[1] if len(sys.argv) > 1 else os.environ["SESSIONTREE_TEST_POSTGRES"], directory
     )
     if url is None:
         sys.exit(str(stop_or_why))
-    print(f"export SESSIONTREE_TEST_POSTGRES='{url}' SESSIONTREE_PGBOUNCER=true")
+    print(
+        f"export SESSIONTREE_TEST_POSTGRES='{url}' SESSIONTREE_PGBOUNCER=true"
+        f" SESSIONTREE_PGBOUNCER_PIDFILE='{directory}/pgbouncer.pid'"
+    )
