@@ -6,6 +6,7 @@ notification; ``worker --on-expiry reject`` continues expired pauses."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.util
 import inspect
@@ -1023,7 +1024,10 @@ def worker(
     def on_term(signum: int, frame: Any) -> None:  # a service manager's stop is a Ctrl-C
         nonlocal stopped_by
         stopped_by = signal.SIGTERM
-        raise KeyboardInterrupt
+        # As a SIGINT, so that asyncio.run takes it the way it takes Ctrl-C: the work is
+        # cancelled and the loop closed before KeyboardInterrupt comes out (raised here, it
+        # could land inside the loop's own bookkeeping and leave it half-closed).
+        signal.raise_signal(signal.SIGINT)
 
     # Only the main thread may set a handler (a worker started from another thread keeps
     # the process's own SIGTERM handling).
@@ -1043,8 +1047,10 @@ def worker(
             as_json,
         )
         finish_deliveries(hook)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):
         # A requested stop, not a failure: one line, and the shell's code for the signal.
+        # (asyncio.run turns a Ctrl-C into a cancel; one that lands while the work waits on
+        # an inner timeout comes out as CancelledError rather than KeyboardInterrupt.)
         click.echo(f"worker stopped ({stopped_by.name})", err=True)
         ctx.exit(128 + stopped_by)
     finally:
