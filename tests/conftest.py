@@ -45,6 +45,16 @@ def agent_fakellm(tmp_path_factory):
     server.stop()
 
 
+def pytest_assertrepr_compare(op: str, left: object, right: object) -> list[str] | None:
+    """Two strings holding a lone surrogate are explained by their ``ascii()`` forms:
+    pytest's text diff would put the raw surrogate in the report, and under pytest-xdist a
+    worker sends reports as UTF-8, which cannot encode one (the worker dies mid-run)."""
+    if op == "==" and isinstance(left, str) and isinstance(right, str):
+        if any("\ud800" <= c <= "\udfff" for c in left + right):
+            return [f"{ascii(left)} == {ascii(right)}"]
+    return None
+
+
 @contextmanager
 def tmpfs(where: Path, size: str = "8m") -> Iterator[Path]:
     """A tmpfs of ``size`` mounted on ``where`` (made here) for the test, unmounted after
