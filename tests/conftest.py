@@ -151,18 +151,35 @@ def pg_url():
     drop_schema(url)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_target(request, tmp_path) -> str:
-    """What ``Store()`` opens, for tests that run against both backends: a SQLite file,
-    or a fresh PostgreSQL schema."""
-    if request.param == "sqlite":
-        return str(tmp_path / "store.db")
+def backend_target(backend: str, request: pytest.FixtureRequest) -> str:
+    """What ``Store()`` opens for a backend's test id: ``sqlite`` a file in the test's
+    tmp_path, ``memory`` SQLite's ``:memory:``, ``postgres`` a fresh schema."""
+    if backend == "sqlite":
+        return str(request.getfixturevalue("tmp_path") / "store.db")
+    if backend == "memory":
+        return ":memory:"
     return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_target(request) -> str:
+    """What ``Store()`` opens, for tests that run against both backends: a SQLite file,
+    or a fresh PostgreSQL schema. (A target a test reopens, or hands to another process:
+    ``:memory:`` is not one.)"""
+    return backend_target(request.param, request)
 
 
 @pytest.fixture
 def any_store(db_target):
     with Store(db_target) as s:
+        yield s
+
+
+@pytest.fixture(params=["sqlite", "memory", "postgres"])
+def every_store(request):
+    """A store on every backend, for behaviour they all promise: a SQLite file, SQLite
+    ``:memory:`` and a fresh PostgreSQL schema (test ids end in the backend's name)."""
+    with Store(backend_target(request.param, request)) as s:
         yield s
 
 
