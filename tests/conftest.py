@@ -49,9 +49,9 @@ def pytest_assertrepr_compare(op: str, left: object, right: object) -> list[str]
     """Two strings holding a lone surrogate are explained by their ``ascii()`` forms:
     pytest's text diff would put the raw surrogate in the report, and under pytest-xdist a
     worker sends reports as UTF-8, which cannot encode one (the worker dies mid-run)."""
-    if op == "==" and isinstance(left, str) and isinstance(right, str):
-        if any("\ud800" <= c <= "\udfff" for c in left + right):
-            return [f"{ascii(left)} == {ascii(right)}"]
+    strings = op == "==" and isinstance(left, str) and isinstance(right, str)
+    if strings and any("\ud800" <= c <= "\udfff" for c in f"{left}{right}"):
+        return [f"{ascii(left)} == {ascii(right)}"]
     return None
 
 
