@@ -132,7 +132,10 @@ def postgres_server() -> str:
 
 
 def fresh_schema_url(server: str) -> str:
-    return f"{server}?schema=t_{uuid.uuid4().hex[:16]}"
+    """A new schema's URL. The random part keeps tests apart; the pytest-xdist worker's
+    name (``gw0``...) says which worker left a schema behind if a run is killed."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    return f"{server}?schema=t_{worker}_{uuid.uuid4().hex[:16]}"
 
 
 def drop_schema(url: str) -> None:
