@@ -45,6 +45,16 @@ def agent_fakellm(tmp_path_factory):
     server.stop()
 
 
+def pytest_assertrepr_compare(op: str, left: object, right: object) -> list[str] | None:
+    """Two strings holding a lone surrogate are explained by their ``ascii()`` forms:
+    pytest's text diff would put the raw surrogate in the report, and under pytest-xdist a
+    worker sends reports as UTF-8, which cannot encode one (the worker dies mid-run)."""
+    strings = op == "==" and isinstance(left, str) and isinstance(right, str)
+    if strings and any("\ud800" <= c <= "\udfff" for c in f"{left}{right}"):
+        return [f"{ascii(left)} == {ascii(right)}"]
+    return None
+
+
 @contextmanager
 def tmpfs(where: Path, size: str = "8m") -> Iterator[Path]:
     """A tmpfs of ``size`` mounted on ``where`` (made here) for the test, unmounted after
@@ -122,7 +132,10 @@ def postgres_server() -> str:
 
 
 def fresh_schema_url(server: str) -> str:
-    return f"{server}?schema=t_{uuid.uuid4().hex[:16]}"
+    """A new schema's URL. The random part keeps tests apart; the pytest-xdist worker's
+    name (``gw0``...) says which worker left a schema behind if a run is killed."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    return f"{server}?schema=t_{worker}_{uuid.uuid4().hex[:16]}"
 
 
 def drop_schema(url: str) -> None:
@@ -141,18 +154,35 @@ def pg_url():
     drop_schema(url)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_target(request, tmp_path) -> str:
-    """What ``Store()`` opens, for tests that run against both backends: a SQLite file,
-    or a fresh PostgreSQL schema."""
-    if request.param == "sqlite":
-        return str(tmp_path / "store.db")
+def backend_target(backend: str, request: pytest.FixtureRequest) -> str:
+    """What ``Store()`` opens for a backend's test id: ``sqlite`` a file in the test's
+    tmp_path, ``memory`` SQLite's ``:memory:``, ``postgres`` a fresh schema."""
+    if backend == "sqlite":
+        return str(request.getfixturevalue("tmp_path") / "store.db")
+    if backend == "memory":
+        return ":memory:"
     return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_target(request) -> str:
+    """What ``Store()`` opens, for tests that run against both backends: a SQLite file,
+    or a fresh PostgreSQL schema. (A target a test reopens, or hands to another process:
+    ``:memory:`` is not one.)"""
+    return backend_target(request.param, request)
 
 
 @pytest.fixture
 def any_store(db_target):
     with Store(db_target) as s:
+        yield s
+
+
+@pytest.fixture(params=["sqlite", "memory", "postgres"])
+def every_store(request):
+    """A store on every backend, for behaviour they all promise: a SQLite file, SQLite
+    ``:memory:`` and a fresh PostgreSQL schema (test ids end in the backend's name)."""
+    with Store(backend_target(request.param, request)) as s:
         yield s
 
 

@@ -34,6 +34,12 @@ def contents(messages):
 
 
 @pytest.fixture
+def store(every_store):
+    """Summaries project alike on a SQLite file, SQLite ``:memory:`` and PostgreSQL."""
+    return every_store
+
+
+@pytest.fixture
 def chat(session):
     session.append({"role": "system", "content": "be brief"})
     for i in range(4):
@@ -60,6 +66,7 @@ def test_the_summary_replaces_its_span_in_the_projection_only(store, chat):
     assert store.verify().ok
 
 
+@pytest.mark.parametrize("every_store", ["sqlite", "postgres"], indirect=True)  # reopened: not :memory:
 def test_a_cold_store_and_a_cache_free_store_project_the_same(tmp_path, store, chat):
     chat.compact(summarize=lambda ms: "S", keep_last=2)
     warm = chat.messages()

@@ -15,6 +15,12 @@ TOOLS = [get_weather, send_email]
 
 
 @pytest.fixture
+def store(every_store):
+    """Replay, rerun and compare work alike on a SQLite file, SQLite ``:memory:`` and PostgreSQL."""
+    return every_store
+
+
+@pytest.fixture
 def recorded(store, session):
     """A finished run with a tool call, a pause, a human decision and a final answer."""
     session.append(user("Weather in Paris? Email bob."))

@@ -41,6 +41,16 @@ TESTS = Path(__file__).parent
 TOOLS = [get_weather, send_email]
 
 
+@pytest.fixture
+def store(every_store):
+    """The loop runs alike on a SQLite file, SQLite ``:memory:`` and PostgreSQL."""
+    return every_store
+
+
+ITS_FILE = pytest.mark.parametrize("every_store", ["sqlite"], indirect=True)
+"""For a test that reopens the store's file in this or another process."""
+
+
 @pytest.fixture(autouse=True)
 def _clear_calls():
     CALLED.clear()
@@ -67,6 +77,7 @@ def flow_process(*args, env=None):
     return result.returncode, lines, result.stderr
 
 
+@ITS_FILE
 def test_canonical_flow_pause_then_decide_and_resume_in_a_new_process(store, session, tmp_path):
     session.append(user("Weather in Paris? Then email it to bob."))
     model = ScriptedModel(
@@ -192,6 +203,7 @@ def test_decide_errors_and_one_decision_per_pause(store, session):
         decide(store, pause.id, {"e": Reject("late")})
 
 
+@ITS_FILE
 def test_two_processes_deciding_one_pause_exactly_one_wins(store, session, tmp_path):
     session.append(user("email"))
     model = ScriptedModel([reply(None, tool_call("send_email", {"to": "b", "body": "x"}, id="e"))])
@@ -304,6 +316,7 @@ async def _collect(steps):
     return [s async for s in steps]
 
 
+@ITS_FILE
 def test_an_unsafe_tool_cut_off_mid_call_is_never_rerun_silently(store, session, tmp_path):
     session.append(user("email"))
     session.append(reply(None, tool_call("send_email", {"to": "bob", "body": "x"}, id="e")))

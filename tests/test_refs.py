@@ -14,6 +14,12 @@ from conftest import assistant, user
 
 
 @pytest.fixture
+def store(every_store):
+    """Refs resolve alike on a SQLite file, SQLite ``:memory:`` and PostgreSQL."""
+    return every_store
+
+
+@pytest.fixture
 def chain(session):
     return session.append_many([user("q"), assistant("a"), user("q2"), assistant("a2")])
 
