@@ -276,6 +276,7 @@ def test_a_rerun_with_an_anthropic_and_a_chat_completions_variant_prices_the_cac
     for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "SESSIONTREE_BASE_URL", "SESSIONTREE_MODEL"):
         monkeypatch.delenv(name, raising=False)
     servers.llmock_reset(llmock)
+    hostile.bodies.clear()  # the server is the module's: only this test's requests count
     db = tmp_path / "t.db"
     invoke(db, "demo")
     ran = stdout_of(
