@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -1021,28 +1021,41 @@ def worker(
     store = open_store(ctx, write=True)
     stopped_by = signal.SIGINT
 
-    def on_term(signum: int, frame: Any) -> None:  # a service manager's stop is a Ctrl-C
+    def on_term() -> None:  # a service manager's stop is a Ctrl-C
         nonlocal stopped_by
         stopped_by = signal.SIGTERM
         # As a SIGINT, so that asyncio.run takes it the way it takes Ctrl-C: the work is
-        # cancelled and the loop closed before KeyboardInterrupt comes out (raised here, it
-        # could land inside the loop's own bookkeeping and leave it half-closed).
+        # cancelled and the loop closed before KeyboardInterrupt comes out.
         signal.raise_signal(signal.SIGINT)
 
-    # Only the main thread may set a handler (a worker started from another thread keeps
-    # the process's own SIGTERM handling).
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, on_term) if main else None
+    async def stoppable(steps: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        # SIGTERM is taken only once the loop runs, where asyncio.run also takes Ctrl-C:
+        # a signal handled before would land in the loop's own set-up and leave it broken.
+        # Only the main thread may set a handler (a worker started from another thread
+        # keeps the process's own SIGTERM handling).
+        loop = asyncio.get_running_loop()
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            loop.add_signal_handler(signal.SIGTERM, on_term)
+        try:
+            async for step in steps:
+                yield step
+        finally:
+            if main:
+                loop.remove_signal_handler(signal.SIGTERM)
+
     try:
         print_steps(
-            awork(
-                store,
-                poll=poll,
-                until_idle=until_idle,
-                prepare=prepare,
-                on_pause=hook,
-                on_expiry=on_expiry,
-                accept_changed_tools=accept_changed,
+            stoppable(
+                awork(
+                    store,
+                    poll=poll,
+                    until_idle=until_idle,
+                    prepare=prepare,
+                    on_pause=hook,
+                    on_expiry=on_expiry,
+                    accept_changed_tools=accept_changed,
+                )
             ),
             as_json,
         )
@@ -1053,9 +1066,6 @@ def worker(
         # an inner timeout comes out as CancelledError rather than KeyboardInterrupt.)
         click.echo(f"worker stopped ({stopped_by.name})", err=True)
         ctx.exit(128 + stopped_by)
-    finally:
-        if main:
-            signal.signal(signal.SIGTERM, previous)
 
 
 COMMANDS = [run, resume, worker]
