@@ -115,7 +115,10 @@ def test_pi_import_memory_does_not_follow_the_file(tmp_path):
             (session,) = store.sessions()
             assert len(store.session(session.id).path("main")) == entries
     assert peaks[8 * BATCH] < 0.4 * sizes[8 * BATCH], (peaks, sizes)
-    assert peaks[8 * BATCH] < 1.5 * peaks[2 * BATCH], (peaks, sizes)
+    # 4x the entries: the payloads held before would make it about 4x; what grows now is
+    # the set of entry ids kept to refuse a duplicate (1.50-1.51x was measured, so 1.5 was
+    # a coin toss on the id set's resizes).
+    assert peaks[8 * BATCH] < 2 * peaks[2 * BATCH], (peaks, sizes)
 
 
 def test_pi_nodes_keep_their_own_timestamps(tmp_path):
