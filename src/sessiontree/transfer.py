@@ -1,8 +1,9 @@
 """Copy sessions between stores, whatever their backends (SQLite file, PostgreSQL).
 
-Contract: ``copy_sessions(source, destination)`` reads each session of the
-source as one consistent snapshot and merges it into the destination in one
-transaction per session, through the same merge rules as an import: ids,
+Contract: ``copy_sessions(source, destination)`` streams each session of the
+source, read from one consistent snapshot (``bulk.feed_stored``), into the
+destination's tree writer (``bulk_stream``), one transaction per session: memory
+holds a writer batch, not the session. The merge rules are an import's: ids,
 payload text, times, runs, branches, checkpoints and recorded strips (retention's
 redactions) arrive unchanged; a session already there gains only what it lacks
 (branches fast-forward; a tool result stripped in the source since the last copy
@@ -15,8 +16,10 @@ that session, and the sessions before it stay copied.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
-from .bulk import read_session, write_sessions
+from .bulk import feed_stored
+from .bulk_stream import write_stream
 from .store import Store
 
 
@@ -34,7 +37,7 @@ def copy_sessions(
         else source.storage.session_ids()
     )
     for done, session_id in enumerate(ids, 1):
-        write_sessions(destination, [read_session(source, session_id)], consume=True)
+        write_stream(destination.storage, partial(feed_stored, source.storage, session_id))
         if progress is not None:
             progress(done, len(ids))
     return ids

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -154,6 +154,15 @@ class Storage(ABC):
     @abstractmethod
     def tree(self, session_key: int) -> list[Node]:
         """Every node of a session, parents before children."""
+
+    def tree_stream(self, session_key: int) -> Iterator[Node]:
+        """``tree``, read as it is consumed where the backend can (inside ``snapshot()``,
+        so memory does not follow the session's size)."""
+        return iter(self.tree(session_key))
+
+    def runs_stream(self, session_key: int) -> Iterator[Run]:
+        """``runs``, read as it is consumed where the backend can (as ``tree_stream``)."""
+        return iter(self.runs(session_key))
 
     @abstractmethod
     def leaves(self, session_key: int) -> list[Node]: ...

@@ -90,6 +90,9 @@ FROM r LEFT JOIN LATERAL sessiontree_path(r.key, %(stop)s) p ON true
 
 T = TypeVar("T")
 
+STREAM_ROWS = 500
+"""Rows a server-side cursor fetches a round trip (``tree_stream``, ``runs_stream``)."""
+
 ONE_STATEMENT_STEP = 12
 """The schema step that installs the one-statement reads and writes (``sessiontree_append``)."""
 
@@ -306,6 +309,19 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
 
     def _rows(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
         return self._all(for_postgres(sql), params)
+
+    def _stream(self, sql: str, params: dict[str, Any]) -> Iterator[Any]:
+        conn = self._held.conn
+        if conn is None:  # no snapshot to hold a cursor open in
+            return iter(self._rows(sql, params))
+        return self._cursor_rows(conn, for_postgres(sql), params)
+
+    def _cursor_rows(self, conn: psycopg.Connection[Any], query: Any, params: Any) -> Iterator[Any]:
+        """A server-side cursor's rows, ``STREAM_ROWS`` a round trip."""
+        with pgdb.clear_errors(self.url), conn.cursor(name="sessiontree_stream") as cursor:
+            cursor.itersize = STREAM_ROWS
+            cursor.execute(query, params)
+            yield from cursor
 
     def _row(self, query: Any, params: Any = None) -> tuple[Any, ...] | None:
         rows = self._all(query, params)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import NotFound
@@ -30,6 +30,10 @@ NODE_JOINS = (
 )
 RUN_COLUMNS = ", ".join(RUN_FIELDS)
 _RUN_SELECT = ", ".join("r." + f for f in RUN_FIELDS)
+_RUNS = (
+    f"SELECT r.id, s.id, {_RUN_SELECT} FROM runs r JOIN sessions s ON s.key = r.session"
+    " WHERE r.session = :s ORDER BY r.id"
+)
 _BRANCH = "SELECT b.name, n.id, b.created_at, b.updated_at, b.metadata FROM branches b"
 
 
@@ -84,12 +88,20 @@ class SharedReads(Storage):
             f"SELECT {NODE} FROM nodes n {NODE_JOINS} WHERE n.parent = :k ORDER BY n.id", {"k": key}
         )
 
+    def _stream(self, sql: str, params: dict[str, Any]) -> Iterator[Any]:
+        """The rows of a statement as they are consumed (a backend that can reads them
+        a batch at a time inside a snapshot); by default all at once."""
+        return iter(self._rows(sql, params))
+
+    def _tree_sql(self) -> str:
+        select = f"SELECT {NODE} FROM t JOIN nodes n ON n.key = t.key {NODE_JOINS} ORDER BY n.depth, n.id"
+        return self.tree_walk + select
+
     def tree(self, session_key: int) -> list[Node]:
-        return self._nodes(
-            self.tree_walk
-            + f"SELECT {NODE} FROM t JOIN nodes n ON n.key = t.key {NODE_JOINS} ORDER BY n.depth, n.id",
-            {"s": session_key},
-        )
+        return self._nodes(self._tree_sql(), {"s": session_key})
+
+    def tree_stream(self, session_key: int) -> Iterator[Node]:
+        return map(node_from_row, self._stream(self._tree_sql(), {"s": session_key}))
 
     def leaves(self, session_key: int) -> list[Node]:
         return self._nodes(
@@ -273,12 +285,10 @@ class SharedReads(Storage):
         return decode_run(row)
 
     def runs(self, session_key: int) -> list[Run]:
-        rows = self._rows(
-            f"SELECT r.id, s.id, {_RUN_SELECT} FROM runs r JOIN sessions s ON s.key = r.session"
-            " WHERE r.session = :s ORDER BY r.id",
-            {"s": session_key},
-        )
-        return [decode_run(r) for r in rows]
+        return list(self.runs_stream(session_key))
+
+    def runs_stream(self, session_key: int) -> Iterator[Run]:
+        return map(decode_run, self._stream(_RUNS, {"s": session_key}))
 
     def run_handle(self, id: str) -> tuple[int, str] | None:
         row = self._first(

@@ -225,6 +225,9 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
     def _rows(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
         return self.conn.execute(sql, params or {}).fetchall()
 
+    def _stream(self, sql: str, params: dict[str, Any]) -> Iterator[Any]:
+        return iter(self.conn.execute(sql, params))  # sqlite3 steps the statement as rows are taken
+
     def _one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         row = self.conn.execute(sql, params).fetchone()
         return None if row is None else row[0]
