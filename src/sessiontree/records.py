@@ -5,7 +5,7 @@ Contract:
   ``ImportedRedaction``) is an in-memory tree that format parsers build without
   touching SQL; ``sessiontree.bulk`` re-exports them under the same names.
 - Each record has ONE field list (``NODE_FIELDS``, ``RUN_FIELDS``,
-  ``BRANCH_FIELDS``, ``CHECKPOINT_FIELDS``, ``REDACTION_FIELDS``): the names the
+  ``BRANCH_FIELDS``, ``CHECKPOINT_FIELDS``, ``REDACTION_FIELDS``, ``SESSION_FIELDS``): the names the
   store's model (``model.Node``, ``Run``, ``Branch``, ``Checkpoint``) and the
   native file both use, in the native file's order. ``fields(record, names)``
   reads them off any of those objects; ``node_from``, ``run_from``, ``branch_from``,
@@ -22,6 +22,7 @@ from typing import Any
 
 Progress = Callable[[int, int], None]
 
+SESSION_FIELDS = ("id", "title", "metadata", "created_at", "archived_at")
 NODE_FIELDS = ("id", "parent_id", "depth", "kind", "payload", "created_at", "run_id")
 RUN_FIELDS = ("id", "model", "provider", "params", "usage", "latency_ms", "finish_reason", "created_at")
 BRANCH_FIELDS = ("name", "head_id", "created_at", "updated_at", "metadata")

@@ -25,10 +25,22 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import bulk
-from ..bulk import ImportedNode, ImportedRef, ImportedRun, ImportedSession
+from ..bulk import ImportedSession
 from ..bulk_stream import Collector, Sink
 from ..errors import FormatError
 from ..names import shown
+from ..records import (
+    BRANCH_FIELDS,
+    CHECKPOINT_FIELDS,
+    NODE_FIELDS,
+    RUN_FIELDS,
+    SESSION_FIELDS,
+    branch_from,
+    checkpoint_from,
+    fields,
+    node_from,
+    run_from,
+)
 from .common import jsonl_records, require, stored_text
 
 if TYPE_CHECKING:
@@ -51,59 +63,36 @@ def _line(record: dict[str, Any]) -> str:
     return text + "\n"
 
 
+# What each record's fields may hold in a file: one type for each name of the record's
+# field list (``sessiontree.records``). An absent field is null, or {} for these:
+_num = (int, float, type(None))
+OBJECTS = {"metadata", "params", "usage"}
+SPECS: dict[str, tuple[tuple[str, ...], tuple[Any, ...]]] = {
+    "session": (SESSION_FIELDS, (_str, _opt, _dict, _str, _opt)),
+    "run": (RUN_FIELDS, (_str, _opt, _opt, _dict, _dict, _num, _opt, _opt)),
+    "node": (NODE_FIELDS, (_str, _opt, (int, type(None)), _str, _dict, _str, _opt)),
+    "branch": (BRANCH_FIELDS, (_str, _opt, _opt, _opt, _dict)),
+    "checkpoint": (CHECKPOINT_FIELDS, (_str, _str, _opt)),
+}
+
+
+def _record(kind: str, session_id: str | None, record: Any) -> dict[str, Any]:
+    """A record's line: its type, its session and its fields, named as in the file."""
+    line: dict[str, Any] = {"type": kind} if session_id is None else {"type": kind, "session_id": session_id}
+    return line | fields(record, SPECS[kind][0])
+
+
 def session_records(s: ImportedSession) -> Iterator[dict[str, Any]]:
     """The records of one session, in file order."""
-    yield {
-        "type": "session",
-        "id": s.id,
-        "title": s.title,
-        "metadata": s.metadata,
-        "created_at": s.created_at,
-        "archived_at": s.archived_at,
-    }
+    yield _record("session", None, s)
     for r in s.runs:
-        yield {
-            "type": "run",
-            "session_id": s.id,
-            "id": r.id,
-            "model": r.model,
-            "provider": r.provider,
-            "params": r.params,
-            "usage": r.usage,
-            "latency_ms": r.latency_ms,
-            "finish_reason": r.finish_reason,
-            "created_at": r.created_at,
-        }
+        yield _record("run", s.id, r)
     for n in s.nodes:
-        yield {
-            "type": "node",
-            "session_id": s.id,
-            "id": n.id,
-            "parent_id": n.parent_id,
-            "depth": n.depth,
-            "kind": n.kind,
-            "payload": n.payload,
-            "created_at": n.created_at,
-            "run_id": n.run_id,
-        }
+        yield _record("node", s.id, n)
     for b in s.branches:
-        yield {
-            "type": "branch",
-            "session_id": s.id,
-            "name": b.name,
-            "head_id": b.node_id,
-            "created_at": b.created_at,
-            "updated_at": b.updated_at,
-            "metadata": b.metadata,
-        }
+        yield _record("branch", s.id, b)
     for c in s.checkpoints:
-        yield {
-            "type": "checkpoint",
-            "session_id": s.id,
-            "name": c.name,
-            "node_id": c.node_id,
-            "created_at": c.created_at,
-        }
+        yield _record("checkpoint", s.id, c)
 
 
 def export_native(store: Store, session_ids: Iterable[str] | None = None) -> Iterator[str]:
@@ -156,19 +145,11 @@ def stream_native(lines: Iterable[str], sink: Sink) -> None:
         where = f"line {number}"
         kind = rec.get("type")
         if kind == "session":
-            sid = _get(rec, "id", _str, where)
-            if sid in sessions:
-                raise FormatError(f"{where}: session {sid} appears twice")
-            sessions.add(sid)
-            sink.session(
-                ImportedSession(
-                    sid,
-                    _get(rec, "title", _opt, where),
-                    _get(rec, "metadata", _dict, where, {}),
-                    _get(rec, "created_at", _str, where),
-                    archived_at=_get(rec, "archived_at", _opt, where),
-                )
-            )
+            header = _values(rec, "session", where)
+            if header["id"] in sessions:
+                raise FormatError(f"{where}: session {header['id']} appears twice")
+            sessions.add(header["id"])
+            sink.session(ImportedSession(**header))
             continue
         if kind not in ("run", "node", "branch", "checkpoint"):
             raise FormatError(f"{where}: unknown record type {kind!r}")
@@ -194,51 +175,24 @@ def _get(rec: dict[str, Any], name: str, types: Any, where: str, default: Any = 
     return value
 
 
-def _add(sink: Sink, sid: str, kind: str, rec: dict[str, Any], where: str) -> None:
-    def get(name: str, types: Any, default: Any = None) -> Any:
-        return _get(rec, name, types, where, default)
+def _values(rec: dict[str, Any], kind: str, where: str) -> dict[str, Any]:
+    """The fields of a record of type ``kind``, each checked (see ``_get``)."""
+    names, types = SPECS[kind]
+    return {
+        name: _get(rec, name, t, where, {} if name in OBJECTS else None)
+        for name, t in zip(names, types, strict=True)
+    }
 
+
+def _add(sink: Sink, sid: str, kind: str, rec: dict[str, Any], where: str) -> None:
+    values = _values(rec, kind, where)
     if kind == "node":
-        depth = get("depth", (int, type(None)))
-        if depth is not None and depth < 0:
+        if values["depth"] is not None and values["depth"] < 0:
             raise FormatError(f"{where}: 'depth' must not be negative")
-        sink.node(
-            sid,
-            ImportedNode(
-                get("id", _str),
-                get("parent_id", _opt),
-                get("kind", _str),
-                get("payload", _dict),
-                get("created_at", _str),
-                get("run_id", _opt),
-                depth=depth,
-                source=where,
-            ),
-        )
+        sink.node(sid, node_from(values, where))
     elif kind == "run":
-        sink.run(
-            sid,
-            ImportedRun(
-                get("id", _str),
-                get("model", _opt),
-                get("provider", _opt),
-                get("params", _dict, {}),
-                get("usage", _dict, {}),
-                get("latency_ms", (int, float, type(None))),
-                get("finish_reason", _opt),
-                get("created_at", _opt),
-            ),
-        )
+        sink.run(sid, run_from(values))
     elif kind == "branch":
-        sink.branch(
-            sid,
-            ImportedRef(
-                get("name", _str),
-                get("head_id", _opt),
-                get("created_at", _opt),
-                get("updated_at", _opt),
-                get("metadata", _dict, {}),
-            ),
-        )
+        sink.branch(sid, branch_from(values))
     else:
-        sink.checkpoint(sid, ImportedRef(get("name", _str), get("node_id", _str), get("created_at", _opt)))
+        sink.checkpoint(sid, checkpoint_from(values))
