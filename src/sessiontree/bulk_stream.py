@@ -55,17 +55,10 @@ from .errors import Conflict, ImportConflict, InvalidPayload, InvalidTree, Sessi
 from .ids import now
 from .model import check_latency, encode_json, encode_payload
 from .names import check_name, check_text
-from .records import (
-    ImportedNode,
-    ImportedRedaction,
-    ImportedRef,
-    ImportedRun,
-    ImportedSession,
-    Progress,
-    where,
-)
+from .records import ImportedSession, where
 
 if TYPE_CHECKING:
+    from .records import ImportedNode, ImportedRedaction, ImportedRef, ImportedRun, Progress
     from .storage import Storage
     from .store import Store
 

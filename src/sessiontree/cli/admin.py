@@ -8,6 +8,7 @@ import sys
 import click
 
 from .. import db as _db
+from ..formats import EXPORT_FORMATS
 from . import complete
 from .common import db_path, db_url, echo_json, echo_result, open_store, pick_session
 from .imports import import_
@@ -156,20 +157,7 @@ def migrate(ctx: click.Context, list_only: bool) -> None:
     "fmt",
     default="native",
     show_default=True,
-    type=click.Choice(
-        [
-            "native",
-            "openai",
-            "yoagent",
-            "yoagent-messages",
-            "pi",
-            "claude-code",
-            "messages",
-            "sharegpt",
-            "yieldagent",
-            "preference",
-        ]
-    ),
+    type=click.Choice(EXPORT_FORMATS),
 )
 @click.option(
     "-b",

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..bulk import ImportedNode
 from ..errors import FormatError
-from .outgoing import Outgoing, arguments, line, text
+from .outgoing import Outgoing, line, reply_blocks, text
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -140,15 +140,8 @@ def _record(tree: Outgoing, n: ImportedNode) -> dict[str, Any]:
 
 
 def _assistant(tree: Outgoing, n: ImportedNode) -> dict[str, Any]:
-    p = n.payload
-    blocks: list[dict[str, Any]] = []
-    if text(p.get("content")):
-        blocks.append({"type": "text", "text": text(p.get("content"))})
-    calls = [c for c in p.get("tool_calls") or [] if isinstance(c, dict)]
-    for call in calls:
-        name = (call.get("function") or {}).get("name")
-        blocks.append({"type": "tool_use", "id": call.get("id"), "name": name, "input": arguments(call)})
-    run = tree.runs.get(n.run_id) if n.run_id else None
+    blocks, calls = reply_blocks(n.payload, "tool_use", "input")
+    run = tree.run_of(n)
     stop = (
         run.finish_reason if run is not None and run.finish_reason else ("tool_use" if calls else "end_turn")
     )

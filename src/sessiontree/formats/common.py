@@ -13,12 +13,15 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..bulk import ImportedNode, ImportedRef, ImportedRun, ImportedSession
 from ..errors import FormatError, InvalidPayload
 from ..names import check_text
 from .errors import InvalidEntry
+
+if TYPE_CHECKING:
+    from ..bulk_stream import Sink
 
 NAMESPACE = uuid.UUID("3f6c1e0a-8d51-4e0b-9c8e-5a1f2b7d9e40")  # sessiontree imports
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
@@ -221,6 +224,26 @@ class OpenCalls:
             self._open[node.id] = (node.id, tuple(calls), node.created_at)
         out.append(node)
         return out
+
+
+def report_entry(
+    sink: Sink,
+    session_id: str,
+    entry_id: str,
+    node: ImportedNode,
+    run: ImportedRun | None,
+    calls: OpenCalls,
+    leaves: dict[str, str],
+) -> None:
+    """Report the node a streamed file's entry became (pi, yoagent): its run first, then
+    the answers ``calls`` makes up before it, then the node; it takes its parent's place
+    among ``leaves`` (node id -> entry id)."""
+    if run is not None:
+        sink.run(session_id, run)
+    leaves.pop(node.parent_id or "", None)
+    leaves[node.id] = entry_id
+    for out in calls.add(node):
+        sink.node(session_id, out)
 
 
 def _is_tool(node: ImportedNode) -> bool:

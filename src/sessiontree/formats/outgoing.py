@@ -97,6 +97,10 @@ class Outgoing:
     def call_name(self, call_id: Any) -> str:
         return self.names.get(str(call_id), "")
 
+    def run_of(self, n: ImportedNode) -> ImportedRun | None:
+        """The run that made a node, if the session holds it."""
+        return self.runs.get(n.run_id) if n.run_id else None
+
     def ordered(self) -> Iterator[ImportedNode]:
         """The nodes parents first, ``main``'s head last when it is a leaf (a file's last
         record is where its agent carries on)."""
@@ -152,6 +156,22 @@ def arguments(call: dict[str, Any]) -> Any:
         return json.loads(raw)
     except ValueError:
         return raw
+
+
+def reply_blocks(
+    payload: dict[str, Any], call_type: str, arguments_key: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """An assistant message as the agents' files write it: its content blocks (its text,
+    then one ``call_type`` block a tool call, the arguments under ``arguments_key``) and
+    its tool calls."""
+    blocks: list[dict[str, Any]] = []
+    if text(payload.get("content")):
+        blocks.append({"type": "text", "text": text(payload.get("content"))})
+    calls = [c for c in payload.get("tool_calls") or [] if isinstance(c, dict)]
+    for call in calls:
+        name = (call.get("function") or {}).get("name")
+        blocks.append({"type": call_type, "id": call.get("id"), "name": name, arguments_key: arguments(call)})
+    return blocks, calls
 
 
 def line(record: dict[str, Any]) -> str:

@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..bulk import ImportedNode, ImportedRef, ImportedSession
+from ..bulk import ImportedNode, ImportedRef, ImportedRun, ImportedSession
 from ..bulk_stream import Collector, Sink
 from ..errors import Conflict, FormatError
 from ..ids import now
@@ -56,6 +56,7 @@ from .common import (
     leaf_refs,
     make_run,
     optional,
+    report_entry,
     resolve,
     stored_text,
     token_usage,
@@ -185,24 +186,12 @@ class _Reader:
         at = iso(entry.get("timestamp")) or self.session.created_at
         own = self.node_id(eid)
         node_kind, payload, run = _convert(entry, self._mapped, own, at, f"line {number}")
-        if run:
-            self.sink.run(self.session.id, run)
-        node = ImportedNode(
-            own,
-            self.node_id(parent) if parent else None,
-            node_kind,
-            payload,
-            at,
-            run.id if run else None,
-            source=f"line {number}",
-        )
+        parent_id, run_id = self.node_id(parent) if parent else None, run.id if run else None
+        node = ImportedNode(own, parent_id, node_kind, payload, at, run_id, source=f"line {number}")
         self.seen[eid] = parent
         if kind == "compaction":
             self._cover(node, parent, entry.get("firstKeptEntryId"))
-        self.leaves.pop(node.parent_id or "", None)
-        self.leaves[own] = eid
-        for out in self.calls.add(node):
-            self.sink.node(self.session.id, out)
+        report_entry(self.sink, self.session.id, eid, node, run, self.calls, self.leaves)
 
     def _cover(self, summary: ImportedNode, parent: str | None, first_kept: Any) -> None:
         """A compaction stands for its path from the root to the entry before its first
@@ -289,6 +278,24 @@ def _is_kept_node(entry: dict[str, Any], where: str) -> bool:
     return True
 
 
+def assistant_run(message: dict[str, Any], node_id: str, at: str) -> ImportedRun | None:
+    """The run of an assistant message as pi writes it (yoagent writes the same fields)."""
+    return make_run(
+        node_id,
+        at,
+        model=message.get("model"),
+        provider=message.get("provider"),
+        usage=token_usage(message.get("usage"), "input", "output"),
+        finish_reason=message.get("stopReason"),
+    )
+
+
+def _summary(entry: dict[str, Any], **fields: Any) -> tuple[str, dict[str, Any], None]:
+    """A compaction or branch summary entry as a ``summary`` node (kind, payload, no run)."""
+    payload = {"source": "pi", "type": entry.get("type"), "summary": entry.get("summary"), **fields}
+    return "summary", payload, None
+
+
 def _convert(
     entry: dict[str, Any], mapped: Callable[[Any], Any], node_id: str, at: str, where: str
 ) -> tuple[str, dict[str, Any], Any]:
@@ -297,30 +304,10 @@ def _convert(
     if kind == "custom":  # a node sessiontree wrote as extension state (``_is_kept_node``)
         return entry["data"]["kind"], entry["data"]["payload"], None
     if kind == "compaction":
-        first = entry.get("firstKeptEntryId")
-        return (
-            "summary",
-            {
-                "source": "pi",
-                "type": "compaction",
-                "summary": entry.get("summary"),
-                "first_kept_entry_id": mapped(first),
-                "tokens_before": entry.get("tokensBefore"),
-            },
-            None,
-        )
+        first, before = mapped(entry.get("firstKeptEntryId")), entry.get("tokensBefore")
+        return _summary(entry, first_kept_entry_id=first, tokens_before=before)
     if kind == "branch_summary":
-        origin = entry.get("fromId")
-        return (
-            "summary",
-            {
-                "source": "pi",
-                "type": "branch_summary",
-                "summary": entry.get("summary"),
-                "from_id": mapped(origin),
-            },
-            None,
-        )
+        return _summary(entry, from_id=mapped(entry.get("fromId")))
     if kind == "custom_message":
         return "message", chat_message("user", block_text(entry.get("content"))), None
     if kind in ("model_change", "thinking_level_change"):
@@ -346,14 +333,7 @@ def _message(msg: dict[str, Any], node_id: str, at: str) -> tuple[str, dict[str,
             if isinstance(b, dict) and b.get("type") == "toolCall"
         ]
         text = "\n\n".join(t for t in texts if isinstance(t, str) and t.strip())
-        run = make_run(
-            node_id,
-            at,
-            model=msg.get("model"),
-            provider=msg.get("provider"),
-            usage=token_usage(msg.get("usage"), "input", "output"),
-            finish_reason=msg.get("stopReason"),
-        )
+        run = assistant_run(msg, node_id, at)
         payload = chat_message("assistant", text or (None if calls else ""), tool_calls=calls or None)
         return "message", payload, run
     if role == "toolResult":

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ..bulk import ImportedNode
 from ..errors import FormatError
 from .common import stable_id
-from .outgoing import Outgoing, arguments, line, ms, text
+from .outgoing import Outgoing, line, ms, reply_blocks, text
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -119,14 +119,8 @@ def _message(tree: Outgoing, n: ImportedNode) -> dict[str, Any]:
             "isError": False,
             "timestamp": at,
         }
-    blocks: list[dict[str, Any]] = []
-    if text(p.get("content")):
-        blocks.append({"type": "text", "text": text(p.get("content"))})
-    calls = [c for c in p.get("tool_calls") or [] if isinstance(c, dict)]
-    for call in calls:
-        name = (call.get("function") or {}).get("name")
-        blocks.append({"type": "toolCall", "id": call.get("id"), "name": name, "arguments": arguments(call)})
-    run = tree.runs.get(n.run_id) if n.run_id else None
+    blocks, calls = reply_blocks(p, "toolCall", "arguments")
+    run = tree.run_of(n)
     usage = dict(run.usage) if run is not None else {}
     for ours, theirs in (("input_tokens", "input"), ("output_tokens", "output")):
         value = usage.pop(ours, 0)

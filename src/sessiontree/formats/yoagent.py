@@ -49,14 +49,13 @@ from .common import (
     OpenCalls,
     jsonl_records,
     leaf_refs,
-    make_run,
     optional,
     parents_first,
+    report_entry,
     stable_id,
-    token_usage,
     tool_call,
 )
-from .pi import _label_name
+from .pi import _label_name, assistant_run
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -187,25 +186,13 @@ class _Reader:
         if stamp != _ms(at):
             yo["timestamp"] = stamp
         payload.setdefault(RAW, {})[KEY] = yo
-        if run is not None:
-            self.sink.run(self.session.id, run)
-        node = ImportedNode(
-            own,
-            self.node_id(parent) if parent else None,
-            kind,
-            payload,
-            at,
-            run.id if run else None,
-            source=where,
-        )
+        parent_id, run_id = self.node_id(parent) if parent else None, run.id if run else None
+        node = ImportedNode(own, parent_id, kind, payload, at, run_id, source=where)
         if label is not None:
             self.labels.pop(label, None)
             self.labels[label] = eid
-        self.leaves.pop(node.parent_id or "", None)
-        self.leaves[own] = eid
         self.last = eid
-        for out in self.calls.add(node):
-            self.sink.node(self.session.id, out)
+        report_entry(self.sink, self.session.id, eid, node, run, self.calls, self.leaves)
 
     def finish(self) -> None:
         main = self.node_id(self.last) if self.last else None
@@ -269,15 +256,7 @@ def _convert(m: dict[str, Any], node_id: str, at: str, where: str) -> tuple[str,
     payload = {"role": "assistant", "content": "\n\n".join(texts) if texts or not calls else None}
     if calls:
         payload["tool_calls"] = calls
-    run = make_run(
-        node_id,
-        at,
-        model=m.get("model"),
-        provider=m.get("provider"),
-        usage=token_usage(m.get("usage"), "input", "output"),
-        finish_reason=m.get("stopReason"),
-    )
-    return "message", payload, run
+    return "message", payload, assistant_run(m, node_id, at)
 
 
 def _iso_ms(ms: int) -> str:
