@@ -30,8 +30,6 @@ from .common import (
     chat_message,
     iso,
     keep_or_derive,
-    latest_leaf,
-    leaf_branches,
     make_run,
     optional,
     parents_first,
@@ -39,6 +37,8 @@ from .common import (
     resolve,
     stable_id,
     tool_call,
+    tree_branches,
+    tree_entry,
 )
 from .jsonstream import JsonItems
 
@@ -111,11 +111,7 @@ def _conversation(conv: dict[str, Any], where: str) -> ImportedSession:
     ids: dict[str, str] = {}
     for key, entry in mapping.items():
         label = f"{where}, node {key!r}"
-        if not isinstance(entry, dict):
-            raise FormatError(f"{label}: expected an object")
-        parent = optional(entry, "parent", str, label)
-        if parent is not None and parent not in mapping:
-            raise FormatError(f"{label}: parent {parent!r} is not in the mapping")
+        parent = tree_entry(entry, "parent", mapping, "the mapping", label)
         if _skipped(optional(entry, "message", dict, label), label):
             aliases[key] = parent
         else:
@@ -150,10 +146,7 @@ def _conversation(conv: dict[str, Any], where: str) -> ImportedSession:
             session.runs.append(run)
     current = resolve(aliases, optional(conv, "current_node", str, where))
     head = ids.get(current) if current else None
-    if head is None:
-        head = latest_leaf(session.nodes)
-    originals = {v: k for k, v in ids.items()}
-    session.branches = leaf_branches(session.nodes, head, originals)
+    session.branches = tree_branches(session.nodes, head, ids)
     return session
 
 

@@ -137,6 +137,17 @@ def _str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def tree_entry(entry: Any, parent_field: str, tree: dict[str, Any], tree_name: str, where: str) -> str | None:
+    """The parent of one entry of an export's id -> entry tree (``tree_name`` in messages),
+    which must be an object whose parent, if any, is in ``tree``."""
+    if not isinstance(entry, dict):
+        raise FormatError(f"{where}: expected an object")
+    parent = optional(entry, parent_field, str, where)
+    if parent is not None and parent not in tree:
+        raise FormatError(f"{where}: parent {parent!r} is not in {tree_name}")
+    return parent
+
+
 def parse_each(
     entries: Iterable[Any], parse_one: Callable[[int, Any], ImportedSession], skipped: list[str] | None
 ) -> Iterator[ImportedSession]:
@@ -272,6 +283,13 @@ def leaf_branches(
     parents = {n.parent_id for n in nodes}
     leaves = {n.id: (label or {}).get(n.id, n.id) for n in nodes if n.id not in parents}
     return leaf_refs(leaves, main_head, bool(nodes))
+
+
+def tree_branches(nodes: list[ImportedNode], head: str | None, ids: dict[str, str]) -> list[ImportedRef]:
+    """``leaf_branches`` of an export's tree: ``main`` at ``head``, else at the leaf
+    created last; the other leaves named by their original ids (``ids``: original id ->
+    node id)."""
+    return leaf_branches(nodes, head or latest_leaf(nodes), {v: k for k, v in ids.items()})
 
 
 def leaf_refs(leaves: dict[str, str], main_head: str | None, any_nodes: bool) -> list[ImportedRef]:

@@ -31,13 +31,12 @@ from .common import (
     chat_message,
     iso,
     keep_or_derive,
-    latest_leaf,
-    leaf_branches,
     make_run,
     optional,
     parse_each,
     stable_id,
     token_usage,
+    tree_branches,
 )
 from .jsonstream import JsonItems
 
@@ -151,7 +150,5 @@ def _conversation(export: dict[str, Any], where: str) -> ImportedSession:
                 source=label,
             )
         )
-    session.branches = leaf_branches(
-        session.nodes, latest_leaf(session.nodes), {v: k for k, v in ids.items()}
-    )
+    session.branches = tree_branches(session.nodes, None, ids)
     return session

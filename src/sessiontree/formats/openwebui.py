@@ -30,13 +30,13 @@ from .common import (
     chat_message,
     iso,
     keep_or_derive,
-    latest_leaf,
-    leaf_branches,
     make_run,
     optional,
     parse_each,
     stable_id,
     tool_call,
+    tree_branches,
+    tree_entry,
 )
 from .jsonstream import JsonItems
 
@@ -96,11 +96,7 @@ def _chat(
     scope = ("openwebui", raw_id)
     for key, msg in messages.items():
         label = f"{where}, message {key!r}"
-        if not isinstance(msg, dict):
-            raise FormatError(f"{label}: expected an object")
-        parent = optional(msg, "parentId", str, label)
-        if parent is not None and parent not in messages:
-            raise FormatError(f"{label}: parent {parent!r} is not in history.messages")
+        parent = tree_entry(msg, "parentId", messages, "history.messages", label)
         optional(msg, "childrenIds", list, label)
         role = optional(msg, "role", str, label)
         if role not in ROLES:
@@ -128,9 +124,7 @@ def _chat(
     head = ids.get(current) if isinstance(current, str) else None
     if isinstance(current, str) and head is None:
         session.notes.append(f"{where}: currentId {current!r} is not a message; main is the newest leaf")
-    session.branches = leaf_branches(
-        session.nodes, head or latest_leaf(session.nodes), {v: k for k, v in ids.items()}
-    )
+    session.branches = tree_branches(session.nodes, head, ids)
     return session
 
 
