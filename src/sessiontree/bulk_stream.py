@@ -399,15 +399,17 @@ class StreamWriter:
         return self.ids
 
     def _why_waiting(self) -> str:
-        """The message for nodes whose parent never came: a missing parent or a cycle."""
+        """The message for nodes whose parent never came: walked up from the first of
+        them, a missing parent or a cycle."""
         items = sorted((w for ws in self.waiting.values() for w in ws), key=lambda w: w.order)
         by_id = {w.node.id: w for w in items}
-        for item in items:
-            parent_id = item.node.parent_id
-            if parent_id not in by_id:
-                return f"{where(item.node)}: parent {parent_id} is neither in the input nor in the store"
         chain = [items[0]]
-        while (parent := by_id[chain[-1].node.parent_id or ""]) not in chain:
+        while True:
+            parent_id = chain[-1].node.parent_id
+            if parent_id not in by_id:
+                return f"{where(chain[-1].node)}: parent {parent_id} is neither in the input nor in the store"
+            if (parent := by_id[parent_id]) in chain:
+                break
             chain.append(parent)
         cycle = chain[chain.index(parent) :]
         return f"{where(cycle[0].node)} is its own ancestor: cycle {' -> '.join(w.node.id for w in cycle)}"
