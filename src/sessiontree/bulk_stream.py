@@ -246,6 +246,7 @@ class StreamWriter:
             with self._named(session_id):
                 raise InvalidTree(self._why_waiting())
         open_ = self.sessions.pop(session_id)
+        self.run_keys.clear()  # a session's nodes name its own runs; any other is looked up
         with named(open_.header.source):
             if open_.strips:
                 raise InvalidTree(

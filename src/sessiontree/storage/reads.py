@@ -285,7 +285,7 @@ class SharedReads(Storage):
         return decode_run(row)
 
     def runs(self, session_key: int) -> list[Run]:
-        return list(self.runs_stream(session_key))
+        return [decode_run(r) for r in self._rows(_RUNS, {"s": session_key})]
 
     def runs_stream(self, session_key: int) -> Iterator[Run]:
         return map(decode_run, self._stream(_RUNS, {"s": session_key}))
