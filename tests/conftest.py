@@ -75,6 +75,16 @@ def tmpfs(where: Path, size: str = "8m") -> Iterator[Path]:
 
 
 @pytest.fixture
+def frozen_clock():
+    """The store's clock held still for the test (``sessiontree.clock.frozen``): move it
+    with ``frozen_clock.advance(seconds)`` to give what was written an age."""
+    from sessiontree import clock
+
+    with clock.frozen() as frozen:
+        yield frozen
+
+
+@pytest.fixture
 def store(tmp_path):
     with Store(tmp_path / "store.db") as s:
         yield s

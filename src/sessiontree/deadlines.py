@@ -12,7 +12,8 @@ Contract:
   ``reject_expired`` continues it, with a decision ``{"by": "system", "reason":
   "expired"}`` that rejects every call.
 - ``clock`` is the seam every deadline is read through (seconds since the epoch,
-  ``time.time`` by default): tests set it instead of sleeping past a deadline.
+  ``sessiontree.clock.seconds`` by default, so ``clock.frozen()`` moves deadlines too):
+  tests set it instead of sleeping past a deadline.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
+from .clock import seconds as _seconds
+
 if TYPE_CHECKING:
     from .bulk import ImportedNode
     from .model import Node
     from .session import Session
 
-clock: Callable[[], float] = time.time
+clock: Callable[[], float] = _seconds
 """Seconds since the epoch, for every deadline (set it in tests)."""
 
 PauseState = Literal["pending", "expired", "decided"]

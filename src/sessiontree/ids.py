@@ -3,8 +3,9 @@
 Contract: ``new_id()`` returns a canonical lower-case UUIDv7 string (RFC 9562).
 Ids made by one process are strictly increasing, so sorting by id sorts by
 creation order even within one millisecond; ids from different processes or
-files never collide in practice (62 random bits in each). ``is_stamp`` says whether
-a text is a time in exactly the form ``now()`` writes.
+files never collide in practice (62 random bits in each); they read the wall clock.
+``now()`` is the time the store records, read from ``clock`` (which a test can freeze).
+``is_stamp`` says whether a text is a time in exactly the form ``now()`` writes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import random
 import re
 import threading
 import time
+
+from . import clock
 
 _lock = threading.Lock()
 _last_ms = 0
@@ -69,9 +72,10 @@ one second's text with another's (no lock: replacing the tuple is atomic)."""
 
 
 def now() -> str:
-    """The current UTC time as ISO 8601 with milliseconds, e.g. ``2026-11-30T09:14:15.123Z``."""
+    """The current UTC time as ISO 8601 with milliseconds, e.g. ``2026-11-30T09:14:15.123Z``
+    (read from ``clock``, so a test can set it)."""
     global _second
-    seconds, ms = divmod(time.time_ns() // 1_000_000, 1000)
+    seconds, ms = divmod(clock.time_ns() // 1_000_000, 1000)
     cached = _second
     if cached[0] != seconds:  # formatting the date is most of the cost: once a second
         cached = _second = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))

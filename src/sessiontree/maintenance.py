@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 
+from . import clock
 from .compaction import span_problems
 from .errors import Conflict
 from .model import Node, Problem, PruneReport, VerifyReport
@@ -42,7 +43,7 @@ def prune(
     """
     if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
         raise Conflict(f"grace must be a number of seconds >= 0, not {grace!r}")
-    since = time.time() - grace
+    since = clock.seconds() - grace
     if grace == 0:
         cutoff = ""
     elif since < 0:  # older than every node (and than what gmtime can show): keep them all
