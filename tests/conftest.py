@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sessiontree import Store
+from sessiontree.testing import tool_call
 
 # fakellm rules for an agent run: weather, then an email, then a final answer.
 AGENT_RULES = textwrap.dedent("""\
@@ -104,6 +105,30 @@ def assistant(text: str | None = None, tool_calls: list | None = None) -> dict:
     if tool_calls:
         message["tool_calls"] = tool_calls
     return message
+
+
+@pytest.fixture
+def garage(store):
+    """A session to search: a question, a tool call and its result, a checkpoint, a fork."""
+    s = store.create_session("garage")
+    s.append(user("Find the flux capacitor in the garage"))
+    s.append(assistant(None, [tool_call("grep_files", {"pattern": "capacitor"}, id="c1")]))
+    s.append({"role": "tool", "tool_call_id": "c1", "content": "shelf.txt: flux capacitor, 1.21 gigawatts"})
+    s.append(assistant("It is on the shelf."))
+    s.checkpoint("found", at="main~1")
+    s.fork("kitchen", at="main~3")
+    s.append(user("Look in the kitchen instead"), branch="kitchen")
+    return s
+
+
+def big_tool_session(store: Store, title: str = "tools", size: int = 5000):
+    """A session with a big tool result (``walrus`` ... ``size`` - 2 bytes) among big messages."""
+    s = store.create_session(title)
+    s.append(user("x" * size))  # a big user message: never stripped
+    s.append(assistant(None, [tool_call("cat", {"path": "a.log"}, id="c1")]))
+    s.append({"role": "tool", "tool_call_id": "c1", "content": "walrus " * (size // 7)})
+    s.append(assistant("y" * size))
+    return s
 
 
 # Every table as public ids (the rows link by integer keys inside the file, and keys

@@ -32,4 +32,3 @@ def test_ids_keep_the_wall_clock_while_the_clock_is_frozen():
     with clock.frozen(0):
         during = ids.new_id()
     assert before < during and not during.startswith("00000000")
-

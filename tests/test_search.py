@@ -15,10 +15,6 @@ from sessiontree.cli import cli
 from conftest import assistant, user
 
 
-def call(call_id: str, name: str, arguments: dict) -> dict:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
-
-
 def fts_ok(store: Store) -> None:
     """FTS5's own check that the index holds exactly what the view gives (raises if not)."""
     store.conn.execute("INSERT INTO nodes_fts (nodes_fts, rank) VALUES ('integrity-check', 1)")
@@ -28,105 +24,6 @@ def pending(store: Store) -> int:
     """Nodes above the search watermark: inserted, not indexed yet."""
     sql = "SELECT count(*) FROM nodes WHERE key > (SELECT indexed_through FROM search_state)"
     return store.conn.execute(sql).fetchone()[0]
-
-
-@pytest.fixture
-def garage(store):
-    s = store.create_session("garage")
-    s.append(user("Find the flux capacitor in the garage"))
-    s.append(assistant(None, [call("c1", "grep_files", {"pattern": "capacitor"})]))
-    s.append({"role": "tool", "tool_call_id": "c1", "content": "shelf.txt: flux capacitor, 1.21 gigawatts"})
-    s.append(assistant("It is on the shelf."))
-    s.checkpoint("found", at="main~1")
-    s.fork("kitchen", at="main~3")
-    s.append(user("Look in the kitchen instead"), branch="kitchen")
-    return s
-
-
-def test_a_hit_names_its_node_session_snippet_and_the_refs_that_reach_it(store, garage):
-    first = garage.path("main")[0]
-    hits = store.search("flux", role="user")
-    assert [h.node.id for h in hits] == [first.id]
-    (hit,) = hits
-    assert hit.session_id == garage.id and hit.node == first
-    assert hit.snippet == "Find the «flux» capacitor in the garage"
-    assert (hit.branches, hit.checkpoints) == (["kitchen", "main"], ["found"])
-    assert hit.to_dict()["branches"] == ["kitchen", "main"]
-
-
-def test_tool_arguments_and_results_are_searched_unless_left_out(store, garage):
-    assert {h.node.role for h in store.search("gigawatts")} == {"tool"}
-    assert {h.node.role for h in store.search("grep_files")} == {"assistant"}
-    assert {h.node.role for h in store.search("capacitor")} == {"user", "assistant", "tool"}
-    assert store.search("gigawatts", tools=False) == []
-    assert [h.node.role for h in store.search("capacitor", tools=False)] == ["user"]
-
-
-def test_filters_session_branch_role_kind_and_limit(store, garage):
-    other = store.create_session("other")
-    other.append(user("a flux of visitors"))
-    assert len(store.search("flux")) == 3
-    assert {h.session_id for h in store.search("flux", session=other.id[:13])} == {other.id}
-    # on the kitchen branch: the first question and the kitchen turn, not main's later nodes
-    assert store.search("gigawatts", branch="kitchen") == []
-    assert [h.node.role for h in store.search("flux", branch="kitchen")] == ["user"]
-    assert [h.node.payload["content"] for h in store.search("kitchen", branch="kitchen")] == [
-        "Look in the kitchen instead"
-    ]
-    assert {h.node.kind for h in store.search("capacitor", kind="message")} == {"message"}
-    assert store.search("capacitor", kind="note") == []
-    assert len(store.search("flux", limit=1)) == 1
-
-
-def test_newest_returns_the_most_recently_written_matches_first(store, garage):
-    later = store.create_session("later")
-    later.append(user("flux again, later"))
-    newest = store.search("flux", newest=True)
-    assert [h.node.id for h in newest] == sorted((h.node.id for h in newest), reverse=True)
-    assert newest[0].session_id == later.id
-    assert len(store.search("flux", newest=True, limit=2)) == 2
-
-
-def test_a_lone_surrogate_does_not_break_a_snippet(store, session):
-    session.append(user("broken \ud800 surrogate"))
-    (hit,) = store.search("surrogate")
-    assert hit.snippet.startswith("broken ") and hit.snippet.endswith("«surrogate»")
-
-
-def test_markers_are_searchable(store, session):
-    session.append(user("go"))
-    session.append({"summary": "We agreed on the plutonium budget."}, kind="summary")
-    session.append({"error": "ProviderError", "message": "upstream timeout"}, kind="error")
-    assert [h.node.kind for h in store.search("plutonium")] == ["summary"]
-    assert [h.node.kind for h in store.search("timeout")] == ["error"]
-
-
-@pytest.mark.parametrize(
-    ("query", "error"),
-    [
-        ("foo-bar", "search query 'foo-bar' is not valid full-text syntax"),
-        ('"open', "search query '\"open' is not valid full-text syntax"),
-        ("   ", "the search query is empty"),
-    ],
-)
-def test_a_bad_query_is_one_clear_error(store, garage, query, error):
-    with pytest.raises(InvalidQuery, match=error.replace("(", r"\(")):
-        store.search(query)
-
-
-def test_a_query_cannot_escape_the_text_column(store, garage):
-    with pytest.raises(InvalidQuery, match="closes a parenthesis it never opened"):
-        store.search("shelf) OR (gigawatts", tools=False)
-    assert store.search('"shelf) OR (gigawatts"', tools=False) == []  # quoted: a phrase
-
-
-def test_bad_filters_are_refused(store, garage):
-    with pytest.raises(InvalidQuery, match="no role 'robot'"):
-        store.search("flux", role="robot")
-    with pytest.raises(InvalidQuery, match="no node kind 'blob'"):
-        store.search("flux", kind="blob")
-    with pytest.raises(InvalidQuery, match="limit"):
-        store.search("flux", limit=0)
 
 
 def test_deleted_and_pruned_nodes_leave_the_index(store, garage):
@@ -425,3 +322,22 @@ def test_turning_the_index_off_and_on_while_another_store_writes(tmp_path):
         assert admin.set_search_index(True) == 10 + SEARCH_BATCH_PLUS
         assert len(admin.search("osprey", limit=200)) == 10 + SEARCH_BATCH_PLUS
         fts_ok(admin)
+
+
+@pytest.mark.parametrize(
+    ("query", "error"),
+    [
+        ("foo-bar", "search query 'foo-bar' is not valid full-text syntax"),
+        ('"open', "search query '\"open' is not valid full-text syntax"),
+        ("   ", "the search query is empty"),
+    ],
+)
+def test_a_bad_query_is_one_clear_error(store, garage, query, error):
+    with pytest.raises(InvalidQuery, match=error.replace("(", r"\(")):
+        store.search(query)
+
+
+def test_a_query_cannot_escape_the_text_column(store, garage):
+    with pytest.raises(InvalidQuery, match="closes a parenthesis it never opened"):
+        store.search("shelf) OR (gigawatts", tools=False)
+    assert store.search('"shelf) OR (gigawatts"', tools=False) == []  # quoted: a phrase
