@@ -31,3 +31,22 @@ def fill(store: Store):
 
 def found(store: Store, query: str, **filters) -> list[str]:
     return sorted(hit.node.payload.get("content") or "" for hit in store.search(query, **filters))
+
+
+# Names and texts full of SQL metacharacters and wildcards: each is just a name.
+SQLISH = [
+    "'; DROP TABLE nodes; --",
+    "%",
+    "_",
+    "%%",
+    "__",
+    "a%b_c",
+    "it's",
+    'say "hi"',
+    "Robert'); DROP TABLE sessions;--",
+    "\\",
+    "main%",
+    "ma_n",
+    "🌳 tree",
+    "x' OR '1'='1",
+]
