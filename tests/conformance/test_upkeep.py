@@ -150,3 +150,44 @@ def test_a_grace_longer_than_the_clock_keeps_every_node(store, session, grace):
     root = session.append(user("root"))
     session.append(assistant("unreachable"), parent=root, branch=None)
     assert store.prune(dry_run=False, grace=grace).node_ids == []
+
+
+def test_stats_count_every_table_and_the_tokens_of_each_model(store, session):
+    session.append(user("q"))
+    usage = {"input_tokens": 7, "output_tokens": 3}
+    session.append(assistant("a"), run=Completion(assistant("a"), model="m1", usage=usage))
+    session.append(user("again"))
+    session.append(assistant("b"), run=Completion(assistant("b"), model="m1", usage=usage))
+    session.checkpoint("cp", at="main")
+    stats = store.stats()
+    tables = stats["tables"]
+    assert (tables["sessions"], tables["nodes"], tables["runs"], tables["checkpoints"]) == (1, 4, 2, 1)
+    assert [(m["model"], m["input_tokens"], m["output_tokens"]) for m in stats["models"]] == [("m1", 14, 6)]
+
+
+def test_a_backup_opens_as_the_same_store_or_the_backend_says_how_to_back_it_up(store, session, tmp_path):
+    """SQLite (a file or ``:memory:``) writes a compacted copy; PostgreSQL has no file to
+    copy and names pg_dump and ``sessiontree copy`` instead, writing nothing."""
+    from sessiontree import SessionTreeError
+
+    session.append(user("keep me"))
+    destination = tmp_path / "backup.db"
+    if store.path.startswith("postgresql://"):
+        with pytest.raises(SessionTreeError, match="back it up with pg_dump, or copy it into a new SQLite file"):
+            store.backup(destination)
+        assert not destination.exists()
+        return
+    assert store.backup(destination) == destination.stat().st_size > 0
+    with Store(destination) as copy:
+        assert copy.session(session.id).messages() == [user("keep me")]
+        assert copy.verify().ok
+
+
+def test_vacuum_after_a_prune_keeps_what_is_reachable(store, session):
+    session.append(user("root"))
+    session.fork("gone", at="main")
+    session.append_many([user("x" * 2000) for _ in range(10)], branch="gone")
+    session.delete_branch("gone")
+    report = store.prune(dry_run=False, vacuum=True, grace=0)
+    assert len(report.node_ids) == 10
+    assert [m["content"] for m in session.messages()] == ["root"] and store.verify().ok
