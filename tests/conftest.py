@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import textwrap
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -253,6 +255,52 @@ def schema_refusals() -> tuple[type[Exception], ...]:
 def public_rows_of(store: Store) -> dict[str, list[tuple]]:
     """``public_rows`` of any backend's store."""
     return {t: sorted((tuple(r) for r in raw(store, sql)), key=repr) for t, sql in PUBLIC_ROWS.items()}
+
+
+# -- interleavings: wait for a state, never for a time ------------------------------
+
+
+def announce_lock_wait(store: Store, reached: threading.Event) -> None:
+    """Call in a thread about to write through the SQLite ``store``: ``reached`` is set as
+    this thread's next write transaction begins (its ``BEGIN IMMEDIATE`` is running, and
+    waits there while another store holds the write lock)."""
+
+    def trace(statement: str) -> None:
+        if statement.startswith("BEGIN IMMEDIATE"):
+            reached.set()
+
+    store.conn.set_trace_callback(trace)
+
+
+def blocked_backends(store: Store) -> int:
+    """How many connections to the PostgreSQL ``store``'s schema wait for a lock another
+    connection holds (the server's own view: ``pg_blocking_pids``)."""
+    import psycopg
+
+    server, _, schema = store.path.partition("?schema=")
+    with psycopg.connect(server, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM pg_stat_activity a WHERE cardinality(pg_blocking_pids(a.pid)) > 0"
+            " AND EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE l.pid = a.pid AND n.nspname = %s)",
+            (schema.partition("&")[0],),
+        ).fetchone()[0]
+
+
+def until_done_or_blocked(
+    thread: threading.Thread, store: Store, reached: threading.Event, timeout: float = 60.0
+) -> None:
+    """Until ``thread`` has finished, or is waiting for a lock on ``store``'s database:
+    on SQLite ``reached`` (``announce_lock_wait``), on PostgreSQL the server says a
+    connection to the schema is blocked. (Polled: neither says so by a callback.)"""
+    postgres = store.path.startswith("postgresql://")
+    deadline = time.monotonic() + timeout
+    while thread.is_alive():
+        if (postgres and blocked_backends(store)) or (not postgres and reached.is_set()):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{thread.name} neither finished nor waited for a lock in {timeout:g} s")
+        thread.join(0.01)
 
 
 # -- the web app, in process ---------------------------------------------------------

@@ -32,26 +32,32 @@ import pytest
 from sessiontree import Conflict, NotFound, Store
 from sessiontree.testing import tool_call
 
-from conftest import assistant, user
+from conftest import announce_lock_wait, assistant, until_done_or_blocked, user
 
 IDLE = 0.2
 """The drop policy's age in these tests: a session idle for longer may go to the trash."""
 
 
 @contextmanager
-def meanwhile(store: Store, method: str, act: Callable[[], Any], wait: float = 1.0) -> Iterator[dict]:
+def meanwhile(store: Store, method: str, act: Callable[[], Any], by: Store) -> Iterator[dict]:
     """While the block runs: right after the first call of ``store.storage.<method>``
-    returns, ``act`` runs in another thread; the caller goes on once it has finished (or
-    after ``wait`` s: on SQLite it waits for the caller's write lock). The dict gets
-    ``result`` or ``error``."""
+    returns, ``act`` runs in another thread, writing through the store ``by``; the caller
+    goes on once it has finished, or once it waits for a lock the caller holds (on SQLite
+    the write lock; see ``until_done_or_blocked``). The dict gets ``result`` or ``error``."""
     original = getattr(store.storage, method)
     outcome: dict[str, Any] = {}
+    reached = threading.Event()
 
     def run() -> None:
+        if not postgres(by):
+            announce_lock_wait(by, reached)
         try:
             outcome["result"] = act()
         except Exception as e:
             outcome["error"] = e
+        finally:
+            if not postgres(by):
+                by.conn.set_trace_callback(None)
 
     thread = threading.Thread(target=run)
 
@@ -59,7 +65,7 @@ def meanwhile(store: Store, method: str, act: Callable[[], Any], wait: float = 1
         value = original(*args, **kwargs)
         if thread.ident is None:  # the first call: not started yet
             thread.start()
-            thread.join(wait)
+            until_done_or_blocked(thread, by, reached)
         return value
 
     setattr(store.storage, method, first_then_act)  # an instance attribute hides the method
@@ -84,18 +90,18 @@ def exists(store: Store, session_id: str) -> bool:
     return True
 
 
-def test_a_session_restored_while_the_trash_is_emptied_is_kept(db_target):
+def test_a_session_restored_while_the_trash_is_emptied_is_kept(db_target, frozen_clock):
     with Store(db_target) as janitor, Store(db_target) as other:
         victim = janitor.create_session("victim")
         victim.append(user("precious"))
         victim.delete()
-        time.sleep(0.005)  # what went to the trash in this very millisecond is not older than 0 s
+        frozen_clock.advance(0.005)  # what went to the trash in this very millisecond is not older than 0 s
 
         def restore_and_append() -> str:
             other.restore_session(victim.id)
             return other.session(victim.id).append(user("after the restore")).id
 
-        with meanwhile(janitor, "trashed", restore_and_append) as outcome:
+        with meanwhile(janitor, "trashed", restore_and_append, by=other) as outcome:
             emptied = [e.session_id for e in janitor.empty_trash()]
         if postgres(janitor):  # restored before the janitor looked again: kept
             assert emptied == [] and "result" in outcome
@@ -109,20 +115,26 @@ def test_a_session_restored_while_the_trash_is_emptied_is_kept(db_target):
         assert janitor.verify().ok
 
 
-def test_a_restore_that_loses_to_the_emptying_says_so(db_target):
+def test_a_restore_that_loses_to_the_emptying_says_so(db_target, frozen_clock):
     """The restore starts while the janitor, holding the session, is deleting it."""
     with Store(db_target) as janitor, Store(db_target) as other:
         victim = janitor.create_session("victim")
         victim.append(user("precious"))
         victim.delete()
-        time.sleep(0.005)  # what went to the trash in this very millisecond is not older than 0 s
+        frozen_clock.advance(0.005)  # what went to the trash in this very millisecond is not older than 0 s
         outcome: dict[str, Any] = {}
+        reached = threading.Event()
 
         def restore() -> None:
+            if not postgres(other):
+                announce_lock_wait(other, reached)
             try:
                 outcome["result"] = other.restore_session(victim.id)
             except Exception as e:
                 outcome["error"] = e
+            finally:
+                if not postgres(other):
+                    other.conn.set_trace_callback(None)
 
         thread = threading.Thread(target=restore)
         delete_session = janitor.storage.delete_session
@@ -130,7 +142,8 @@ def test_a_restore_that_loses_to_the_emptying_says_so(db_target):
         def delete_then_linger(key: int) -> int:
             removed = delete_session(key)
             thread.start()
-            time.sleep(0.3)  # the restore reaches the session's lock (SQLite: the write lock)
+            # the restore reaches the session's lock (SQLite: the write lock), or is done
+            until_done_or_blocked(thread, other, reached)
             return removed
 
         janitor.storage.delete_session = delete_then_linger  # type: ignore[method-assign]
@@ -141,11 +154,13 @@ def test_a_restore_that_loses_to_the_emptying_says_so(db_target):
 
 
 @pytest.mark.parametrize("how", ["checkpoint", "pause", "write"])
-def test_what_protects_a_session_from_a_drop_protects_it_when_it_arrives_meanwhile(db_target, how):
+def test_what_protects_a_session_from_a_drop_protects_it_when_it_arrives_meanwhile(
+    db_target, how, frozen_clock
+):
     with Store(db_target) as janitor, Store(db_target) as other:
         s = janitor.create_session("busy")
         s.append(user("hello"))
-        time.sleep(IDLE + 0.05)  # idle for longer than the policy's age
+        frozen_clock.advance(IDLE + 0.05)  # idle for longer than the policy's age
 
         def protect() -> None:
             mine = other.session(s.id)
@@ -156,7 +171,7 @@ def test_what_protects_a_session_from_a_drop_protects_it_when_it_arrives_meanwhi
             else:
                 mine.append(user("still here"))
 
-        with meanwhile(janitor, "droppable_sessions", protect) as outcome:
+        with meanwhile(janitor, "droppable_sessions", protect, by=other) as outcome:
             report = janitor.retention(drop_older_than=IDLE, dry_run=False)
         in_trash = [t.session_id for t in janitor.trash()]
         if postgres(janitor):  # protected before the janitor looked again: left alone
@@ -178,17 +193,17 @@ def big_tool_result(store: Store) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("how", ["deleted", "stripped"])
-def test_a_strip_leaves_alone_what_changed_since_it_looked(db_target, how):
+def test_a_strip_leaves_alone_what_changed_since_it_looked(db_target, how, frozen_clock):
     with Store(db_target) as janitor, Store(db_target) as other:
         session_id, node_id = big_tool_result(janitor)
-        time.sleep(0.05)
+        frozen_clock.advance(0.05)
 
         def change() -> Any:
             if how == "deleted":
                 return other.delete_session(session_id, permanently=True)
             return other.retention(strip_older_than=0, strip_min_bytes=1000, dry_run=False)
 
-        with meanwhile(janitor, "strippable_results", change) as outcome:
+        with meanwhile(janitor, "strippable_results", change, by=other) as outcome:
             report = janitor.retention(strip_older_than=0, strip_min_bytes=1000, dry_run=False)
         assert "error" not in outcome, outcome
         if postgres(janitor):  # the other store went first; the janitor left its node alone

@@ -173,7 +173,9 @@ def test_a_backup_opens_as_the_same_store_or_the_backend_says_how_to_back_it_up(
     session.append(user("keep me"))
     destination = tmp_path / "backup.db"
     if store.path.startswith("postgresql://"):
-        with pytest.raises(SessionTreeError, match="back it up with pg_dump, or copy it into a new SQLite file"):
+        with pytest.raises(
+            SessionTreeError, match="back it up with pg_dump, or copy it into a new SQLite file"
+        ):
             store.backup(destination)
         assert not destination.exists()
         return
