@@ -189,14 +189,25 @@ def branch_worker(db: str, pause_ids: list[str], who: str, barrier, out_dir: str
 
 
 def pause_worker(
-    db: str, who: str, start, out_dir: str, tool_log: str, poll: float, until_idle: bool
+    db: str, who: str, start, out_dir: str, tool_log: str, poll: float, until_idle: bool, waiting=None
 ) -> None:
-    """A ``work`` loop: resume whatever is decided; record the pauses this worker carried on."""
+    """A ``work`` loop: resume whatever is decided; record the pauses this worker carried on.
+    ``waiting`` (an Event) is set when the loop first waits for a decision: it has
+    looked, found nothing to carry on, and listens."""
     from sessiontree import Resuming, work
 
     os.environ[TOOL_LOG_ENV] = tool_log
     carried = []
     with Store(db) as store:
+        if waiting is not None:
+            listen = store.storage.wait_for_decisions
+
+            def announce_then_listen(timeout: float) -> bool:
+                if timeout > 0:  # the first call, with 0, only starts listening
+                    waiting.set()
+                return listen(timeout)
+
+            store.storage.wait_for_decisions = announce_then_listen  # type: ignore[method-assign]
         start.wait(60)
         for step in work(
             store, poll=poll, until_idle=until_idle, call=lambda m, t: reply("done"), tools=[transfer]

@@ -15,13 +15,19 @@ from sessiontree import Store
 pytestmark = pytest.mark.slow  # starts a Python process
 
 SCRIPT = r"""
-import sys, time
+import sys, threading, time
 from sessiontree import Approve, Store, run, tool
 from sessiontree.testing import ScriptedModel, reply, tool_call
+
+def loop_awaits_the_tool():
+    # the main thread's event loop is idle in its selector's select(): awaiting this tool
+    return sys._current_frames()[threading.main_thread().ident].f_code.co_name == "select"
 
 @tool
 def hang() -> str:
     '''Never returns.'''
+    while not loop_awaits_the_tool():
+        time.sleep(0.001)
     print("tool started", flush=True)
     while True:
         time.sleep(1)
@@ -47,8 +53,7 @@ def test_ctrl_c_during_a_hanging_tool_exits_and_records_why(tmp_path):
         [sys.executable, "-c", SCRIPT, str(db), session.id], stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "tool started"
-    time.sleep(0.2)
+    assert proc.stdout.readline().strip() == "tool started"  # and the run awaits it
     proc.send_signal(signal.SIGINT)
     started = time.monotonic()
     out, _ = proc.communicate(timeout=20)

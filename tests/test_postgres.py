@@ -173,14 +173,15 @@ def test_a_waiting_worker_is_woken_by_a_decision_not_by_its_poll(tmp_path, pg_ur
     tool_log.touch()
     with Store(pg_url) as store:
         (pause_id,) = make_pauses(store, 1)
-    start = CTX.Event()
+    start, waiting = CTX.Event(), CTX.Event()
     worker = CTX.Process(
-        target=workers.pause_worker, args=(pg_url, "w", start, str(tmp_path), str(tool_log), 300.0, False)
+        target=workers.pause_worker,
+        args=(pg_url, "w", start, str(tmp_path), str(tool_log), 300.0, False, waiting),
     )
     worker.start()
     start.set()
     try:
-        time.sleep(3)  # the worker has looked, found nothing decided, and waits (poll: 300 s)
+        assert waiting.wait(60)  # the worker has looked, found nothing decided, and waits (poll: 300 s)
         assert tool_log.read_text() == ""
         with Store(pg_url) as store:
             decide(store, pause_id, {"e": Approve()}, by="ops")
