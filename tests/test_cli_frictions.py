@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -202,13 +201,13 @@ def test_log_into_a_closed_pipe_is_silent(tmp_path):
 # -- (5) one "latest session" --------------------------------------------------------
 
 
-def test_sessions_lists_by_last_activity_and_implicit_writes_name_their_session(db_target):
+def test_sessions_lists_by_last_activity_and_implicit_writes_name_their_session(db_target, frozen_clock):
     with Store(db_target) as store:
         old = store.create_session("old")
         old.append({"role": "user", "content": "first"})
         new = store.create_session("new")
         new.append({"role": "user", "content": "second"})
-        time.sleep(0.005)  # node times have millisecond resolution: let the clock tick
+        frozen_clock.advance(0.005)  # node times have millisecond resolution: let the clock tick
         old.append({"role": "user", "content": "old is active again"})
     listed = json.loads(invoke(db_target, "sessions", "--json"))
     assert [s["title"] for s in listed] == ["old", "new"]  # by activity, not creation

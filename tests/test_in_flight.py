@@ -65,10 +65,6 @@ def paused(store: Store, title: str = "pay", tool: str = "transfer"):
     return session, final.node
 
 
-def settle() -> None:
-    time.sleep(0.01)  # the store writes times to the millisecond: what follows is older
-
-
 class Looks:
     """Counts a worker's looks for decisions and its waits; stops it after ``waits`` waits,
     and fails it after ``limit`` looks with no wait between (a spin)."""
@@ -164,7 +160,7 @@ def test_a_trashed_sessions_pauses_are_not_pending_until_it_is_restored(db_targe
         assert store.storage.resumable() == [(decided.id, other.id)]
 
 
-def test_a_drop_policy_leaves_sessions_with_work_in_flight_alone_and_says_so(db_target):
+def test_a_drop_policy_leaves_sessions_with_work_in_flight_alone_and_says_so(db_target, frozen_clock):
     with Store(db_target) as store:
         waiting, _ = paused(store, "waits for a human")
         decided, pause = paused(store, "waits for a worker")
@@ -175,7 +171,7 @@ def test_a_drop_policy_leaves_sessions_with_work_in_flight_alone_and_says_so(db_
         cut.append({"calls": [{"id": "t", "name": "transfer", "arguments": "{}"}]}, kind="tool_start")
         idle = store.create_session("idle")
         idle.append({"role": "user", "content": "hello"})
-        settle()
+        frozen_clock.advance(0.01)  # the store writes times to the millisecond: what follows is older
         in_flight = sorted([waiting.id, decided.id, cut.id])
         preview = store.retention(drop_older_than=0)
         assert preview.trashed == [idle.id] and preview.kept == in_flight
