@@ -88,6 +88,35 @@ def frozen_clock():
 
 
 @pytest.fixture
+def no_env_key(monkeypatch):
+    """No provider API key in the environment: a test's key is the one it passes."""
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def sleeps(monkeypatch):
+    """The provider adapters' retry delays, recorded instead of waited (each still yields
+    to the event loop once); ``sleeps.real = True`` really waits them too."""
+    import asyncio
+
+    from sessiontree.providers import http
+
+    class Sleeps(list):
+        real = False
+
+    delays = Sleeps()
+    real_sleep = asyncio.sleep
+
+    async def fake_sleep(seconds: float) -> None:
+        delays.append(seconds)
+        await real_sleep(seconds if delays.real else 0)
+
+    monkeypatch.setattr(http, "_sleep", fake_sleep)
+    return delays
+
+
+@pytest.fixture
 def store(tmp_path):
     with Store(tmp_path / "store.db") as s:
         yield s

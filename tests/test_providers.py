@@ -13,9 +13,10 @@ import pytest
 
 from sessiontree.errors import ProviderError
 from sessiontree.model import Completion
-from sessiontree.providers import http as http_mod
 from sessiontree.providers import openai_compatible
 from sessiontree.providers.sse import Event, iter_events
+
+pytestmark = pytest.mark.usefixtures("no_env_key")  # an API key in the environment is never used
 
 BASE = "http://llm.test/v1"
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -108,23 +109,6 @@ def stream_error(call: Any, messages=MESSAGES) -> tuple[list[Any], ProviderError
         asyncio.run(go())
     assert not any(isinstance(i, Completion) for i in seen)  # never a partial message
     return seen, info.value
-
-
-@pytest.fixture
-def sleeps(monkeypatch):
-    """Replace the adapter's sleep: record the delays, do not wait."""
-    delays: list[float] = []
-
-    async def fake_sleep(seconds: float) -> None:
-        delays.append(seconds)
-
-    monkeypatch.setattr(http_mod, "_sleep", fake_sleep)
-    return delays
-
-
-@pytest.fixture(autouse=True)
-def no_env_key(monkeypatch):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
 
 
 # -- request shape ---------------------------------------------------------------

@@ -22,11 +22,12 @@ from sessiontree import Approve, Final, Store, decide, resume, run
 from sessiontree.errors import ProviderError
 from sessiontree.model import Completion, sendable
 from sessiontree.providers import anthropic, openai_compatible
-from sessiontree.providers import http as http_mod
 from sessiontree.providers.anthropic_blocks import UNPARSED, request_parts
 from sessiontree.tools import tool
 
 from hostile_server import HostileServer
+
+pytestmark = pytest.mark.usefixtures("no_env_key")  # an API key in the environment is never used
 
 try:
     from tests import servers
@@ -49,24 +50,6 @@ def hostile():
     server = HostileServer()
     yield server
     server.stop()
-
-
-@pytest.fixture(autouse=True)
-def no_env_key(monkeypatch):
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-
-
-@pytest.fixture
-def sleeps(monkeypatch):
-    delays: list[float] = []
-    real_sleep = asyncio.sleep
-
-    async def fake_sleep(seconds: float) -> None:
-        delays.append(seconds)
-        await real_sleep(0)
-
-    monkeypatch.setattr(http_mod, "_sleep", fake_sleep)
-    return delays
 
 
 def ask(call: Any, messages: list[dict], tools: list[dict] | None = None) -> tuple[list[str], Completion]:

@@ -17,12 +17,13 @@ import pytest
 from sessiontree import Final, Store, run
 from sessiontree.errors import ProviderError
 from sessiontree.model import Completion
-from sessiontree.providers import http as http_mod
 from sessiontree.providers import openai as openai_mod
 from sessiontree.providers import openai_compatible
 from sessiontree.providers.sse import iter_events
 
 from hostile_server import HostileServer
+
+pytestmark = pytest.mark.usefixtures("no_env_key")  # an API key in the environment is never used
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -32,11 +33,6 @@ def hostile():
     server = HostileServer()
     yield server
     server.stop()
-
-
-@pytest.fixture(autouse=True)
-def no_env_key(monkeypatch):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
 
 
 def fails(call: Any) -> ProviderError:
@@ -171,17 +167,6 @@ def test_a_header_value_never_reaches_an_error():
 
 
 # -- 4. every transport failure is a ProviderError ----------------------------------------
-
-
-@pytest.fixture
-def sleeps(monkeypatch):
-    delays: list[float] = []
-
-    async def fake_sleep(seconds: float) -> None:
-        delays.append(seconds)
-
-    monkeypatch.setattr(http_mod, "_sleep", fake_sleep)
-    return delays
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])

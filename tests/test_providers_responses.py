@@ -20,12 +20,13 @@ from sessiontree import Approve, Store, decide, resume, run
 from sessiontree.errors import ProviderError
 from sessiontree.model import Completion, sendable
 from sessiontree.providers import anthropic, openai_responses
-from sessiontree.providers import http as http_mod
 from sessiontree.providers.anthropic_blocks import request_parts as anthropic_parts
 from sessiontree.providers.responses_items import request_parts
 from sessiontree.tools import tool
 
 from hostile_server import HostileServer
+
+pytestmark = pytest.mark.usefixtures("no_env_key")  # an API key in the environment is never used
 
 try:
     from tests import servers
@@ -54,24 +55,6 @@ def hostile():
     server = HostileServer()
     yield server
     server.stop()
-
-
-@pytest.fixture(autouse=True)
-def no_env_key(monkeypatch):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-
-
-@pytest.fixture
-def sleeps(monkeypatch):
-    delays: list[float] = []
-    real_sleep = asyncio.sleep
-
-    async def fake_sleep(seconds: float) -> None:
-        delays.append(seconds)
-        await real_sleep(0)
-
-    monkeypatch.setattr(http_mod, "_sleep", fake_sleep)
-    return delays
 
 
 def ask(call: Any, messages: list[dict], tools: list[dict] | None = None) -> tuple[list[str], Completion]:

@@ -18,10 +18,9 @@ import pytest
 
 from sessiontree.errors import ProviderError
 from sessiontree.model import Completion
-from sessiontree.providers import http as http_mod
 from sessiontree.providers import openai_compatible
 
-pytestmark = pytest.mark.slow  # starts fakellm and llmock servers
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_env_key")]  # starts fakellm and llmock servers
 
 try:
     from tests import servers
@@ -99,30 +98,6 @@ def lm(llmock):
     """The llmock server with no queued behaviour and an empty journal."""
     servers.llmock_reset(llmock)
     return llmock
-
-
-@pytest.fixture(autouse=True)
-def no_env_key(monkeypatch):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-
-
-@pytest.fixture
-def sleeps(monkeypatch):
-    """Record the adapter's retry delays. ``sleeps.real = True`` really waits too."""
-
-    class Sleeps(list):
-        real = False
-
-    delays = Sleeps()
-    real_sleep = asyncio.sleep
-
-    async def fake_sleep(seconds: float) -> None:
-        delays.append(seconds)
-        if delays.real:
-            await real_sleep(seconds)
-
-    monkeypatch.setattr(http_mod, "_sleep", fake_sleep)
-    return delays
 
 
 # -- helpers ---------------------------------------------------------------------------
