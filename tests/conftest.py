@@ -369,6 +369,25 @@ class AppClient:
 
 
 @pytest.fixture
+def client(app_client):
+    """``client(db, **options)``: the serve app on ``db``, called in process."""
+    pytest.importorskip("starlette", reason="the web extra is not installed")
+    from sessiontree.view.server import create_app
+
+    return lambda db, **options: app_client(create_app(db, **options))
+
+
+@pytest.fixture
+def demo(tmp_path):
+    """(file, session id, pause id) of the view's demo store (tests/viewdata.py)."""
+    from viewdata import demo_store
+
+    db = tmp_path / "demo.db"
+    session_id, pause_id = demo_store(db)
+    return db, session_id, pause_id
+
+
+@pytest.fixture
 def app_client():
     """``app_client(app)``: an ``AppClient`` on ``app``, closed after the test."""
     made: list[AppClient] = []

@@ -203,14 +203,6 @@ def test_cli_pause_expires_takes_a_unit(tmp_path, clock):
 # -- the inbox and decider tokens ------------------------------------------
 
 
-@pytest.fixture
-def client(app_client):
-    pytest.importorskip("starlette", reason="the web extra is not installed")
-    from sessiontree.view.server import create_app
-
-    return lambda db, **options: app_client(create_app(db, **options))
-
-
 def deciders_file(tmp_path: Path) -> tuple[Path, str, str]:
     """A deciders file made by ``sessiontree decider-token``: (path, alice's, bob's token)."""
     path = tmp_path / "deciders"

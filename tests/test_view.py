@@ -20,14 +20,7 @@ from sessiontree.view import inbox, session_data
 from sessiontree.view.data import version
 from sessiontree.view.page import embed_json, page
 
-from viewdata import HOSTILE, SECRET, demo_store, hostile_store
-
-
-@pytest.fixture
-def demo(tmp_path):
-    db = tmp_path / "demo.db"
-    session_id, pause_id = demo_store(db)
-    return db, session_id, pause_id
+from viewdata import HOSTILE, SECRET, hostile_store
 
 
 def embedded(html: str, element: str) -> object:
@@ -213,15 +206,6 @@ def test_page_fills_each_slot_once():
 
 
 # -- sessiontree serve, without a browser ----------------------------------------------
-
-
-@pytest.fixture
-def client(app_client):
-    """``client(db, **options)``: the serve app on ``db``, called in process."""
-    pytest.importorskip("starlette", reason="the web extra is not installed")
-    from sessiontree.view.server import create_app
-
-    return lambda db, **options: app_client(create_app(db, **options))
 
 
 def test_serve_pages_and_api(demo, client):

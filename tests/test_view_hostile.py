@@ -15,8 +15,6 @@ from sessiontree import Store, render_html
 from sessiontree.errors import Busy, OutcomeUnknown
 from sessiontree.testing import tool_call
 
-from viewdata import demo_store
-
 pytest.importorskip("starlette", reason="the web extra is not installed")
 
 from sessiontree.view import server  # noqa: E402  (after the skip: it needs Starlette)
@@ -24,19 +22,6 @@ from sessiontree.view import server  # noqa: E402  (after the skip: it needs Sta
 TOKEN = "t0k"
 AUTH = {"X-Sessiontree-Token": TOKEN}
 CALL = "call_send_email"  # the demo's pending call
-
-
-@pytest.fixture
-def demo(tmp_path):
-    db = tmp_path / "demo.db"
-    session_id, pause_id = demo_store(db)
-    return db, session_id, pause_id
-
-
-@pytest.fixture
-def client(app_client):
-    """``client(db, **options)``: the serve app on ``db``, called in process."""
-    return lambda db, **options: app_client(server.create_app(db, **options))
 
 
 def pending_ids(db) -> list[str]:
