@@ -162,6 +162,59 @@ def big_tool_session(store: Store, title: str = "tools", size: int = 5000):
     return s
 
 
+# -- the command line ---------------------------------------------------------------
+
+
+@pytest.fixture
+def db(tmp_path):
+    """The CLI tests' store file (not made yet)."""
+    return tmp_path / "cli.db"
+
+
+@pytest.fixture
+def invoke(db):
+    """``invoke(*args, code=0)``: the CLI on ``db``, in process; the exit code must be ``code``."""
+    from click.testing import CliRunner
+
+    from sessiontree.cli import cli
+
+    runner = CliRunner()
+
+    def invoke(*args: str, code: int = 0, **kwargs):
+        result = runner.invoke(cli, ["--db", str(db), *args], catch_exceptions=False, **kwargs)
+        assert result.exit_code == code, result.output
+        return result
+
+    return invoke
+
+
+@pytest.fixture
+def small(db):
+    """A session with a fork, a checkpoint and a pending pause."""
+    with Store(db) as store:
+        s = store.create_session("small")
+        q = s.append(user("Hi?"))
+        s.append({"role": "assistant", "content": "Hello!"})
+        s.checkpoint("greeted", at="main")
+        s.fork("alt", at=q)
+        s.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "rm", "arguments": '{"path": "/"}'}}
+                ],
+            },
+            branch="alt",
+        )
+        from sessiontree import Pause
+        from sessiontree.loop import run
+        from sessiontree.testing import ScriptedModel
+
+        steps = list(run(store, s, "alt", call=ScriptedModel([]), approve=lambda c: Pause("risky")))
+        return {"session": s.id, "question": q.id, "pause": steps[0].node.id}
+
+
 # Every table as public ids (the rows link by integer keys inside the file, and keys
 # differ between two stores holding the same sessions).
 PUBLIC_ROWS = {

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sessiontree import Pause, Store
+from sessiontree import Store
 from sessiontree.cli import cli
 from sessiontree.db import migrations
 
@@ -25,23 +25,6 @@ def normalise(text: str, tmp_path: Path | None = None) -> str:
         text = text.replace(str(tmp_path), "<tmp>")
     text = TIME.sub("<time>", ID.sub("<id>", text))
     return "\n".join(re.sub(r" {2,}", "  ", line).rstrip() for line in text.splitlines())
-
-
-@pytest.fixture
-def db(tmp_path):
-    return tmp_path / "cli.db"
-
-
-@pytest.fixture
-def invoke(db):
-    runner = CliRunner()
-
-    def invoke(*args: str, code: int = 0, **kwargs):
-        result = runner.invoke(cli, ["--db", str(db), *args], catch_exceptions=False, **kwargs)
-        assert result.exit_code == code, result.output
-        return result
-
-    return invoke
 
 
 DEMO = """\
@@ -120,32 +103,6 @@ def test_sessions_env_variable_and_json(invoke, db, monkeypatch):
     )
     data = json.loads(invoke("sessions", "--json").output)
     assert [(d["title"], d["node_count"]) for d in data] == [("demo: weather report", 12)]
-
-
-@pytest.fixture
-def small(db):
-    """A session with a fork, a checkpoint and a pending pause."""
-    with Store(db) as store:
-        s = store.create_session("small")
-        q = s.append(user("Hi?"))
-        s.append({"role": "assistant", "content": "Hello!"})
-        s.checkpoint("greeted", at="main")
-        s.fork("alt", at=q)
-        s.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {"id": "c1", "type": "function", "function": {"name": "rm", "arguments": '{"path": "/"}'}}
-                ],
-            },
-            branch="alt",
-        )
-        from sessiontree.loop import run
-        from sessiontree.testing import ScriptedModel
-
-        steps = list(run(store, s, "alt", call=ScriptedModel([]), approve=lambda c: Pause("risky")))
-        return {"session": s.id, "question": q.id, "pause": steps[0].node.id}
 
 
 def test_tree_log_show_branches_diff_pending(invoke, small):

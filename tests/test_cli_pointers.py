@@ -9,10 +9,10 @@ import textwrap
 
 from sessiontree import Store
 
-from test_cli import db, invoke, normalise, small  # noqa: F401 - fixtures
+from test_cli import normalise
 
 
-def test_write_commands_print_what_they_made_as_json(invoke, small, db):  # noqa: F811
+def test_write_commands_print_what_they_made_as_json(invoke, small, db):
     forked = json.loads(invoke("fork", "again", "--at", "greeted", "--json").stdout)
     with Store(db) as store:
         greeted = store.session(small["session"]).node("greeted").id
@@ -35,7 +35,7 @@ def test_write_commands_print_what_they_made_as_json(invoke, small, db):  # noqa
     assert restored == {"session": small["session"], "title": "small", "archived_at": None}
 
 
-def test_rename_move_and_delete_branches_and_checkpoints(invoke, small, db):  # noqa: F811
+def test_rename_move_and_delete_branches_and_checkpoints(invoke, small, db):
     s, q = small["session"], small["question"]
     assert normalise(invoke("rename-branch", "alt", "risky").stdout) == "renamed branch alt to risky -> <id>"
     assert invoke("rename-branch", "main", "greeted", code=1).output == (
@@ -79,7 +79,7 @@ def test_rename_move_and_delete_branches_and_checkpoints(invoke, small, db):  # 
         assert store.pending() == []
 
 
-def test_append(invoke, small, db):  # noqa: F811
+def test_append(invoke, small, db):
     assert normalise(invoke("append", "Thanks!").stdout) == "branch main -> <id>"
     invoke("fork", "side", "--at", small["question"])
     invoke("append", "-", "--role", "system", "-b", "side", input="From stdin\n")
@@ -101,7 +101,7 @@ def test_append(invoke, small, db):  # noqa: F811
     )
 
 
-def test_delete_trashes_and_deleting_permanently_needs_yes(invoke, small, db):  # noqa: F811
+def test_delete_trashes_and_deleting_permanently_needs_yes(invoke, small, db):
     s = small["session"]
     before = db.read_bytes()
     assert invoke("delete", s[:13], "--permanently", code=1).output == (
@@ -124,7 +124,7 @@ def test_delete_trashes_and_deleting_permanently_needs_yes(invoke, small, db):  
     assert invoke("verify").output == "ok: 0 session(s), 0 node(s), 0 problem(s)\n"
 
 
-def test_usage_per_model_on_a_path(invoke, db):  # noqa: F811
+def test_usage_per_model_on_a_path(invoke, db):
     invoke("demo")
     latency = re.compile(r"\d+$", re.M)  # milliseconds vary; tokens of scripted models do not
     assert latency.sub("<ms>", normalise(invoke("usage").output)) == textwrap.dedent("""\

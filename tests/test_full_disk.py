@@ -1,6 +1,6 @@
 """A disk that is really full: a small tmpfs, filled to the last block.
 
-tests/test_hostile_files.py lets SQLite's page limit stand in for the disk; here the
+tests/test_foreign_files.py lets SQLite's page limit stand in for the disk; here the
 file system itself says "no space left", which is what SQLite meets when it cannot
 even make the ``-shm`` beside the file it opens. Mounting needs root (and the
 capability to mount): elsewhere these tests are skipped, saying why.

@@ -1,6 +1,6 @@
 """What only a server store has: migrating once under many workers, URLs and their errors,
 workers woken by NOTIFY that carry each decided pause on exactly once, and copies between
-SQLite and PostgreSQL. (The store's own behaviour runs on both backends in test_store.py,
+SQLite and PostgreSQL. (The store's own behaviour runs on both backends in conformance/test_tree.py,
 test_store_machine.py and the reliability tests.)
 """
 
@@ -35,7 +35,7 @@ from sessiontree import (
 )
 from sessiontree.cli import cli
 from sessiontree.db import migrations
-from test_reliability_pauses import make_pauses
+from test_pause_races import make_pauses
 
 from conftest import drop_schema, fresh_schema_url, public_rows_of, raw, user
 

@@ -24,7 +24,7 @@ from sessiontree import (
     decide,
 )
 from sessiontree.storage import postgres_db as pgdb
-from test_reliability_pauses import make_pauses
+from test_pause_races import make_pauses
 
 from conftest import drop_schema, postgres_server, user
 

@@ -21,7 +21,7 @@ import reliability_workers as workers
 from sessiontree import Approve, Busy, Final, NotOurs, Resuming, Store, decide, work
 from sessiontree.storage import postgres_db as pgdb
 from sessiontree.testing import reply
-from test_reliability_pauses import make_pauses
+from test_pause_races import make_pauses
 
 from conftest import drop_schema, postgres_server, raw, user
 

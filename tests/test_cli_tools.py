@@ -1,4 +1,5 @@
-"""The newcomer's frictions with the command line (issue 25, item 6), each as a user meets it."""
+"""`--tools` files and modules, `run`'s exit codes, `log` into a closed pipe and `sessions` by
+last activity: the newcomer's frictions with the command line (issue 25, item 6)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Bad input the commands refuse in one line, writing nothing: messages below an
 undecided pause, empty text, durations out of range, huge `~N` counts and names,
 malformed PostgreSQL URLs, refs of two sessions; and a database a failed command
-created is removed again, while a read never turns an empty file into a store."""
+created is removed again, while a read never turns an empty file into a store; prune
+--grace takes a number of seconds only; export refuses what it would silently ignore."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from sessiontree.cli import cli
 from sessiontree.loop import decide
 
 from conftest import assistant, user
-from test_cli import db, invoke, normalise, small  # noqa: F401 - fixtures
+from test_cli import normalise
 
 MODEL = ["--base-url", "http://127.0.0.1:9/v1", "-m", "m"]
 
@@ -25,14 +26,14 @@ def last_line(result) -> str:
     return result.output.splitlines()[-1]
 
 
-def verify_ok(invoke) -> None:  # noqa: F811
+def verify_ok(invoke) -> None:
     assert invoke("verify").output.startswith("ok:")
 
 
 # -- no message below a pause nobody decided, or below unanswered tool calls -------------
 
 
-def test_append_and_run_refuse_a_branch_waiting_at_a_pause(invoke, small, db):  # noqa: F811
+def test_append_and_run_refuse_a_branch_waiting_at_a_pause(invoke, small, db):
     before = db.read_bytes()
     waiting = (
         f"Error: branch alt is waiting at pause {small['pause']}: approve or reject it first"
@@ -44,7 +45,7 @@ def test_append_and_run_refuse_a_branch_waiting_at_a_pause(invoke, small, db):  
     verify_ok(invoke)
 
 
-def test_append_refuses_unanswered_tool_calls_and_says_how_to_answer_them(invoke, small, db):  # noqa: F811
+def test_append_refuses_unanswered_tool_calls_and_says_how_to_answer_them(invoke, small, db):
     with Store(db) as store:
         decide(store, small["pause"], {"c1": Approve()})
         s = store.session(small["session"])
@@ -67,7 +68,7 @@ def test_append_refuses_unanswered_tool_calls_and_says_how_to_answer_them(invoke
     assert normalise(invoke("append", "go on").stdout) == "branch main -> <id>"  # main is settled
 
 
-def test_edit_refuses_a_copy_below_an_undecided_pause(invoke, small, db):  # noqa: F811
+def test_edit_refuses_a_copy_below_an_undecided_pause(invoke, small, db):
     with Store(db) as store:  # a tree the library let through: a message below the pause
         s = store.session(small["session"])
         below = s.append(user("sneaked in"), parent=small["pause"], branch=None)
@@ -79,7 +80,7 @@ def test_edit_refuses_a_copy_below_an_undecided_pause(invoke, small, db):  # noq
         assert "again" not in [b.name for b in store.session(small["session"]).branches()]
 
 
-def test_empty_text_is_refused(invoke, small, db):  # noqa: F811
+def test_empty_text_is_refused(invoke, small, db):
     before = db.read_bytes()
     assert last_line(invoke("append", "", code=2)) == "Error: TEXT is empty: give the text of the message"
     assert last_line(invoke("append", "  \n", code=2)) == "Error: TEXT is empty: give the text of the message"
@@ -90,7 +91,7 @@ def test_empty_text_is_refused(invoke, small, db):  # noqa: F811
     assert db.read_bytes() == before
 
 
-def test_resume_names_the_kind_of_a_node_that_is_not_a_pause(invoke, small):  # noqa: F811
+def test_resume_names_the_kind_of_a_node_that_is_not_a_pause(invoke, small):
     assert invoke("resume", small["question"], *MODEL, code=1).output == (
         f"Error: node {small['question']} is a message node, not a pause\n"
     )
@@ -136,7 +137,7 @@ def test_resume_names_the_kind_of_a_node_that_is_not_a_pause(invoke, small):  # 
         ),
     ],
 )
-def test_durations_out_of_range_are_usage_errors(invoke, small, db, args, error):  # noqa: F811
+def test_durations_out_of_range_are_usage_errors(invoke, small, db, args, error):
     before = db.read_bytes()
     assert last_line(invoke(*args, code=2)) == error
     assert db.read_bytes() == before
@@ -164,11 +165,11 @@ def test_durations_out_of_range_are_usage_errors(invoke, small, db, args, error)
         ),
     ],
 )
-def test_counts_beyond_a_database_integer_are_usage_errors(invoke, small, args, error):  # noqa: F811
+def test_counts_beyond_a_database_integer_are_usage_errors(invoke, small, args, error):
     assert last_line(invoke(*args, code=2)) == error
 
 
-def test_the_longest_age_is_100_years_and_a_saved_policy_beyond_it_is_refused(invoke, small, db):  # noqa: F811
+def test_the_longest_age_is_100_years_and_a_saved_policy_beyond_it_is_refused(invoke, small, db):
     assert invoke("retention", "--drop-older-than", "36525d", "--dry-run").output == (
         "would move 0 session(s) to the trash; would strip 0 tool result(s), 0 bytes\n"
     )
@@ -183,7 +184,7 @@ def test_the_longest_age_is_100_years_and_a_saved_policy_beyond_it_is_refused(in
 # -- refs -----------------------------------------------------------------------------
 
 
-def test_a_huge_ancestor_count_goes_past_the_root(invoke, small):  # noqa: F811
+def test_a_huge_ancestor_count_goes_past_the_root(invoke, small):
     assert invoke("log", "main~99999999999999999999999", code=1).output == (
         "Error: 'main~99999999999999999999999' goes past the root: 'main' is at depth 1\n"
     )
@@ -197,7 +198,7 @@ def test_a_huge_ancestor_count_goes_past_the_root(invoke, small):  # noqa: F811
     )
 
 
-def test_a_huge_name_is_shortened_in_messages(invoke, small):  # noqa: F811
+def test_a_huge_name_is_shortened_in_messages(invoke, small):
     name = "x" * 100_000
     assert invoke("fork", name, "--at", "main", code=1).output == (
         f"Error: invalid branch name '{'x' * 60}'... (100,000 characters): use 1-200 characters,"
@@ -209,7 +210,7 @@ def test_a_huge_name_is_shortened_in_messages(invoke, small):  # noqa: F811
     )
 
 
-def test_usage_since_must_be_an_ancestor(invoke, small):  # noqa: F811
+def test_usage_since_must_be_an_ancestor(invoke, small):
     result = invoke("usage", "main", "--since", "alt", code=1)
     assert normalise(result.output) == (
         "Error: 'alt' (<id>) is not an ancestor of 'main' (<id>): usage counts the calls after a node on the path"
@@ -218,7 +219,7 @@ def test_usage_since_must_be_an_ancestor(invoke, small):  # noqa: F811
 
 
 @pytest.fixture
-def two_sessions(small, db):  # noqa: F811
+def two_sessions(small, db):
     """``small`` and, more recently active, a second session."""
     with Store(db) as store:
         other = store.create_session("other")
@@ -227,7 +228,7 @@ def two_sessions(small, db):  # noqa: F811
     return {**small, "other": other.id, "n1": n1.id}
 
 
-def test_diff_and_compare_read_names_in_the_session_of_a_node_id(invoke, two_sessions):  # noqa: F811
+def test_diff_and_compare_read_names_in_the_session_of_a_node_id(invoke, two_sessions):
     q = two_sessions["question"]  # a node of the older session: main is read there
     assert normalise(invoke("diff", "main", q).output) == (
         "common ancestor: <id> user: Hi?\n--- main: 1 node(s)\n- <id> assistant: Hello!\n+++ <id>: 0 node(s)"
@@ -249,7 +250,7 @@ def test_diff_and_compare_read_names_in_the_session_of_a_node_id(invoke, two_ses
 # -- experiments ------------------------------------------------------------------------
 
 
-def test_rerun_refuses_two_variants_of_one_name(invoke, small):  # noqa: F811
+def test_rerun_refuses_two_variants_of_one_name(invoke, small):
     result = invoke(
         "rerun", "main", "--variant", "a=x", "--variant", "a=y", "--base-url", "http://127.0.0.1:9/v1", code=2
     )
@@ -259,7 +260,7 @@ def test_rerun_refuses_two_variants_of_one_name(invoke, small):  # noqa: F811
 
 
 @pytest.mark.parametrize("price", ["m=nan,inf", "m=1,nan", "m=-1,2", "m=1,-0.5", "m=inf,1"])
-def test_compare_prices_are_finite_and_not_negative(invoke, small, price):  # noqa: F811
+def test_compare_prices_are_finite_and_not_negative(invoke, small, price):
     assert last_line(invoke("compare", "main", "alt", "--price", price, "--json", code=2)) == (
         f"Error: Invalid value for --price: '{price}': prices are finite numbers >= 0"
         " (dollars per million tokens)"
@@ -297,7 +298,7 @@ def test_a_database_that_was_there_before_is_never_removed(tmp_path):
     assert json.loads(run_cli("--db", str(there), "sessions", "--json").output)[0]["node_count"] == 12
 
 
-def test_copy_removes_a_destination_it_created_when_it_fails(tmp_path, small, db):  # noqa: F811
+def test_copy_removes_a_destination_it_created_when_it_fails(tmp_path, small, db):
     out = tmp_path / "cp.db"
     result = run_cli("copy", str(db), str(out), "-s", "nope")
     assert result.exit_code == 1
@@ -356,3 +357,31 @@ def test_a_postgres_url_without_a_host_is_read_as_libpq_reads_it():
     assert result.exit_code == 1
     assert result.output.startswith("Error: cannot reach PostgreSQL at postgresql:///x: ")
     assert result.output.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("grace", "error"),
+    [
+        ("nan", "Error: Invalid value for '--grace': 'nan' seconds is not a finite duration"),
+        ("inf", "Error: Invalid value for '--grace': 'inf' seconds is not a finite duration"),
+        ("1e300", "Error: Invalid value for '--grace': '1e300' seconds is longer than 100 years"),
+        ("-1", "Error: Invalid value for '--grace': '-1' seconds is negative"),
+    ],
+)
+def test_prune_grace_is_a_number_of_seconds(invoke, small, db, grace, error):
+    before = db.read_bytes()
+    assert last_line(invoke("prune", "--grace", grace, "--yes", code=2)) == error
+    assert db.read_bytes() == before
+
+
+def test_export_refuses_what_it_would_ignore(invoke, small, db):
+    with Store(db) as store:
+        other = store.create_session("other").id
+    assert last_line(invoke("export", "--format", "openai", small["session"], other, code=2)) == (
+        "Error: --format openai exports one branch of one session: give one SESSION, not 2"
+    )
+    assert last_line(invoke("export", "-b", "alt", code=2)) == (
+        "Error: -b/--branch only applies with --format openai, yoagent-messages, pi, claude-code,"
+        " messages, sharegpt, yieldagent (native exports whole sessions)"
+    )
+    assert invoke("export", "--format", "openai", "-b", "alt", small["session"]).output.startswith("[")
