@@ -2,7 +2,7 @@
 
 Contract: ``PostgresStorage(url)`` connects (a pool, psycopg 3), migrates (see
 ``postgres_db``) and implements ``Storage`` with the same keys, rows and
-invariants as the SQLite backend, so every test of the store runs against both.
+invariants as the SQLite backend: tests/conformance/ runs every promise of the store on both.
 The upkeep queries are in ``postgres_upkeep``, search and retention in
 ``postgres_find``.
 
