@@ -572,3 +572,46 @@ def test_invalid_names_are_refused_and_nothing_is_written(store, session, name):
         with pytest.raises(Conflict, match="invalid"):
             attempt()
     assert public_rows_of(store) == before
+
+
+# -- reads through the path cache: fresh pointers, the same answers ---------------------
+
+
+def test_pointers_are_read_fresh_across_processes(db_target):
+    with Store(db_target) as a, Store(db_target) as b:
+        s = a.create_session()
+        nodes = s.append_many([user("1"), assistant("2"), user("3")])
+        theirs = b.session(s.id)
+        assert [n.id for n in theirs.path("main")] == [n.id for n in nodes]
+        s.move("main", to=nodes[0])  # a rewinds the branch
+        assert [n.id for n in theirs.path("main")] == [nodes[0].id]
+        s.append(assistant("other"))
+        assert [m["content"] for m in theirs.messages()] == ["1", "other"]
+
+
+def test_messages_is_a_new_list_each_time(store, session):
+    session.append_many([user("hi"), assistant("there")])
+    first = session.messages()
+    first.append(user("only in my list"))
+    first.pop(0)
+    assert session.messages() == [user("hi"), assistant("there")]
+
+
+def test_older_ends_and_forks_off_a_cached_branch_read_right(store, session):
+    nodes = session.append_many([user("a"), assistant("b"), user("c")])
+    assert [m["content"] for m in session.messages()] == ["a", "b", "c"]
+    grown = session.append_many([assistant("d"), user("e")])
+    first = session.messages()
+    again = session.messages()
+    assert [m["content"] for m in again] == ["a", "b", "c", "d", "e"]
+    assert first is not again and all(x is y for x, y in zip(first, again, strict=True))
+    # The older end (a prefix of the grown chain) still reads as it was.
+    assert [m["content"] for m in session.messages(nodes[-1].id)] == ["a", "b", "c"]
+    assert [n.id for n in session.path(nodes[1].id)] == [n.id for n in nodes[:2]]
+    # A fork under the middle of the chain gets its own chain; neither disturbs the other.
+    session.fork("alt", at=nodes[1])
+    other = session.append_many([user("x"), assistant("y")], branch="alt")
+    assert [m["content"] for m in session.messages("alt")] == ["a", "b", "x", "y"]
+    assert [m["content"] for m in session.messages()] == ["a", "b", "c", "d", "e"]
+    assert [n.id for n in session.path("alt")] == [n.id for n in nodes[:2] + other]
+    assert session.path("main")[-1].id == grown[-1].id
