@@ -344,6 +344,7 @@ def on_a_terminal(db: str, tmp_path, *args: str, **env: str) -> tuple[str, str |
     return shown.decode().replace("\r\n", "\n"), paged.read_text() if paged.exists() else None
 
 
+@pytest.mark.slow  # a terminal (pty) and a pager process per case
 def test_long_output_on_a_terminal_is_paged_and_coloured(db_target, tmp_path):
     with Store(db_target) as store:
         tool_turns(store)

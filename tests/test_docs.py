@@ -121,9 +121,17 @@ def compile_check(block: Block, source: str) -> str:
     return f"exec(compile({source!r}, {str(block.path)!r}, 'exec'))"
 
 
+SLOW_DOCS = {"mcp.md"}
+"""Pages whose examples start processes (the MCP server and its clients)."""
+
+
 def _doc_files() -> list:
     files = sorted(DOCS.glob("*.md")) if DOCS.is_dir() else []
-    return [pytest.param(path, id=path.name) for path in files if python_blocks(path)]
+    return [
+        pytest.param(path, id=path.name, marks=[pytest.mark.slow] if path.name in SLOW_DOCS else [])
+        for path in files
+        if python_blocks(path)
+    ]
 
 
 @pytest.mark.parametrize("path", _doc_files())

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import sessiontree
 from sessiontree import Store, tool
 from sessiontree.testing import ScriptedModel, reply, tool_call
@@ -57,6 +59,7 @@ def test_a_message_of_1_3_mb_of_distinct_words_is_stored_and_searchable(any_stor
     assert s.verify().ok
 
 
+@pytest.mark.slow  # tens of megabytes written and read back
 def test_many_megabytes_through_append_many_in_one_chain(any_store):
     s = any_store.create_session("chain")
     nodes = s.append_many([user(HUGE), {"role": "assistant", "content": BIG}, user("small")])

@@ -51,6 +51,7 @@ def open_together(tmp_path, rounds: int, widen: float) -> list[list[str]]:
     return outcomes
 
 
+@pytest.mark.slow  # rounds of processes opening one file
 def test_processes_opening_a_new_file_at_once_all_open_it(tmp_path):
     """The window between reading the version and the tables widened by up to 20 ms in
     every opener: before the fix nearly every round had a ``NotOurs``."""

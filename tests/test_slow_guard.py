@@ -55,7 +55,20 @@ def test_an_unmarked_test_over_the_limit_fails_the_run_and_is_named(tmp_path):
     assert "3 passed" in result.stdout
     assert "test_timed.py::test_unmarked_and_slow" in result.stdout
     assert "test_marked_and_slow" not in result.stdout
-    assert "1 test(s) took over 0.25 s: mark them @pytest.mark.slow or make them faster" in result.stdout
+    assert "(limit 0.2 s)  test_timed.py::test_unmarked_and_slow" in result.stdout
+    assert "1 test(s) took over the limit: mark them @pytest.mark.slow or make them faster" in result.stdout
+
+
+def test_under_ci_the_limit_grows_with_the_load(monkeypatch):
+    import conftest
+
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.delenv("SESSIONTREE_SLOW_LIMIT", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr("os.getloadavg", lambda: (2.0, 0.0, 0.0))
+    assert conftest.slow_limit() == conftest.CI_SLOW_LIMIT  # one job a core: the least limit
+    monkeypatch.setattr("os.getloadavg", lambda: (16.0, 0.0, 0.0))
+    assert conftest.slow_limit() == 24.0  # 8 jobs a core: 2 x 1.5 s x 8
 
 
 def test_without_a_limit_nothing_is_timed(tmp_path):
