@@ -13,13 +13,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import kinds
 from .errors import InvalidPayload
+from .kinds import DECISION_ACTIONS, KINDS, ROLES, tool_calls_problem  # noqa: F401 (their old home)
 from .names import check_size
-
-KINDS = frozenset({"message", "pause", "decision", "error", "tool_start", "note", "summary", "score"})
-"""Node kinds. Only ``message`` nodes reach a model; the rest are markers."""
-
-ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 
 
 class Node:
@@ -245,27 +242,6 @@ def completion_problem(completion: Completion) -> str | None:
     calls = message.get("tool_calls")
     problem = None if calls is None else tool_calls_problem(calls, text_arguments=True)
     return None if problem is None else f"its message {problem}"
-
-
-def tool_calls_problem(calls: Any, *, text_arguments: bool = False) -> str | None:
-    """Why a message's ``tool_calls`` cannot be stored and read back, or None: it must be a
-    list of calls, each with a non-empty string id unique in the message and a function
-    with a string name (and, with ``text_arguments``, string arguments)."""
-    if not isinstance(calls, list):
-        return f"needs 'tool_calls' to be a list, not a {type(calls).__name__}"
-    seen: set[str] = set()
-    for call in calls:
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(call, dict) or not isinstance(call.get("id"), str) or not call["id"]:
-            return f"has a tool call without a string id: {str(call)[:80]}"
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            return f"has a tool call without a function name: {str(call)[:80]}"
-        if text_arguments and not isinstance(function.get("arguments"), str):
-            return f"has a tool call whose arguments are not a string: {str(call)[:80]}"
-        if call["id"] in seen:
-            return f"has two tool calls with the id {call['id'][:100]!r}"
-        seen.add(call["id"])
-    return None
 
 
 CACHE_WRITE, CACHE_READ = 1.25, 0.1
@@ -535,18 +511,8 @@ def encode_payload(payload: Any, kind: str) -> str:
     Raises InvalidPayload naming what is wrong: not an object, not strict JSON
     (see ``encode_json``), or a message without a known role.
     """
-    if kind not in KINDS:
-        raise InvalidPayload(f"unknown node kind {kind!r}; expected one of {sorted(KINDS)}")
-    if not isinstance(payload, dict):
-        raise InvalidPayload(f"payload must be a JSON object (dict), not {type(payload).__name__}")
-    role = payload.get("role")
-    if kind == "message" and (not isinstance(role, str) or role not in ROLES):
-        raise InvalidPayload(f"a message payload needs 'role' in {sorted(ROLES)}, got {role!r:.60}")
-    _check_shape(payload, kind)
+    kinds.check(kind, payload)  # each kind's record checks its own shape
     return encode_json(payload, "payload", separators=(",", ":"))
-
-
-DECISION_ACTIONS = frozenset({"approve", "reject", "edit"})
 
 
 def check_latency(value: Any, what: str = "latency_ms") -> float | None:
@@ -561,41 +527,3 @@ def check_latency(value: Any, what: str = "latency_ms") -> float | None:
     ):
         raise InvalidPayload(f"{what} must be a finite number of milliseconds, got {str(value)[:40]}")
     return float(value)
-
-
-def _check_shape(payload: dict[str, Any], kind: str) -> None:
-    """The fields every reader relies on have the types it relies on, so that what is
-    stored always reads (the loop, verify, log, tree, pending, resume, replay)."""
-
-    def bad(why: str) -> InvalidPayload:
-        return InvalidPayload(f"a {kind} payload {why}")
-
-    if kind == "message":
-        if not isinstance(payload.get("content"), str | list | None):  # what the API takes
-            content = payload["content"]
-            raise bad(f"needs 'content' to be text, a list of parts or null, not {type(content).__name__}")
-        calls = payload.get("tool_calls")
-        problem = None if calls is None else tool_calls_problem(calls)
-        if problem is not None:
-            raise bad(problem)
-        if payload.get("role") == "tool" and not isinstance(payload.get("tool_call_id"), str | None):
-            raise bad("with role 'tool' needs a string 'tool_call_id'")
-    elif kind in ("pause", "tool_start"):
-        calls = payload.get("calls", [])
-        if not isinstance(calls, list) or not all(
-            isinstance(c, dict) and isinstance(c.get("id"), str) and isinstance(c.get("name", ""), str)
-            for c in calls
-        ):
-            raise bad("needs 'calls' to be a list of objects with a string 'id' and 'name'")
-    elif kind == "score":  # what compare, the view and the preference export read
-        value = payload.get("value")
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise bad(f"needs 'value' to be a finite number, not {str(value)[:40]}")
-        if not isinstance(payload.get("scorer"), str) or not payload["scorer"]:
-            raise bad("needs 'scorer' to be a name")
-    elif kind == "decision":
-        decisions = payload.get("decisions", {})
-        if not isinstance(decisions, dict) or not all(
-            isinstance(d, dict) and d.get("action") in DECISION_ACTIONS for d in decisions.values()
-        ):
-            raise bad(f"needs 'decisions' to map call ids to an action in {sorted(DECISION_ACTIONS)}")
