@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from .clock import seconds as _seconds
+from .ids import iso
 
 if TYPE_CHECKING:
     from .bulk import ImportedNode
@@ -38,10 +39,8 @@ SYSTEM = "system"
 """Who a decision made by a policy, not a person, names as ``by``."""
 
 
-def stamp(seconds: float) -> str:
-    """``seconds`` since the epoch as the store writes times: ``2026-11-30T09:14:15.123Z``."""
-    whole, ms = divmod(round(seconds * 1000), 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{ms:03d}Z"
+stamp = iso
+"""``seconds`` since the epoch as the store writes times (``ids.iso``)."""
 
 
 def parse(text: str) -> float:

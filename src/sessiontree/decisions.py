@@ -1,6 +1,12 @@
-"""Decisions as a person sends them (a web form, a command line): checked strictly.
+"""Human decisions on a pause: their types, their stored form, reading them from a person,
+checking them against the pause, and writing them.
 
 Contract:
+- ``Approve()``, ``Reject(reason)`` and ``Edit(arguments)`` are the ``Decision`` a human
+  (or an approver, for the first two) gives one call. ``to_entry``/``from_entry`` turn one
+  into its stored ``kinds.DecisionEntry`` and back; ``decision_to_dict`` and
+  ``decision_from_dict`` are the same as JSON objects. Reading back from the store is
+  lenient (a reject without a reason reads as ``Reject("")``).
 - ``edit_arguments(value)`` returns ``value`` when it can be an edited call's
   arguments (a JSON object) and raises ``ValueError`` saying what it must be
   otherwise: the rule ``sessiontree edit-call`` applies to its ARGUMENTS, so a
@@ -11,16 +17,90 @@ Contract:
   ``Decision`` and who decided (``None`` when not said). Anything else raises
   ``ValueError`` naming the field: a missing or extra field, a reason that is
   not text, arguments that are not an object, no decision at all. Nothing is
-  filled in silently (``steps.decision_from_dict``, which reads decisions back
-  from the store, is lenient on purpose; this is the gate in front of it).
+  filled in silently: this is the strict gate in front of the lenient reading above.
+- ``check_decisions(pause, decisions)`` is what ``decide`` asks before it writes
+  anything; ``decide`` writes a human's decision node under the pause (one decision a
+  pause, never on an expired one); ``reject_expired`` writes the system's rejection of
+  an expired pause. A decision node's parent is its pause: ``Session.append_many``,
+  the import checks and the schema hold that too.
 - No web framework is needed here: the checks are plain Python.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from .steps import Approve, Decision, Edit, Reject
+from . import deadlines, schema_check
+from .errors import Conflict, ToolArgumentError
+from .ids import now
+from .kinds import DecisionEntry, DecisionPayload, PausePayload
+
+if TYPE_CHECKING:
+    from .model import Node
+    from .session import Ref
+    from .store import Store
+
+
+@dataclass(frozen=True)
+class Approve:
+    """Run the call as the model asked."""
+
+
+@dataclass(frozen=True)
+class Reject:
+    """Do not run the call; the model reads ``reason`` in a tool message."""
+
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Edit:
+    """(Human decisions only) run the call with these arguments instead."""
+
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+Decision = Approve | Reject | Edit
+
+
+def to_entry(decision: Decision) -> DecisionEntry:
+    """The stored form of one call's decision."""
+    if isinstance(decision, Approve):
+        return DecisionEntry("approve")
+    if isinstance(decision, Reject):
+        return DecisionEntry("reject", reason=decision.reason)
+    if isinstance(decision, Edit):
+        return DecisionEntry("edit", arguments=decision.arguments)
+    raise TypeError(f"a decision is Approve(), Reject(reason) or Edit(arguments), not {decision!r}")
+
+
+def from_entry(entry: DecisionEntry) -> Decision:
+    """A stored decision as a ``Decision`` (leniently: see the module docstring)."""
+    if entry.action == "approve":
+        return Approve()
+    if entry.action == "reject":
+        return Reject(entry.reason if entry.reason is not None else "")
+    if entry.action == "edit":
+        return Edit(entry.arguments or {})
+    raise ValueError(f"unknown decision action {entry.action!r}")
+
+
+def decision_to_dict(decision: Decision) -> dict[str, Any]:
+    return to_entry(decision).to_payload()
+
+
+def decision_from_dict(data: dict[str, Any]) -> Decision:
+    action = data.get("action")
+    if action not in ("approve", "reject", "edit"):
+        raise ValueError(f"unknown decision action {action!r}")
+    return from_entry(DecisionEntry.from_payload(data))
+
+
+def decided(node: Node) -> dict[str, Decision]:
+    """Call id -> ``Decision`` of a decision node."""
+    return {k: from_entry(v) for k, v in DecisionPayload.from_node(node).decisions.items()}
+
 
 _FIELDS = {"approve": {"action"}, "reject": {"action", "reason"}, "edit": {"action", "arguments"}}
 
@@ -91,3 +171,108 @@ def _kind(value: Any) -> str:
     if isinstance(value, list):
         return "an array"
     return "an object" if isinstance(value, dict) else type(value).__name__
+
+
+# -- checking and writing -------------------------------------------------------
+
+
+def check_decisions(pause: Node, decisions: dict[str, Decision]) -> None:
+    """What ``decide`` asks of a decision before it writes anything: ``Conflict`` unless
+    ``pause`` is a pause and ``decisions`` names at least one of its calls and nothing else;
+    ``ToolArgumentError`` when an ``Edit``'s arguments do not fit the schema the pause
+    recorded for the call's tool (the check the run would make: ``schema_check``). A pause
+    written before pauses recorded schemas (no ``schemas`` key) has its edits checked on
+    resume only, as then."""
+    if pause.kind != "pause":
+        raise Conflict(f"node {pause.id} is a {pause.kind} node, not a pause")
+    record = PausePayload.from_node(pause)
+    known = record.call_ids
+    unknown = sorted(set(decisions) - set(known))
+    if unknown:
+        raise Conflict(
+            f"pause {pause.id} has no call(s) {', '.join(unknown)}; its calls are {', '.join(known)}"
+        )
+    if not decisions:
+        raise Conflict(f"no decision given for pause {pause.id}; its calls are {', '.join(known)}")
+    for call in record.calls:
+        edit = decisions.get(call.id)
+        schema = record.schema_of(call.name)
+        if isinstance(edit, Edit) and schema is not None:
+            found = schema_check.problems(edit.arguments, schema, "arguments")
+            if found:
+                what = f"edit of call {call.id} ({call.name})"
+                raise ToolArgumentError(f"{what}: {'; '.join(found)} (nothing was written)")
+
+
+def decide(store: Store, pause: Ref, decisions: dict[str, Decision], *, by: str | None = None) -> Node:
+    """Record a human's answer to a pause; return the decision node.
+
+    ``decisions`` maps call ids of the pause to Approve(), Reject(reason) or
+    Edit(arguments). Calls left out are asked about again on resume. Every
+    branch whose head is the pause moves to the decision. A pause takes one
+    decision: a second decider gets ``Conflict``, and so does the decider of a
+    pause no branch stands at any more (nothing could carry the decision on), and of
+    a pause whose deadline has passed (``expired``: see ``reject_expired``).
+    """
+    pause = store.node(pause)
+    check_decisions(pause, decisions)
+    record = DecisionPayload({k: to_entry(v) for k, v in decisions.items()}, by=by, at=now())
+    session = store.session(pause.session_id)
+    with store.transaction():
+        at_pause = session.branches_at(pause)
+        taken = any(n.kind == "decision" for n in session.children(pause))
+        if not taken and deadlines.is_expired(pause):
+            raise Conflict(
+                f"pause {pause.id} expired at {deadlines.expires_at(pause)} with no decision;"
+                " nothing was written"
+            )
+        # (A decided pause is left to the store, which says it already has a decision.)
+        if not at_pause and not taken:
+            raise Conflict(
+                f"pause {pause.id}: no branch stands at it any more ({why_left(store, pause)});"
+                " nothing was written"
+            )
+        node = session.append(
+            record.to_payload(), kind="decision", parent=pause, branch=at_pause[0] if at_pause else None
+        )
+        for name in at_pause[1:]:
+            session.move(name, to=node, expect_head=pause.id)
+    return node
+
+
+def reject_expired(store: Store, pause: Ref) -> Node:
+    """Continue an expired pause as a rejection by the system: a decision node that
+    rejects every call, ``{"by": "system", "reason": "expired"}``; return it.
+
+    ``Conflict`` when the pause has no deadline, it has not passed, or the pause is
+    decided already (a human was first) or no branch stands at it; nothing is written.
+    """
+    pause = store.node(pause)
+    calls = PausePayload.from_node(pause).call_ids if pause.kind == "pause" else []
+    check_decisions(pause, {c: Reject() for c in calls})
+    at = deadlines.expires_at(pause)
+    if at is None or not deadlines.is_expired(pause):
+        raise Conflict(f"pause {pause.id} has not expired ({'expires ' + at if at else 'no deadline'})")
+    said = f"no decision was made before the pause expired at {at}"
+    record = DecisionPayload(
+        {c: to_entry(Reject(said)) for c in calls}, by=deadlines.SYSTEM, reason="expired", at=now()
+    )
+    session = store.session(pause.session_id)
+    with store.transaction():
+        if any(n.kind == "decision" for n in session.children(pause)):
+            raise Conflict(f"pause {pause.id} already has a decision; nothing was written")
+        at_pause = session.branches_at(pause)
+        if not at_pause:
+            raise Conflict(f"pause {pause.id}: no branch stands at it any more; nothing was written")
+        node = session.append(record.to_payload(), kind="decision", parent=pause, branch=at_pause[0])
+        for name in at_pause[1:]:
+            session.move(name, to=node, expect_head=pause.id)
+    return node
+
+
+def why_left(store: Store, node: Node) -> str:
+    """Why no branch stands at ``node``: which moved on past it, or that none has it."""
+    passed, _ = store.storage.refs_containing([node.id]).get(node.id, ([], []))
+    if passed:
+        return f"{', '.join(passed)} moved on"
+    return "no branch has it on its path: a branch moved back or was deleted"

@@ -6,6 +6,11 @@ creation order even within one millisecond; ids from different processes or
 files never collide in practice (62 random bits in each); they read the wall clock.
 ``now()`` is the time the store records, read from ``clock`` (which a test can freeze).
 ``is_stamp`` says whether a text is a time in exactly the form ``now()`` writes.
+
+``iso(t)`` is the one formatter of the store's time text (``now()``, deadlines, retention
+and prune cutoffs, imported times): SQL compares these as TEXT, so every writer must
+produce the same bytes. ``new_call_id()`` is the one recipe for a tool-call id made up
+for a call that came without one.
 """
 
 from __future__ import annotations
@@ -66,6 +71,28 @@ def _next(ms: int) -> str:
     return f"{_prefix}{h[:4]}-{h[4:8]}-{h[8:]}"
 
 
+def _date(seconds: int) -> str:
+    """Whole UTC seconds since the epoch as ``YYYY-MM-DDTHH:MM:SS`` (four-digit year)."""
+    t = time.gmtime(seconds)
+    return f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}"
+
+
+def iso(t: float) -> str:
+    """``t`` seconds since the epoch as the store writes times, to the nearest millisecond:
+    ``2026-11-30T09:14:15.123Z``."""
+    seconds, ms = divmod(round(t * 1000), 1000)
+    return f"{_date(seconds)}.{ms:03d}Z"
+
+
+def new_call_id(of: str | None = None) -> str:
+    """An id for a tool call that came without one: ``call_`` and 16 hex digits of a new
+    UUIDv7; or, for a call an import makes up for the node ``of``, 24 hex digits of that
+    node's id, so importing one file twice makes the same ids."""
+    if of is not None:
+        return f"call_{of.replace('-', '')[:24]}"
+    return f"call_{new_id().replace('-', '')[-16:]}"
+
+
 _second: tuple[int, str] = (-1, "")
 """The last second formatted, and its text: one tuple, read once, so a thread never pairs
 one second's text with another's (no lock: replacing the tuple is atomic)."""
@@ -78,7 +105,7 @@ def now() -> str:
     seconds, ms = divmod(clock.time_ns() // 1_000_000, 1000)
     cached = _second
     if cached[0] != seconds:  # formatting the date is most of the cost: once a second
-        cached = _second = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
+        cached = _second = (seconds, _date(seconds))
     return f"{cached[1]}.{ms:03d}Z"
 
 

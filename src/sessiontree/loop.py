@@ -54,8 +54,18 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
-from . import bridge, compaction, deadlines, schema_check
+from . import bridge, compaction, deadlines
 from . import recipe as recipes
+from .decisions import (  # noqa: F401 (check_decisions, decide, reject_expired: their old home)
+    Approve,
+    Decision,
+    Edit,
+    Reject,
+    check_decisions,
+    decide,
+    reject_expired,
+    why_left,
+)
 from .errors import (
     BranchMoved,
     Conflict,
@@ -66,7 +76,8 @@ from .errors import (
     ToolFailed,
     ToolMissing,
 )
-from .ids import new_id, now
+from .ids import new_call_id, now
+from .kinds import DecisionPayload, ErrorPayload, MarkerCall, NotePayload, PausePayload, ToolStartPayload
 from .limits import Budget, Limits
 from .model import Completion, Node, completion_problem, sendable
 from .plan import Action, next_action
@@ -74,22 +85,17 @@ from .recipe import Recipe
 from .redact import Redactor
 from .session import Ref, Session, summary_text
 from .steps import (
-    Approve,
     Assistant,
     Compacted,
-    Decision,
-    Edit,
     Final,
     FinalReason,
     Pause,
     Paused,
-    Reject,
     Step,
     Token,
     ToolCall,
     ToolEnd,
     ToolStart,
-    decision_to_dict,
 )
 from .store import Store
 from .tools import Tool, ToolArgumentError, ToolContext, ToolOutput, as_tools
@@ -231,7 +237,7 @@ async def arun(
                 return
     except asyncio.CancelledError:
         with contextlib.suppress(SessionTreeError):  # the branch moved meanwhile: nothing to record
-            cursor.append({"error": "cancelled", "message": "the run was cancelled"}, kind="error")
+            cursor.append(ErrorPayload("cancelled", "the run was cancelled").to_payload(), kind="error")
         raise
 
 
@@ -275,7 +281,7 @@ class _BranchCursor:
 
     def stop(self, reason: FinalReason, message: str) -> Final:
         """Record that a budget ran out in a ``note`` node (see ``limits``); the Final step."""
-        node = self.append({"type": "limit", "limit": reason, "message": message}, kind="note")
+        node = self.append(NotePayload(type="limit", limit=reason, message=message).to_payload(), kind="note")
         return Final(reason, node, message)
 
     def fail(self, error: Exception, during: str) -> Final:
@@ -478,13 +484,8 @@ async def _answer_calls(
         # Held from before the marker until the last result: while it is, a worker does not
         # take this branch for a run cut off inside a tool (see ``worker.cut_off``).
         with cursor.session.tool_lease():
-            marker = cursor.append(
-                {
-                    "calls": [{"id": c.id, "name": c.name, "arguments": a} for c, a in to_run],
-                    **_stamp(cursor),
-                },
-                kind="tool_start",
-            )
+            started = ToolStartPayload(tuple(MarkerCall(c.id, c.name, a) for c, a in to_run), cursor.recipe)
+            marker = cursor.append(started.to_payload(), kind="tool_start")
             for call, _ in to_run:
                 yield ToolStart(call, marker)
             async for call, content, ok, raw in _run_batch(registry, to_run, cursor):
@@ -492,23 +493,18 @@ async def _answer_calls(
                 node = cursor.append({**message, "raw": raw} if raw else message)
                 yield ToolEnd(call, node, ok)
     if for_human:
-        payload: dict[str, Any] = {
-            "reason": "; ".join(sorted({r for _, r in for_human if r})) or "approval needed",
-            "assistant_id": action.assistant.id if action.assistant else None,
-            "calls": [{**c.to_dict(), "reason": r} for c, r in for_human],
+        record = PausePayload(
+            "; ".join(sorted({r for _, r in for_human if r})) or "approval needed",
+            action.assistant.id if action.assistant else None,
+            tuple(MarkerCall(c.id, c.name, c.arguments, r) for c, r in for_human),
             # What ``decide`` checks an edit of each call against (``check_decisions``).
-            "schemas": {c.name: registry[c.name].parameters for c, _ in for_human if c.name in registry},
-        }
-        if waits:  # of several deadlines, the earliest: a human must answer the whole pause
-            payload["expires_at"] = deadlines.deadline(min(waits))
-        payload.update(_stamp(cursor))
-        pause = cursor.append(payload, kind="pause")
+            {c.name: registry[c.name].parameters for c, _ in for_human if c.name in registry},
+            # of several deadlines, the earliest: a human must answer the whole pause
+            deadlines.deadline(min(waits)) if waits else None,
+            cursor.recipe,
+        )
+        pause = cursor.append(record.to_payload(), kind="pause")
         yield Paused(pause)
-
-
-def _stamp(cursor: _BranchCursor) -> dict[str, Any]:
-    """The recipe's entry in a pause or tool_start payload (none when the run has none)."""
-    return {recipes.KEY: cursor.recipe} if cursor.recipe is not None else {}
 
 
 async def _run_batch(
@@ -615,7 +611,7 @@ def _as_completion(reply: Any) -> Completion:
             arguments = json.dumps(arguments if arguments is not None else {})
         calls.append(
             {
-                "id": raw.get("id") or f"call_{new_id().replace('-', '')[-16:]}",
+                "id": raw.get("id") or new_call_id(),
                 "type": "function",
                 "function": {"name": function["name"], "arguments": arguments},
             }
@@ -642,14 +638,15 @@ def _bad_reply(reply: Any, problem: str) -> ModelOutputError:
 
 
 def _error_payload(error: BaseException, during: str) -> dict[str, Any]:
-    payload = {"error": type(error).__name__, "message": str(error), "during": during, "at": now()}
-    status = getattr(error, "status", None)
-    if status is not None:
-        payload["status"] = status
     raw = getattr(error, "raw", None)
-    if isinstance(raw, str):
-        payload["raw"] = raw[:RAW_REPLY_LIMIT]
-    return payload
+    return ErrorPayload(
+        type(error).__name__,
+        str(error),
+        during=during,
+        at=now(),
+        status=getattr(error, "status", None),
+        raw=raw[:RAW_REPLY_LIMIT] if isinstance(raw, str) else None,
+    ).to_payload()
 
 
 def default_approval(call: ToolCall, tool: Tool | None) -> Approve | Pause:
@@ -707,104 +704,7 @@ def run(
     )
 
 
-# -- human decisions --------------------------------------------------------
-
-
-def check_decisions(pause: Node, decisions: dict[str, Decision]) -> None:
-    """What ``decide`` asks of a decision before it writes anything: ``Conflict`` unless
-    ``pause`` is a pause and ``decisions`` names at least one of its calls and nothing else;
-    ``ToolArgumentError`` when an ``Edit``'s arguments do not fit the schema the pause
-    recorded for the call's tool (the check the run would make: ``schema_check``). A pause
-    written before pauses recorded schemas (no ``schemas`` key) has its edits checked on
-    resume only, as then."""
-    if pause.kind != "pause":
-        raise Conflict(f"node {pause.id} is a {pause.kind} node, not a pause")
-    known = [c["id"] for c in pause.payload.get("calls", [])]
-    unknown = sorted(set(decisions) - set(known))
-    if unknown:
-        raise Conflict(
-            f"pause {pause.id} has no call(s) {', '.join(unknown)}; its calls are {', '.join(known)}"
-        )
-    if not decisions:
-        raise Conflict(f"no decision given for pause {pause.id}; its calls are {', '.join(known)}")
-    schemas = pause.payload.get("schemas")
-    schemas = schemas if isinstance(schemas, dict) else {}
-    for call in pause.payload.get("calls", []):
-        edit = decisions.get(call["id"])
-        schema = schemas.get(call.get("name"))
-        if isinstance(edit, Edit) and isinstance(schema, dict):
-            found = schema_check.problems(edit.arguments, schema, "arguments")
-            if found:
-                what = f"edit of call {call['id']} ({call.get('name')})"
-                raise ToolArgumentError(f"{what}: {'; '.join(found)} (nothing was written)")
-
-
-def decide(store: Store, pause: Ref, decisions: dict[str, Decision], *, by: str | None = None) -> Node:
-    """Record a human's answer to a pause; return the decision node.
-
-    ``decisions`` maps call ids of the pause to Approve(), Reject(reason) or
-    Edit(arguments). Calls left out are asked about again on resume. Every
-    branch whose head is the pause moves to the decision. A pause takes one
-    decision: a second decider gets ``Conflict``, and so does the decider of a
-    pause no branch stands at any more (nothing could carry the decision on), and of
-    a pause whose deadline has passed (``expired``: see ``reject_expired``).
-    """
-    pause = store.node(pause)
-    check_decisions(pause, decisions)
-    payload = {"decisions": {k: decision_to_dict(v) for k, v in decisions.items()}, "by": by, "at": now()}
-    session = store.session(pause.session_id)
-    with store.transaction():
-        at_pause = session.branches_at(pause)
-        decided = any(n.kind == "decision" for n in session.children(pause))
-        if not decided and deadlines.is_expired(pause):
-            raise Conflict(
-                f"pause {pause.id} expired at {deadlines.expires_at(pause)} with no decision;"
-                " nothing was written"
-            )
-        # (A decided pause is left to the store, which says it already has a decision.)
-        if not at_pause and not decided:
-            raise Conflict(
-                f"pause {pause.id}: no branch stands at it any more ({_why_left(store, pause)});"
-                " nothing was written"
-            )
-        node = session.append(
-            payload, kind="decision", parent=pause, branch=at_pause[0] if at_pause else None
-        )
-        for name in at_pause[1:]:
-            session.move(name, to=node, expect_head=pause.id)
-    return node
-
-
-def reject_expired(store: Store, pause: Ref) -> Node:
-    """Continue an expired pause as a rejection by the system: a decision node that
-    rejects every call, ``{"by": "system", "reason": "expired"}``; return it.
-
-    ``Conflict`` when the pause has no deadline, it has not passed, or the pause is
-    decided already (a human was first) or no branch stands at it; nothing is written.
-    """
-    pause = store.node(pause)
-    check_decisions(pause, {c["id"]: Reject() for c in pause.payload.get("calls", [])})
-    at = deadlines.expires_at(pause)
-    if at is None or not deadlines.is_expired(pause):
-        raise Conflict(f"pause {pause.id} has not expired ({'expires ' + at if at else 'no deadline'})")
-    said = f"no decision was made before the pause expired at {at}"
-    payload = {
-        "decisions": {c["id"]: decision_to_dict(Reject(said)) for c in pause.payload["calls"]},
-        "by": deadlines.SYSTEM,
-        "reason": "expired",
-        "at": now(),
-    }
-    session = store.session(pause.session_id)
-    with store.transaction():
-        if any(n.kind == "decision" for n in session.children(pause)):
-            raise Conflict(f"pause {pause.id} already has a decision; nothing was written")
-        at_pause = session.branches_at(pause)
-        if not at_pause:
-            raise Conflict(f"pause {pause.id}: no branch stands at it any more; nothing was written")
-        node = session.append(payload, kind="decision", parent=pause, branch=at_pause[0])
-        for name in at_pause[1:]:
-            session.move(name, to=node, expect_head=pause.id)
-    return node
+# -- resuming a decided pause ------------------------------------------------
 
 
 def aresume(store: Store, pause: Ref, **kwargs: Any) -> AsyncIterator[Step]:
@@ -844,7 +744,7 @@ def aresume(store: Store, pause: Ref, **kwargs: Any) -> AsyncIterator[Step]:
     if not branches:
         raise Conflict(
             f"pause {pause.id}: no branch stands at its decision {decision.id} any more"
-            f" ({_why_left(store, decision)}); nothing was run"
+            f" ({why_left(store, decision)}); nothing was run"
         )
     _require_tools(pause, decision, as_tools(kwargs.get("tools") or []), accept_changed)
     if len(branches) > 1:  # forks made at the pause are younger than the branch that paused
@@ -857,8 +757,7 @@ def framework_of(pause: Node) -> str | None:
     pause's never-sent ``raw``, under the framework's name), or None for the loop's own
     pauses, which carry no ``raw``. Human decisions work the same for both; only the
     framework's own resume can carry the first kind on."""
-    raw = pause.payload.get("raw")
-    return next(iter(raw)) if isinstance(raw, dict) and raw else None
+    return PausePayload.from_node(pause).framework if pause.kind == "pause" else None
 
 
 def _require_tools(pause: Node, decision: Node, tools: dict[str, Tool], accept_changed: bool = False) -> None:
@@ -866,37 +765,29 @@ def _require_tools(pause: Node, decision: Node, tools: dict[str, Tool], accept_c
     among ``tools``, ``ToolChanged`` when its schema is not the recorded one: checked
     before the run writes its ``tool_start``, which would use the decision up on a call
     that can only fail, or that a human approved for another tool."""
-    actions = decision.payload.get("decisions") or {}
+    actions = DecisionPayload.from_node(decision).decisions
     recorded = recipes.of(pause)
     hashes = recorded.schema_hashes if recorded is not None else {}
-    for call in pause.payload.get("calls") or []:
-        action = actions.get(call.get("id"))
-        if not (isinstance(action, dict) and action.get("action") in ("approve", "edit")):
+    for call in PausePayload.from_node(pause).calls:
+        action = actions.get(call.id)
+        if action is None or action.action not in ("approve", "edit"):
             continue
-        name = call.get("name")
+        name = call.name
         tool = tools.get(name) if isinstance(name, str) else None
         if tool is None:
             raise ToolMissing(
-                f"pause {pause.id}: the decided call {call.get('id')} needs the tool {name!r},"
+                f"pause {pause.id}: the decided call {call.id} needs the tool {name!r},"
                 " which this run was not given; nothing was run and the decision stays usable"
                 " (give the tool: tools=..., or --tools on the command line)"
             )
         expected = hashes.get(name) if isinstance(name, str) else None
         if expected is not None and not accept_changed and recipes.schema_hash(tool) != expected:
             raise ToolChanged(
-                f"pause {pause.id}: the tool {name!r} of the decided call {call.get('id')} has changed"
+                f"pause {pause.id}: the tool {name!r} of the decided call {call.id} has changed"
                 " since the pause (its JSON schema is not the one recorded); nothing was run and the"
                 " decision stays usable (give the tool as it was, or accept it as it is now:"
                 " accept_changed_tools=True, or --accept-changed-tools on the command line)"
             )
-
-
-def _why_left(store: Store, node: Node) -> str:
-    """Why no branch stands at ``node``: which moved on past it, or that none has it."""
-    passed, _ = store.storage.refs_containing([node.id]).get(node.id, ([], []))
-    if passed:
-        return f"{', '.join(passed)} moved on"
-    return "no branch has it on its path: a branch moved back or was deleted"
 
 
 def resume(store: Store, pause: Ref, **kwargs: Any) -> Iterator[Step]:

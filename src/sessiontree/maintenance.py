@@ -16,11 +16,12 @@ Contract:
 
 from __future__ import annotations
 
-import time
+import math
 
 from . import clock
 from .compaction import span_problems
 from .errors import Conflict
+from .ids import iso
 from .model import Node, Problem, PruneReport, VerifyReport
 from .storage import Storage
 
@@ -49,7 +50,7 @@ def prune(
     elif since < 0:  # older than every node (and than what gmtime can show): keep them all
         cutoff = "0"
     else:
-        cutoff = time.strftime("%Y-%m-%dT%H:%M:%S.999Z", time.gmtime(since))
+        cutoff = iso(math.floor(since) + 0.999)  # the last millisecond of that second
     node_ids, run_ids = storage.unreachable(session_key, delete=not dry_run, cutoff=cutoff)
     freed = storage.vacuum() if vacuum and not dry_run else None
     return PruneReport(node_ids=node_ids, run_ids=run_ids, dry_run=dry_run, bytes_freed=freed)

@@ -36,11 +36,9 @@ Contract:
 
 from __future__ import annotations
 
-import time
-
 from . import clock
 from .errors import Conflict
-from .ids import now
+from .ids import iso, now
 from .model import RetentionReport, Stripped, TrashEntry
 from .storage import Storage
 
@@ -52,8 +50,7 @@ DEFAULT_MIN_BYTES = 10_000
 def iso_ago(seconds: float) -> str:
     """The UTC time ``seconds`` ago, as the store writes times (to the millisecond; what
     was written in this very millisecond is not older than 0 s)."""
-    whole, ms = divmod(clock.time_ns() // 1_000_000 - round(seconds * 1000), 1000)
-    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(whole))}.{ms:03d}Z"
+    return iso((clock.time_ns() // 1_000_000 - round(seconds * 1000)) / 1000)
 
 
 def trash(storage: Storage) -> list[TrashEntry]:

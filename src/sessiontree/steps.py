@@ -9,9 +9,18 @@ exactly one ``Final``, unless it is cancelled (then ``CancelledError`` propagate
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
+from .decisions import (  # noqa: F401 (their old home: decisions.py owns them now)
+    Approve,
+    Decision,
+    Edit,
+    Reject,
+    decision_from_dict,
+    decision_to_dict,
+)
+from .kinds import PausePayload, SummaryPayload
 from .model import Node
 
 # ``token_budget``, ``time_budget``, ``cost_budget`` and ``repeated_calls``: a ``Limits``
@@ -89,7 +98,7 @@ class Paused:
 
     @property
     def calls(self) -> list[dict[str, Any]]:
-        return self.node.payload["calls"]
+        return [c.to_payload() for c in PausePayload.from_node(self.node).calls]
 
 
 @dataclass(frozen=True)
@@ -100,7 +109,7 @@ class Compacted:
 
     @property
     def summary(self) -> str:
-        return str(self.node.payload.get("summary", ""))
+        return SummaryPayload.from_node(self.node).text
 
 
 @dataclass(frozen=True)
@@ -138,52 +147,9 @@ class Recovering:
 
 
 @dataclass(frozen=True)
-class Approve:
-    """Run the call as the model asked."""
-
-
-@dataclass(frozen=True)
-class Reject:
-    """Do not run the call; the model reads ``reason`` in a tool message."""
-
-    reason: str = ""
-
-
-@dataclass(frozen=True)
 class Pause:
     """Ask a human: the loop writes a pause node and stops. With ``expires_in``
     (seconds) the pause has a deadline, after which it is ``expired`` (see ``deadlines``)."""
 
     reason: str = ""
     expires_in: float | None = None
-
-
-@dataclass(frozen=True)
-class Edit:
-    """(Human decisions only) run the call with these arguments instead."""
-
-    arguments: dict[str, Any] = field(default_factory=dict)
-
-
-Decision = Approve | Reject | Edit
-
-
-def decision_to_dict(decision: Decision) -> dict[str, Any]:
-    if isinstance(decision, Approve):
-        return {"action": "approve"}
-    if isinstance(decision, Reject):
-        return {"action": "reject", "reason": decision.reason}
-    if isinstance(decision, Edit):
-        return {"action": "edit", "arguments": decision.arguments}
-    raise TypeError(f"a decision is Approve(), Reject(reason) or Edit(arguments), not {decision!r}")
-
-
-def decision_from_dict(data: dict[str, Any]) -> Decision:
-    action = data.get("action")
-    if action == "approve":
-        return Approve()
-    if action == "reject":
-        return Reject(data.get("reason", ""))
-    if action == "edit":
-        return Edit(data.get("arguments") or {})
-    raise ValueError(f"unknown decision action {action!r}")

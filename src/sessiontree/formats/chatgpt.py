@@ -23,7 +23,7 @@ from typing import Any
 
 from ..bulk import ImportedNode, ImportedRun, ImportedSession
 from ..errors import FormatError
-from ..ids import now
+from ..ids import new_call_id, now
 from .common import (
     EPOCH,
     block_text,
@@ -181,7 +181,7 @@ def _payload(
         run = make_run(node_id, at, model=meta.get("model_slug"), provider="chatgpt", finish_reason=finish)
     recipient = msg.get("recipient")
     if role == "assistant" and isinstance(recipient, str) and recipient != "all":
-        calls[node_id] = call_id = f"call_{node_id.replace('-', '')[:24]}"
+        calls[node_id] = call_id = new_call_id(of=node_id)
         return chat_message(
             "assistant", None, tool_calls=[tool_call(call_id, recipient, {"input": text})]
         ), run

@@ -12,9 +12,10 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from .. import ids
 from ..bulk import ImportedNode, ImportedRef, ImportedRun, ImportedSession
 from ..errors import FormatError, InvalidPayload
 from ..names import check_text
@@ -44,6 +45,9 @@ def keep_or_derive(original: str, *scope: str) -> str:
     return stable_id(*scope, original)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def iso(value: Any, default: str | None = None) -> str | None:
     """A timestamp (epoch seconds or ms, or ISO 8601 text) as ``YYYY-MM-DDTHH:MM:SS.mmmZ``."""
     try:
@@ -60,7 +64,8 @@ def iso(value: Any, default: str | None = None) -> str | None:
             return default
     except (ValueError, OverflowError, OSError):
         return default
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    # Whole milliseconds, cut (not rounded) as ``isoformat(timespec="milliseconds")`` did.
+    return ids.iso((moment - _EPOCH) // timedelta(milliseconds=1) / 1000)
 
 
 def tool_call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..ids import new_call_id
 from .sse import Event
 
 
@@ -104,7 +104,7 @@ def tool_call(raw: dict[str, Any], position: int) -> dict[str, Any]:
     if not isinstance(arguments, str):  # some servers send an object; the contract is a string
         arguments = json.dumps(arguments if arguments is not None else {})
     # An agent loop matches tool results to calls by id, so never leave it empty.
-    call_id = raw.get("id") or f"call_{position}_{uuid.uuid4().hex[:12]}"
+    call_id = raw.get("id") or new_call_id()
     return {
         "id": call_id,
         "type": "function",
