@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from . import clock
+from . import calls, clock
 from .compaction import span_problems
 from .errors import Conflict
 from .ids import iso
@@ -70,49 +70,18 @@ def verify(storage: Storage, *, session_key: int | None = None) -> VerifyReport:
 
 def tool_call_problems(session_id: str, branch: str, path: list[Node]) -> list[Problem]:
     """On a branch path, every tool call is answered by exactly one tool message
-    before the conversation moves on (the next non-tool message)."""
+    before the conversation moves on (the next non-tool message): see ``calls``."""
     problems = []
-    open_calls: dict[str, bool] = {}  # call id -> answered
-    for node in path:
-        if node.kind != "message":
+    for step in calls.follow(path):
+        node = step.node
+        if step.stray == "orphan":
+            call_id = node.payload.get("tool_call_id")
+            said = f"tool message {node.id} answers no open call {call_id!r}"
+        elif step.stray == "twice":
+            said = f"tool call {node.payload.get('tool_call_id')!r} is answered twice"
+        elif step.left:
+            said = f"tool calls {list(step.left)} are unanswered before node {node.id}"
+        else:
             continue
-        message = node.payload
-        role = message.get("role")
-        if role == "tool":
-            call_id = message.get("tool_call_id")
-            if call_id not in open_calls:
-                problems.append(
-                    Problem(
-                        session_id,
-                        "tool-calls",
-                        f"on branch {branch!r}, tool message {node.id} answers no open call {call_id!r}",
-                        node.id,
-                    )
-                )
-            elif open_calls[call_id]:
-                problems.append(
-                    Problem(
-                        session_id,
-                        "tool-calls",
-                        f"on branch {branch!r}, tool call {call_id!r} is answered twice",
-                        node.id,
-                    )
-                )
-            else:
-                open_calls[call_id] = True
-            continue
-        unanswered = [c for c, done in open_calls.items() if not done]
-        if unanswered:
-            problems.append(
-                Problem(
-                    session_id,
-                    "tool-calls",
-                    f"on branch {branch!r}, tool calls {unanswered} are unanswered before node {node.id}",
-                    node.id,
-                )
-            )
-        open_calls = {}
-        if role == "assistant":
-            for call in message.get("tool_calls") or []:
-                open_calls[call.get("id")] = False
+        problems.append(Problem(session_id, "tool-calls", f"on branch {branch!r}, {said}", node.id))
     return problems

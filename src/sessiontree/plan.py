@@ -25,8 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from . import calls as tool_calls
+from .decisions import Decision, from_entry
+from .kinds import DecisionPayload, ToolStartPayload
 from .model import Node
-from .steps import Decision, ToolCall, decision_from_dict
+from .steps import ToolCall
 
 
 @dataclass
@@ -42,15 +45,11 @@ class Action:
 def next_action(path: list[Node]) -> Action:
     if not path:
         return Action("empty")
-    tail: list[Node] = []
-    assistant = None
-    for node in reversed(path):
-        if node.kind == "message" and node.payload.get("role") != "tool":
-            if node.payload.get("role") == "assistant":
-                assistant = node
-            break
-        tail.append(node)
-    tail.reverse()
+    # The last message that is not a tool result: the tail after it only answers it.
+    start = len(path) - 1
+    while start >= 0 and (path[start].kind != "message" or path[start].role == "tool"):
+        start -= 1
+    assistant = path[start] if start >= 0 and path[start].role == "assistant" else None
     if assistant is None:
         return Action("model")
     calls = [ToolCall.from_message(c) for c in assistant.payload.get("tool_calls") or []]
@@ -61,19 +60,18 @@ def next_action(path: list[Node]) -> Action:
     started: set[str] = set()
     ever_started: set[str] = set()
     decided: dict[str, Decision] = {}
-    for node in tail:
-        if node.kind == "message":  # a tool message
-            call_id = node.payload.get("tool_call_id")
-            if isinstance(call_id, str):
-                answered.add(call_id)
+    for step in tool_calls.follow(path[start:]):
+        node = step.node
+        if step.answers is not None:
+            answered.add(step.answers)
         elif node.kind == "tool_start":
-            for call in node.payload.get("calls", []):
-                started.add(call["id"])
-                ever_started.add(call["id"])
-                decided.pop(call["id"], None)  # a decision is used up by running it
+            for call_id in ToolStartPayload.from_node(node).call_ids:
+                started.add(call_id)
+                ever_started.add(call_id)
+                decided.pop(call_id, None)  # a decision is used up by running it
         elif node.kind == "decision":
-            for call_id, data in node.payload.get("decisions", {}).items():
-                decided[call_id] = decision_from_dict(data)
+            for call_id, entry in DecisionPayload.from_node(node).decisions.items():
+                decided[call_id] = from_entry(entry)
                 started.discard(call_id)  # a human has looked at it since
     unanswered = [c for c in calls if c.id not in answered]
     if not unanswered:

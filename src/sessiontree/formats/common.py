@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .. import ids
+from .. import calls, ids
 from ..bulk import ImportedNode, ImportedRef, ImportedRun, ImportedSession
 from ..errors import FormatError, InvalidPayload
 from ..names import check_text
@@ -207,37 +207,29 @@ class OpenCalls:
 
     def __init__(self, source: str) -> None:
         self.source = source  # the format, named in the notes made of orphan tool output
-        # node id -> (id of the node that made the calls, calls still open, node's created_at)
-        self._open: dict[str, tuple[str, tuple[Any, ...], str]] = {}
+        # node id -> (the calls open after it, the created_at of the node that left them open)
+        self._open: dict[str, tuple[calls.Open, str]] = {}
         self._answers: dict[str, str] = {}  # node id -> the last answer synthesised under it
 
     def add(self, node: ImportedNode) -> list[ImportedNode]:
         out: list[ImportedNode] = []
-        state = self._open.get(node.parent_id) if node.parent_id is not None else None
-        if _is_tool(node) and (state is None or node.payload.get("tool_call_id") not in state[1]):
+        held = self._open.get(node.parent_id) if node.parent_id is not None else None
+        step = calls.advance(held[0] if held else None, node)
+        if step.stray is not None:
             node.kind, node.payload = "note", {"source": self.source, "type": "tool_output", **node.payload}
-        if state is not None and node.parent_id is not None:
-            caller, missing, _ = state
-            role = node.payload.get("role") if node.kind == "message" else None
-            if node.kind != "message":
-                self._open[node.id] = (caller, missing, node.created_at)
-            elif role == "tool":
-                left = tuple(c for c in missing if c != node.payload.get("tool_call_id"))
-                if left:
-                    self._open[node.id] = (caller, left, node.created_at)
-            else:  # the conversation moves on: answer what is still open first
-                last = self._answers.get(node.parent_id)
-                if last is None:
-                    last = node.parent_id
-                    for call_id in missing:
-                        answer = _no_result(caller, call_id, last, state[2])
-                        out.append(answer)
-                        last = answer.id
-                    self._answers[node.parent_id] = last
-                node.parent_id = last
-        calls = _call_ids(node)
-        if calls:
-            self._open[node.id] = (node.id, tuple(calls), node.created_at)
+        if step.left and node.parent_id is not None and held is not None:
+            # the conversation moves on: answer what is still open first
+            last = self._answers.get(node.parent_id)
+            if last is None:
+                last = node.parent_id
+                for call_id in step.left:
+                    answer = _no_result(held[0].caller, call_id, last, held[1])
+                    out.append(answer)
+                    last = answer.id
+                self._answers[node.parent_id] = last
+            node.parent_id = last
+        if step.open is not None and step.open.missing:  # only chains with calls still open
+            self._open[node.id] = (step.open, node.created_at)
         out.append(node)
         return out
 
@@ -260,16 +252,6 @@ def report_entry(
     leaves[node.id] = entry_id
     for out in calls.add(node):
         sink.node(session_id, out)
-
-
-def _is_tool(node: ImportedNode) -> bool:
-    return node.kind == "message" and node.payload.get("role") == "tool"
-
-
-def _call_ids(node: ImportedNode) -> list[Any]:
-    if node.kind != "message" or node.payload.get("role") != "assistant":
-        return []
-    return [c.get("id") for c in node.payload.get("tool_calls") or [] if isinstance(c, dict)]
 
 
 def _no_result(caller: str, call_id: Any, parent: str, at: str) -> ImportedNode:
