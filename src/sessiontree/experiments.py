@@ -32,7 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from . import bridge
+from .decisions import decided
 from .errors import CassetteExhausted, Conflict, SessionTreeError
+from .kinds import ErrorPayload, PausePayload
 from .limits import Limits
 from .loop import ModelCall, arun
 from .model import Completion, Node, Usage
@@ -40,7 +42,7 @@ from .recipe import Recipe
 from .scoring import KIND as SCORE
 from .scoring import latest_scores
 from .session import Ref, Session
-from .steps import Approve, Decision, Final, Pause, ToolCall, decision_from_dict
+from .steps import Approve, Decision, Final, Pause, ToolCall
 from .store import Store, session_of
 from .tools import Tool, as_tools
 
@@ -166,10 +168,10 @@ class _Recording:
             elif node.kind == "message" and node.payload.get("role") == "tool":
                 recording.results[(*key, str(node.payload.get("tool_call_id")))] = node.payload.get("content")
             elif node.kind == "decision":
-                for call_id, data in node.payload.get("decisions", {}).items():
-                    recording.decisions[(*key, call_id)] = decision_from_dict(data)
+                for call_id, decision in decided(node).items():
+                    recording.decisions[(*key, call_id)] = decision
             elif node.kind == "pause":
-                recording.paused |= {(*key, str(c.get("id"))) for c in node.payload.get("calls", [])}
+                recording.paused |= {(*key, c) for c in PausePayload.from_node(node).call_ids}
         return recording
 
 
@@ -549,10 +551,15 @@ def compare(
                 sum(len(m.get("tool_calls") or []) for m in assistants),
                 usage,
                 usage.cost(prices) if prices else None,
-                [n.payload.get("message", n.payload.get("error", "")) for n in added if n.kind == "error"],
+                [_error_said(n) for n in added if n.kind == "error"],
                 sum(1 for n in added if n.kind == "pause"),
                 metadata,
                 {name: sc.value for name, sc in latest_scores(added).items()},
             )
         )
     return Comparison(ancestor, summaries)
+
+
+def _error_said(node: Node) -> Any:
+    """What an error node of a compared branch says."""
+    return ErrorPayload.from_node(node).said

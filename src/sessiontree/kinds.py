@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
-from functools import cache
 from math import isfinite
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -127,21 +126,30 @@ class Record:
         return replace(self, **changes)
 
 
-@cache
+_KEYS: dict[type, dict[str, str]] = {}
+_INFO: dict[type, dict[str, tuple[Any, bool]]] = {}
+
+
 def _keys(cls: type[Record]) -> dict[str, str]:
-    """Payload key -> field name, in declaration order (a field's ``key`` metadata, if any)."""
-    return {f.metadata.get("key", f.name): f.name for f in fields(cls) if f.name not in ("extra", "order")}
+    """Payload key -> field name, in declaration order (worked out once per record type)."""
+    found = _KEYS.get(cls)
+    if found is None:
+        found = _KEYS[cls] = {f.name: f.name for f in fields(cls) if f.name not in ("extra", "order")}
+    return found
 
 
-@cache
 def _field_info(cls: type[Record]) -> dict[str, tuple[Any, bool]]:
-    out = {}
-    for f in fields(cls):
-        default = f.default if f.default is not MISSING else None
-        if f.default_factory is not MISSING:
-            default = f.default_factory()
-        out[f.name] = (default, bool(f.metadata.get("omit")))
-    return out
+    """Field name -> (its default, whether a None is left out), once per record type."""
+    found = _INFO.get(cls)
+    if found is None:
+        found = {}
+        for f in fields(cls):
+            default = f.default if f.default is not MISSING else None
+            if f.default_factory is not MISSING:
+                default = f.default_factory()
+            found[f.name] = (default, bool(f.metadata.get("omit")))
+        _INFO[cls] = found
+    return found
 
 
 def _default(cls: type[Record], name: str) -> Any:
@@ -235,8 +243,8 @@ class MarkerCall(Record):
     model's JSON text), and on a pause why it waits for a human."""
 
     id: str
-    name: str = ""
-    arguments: Any = ""
+    name: str | None = None
+    arguments: Any = None
     reason: str | None = _optional()
 
 
@@ -282,7 +290,7 @@ class PausePayload(Record):
     optional deadline (``expires_at``, see ``deadlines``) and the run's ``recipe``."""
 
     KIND: ClassVar[str] = "pause"
-    reason: str = "approval needed"
+    reason: str | None = None
     assistant_id: str | None = None
     calls: tuple[MarkerCall, ...] = ()
     schemas: dict[str, Any] | None = _optional()
@@ -301,6 +309,10 @@ class PausePayload(Record):
     def call_ids(self) -> list[str]:
         return [c.id for c in self.calls]
 
+    def call_payloads(self) -> list[dict[str, Any]]:
+        """The calls as stored (what the inbox, the view and a webhook show)."""
+        return [c.to_payload() for c in self.calls]
+
     @property
     def framework(self) -> str | None:
         """The framework whose run this pause belongs to (an adapter keeps that run's state
@@ -308,9 +320,9 @@ class PausePayload(Record):
         raw = self.extra.get("raw")
         return next(iter(raw)) if isinstance(raw, dict) and raw else None
 
-    def schema_of(self, name: str) -> dict[str, Any] | None:
+    def schema_of(self, name: str | None) -> dict[str, Any] | None:
         """The JSON schema the pause recorded for the tool ``name``, if any."""
-        found = self.schemas.get(name) if isinstance(self.schemas, dict) else None
+        found = self.schemas.get(name) if isinstance(self.schemas, dict) and name is not None else None
         return found if isinstance(found, dict) else None
 
 
@@ -398,17 +410,19 @@ class ErrorPayload(Record):
     (``during``), when, and an HTTP ``status`` and the ``raw`` reply when there were."""
 
     KIND: ClassVar[str] = "error"
-    error: str = ""
-    message: str = ""
+    error: str | None = None
+    message: str | None = None
     during: str | None = _optional()
     at: str | None = _optional()
     status: Any = _optional()
     raw: str | None = _optional()
 
     @property
-    def said(self) -> str:
-        """What to show: the message, else the error's name."""
-        return str(self.message or self.error or "")
+    def said(self) -> Any:
+        """What to show: the message, else the error's name, else ``""``."""
+        if self.message is not None:
+            return self.message
+        return self.error if self.error is not None else ""
 
 
 @dataclass(frozen=True)

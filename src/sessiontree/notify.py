@@ -37,6 +37,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .ids import now
+from .kinds import PausePayload
 from .model import Node
 
 log = logging.getLogger("sessiontree.notify")
@@ -59,15 +60,15 @@ def verify(secret: str, body: bytes, signature: str | None) -> bool:
 
 def pause_document(pause: Node) -> dict[str, Any]:
     """What a webhook sends about ``pause``: enough to decide it, and nothing of the run."""
-    payload = pause.payload
+    record = PausePayload.from_node(pause)
     return {
         "event": "pause",
         "pause": pause.id,
         "session": pause.session_id,
         "created_at": pause.created_at,
-        "reason": payload.get("reason"),
-        "expires_at": payload.get("expires_at"),
-        "calls": payload.get("calls", []),
+        "reason": record.reason,
+        "expires_at": record.expires_at,
+        "calls": record.call_payloads(),
         "sent_at": now(),
     }
 

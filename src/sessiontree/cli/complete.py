@@ -10,12 +10,13 @@ no completions.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import click
 from click.shell_completion import CompletionItem
 
 from .. import deadlines
+from ..kinds import PausePayload
+from ..model import Node
 from ..session import Session
 from ..store import Store
 from .common import db_path, db_url
@@ -71,7 +72,7 @@ def _refs(store: Store, ctx: click.Context) -> Iterable[tuple[str, str | None]]:
 
 def _pending(store: Store, ctx: click.Context) -> Iterable[tuple[str, str | None]]:
     # An expired pause cannot be decided (a worker's --on-expiry reject continues it).
-    return [(p.id, _calls(p.payload)) for p in store.pending() if not deadlines.is_expired(p)]
+    return [(p.id, _calls(p)) for p in store.pending() if not deadlines.is_expired(p)]
 
 
 def _resumable(store: Store, ctx: click.Context) -> Iterable[tuple[str, str | None]]:
@@ -82,12 +83,12 @@ def _resumable(store: Store, ctx: click.Context) -> Iterable[tuple[str, str | No
             head = store.node(branch.head_id) if branch.head_id else None
             if head is not None and head.kind == "decision" and head.parent_id:
                 pause = store.node(head.parent_id)
-                found.append((pause.id, f"{branch.name}: {_calls(pause.payload)}"))
+                found.append((pause.id, f"{branch.name}: {_calls(pause)}"))
     return found
 
 
-def _calls(payload: dict[str, Any]) -> str:
-    return ", ".join(str(c.get("name")) for c in payload.get("calls", []))
+def _calls(pause: Node) -> str:
+    return ", ".join(str(c.name) for c in PausePayload.from_node(pause).calls)
 
 
 sessions = _items(_sessions)

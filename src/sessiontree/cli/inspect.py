@@ -10,6 +10,7 @@ import click
 
 from .. import deadlines
 from ..errors import AmbiguousRef, NotFound
+from ..kinds import PausePayload
 from ..model import Diff
 from ..names import looks_like_id
 from ..session import Session
@@ -353,7 +354,7 @@ def pending(ctx: click.Context, session: str | None, as_json: bool) -> None:
         state = deadlines.about(p)
         said = "" if state["expires_at"] is None else f"  {pause_line(state['state'], state['expires_at'])}"
         click.echo(f"pause {p.id}  session {p.session_id}  {p.created_at}{said}")
-        for call in p.payload.get("calls", []):
+        for call in PausePayload.from_node(p).call_payloads():
             click.echo(call_line(call))
 
 

@@ -13,6 +13,7 @@ import click
 
 from ..decisions import edit_arguments
 from ..errors import NotFound, ToolArgumentError
+from ..kinds import PausePayload
 from ..loop import decide
 from ..model import Node
 from ..plan import next_action
@@ -214,7 +215,7 @@ def _decide(
 ) -> None:
     store = open_store(ctx, write=True)
     node = store.node(pause)
-    ids = list(calls) or [c["id"] for c in node.payload.get("calls", [])]
+    ids = list(calls) or (PausePayload.from_node(node).call_ids if node.kind == "pause" else [])
     decision = decide(store, node.id, {i: make() for i in ids}, by=by)
     if as_json:
         echo_json(decision.to_dict())

@@ -15,6 +15,15 @@ from typing import Any
 
 import click
 
+from ..kinds import (
+    DecisionPayload,
+    ErrorPayload,
+    MarkerCall,
+    PausePayload,
+    ScorePayload,
+    SummaryPayload,
+    ToolStartPayload,
+)
 from ..model import Branch, Checkpoint, Node, Run, usage_tokens
 
 WIDTH = 72
@@ -61,6 +70,10 @@ def calls_text(calls: Iterable[dict[str, Any]]) -> str:
     return ", ".join(parts)
 
 
+def _names(calls: Iterable[MarkerCall]) -> str:
+    return ", ".join("?" if c.name is None else c.name for c in calls)
+
+
 def summary(node: Node) -> str:
     """What a node says, in one line."""
     p = node.payload
@@ -77,22 +90,27 @@ def summary(node: Node) -> str:
             text = content or ""
         return f"{role}: {one_line(text)}"
     if node.kind == "pause":
-        names = ", ".join(c.get("name", "?") for c in p.get("calls", []))
-        return f"pause: {names} ({one_line(p.get('reason', ''), 40)})"
+        pause = PausePayload.from_node(node)
+        reason = "" if pause.reason is None else pause.reason
+        return f"pause: {_names(pause.calls)} ({one_line(reason, 40)})"
     if node.kind == "decision":
-        actions = ", ".join(f"{k} {v.get('action')}" for k, v in p.get("decisions", {}).items())
-        return f"decision: {actions}" + (f" by {p['by']}" if p.get("by") else "")
+        decision = DecisionPayload.from_node(node)
+        actions = ", ".join(f"{k} {v.action}" for k, v in decision.decisions.items())
+        return f"decision: {actions}" + (f" by {decision.by}" if decision.by else "")
     if node.kind == "tool_start":
-        return "tool_start: " + ", ".join(c.get("name", "?") for c in p.get("calls", []))
+        return "tool_start: " + _names(ToolStartPayload.from_node(node).calls)
     if node.kind == "error":
-        return f"error: {one_line(p.get('message') or p.get('error', ''))}"
+        error = ErrorPayload.from_node(node)
+        return f"error: {one_line(error.message or (error.error if error.error is not None else ''))}"
     if node.kind == "score":
-        note = f" ({one_line(p['note'], 60)})" if p.get("note") else ""
-        return f"score: {p.get('scorer')}={p.get('value'):g}{note}"
-    if node.kind == "summary" and isinstance(p.get("summary"), str):
-        span = p.get("covers")
+        score = ScorePayload.from_node(node)
+        note = f" ({one_line(score.note, 60)})" if score.note else ""
+        return f"score: {score.scorer}={score.value:g}{note}"
+    summarised = SummaryPayload.from_node(node) if node.kind == "summary" else None
+    if summarised is not None and isinstance(summarised.summary, str):
+        span = summarised.covers
         count = f" (stands for {span.get('nodes')} nodes)" if isinstance(span, dict) else ""
-        return f"summary{count}: {one_line(p['summary'])}"
+        return f"summary{count}: {one_line(summarised.summary)}"
     return f"{node.kind}: {one_line(json.dumps(p, ensure_ascii=False))}"
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from .. import deadlines
+from ..kinds import PausePayload, SummaryPayload
 from ..steps import (
     Assistant,
     Compacted,
@@ -117,7 +118,7 @@ def step_dict(step: Any) -> dict[str, Any]:
         return {
             "step": "paused",
             "node": step.node.id,
-            "reason": step.node.payload.get("reason"),
+            "reason": PausePayload.from_node(step.node).reason,
             "calls": step.calls,
             **deadlines.about(step.node),
         }
@@ -125,7 +126,7 @@ def step_dict(step: Any) -> dict[str, Any]:
         return {
             "step": "compacted",
             "node": step.node.id,
-            "covers": step.node.payload.get("covers"),
+            "covers": SummaryPayload.from_node(step.node).covers,
             "summary": step.summary,
         }
     if isinstance(step, Final):
@@ -167,7 +168,7 @@ def echo_step(step: Any, streamed: bool = False, hints: bool = True) -> None:
             f"{one_line(step.node.payload.get('content'), 60)}"
         )
     elif isinstance(step, Paused):
-        click.echo(f"paused: {one_line(step.node.payload.get('reason'), None)}")
+        click.echo(f"paused: {one_line(PausePayload.from_node(step.node).reason, None)}")
         for call in step.calls:
             click.echo(call_line(call, reason=False))
         state = deadlines.about(step.node)
@@ -184,7 +185,7 @@ def echo_step(step: Any, streamed: bool = False, hints: bool = True) -> None:
         )
         click.echo(f"then resume: {resume_command(ctx, step.node)}")
     elif isinstance(step, Compacted):
-        covered = (step.node.payload.get("covers") or {}).get("nodes")
+        covered = (SummaryPayload.from_node(step.node).covers or {}).get("nodes")
         click.echo(f"compacted: a summary now stands for {covered} earlier nodes")
     elif isinstance(step, Final):
         if step.reason == "error":

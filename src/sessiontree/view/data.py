@@ -36,6 +36,7 @@ from typing import Any
 
 from .. import deadlines
 from ..bulk import read_session
+from ..kinds import PausePayload
 from ..model import usage_tokens
 from ..redact import Redactor
 from ..store import Store
@@ -140,11 +141,12 @@ def inbox(store: Store) -> list[dict[str, Any]]:
             "session": p.session_id,
             "title": titles.get(p.session_id) or "",
             "at": p.created_at,
-            "reason": p.payload.get("reason"),
-            "calls": p.payload.get("calls", []),
+            "reason": record.reason,
+            "calls": record.call_payloads(),
             **deadlines.about(p),
         }
         for p in pauses
+        for record in [PausePayload.from_node(p)]
     ]
 
 
