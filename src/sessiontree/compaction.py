@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .model import ROLES, Node, Problem
+from .kinds import ROLES, SummaryPayload
+from .model import Node, Problem
 
 SUMMARY_ROLE = "user"
 """The role of the message a summary becomes in the projection, unless it names one."""
@@ -35,21 +36,13 @@ SUMMARY_ROLE = "user"
 
 def covers(node: Node) -> tuple[str, str] | None:
     """(first id, last id) of the span a summary node stands for, or None."""
-    if node.kind != "summary":
-        return None
-    span = node.payload.get("covers")
-    if not isinstance(span, dict):
-        return None
-    first, last = span.get("first"), span.get("last")
-    if isinstance(first, str) and isinstance(last, str):
-        return first, last
-    return None
+    return SummaryPayload.from_node(node).span if node.kind == "summary" else None
 
 
 def summary_message(node: Node) -> dict[str, Any]:
     """The message a summary node is sent as."""
-    role = node.payload.get("role")
-    text = node.payload.get("summary")
+    record = SummaryPayload.from_node(node)
+    role, text = record.role, record.summary
     return {
         "role": role if role in ROLES and role != "tool" else SUMMARY_ROLE,
         "content": text if isinstance(text, str) else json.dumps(text, ensure_ascii=False),
@@ -115,11 +108,8 @@ class Plan:
 
     def payload(self, summary: str, **extra: Any) -> dict[str, Any]:
         """The summary node's payload."""
-        return {
-            "summary": summary,
-            "covers": {"first": self.first_id, "last": self.last_id, "nodes": self.nodes},
-            **extra,
-        }
+        record = SummaryPayload(summary, extra=extra).spanning(self.first_id, self.last_id, self.nodes)
+        return record.to_payload()
 
 
 def plan(path: Sequence[Node], keep_last: int) -> Plan | None:
@@ -178,9 +168,10 @@ def span_problems(session_id: str, branch: str, path: Sequence[Node]) -> list[Pr
     index: dict[str, int] = {}
     for i, node in enumerate(path):
         index[node.id] = i
-        if node.kind != "summary" or "covers" not in node.payload:
+        record = SummaryPayload.from_node(node) if node.kind == "summary" else None
+        if record is None or "covers" not in record.order:
             continue
-        span = covers(node)
+        span = record.span
         first = index.get(span[0]) if span else None
         last = index.get(span[1]) if span else None
         if span is None or first is None or last is None or first > last or last >= i:
@@ -189,7 +180,7 @@ def span_problems(session_id: str, branch: str, path: Sequence[Node]) -> list[Pr
                     session_id,
                     "summary",
                     f"on branch {branch!r}, summary {node.id} covers "
-                    f"{json.dumps(node.payload.get('covers'))[:120]}, which is not a span of its "
+                    f"{json.dumps(record.covers)[:120]}, which is not a span of its "
                     "path before it",
                     node.id,
                 )

@@ -391,6 +391,10 @@ class SummaryPayload(Record):
     def text(self) -> str:
         return self.summary if isinstance(self.summary, str) else str(self.summary)
 
+    def spanning(self, first: str, last: str, nodes: int) -> SummaryPayload:
+        """This summary standing for the span from ``first`` to ``last`` (``nodes`` long)."""
+        return self.replace(covers={"first": first, "last": last, "nodes": nodes})
+
 
 @dataclass(frozen=True)
 class NotePayload(Record):

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..bulk import ImportedNode
 from ..errors import FormatError
+from ..kinds import SummaryPayload
 from .outgoing import Outgoing, line, reply_blocks, text
 
 if TYPE_CHECKING:
@@ -119,8 +120,9 @@ def _record(tree: Outgoing, n: ImportedNode) -> dict[str, Any]:
     if role == "assistant":
         return {"type": "assistant", "message": _assistant(tree, n)}
     if p.get("source") == "claude-code":
-        if n.kind == "summary" and set(p) <= {"source", "summary", "covers"}:
-            content = p.get("summary") if isinstance(p.get("summary"), str) else ""
+        summarised = SummaryPayload.from_node(n) if n.kind == "summary" else None
+        if summarised is not None and set(summarised.order) <= {"source", "summary", "covers"}:
+            content = summarised.summary if isinstance(summarised.summary, str) else ""
             return {"type": "user", "message": {"role": "user", "content": content}, "isCompactSummary": True}
         if n.kind == "note" and p.get("type") == "system" and set(p) <= SYSTEM_NOTE:
             return {

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .. import calls, ids
 from ..bulk import ImportedNode, ImportedRef, ImportedRun, ImportedSession
 from ..errors import FormatError, InvalidPayload
+from ..kinds import SummaryPayload
 from ..names import check_text
 from .errors import InvalidEntry
 
@@ -441,4 +442,5 @@ def cover_from_root(nodes: list[ImportedNode], summary: ImportedNode, last_id: s
     path.reverse()
     if last_id in path:
         last = path.index(last_id)
-        summary.payload["covers"] = {"first": path[0], "last": last_id, "nodes": last + 1}
+        record = SummaryPayload.from_payload(summary.payload)
+        summary.payload = record.spanning(path[0], last_id, last + 1).to_payload()

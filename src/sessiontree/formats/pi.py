@@ -44,6 +44,7 @@ from ..bulk import ImportedNode, ImportedRef, ImportedRun, ImportedSession
 from ..bulk_stream import Collector, Sink
 from ..errors import Conflict, FormatError
 from ..ids import now
+from ..kinds import SummaryPayload
 from ..model import KINDS
 from ..names import MAX_NAME, check_name
 from .common import (
@@ -204,11 +205,9 @@ class _Reader:
             parent = self.seen.get(parent)
         path.reverse()
         if last is not None and last in path:
-            summary.payload["covers"] = {
-                "first": self.node_id(path[0]),
-                "last": self.node_id(last),
-                "nodes": path.index(last) + 1,
-            }
+            record = SummaryPayload.from_payload(summary.payload)
+            spanned = record.spanning(self.node_id(path[0]), self.node_id(last), path.index(last) + 1)
+            summary.payload = spanned.to_payload()
 
     def _mapped(self, value: Any) -> Any:
         """The node id an entry id became; anything else (None, a stray number) unchanged."""

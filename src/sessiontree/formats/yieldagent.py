@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..bulk import ImportedNode, ImportedRef, ImportedSession
 from ..errors import FormatError
 from ..ids import new_id, now
+from ..kinds import MarkerCall, PausePayload
 from ..model import RAW, sendable
 from .common import tool_call
 from .openai import _answered
@@ -82,8 +83,8 @@ def parse_yieldagent(data: Any) -> ImportedSession:
         node = ImportedNode(new_id(), parent, "message", payload, created, source="pendingCall")
         session.nodes.append(node)
         parent = caller = node.id
-    call = {"id": pending["id"], "name": pending["name"], "arguments": _text(pending["arguments"])}
-    pause = {"reason": REASON, "assistant_id": caller, "calls": [{**call, "reason": REASON}]}
+    call = MarkerCall(pending["id"], pending["name"], _text(pending["arguments"]), REASON)
+    pause = PausePayload(REASON, caller, (call,)).to_payload()
     node = ImportedNode(new_id(), parent, "pause", pause, created, source="pendingCall")
     session.nodes.append(node)
     session.branches.append(ImportedRef("main", node.id))
@@ -118,7 +119,7 @@ def export_yieldagent(store: Store, session_id: str, branch: str = "main") -> di
             f"session {session.id}: {branch!r} is at {state} ({head.id}); a yieldagent resumeState"
             " is a run waiting at a pause no one has decided"
         )
-    calls = head.payload.get("calls") or []
+    calls = PausePayload.from_node(head).calls
     if len(calls) != 1:
         raise FormatError(
             f"session {session.id}: pause {head.id} waits on {len(calls)} calls; a yieldagent"
@@ -126,10 +127,10 @@ def export_yieldagent(store: Store, session_id: str, branch: str = "main") -> di
         )
     messages = [m for m in session.messages(head.id) if not _added(m)]
     try:
-        arguments = json.loads(calls[0].get("arguments") or "{}")
+        arguments = json.loads(calls[0].arguments or "{}")
     except ValueError:
-        arguments = calls[0].get("arguments")
-    pending = {"id": calls[0]["id"], "name": calls[0].get("name"), "arguments": arguments}
+        arguments = calls[0].arguments
+    pending = {"id": calls[0].id, "name": calls[0].name, "arguments": arguments}
     return {"messages": copy.deepcopy(sendable(messages)), "pendingCall": pending}
 
 

@@ -35,6 +35,7 @@ from mcp_types import ToolAnnotations
 from .. import __version__, deadlines
 from ..decisions import parse_decision
 from ..errors import Conflict, NotFound, SessionTreeError
+from ..kinds import DecisionPayload, PausePayload
 from ..loop import check_decisions, decide
 from ..model import Node
 from ..session import Session
@@ -135,12 +136,13 @@ def _session_of(store: Store, session: str | None, ref: str) -> Session:
 def pause_data(store: Store, pause: Node) -> dict[str, Any]:
     """A pause waiting for a human: its calls, deadline, state and where it stands."""
     session = store.session(pause.session_id)
-    calls, _ = _clip(pause.payload.get("calls", []), 4_000)
+    record = PausePayload.from_node(pause)
+    calls, _ = _clip(record.call_payloads(), 4_000)
     return {
         "pause": pause.id,
         "session": pause.session_id,
         "created_at": pause.created_at,
-        "reason": pause.payload.get("reason"),
+        "reason": record.reason,
         "calls": calls,
         "state": deadlines.pause_state(session, pause),
         "expires_at": deadlines.expires_at(pause),
@@ -348,7 +350,7 @@ def build_server(
                     "pause": node.id,
                     "call": call,
                     "action": action,
-                    "by": written.payload.get("by"),
+                    "by": DecisionPayload.from_node(written).by,
                     "next": f"sessiontree resume {node.id}",
                 }
 

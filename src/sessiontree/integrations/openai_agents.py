@@ -53,11 +53,12 @@ from agents.items import TResponseInputItem
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 from agents.run_state import RunState
 
+from ..decisions import Approve, Edit, Reject, decided
 from ..errors import BranchMoved, Conflict, InvalidPayload, NotFound
+from ..kinds import MarkerCall, PausePayload
 from ..model import RAW, Node
 from ..names import check_name
 from ..session import Ref, Session
-from ..steps import Approve, Edit, Reject, decision_from_dict
 from ..store import Store
 
 KIND = "openai_agents"
@@ -237,28 +238,21 @@ class SessiontreeSession:
         if not interruptions:
             raise Conflict("the run has no interruptions (nothing needs approval): there is nothing to pause")
         state = result.to_state().to_json()
-        calls: list[dict[str, Any]] = [
-            {"id": str(i.call_id), "name": str(i.name), "arguments": i.arguments} for i in interruptions
-        ]
+        calls = tuple(MarkerCall(str(i.call_id), str(i.name), i.arguments) for i in interruptions)
         # An Edit has no SDK counterpart: ``decide`` checks edits against these schemas,
         # which only the original arguments fit, so a changing edit is refused up front.
         schemas: dict[str, Any] = {}
         for call in calls:
-            schemas.setdefault(call["name"], {"anyOf": []})["anyOf"].append({"const": _decoded(call)})
+            schemas.setdefault(str(call.name), {"anyOf": []})["anyOf"].append({"const": _decoded(call)})
         with self._lock:
             session = self.tree()
             with self.store.transaction():
                 head = self._check_head(session)
-                wanted = {c["id"] for c in calls}
+                wanted = {c.id for c in calls}
                 holder = _call_holder(session, head, wanted) if head else None
-                payload = {
-                    "reason": reason or "approval needed",
-                    "assistant_id": holder,
-                    "calls": calls,
-                    "schemas": schemas,
-                    RAW: {KIND: {"run_state": state}},
-                }
-                node = session.append(payload, kind="pause", branch=self.branch)
+                kept = {RAW: {KIND: {"run_state": state}}}
+                record = PausePayload(reason or "approval needed", holder, calls, schemas, extra=kept)
+                node = session.append(record.to_payload(), kind="pause", branch=self.branch)
             self._wrote(head, node.id, [])
             return node
 
@@ -443,11 +437,12 @@ def _call_holder(session: Session, head: str, call_ids: set[str]) -> str | None:
     return None
 
 
-def _decoded(call: dict[str, Any]) -> Any:
+def _decoded(call: MarkerCall | None) -> Any:
+    arguments = call.arguments if call is not None else None
     try:
-        return json.loads(call["arguments"]) if isinstance(call["arguments"], str) else call["arguments"]
+        return json.loads(arguments) if isinstance(arguments, str) else arguments
     except ValueError:
-        return call["arguments"]
+        return arguments
 
 
 # -- resuming a decided pause ---------------------------------------------
@@ -477,10 +472,10 @@ async def resume(store: Store, pause: Ref, agent: Agent[Any], **runner_kwargs: A
     if not branches:
         raise Conflict(f"pause {node.id}: no branch stands at its decision {decision.id} any more")
     branches.sort(key=lambda name: session.branch(name).created_at)
-    chosen = {c: decision_from_dict(d) for c, d in (decision.payload.get("decisions") or {}).items()}
-    calls = {c["id"]: c for c in node.payload.get("calls", [])}
+    chosen = decided(decision)
+    calls = {c.id: c for c in PausePayload.from_node(node).calls}
     for call_id, answer in chosen.items():
-        if isinstance(answer, Edit) and answer.arguments != _decoded(calls.get(call_id, {"arguments": None})):
+        if isinstance(answer, Edit) and answer.arguments != _decoded(calls.get(call_id)):
             raise Conflict(
                 f"pause {node.id}: the decision edits call {call_id}, and the Agents SDK cannot run a call"
                 " with edited arguments (RunState.approve takes none); nothing was run"

@@ -43,6 +43,7 @@ from pydantic_ai.conversation_store import (
 from ..decisions import parse_decision
 from ..errors import BranchMoved, Conflict, NotFound
 from ..ids import new_id
+from ..kinds import DecisionPayload, MarkerCall, PausePayload
 from ..model import RAW, Node
 from ..session import Session
 from ..steps import Edit, Reject
@@ -262,8 +263,8 @@ def deferred_tool_results(store: Store, conversation_id: str) -> DeferredToolRes
     if head is None or head.kind != "decision":
         return None
     approvals: dict[str, bool | ToolApproved | ToolDenied] = {}
-    for call_id, data in head.payload.get("decisions", {}).items():
-        decision = parse_decision(call_id, data)
+    for call_id, entry in DecisionPayload.from_node(head).decisions.items():
+        decision = parse_decision(call_id, entry.to_payload())
         if isinstance(decision, Edit):
             approvals[call_id] = ToolApproved(override_args=decision.arguments)
         elif isinstance(decision, Reject):
@@ -298,10 +299,9 @@ def _record_payload(record: ConversationRecord) -> dict[str, Any]:
     }
     requests = record.deferred_tool_requests
     if requests is not None and requests.approvals:
-        payload["calls"] = [
-            {"id": c.tool_call_id, "name": c.tool_name, "arguments": c.args_as_json_str()}
-            for c in requests.approvals
-        ]
+        calls = (MarkerCall(c.tool_call_id, c.tool_name, c.args_as_json_str()) for c in requests.approvals)
+        # after the record's own keys, as a pause always had them
+        payload = PausePayload(calls=tuple(calls), extra=payload, order=(*payload, "calls")).to_payload()
     return payload
 
 
