@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .clock import seconds as _seconds
 from .ids import iso
+from .kinds import PausePayload
 
 if TYPE_CHECKING:
     from .bulk import ImportedNode
@@ -56,7 +57,7 @@ def deadline(expires_in: float | None) -> str | None:
 
 
 def expires_at(pause: Node | ImportedNode) -> str | None:
-    value = pause.payload.get("expires_at") if pause.kind == "pause" else None
+    value = PausePayload.from_node(pause).expires_at if pause.kind == "pause" else None
     return value if isinstance(value, str) else None
 
 

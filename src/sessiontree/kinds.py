@@ -375,7 +375,7 @@ class SummaryPayload(Record):
     not given)."""
 
     KIND: ClassVar[str] = "summary"
-    summary: Any = ""
+    summary: Any = None
     covers: dict[str, Any] | None = _optional()
     role: str | None = _optional()
 
@@ -389,7 +389,8 @@ class SummaryPayload(Record):
 
     @property
     def text(self) -> str:
-        return self.summary if isinstance(self.summary, str) else str(self.summary)
+        """The summary as text (``""`` when it has none)."""
+        return "" if self.summary is None else str(self.summary)
 
     def spanning(self, first: str, last: str, nodes: int) -> SummaryPayload:
         """This summary standing for the span from ``first`` to ``last`` (``nodes`` long)."""

@@ -39,6 +39,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from .kinds import PausePayload, ToolStartPayload
+
 if TYPE_CHECKING:
     from .limits import Limits
     from .model import Node
@@ -213,7 +215,8 @@ def _text(value: Any) -> str | None:
 
 def of(node: Node) -> Recipe | None:
     """The recipe recorded on ``node`` (a pause or tool_start), or None."""
-    data = node.payload.get(KEY) if node.kind in ("pause", "tool_start") else None
+    stored = PausePayload if node.kind == "pause" else ToolStartPayload if node.kind == "tool_start" else None
+    data = stored.from_node(node).recipe if stored is not None else None
     return Recipe.from_dict(data) if isinstance(data, Mapping) else None
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from . import bridge
 from .errors import Conflict, InvalidPayload
+from .kinds import ScorePayload
 from .model import Completion, Node
 from .session import Session
 from .store import Store, session_of
@@ -55,14 +56,14 @@ class Score:
             raise InvalidPayload(f"a score's note must be text, not {type(self.note).__name__}")
 
     def to_payload(self) -> dict[str, Any]:
-        return {"value": self.value, "scorer": self.scorer, "note": self.note}
+        return ScorePayload(self.value, self.scorer, self.note).to_payload()
 
     @classmethod
     def from_node(cls, node: Node) -> Score:
         if node.kind != KIND:
             raise Conflict(f"node {node.id} is a {node.kind} node, not a score")
-        p = node.payload
-        return cls(p["value"], p["scorer"], p.get("note"))
+        stored = ScorePayload.from_node(node)
+        return cls(stored.value, stored.scorer, stored.note)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..bulk import ImportedNode
 from ..errors import FormatError
+from ..kinds import SummaryPayload
 from .common import stable_id
 from .outgoing import Outgoing, line, ms, reply_blocks, text
 
@@ -91,10 +92,12 @@ def _entry(tree: Outgoing, n: ImportedNode) -> dict[str, Any]:
         if n.kind == "note" and p.get("type") in NOTE_TYPES:
             return {"type": p["type"], **head, **{k: v for k, v in p.items() if k not in ("source", "type")}}
         if n.kind == "summary" and p.get("type") == "compaction":
-            fields = {"summary": p.get("summary"), "firstKeptEntryId": p.get("first_kept_entry_id")}
+            said = SummaryPayload.from_node(n).summary
+            fields = {"summary": said, "firstKeptEntryId": p.get("first_kept_entry_id")}
             return {"type": "compaction", **head, **fields, "tokensBefore": p.get("tokens_before")}
         if n.kind == "summary" and p.get("type") == "branch_summary" and set(p) <= _BRANCH_SUMMARY:
-            return {"type": "branch_summary", **head, "fromId": p.get("from_id"), "summary": p.get("summary")}
+            said = SummaryPayload.from_node(n).summary
+            return {"type": "branch_summary", **head, "fromId": p.get("from_id"), "summary": said}
     return {"type": "custom", "customType": CUSTOM_TYPE, **head, "data": {"kind": n.kind, "payload": p}}
 
 
