@@ -247,3 +247,83 @@ def test_nothing_imports_a_framework_adapter():
         str(e) for m, edges in graph.items() if m not in adapters for e in edges if e.imported in adapters
     ]
     assert not found, "a module imports a framework adapter:\n" + "\n".join(found)
+
+
+# -- node-kind payloads are read and written through their records (``kinds``) --------
+
+MARKER_KEYS = frozenset(
+    {"calls", "decisions", "assistant_id", "schemas", "expires_at", "covers", "scorer", "summary"}
+    | {"recipe", "during", "reason", "by"}
+)
+"""Keys of pause, decision, tool_start, summary, score and error payloads: only their
+records in ``kinds`` subscript them. (A message payload is the chat message a model is
+sent, in the API's own shape; its keys are read where it is built or sent.)"""
+
+MARKER_KINDS = frozenset({"pause", "decision", "tool_start", "summary", "note", "error", "score"})
+
+PAYLOAD_ALLOWED = {
+    "sessiontree/kinds.py": "the records themselves",
+}
+"""Modules that may subscript a marker payload directly, and why."""
+
+
+def _is_payload(node: ast.expr) -> bool:
+    """``x.payload``, or a local named ``payload`` or ``p`` (what readers call one)."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "payload"
+    return isinstance(node, ast.Name) and node.id in ("payload", "p")
+
+
+def _key(node: ast.expr) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def marker_payload_uses(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) for each marker key read off a payload, and each marker payload written
+    as a dict literal (``append({...}, kind="pause")``, ``ImportedNode(id, parent, "pause", {...})``)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and _is_payload(node.value):
+            key = _key(node.slice)
+            if key in MARKER_KEYS:
+                found.append((node.lineno, f"payload[{key!r}]"))
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in ("get", "pop", "setdefault"):
+            key = _key(node.args[0]) if node.args else None
+            if key in MARKER_KEYS and _is_payload(func.value):
+                found.append((node.lineno, f"payload.{func.attr}({key!r})"))
+        kind = next((_key(k.value) for k in node.keywords if k.arg == "kind"), None)
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name == "ImportedNode" and len(node.args) >= 4:
+            kind, literal = _key(node.args[2]), node.args[3]
+        else:
+            literal = node.args[0] if node.args else None
+        if kind in MARKER_KINDS and isinstance(literal, ast.Dict):
+            found.append((node.lineno, f"a {kind} payload written as a dict literal"))
+    return found
+
+
+def test_the_payload_check_finds_each_way_of_reading_a_marker_key():
+    code = (
+        "a = node.payload['calls']\n"
+        "b = node.payload.get('decisions', {})\n"
+        "c = p.get('assistant_id')\n"
+        "session.append({'reason': 'x', 'calls': []}, kind='pause')\n"
+        "ImportedNode(i, parent, 'decision', {'decisions': {}}, at)\n"
+        "ok = node.payload.get('role'), message.get('calls'), node.payload['content']\n"
+        "fine = session.append({'role': 'user', 'content': 'hi'})\n"
+    )
+    assert [line for line, _ in marker_payload_uses(ast.parse(code))] == [1, 2, 3, 4, 5]
+
+
+def test_marker_payloads_are_read_and_written_only_through_their_records():
+    found = []
+    for path in sorted((SRC / PACKAGE).rglob("*.py")):
+        relative = path.relative_to(SRC).as_posix()
+        if relative in PAYLOAD_ALLOWED:
+            continue
+        for line, what in marker_payload_uses(ast.parse(path.read_text(), str(path))):
+            found.append(f"{relative}:{line}: {what}")
+    assert not found, "use the record in sessiontree.kinds instead:\n" + "\n".join(found)

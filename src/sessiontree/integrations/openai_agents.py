@@ -55,7 +55,7 @@ from agents.run_state import RunState
 
 from ..decisions import Approve, Edit, Reject, decided
 from ..errors import BranchMoved, Conflict, InvalidPayload, NotFound
-from ..kinds import MarkerCall, PausePayload
+from ..kinds import MarkerCall, NotePayload, PausePayload
 from ..model import RAW, Node
 from ..names import check_name
 from ..session import Ref, Session
@@ -418,7 +418,7 @@ def _payload(side: str, items: list[Any]) -> tuple[str, dict[str, Any]]:
                 message["reasoning_content"] = "\n".join(thoughts)
             return "message", {**message, **raw}
     types = sorted({str(i.get("type", i.get("role"))) for i in items})
-    return "note", {"type": KIND, "text": f"Agents SDK item: {', '.join(types)}", **raw}
+    return "note", NotePayload(type=KIND, text=f"Agents SDK item: {', '.join(types)}", extra=raw).to_payload()
 
 
 def _items_of(node: Node) -> list[Any]:
@@ -492,9 +492,10 @@ async def resume(store: Store, pause: Ref, agent: Agent[Any], **runner_kwargs: A
         if not isinstance(foreign, str):
             raise Conflict(f"session {session.id} was not made by SessiontreeSession: pass session=")
         runner_kwargs["session"] = SessiontreeSession(foreign, store, branch=branches[0])
+    claim = NotePayload(type=KIND, text="resumed by the Agents SDK", extra={"decision": decision.id})
     try:  # the claim: one resume per decision, whichever process is first
         session.append(
-            {"type": KIND, "text": "resumed by the Agents SDK", "decision": decision.id},
+            claim.to_payload(),
             kind="note",
             branch=branches[0],
             expect_head=decision.id,
