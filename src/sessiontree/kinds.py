@@ -248,21 +248,36 @@ class MarkerCall(Record):
     reason: str | None = _optional()
 
 
-def _check_calls(kind: str, payload: dict[str, Any]) -> None:
-    calls = payload.get("calls", [])
-    if not isinstance(calls, list) or not all(
-        isinstance(c, dict) and isinstance(c.get("id"), str) and isinstance(c.get("name", ""), str)
-        for c in calls
-    ):
-        raise _bad(kind, "needs 'calls' to be a list of objects with a string 'id' and 'name'")
+class _Calls(Record):
+    """What a pause and a ``tool_start`` share: the ``calls`` they name (``MarkerCall``)."""
 
+    KIND: ClassVar[str] = ""
+    calls: tuple[MarkerCall, ...]
 
-def _calls(value: Any) -> tuple[MarkerCall, ...]:
-    return tuple(MarkerCall._read(c) for c in value)
+    @classmethod
+    def check(cls, payload: dict[str, Any]) -> None:
+        calls = payload.get("calls", [])
+        if not isinstance(calls, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("id"), str) and isinstance(c.get("name", ""), str)
+            for c in calls
+        ):
+            raise _bad(cls.KIND, "needs 'calls' to be a list of objects with a string 'id' and 'name'")
+
+    @classmethod
+    def _field(cls, key: str, value: Any) -> Any:
+        return tuple(MarkerCall._read(c) for c in value) if key == "calls" else value
+
+    @property
+    def call_ids(self) -> list[str]:
+        return [c.id for c in self.calls]
+
+    def call_payloads(self) -> list[dict[str, Any]]:
+        """The calls as stored (what the inbox, the view and a webhook show)."""
+        return [c.to_payload() for c in self.calls]
 
 
 @dataclass(frozen=True)
-class ToolStartPayload(Record):
+class ToolStartPayload(_Calls):
     """The calls of a batch about to run, written before any of them starts (a call with no
     answer after it was cut off), and the run's ``recipe`` (``sessiontree.recipe``)."""
 
@@ -270,21 +285,9 @@ class ToolStartPayload(Record):
     calls: tuple[MarkerCall, ...] = ()
     recipe: dict[str, Any] | None = _optional()
 
-    @classmethod
-    def check(cls, payload: dict[str, Any]) -> None:
-        _check_calls(cls.KIND, payload)
-
-    @classmethod
-    def _field(cls, key: str, value: Any) -> Any:
-        return _calls(value) if key == "calls" else value
-
-    @property
-    def call_ids(self) -> list[str]:
-        return [c.id for c in self.calls]
-
 
 @dataclass(frozen=True)
-class PausePayload(Record):
+class PausePayload(_Calls):
     """A run waiting for a human: why, the assistant message whose calls wait, the calls,
     the JSON schema of each call's tool (what ``decide`` checks an edit against), an
     optional deadline (``expires_at``, see ``deadlines``) and the run's ``recipe``."""
@@ -296,22 +299,6 @@ class PausePayload(Record):
     schemas: dict[str, Any] | None = _optional()
     expires_at: str | None = _optional()
     recipe: dict[str, Any] | None = _optional()
-
-    @classmethod
-    def check(cls, payload: dict[str, Any]) -> None:
-        _check_calls(cls.KIND, payload)
-
-    @classmethod
-    def _field(cls, key: str, value: Any) -> Any:
-        return _calls(value) if key == "calls" else value
-
-    @property
-    def call_ids(self) -> list[str]:
-        return [c.id for c in self.calls]
-
-    def call_payloads(self) -> list[dict[str, Any]]:
-        """The calls as stored (what the inbox, the view and a webhook show)."""
-        return [c.to_payload() for c in self.calls]
 
     @property
     def framework(self) -> str | None:
