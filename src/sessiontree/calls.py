@@ -15,6 +15,7 @@ Contract:
   (``verify``: strays and calls left unanswered) and ``formats.common.OpenCalls`` (an
   import answers what a source left open, and turns strays into notes), which keeps one
   state per chain of a streamed tree.
+- ``Open`` and ``Step`` are named tuples: the plan builds a few on every step of a run.
 - Pure functions; nothing here reads a store. A node is anything with ``id``, ``kind``
   and ``payload`` (a stored ``Node`` or an import's ``ImportedNode``).
 """
@@ -22,8 +23,7 @@ Contract:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 
 class _Node(Protocol):
@@ -37,8 +37,7 @@ class _Node(Protocol):
     def payload(self) -> Any: ...
 
 
-@dataclass(frozen=True)
-class Open:
+class Open(NamedTuple):
     """The calls of one assistant message (``caller``), those still unanswered
     (``missing``, in the message's order) and those answered so far."""
 
@@ -47,8 +46,7 @@ class Open:
     answered: tuple[Any, ...] = ()
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
     """What one node did to the open calls. ``answers``: the open call a tool message
     answers; ``stray``: a tool message that answers no open call (``"twice"`` when it
     names one answered already); ``left``: the calls a message that moves the

@@ -88,14 +88,23 @@ class Record:
     def _read(cls: type[R], payload: dict[str, Any]) -> R:
         """The record of a checked payload: each field from its key, the rest in ``extra``."""
         known = _keys(cls)
-        values: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
+        # Filled in directly, not through ``__init__``: a frozen data class's init sets each
+        # field through object.__setattr__, which made reading a path's markers cost more
+        # than the loop's own planning (the plan reads them on every step).
+        record = object.__new__(cls)
+        values = record.__dict__
+        template, fresh = _TEMPLATES.get(cls) or _template(cls)
+        values.update(template)
+        for name in fresh:  # a mutable default is never shared between records
+            values[name] = {}
+        extra = values["extra"]
         for key, value in payload.items():
             if key in known:
                 values[known[key]] = cls._field(key, value)
             else:
                 extra[key] = value
-        return cls(**values, extra=extra, order=tuple(payload))
+        values["order"] = tuple(payload)
+        return record
 
     @classmethod
     def _field(cls, key: str, value: Any) -> Any:
@@ -149,6 +158,20 @@ def _field_info(cls: type[Record]) -> dict[str, tuple[Any, bool]]:
                 default = f.default_factory()
             found[f.name] = (default, bool(f.metadata.get("omit")))
         _INFO[cls] = found
+    return found
+
+
+_TEMPLATES: dict[type, tuple[dict[str, Any], tuple[str, ...]]] = {}
+
+
+def _template(cls: type[Record]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Each field's default, and the fields whose default is a fresh dict."""
+    info = _field_info(cls)
+    found = (
+        {name: default for name, (default, _) in info.items()},
+        tuple(name for name, (default, _) in info.items() if isinstance(default, dict)),
+    )
+    _TEMPLATES[cls] = found
     return found
 
 
@@ -270,6 +293,14 @@ class _Calls(Record):
     @property
     def call_ids(self) -> list[str]:
         return [c.id for c in self.calls]
+
+    @classmethod
+    def ids_in(cls, node: NodeLike) -> list[str]:
+        """``from_node(node).call_ids`` of a stored node (checked when it was written),
+        without building its records: the plan reads it on every step of a run."""
+        if node.kind != cls.KIND:
+            raise Conflict(f"node {getattr(node, 'id', '?')} is a {node.kind} node, not a {cls.KIND}")
+        return [c["id"] for c in node.payload.get("calls", ())]
 
     def call_payloads(self) -> list[dict[str, Any]]:
         """The calls as stored (what the inbox, the view and a webhook show)."""

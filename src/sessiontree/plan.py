@@ -65,7 +65,7 @@ def next_action(path: list[Node]) -> Action:
         if step.answers is not None:
             answered.add(step.answers)
         elif node.kind == "tool_start":
-            for call_id in ToolStartPayload.from_node(node).call_ids:
+            for call_id in ToolStartPayload.ids_in(node):
                 started.add(call_id)
                 ever_started.add(call_id)
                 decided.pop(call_id, None)  # a decision is used up by running it
