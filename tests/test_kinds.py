@@ -200,7 +200,8 @@ IMPORTS = sorted(
     p
     for folder in ("conversations", "real", "yoagent")
     for p in (FIXTURES / folder).rglob("*")
-    if p.suffix in (".json", ".jsonl") and not p.name.endswith(".messages.json")
+    if p.suffix in (".json", ".jsonl")
+    and not p.name.endswith(".messages.json")
     # refused whole, by design: a uuid twice (tests/test_formats_real.py)
     and p.name != "claude-code-log-edge_cases.jsonl"
 )
