@@ -60,6 +60,7 @@ class Record:
     """What every payload record shares: keys it has no field for, and their order."""
 
     KIND: ClassVar[str] = ""
+    NESTED: ClassVar[frozenset[str]] = frozenset()  # fields holding records
     # Keys without a field of their own, kept as stored (``raw``, ``source``, ...).
     extra: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
     # The keys of the payload it was read from, in their order (empty: built in code).
@@ -113,8 +114,21 @@ class Record:
 
     def to_payload(self) -> dict[str, Any]:
         """The JSON object stored for this record (see the module docstring)."""
-        names = _keys(type(self))
-        own = {key: getattr(self, name) for key, name in names.items()}
+        cls, values = type(self), self.__dict__
+        if not self.order:  # built in code: fields in their order, then extra keys
+            built: dict[str, Any] = {}
+            for name, (_, omit) in _field_info(cls).items():
+                if name == "extra" or name == "order":
+                    continue
+                value = values[name]
+                if value is None and omit:
+                    continue
+                built[name] = _plain(value) if name in cls.NESTED else value
+            for key, value in self.extra.items():
+                built.setdefault(key, value)
+            return built
+        names = _keys(cls)
+        own = {key: values[name] for key, name in names.items()}
         out: dict[str, Any] = {}
         for key in self.order:
             if key in own:
@@ -275,6 +289,7 @@ class _Calls(Record):
     """What a pause and a ``tool_start`` share: the ``calls`` they name (``MarkerCall``)."""
 
     KIND: ClassVar[str] = ""
+    NESTED: ClassVar[frozenset[str]] = frozenset({"calls"})
     calls: tuple[MarkerCall, ...]
 
     @classmethod
@@ -361,6 +376,7 @@ class DecisionPayload(Record):
     for a system rejection) and when."""
 
     KIND: ClassVar[str] = "decision"
+    NESTED: ClassVar[frozenset[str]] = frozenset({"decisions"})
     decisions: Mapping[str, DecisionEntry] = field(default_factory=dict)
     by: str | None = None
     reason: str | None = _optional()
