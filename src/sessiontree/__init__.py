@@ -71,6 +71,7 @@ from .model import (
     VerifyReport,
 )
 from .notify import Webhook
+from .options import RunOptions
 from .recipe import Recipe
 from .scoring import Judgement, Promotion, Score, promote, score
 from .session import Session
@@ -149,6 +150,7 @@ __all__ = [
     "Reject",
     "ReplayReport",
     "RetentionReport",
+    "RunOptions",
     "RerunResult",
     "Run",
     "SchemaTooNew",

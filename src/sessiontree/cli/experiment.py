@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, Literal
 
 import click
 
@@ -14,6 +14,7 @@ from ..experiments import compare as compare_branches
 from ..experiments import replay as replay_branch
 from ..experiments import rerun as rerun_at
 from ..names import shown
+from ..options import RunOptions
 from ..providers.script import PREFIX as SCRIPT_PREFIX
 from ..scoring import promote as promote_branch
 from ..scoring import score as score_branch
@@ -71,7 +72,7 @@ def replay(
     ctx: click.Context,
     branch: str,
     session: str | None,
-    mode: str,
+    mode: Literal["recorded", "live"],
     tool_specs: tuple[str, ...],
     into: str | None,
     model: str | None,
@@ -253,6 +254,14 @@ def rerun(
             system=system,
         )
         variants.append(Variant(name, call, variant_params, system, recipe))
+    # Every run's options, built once. rerun has no --context-budget or --pause-expires
+    # (rerun_options): its runs neither compact nor give their pauses a deadline.
+    options = RunOptions(
+        approve=approver(chosen.approve),
+        max_steps=chosen.max_steps,
+        limits=limits_of(chosen),
+        parallel_tools=chosen.parallel_tools,
+    )
     total = len(variants) * repetitions
     with click.progressbar(length=total, label="running", file=sys.stderr) as bar:
         results = rerun_at(
@@ -262,10 +271,7 @@ def rerun(
             repetitions,
             session=s,
             tools=tools,
-            approve=approver(chosen.approve),
-            max_steps=chosen.max_steps,
-            limits=limits_of(chosen),
-            parallel_tools=chosen.parallel_tools,
+            options=options,
             concurrency=concurrency,
             prefix=prefix,
             progress=lambda done, _total, _result: bar.update(1),

@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from ..integrations import missing_extra
 from ..limits import Limits
 from ..loop import aresume, arun
 from ..notify import Webhook
+from ..options import RunOptions
 from ..recipe import Recipe
 from ..steps import Approve, Final, Pause, ToolCall
 from ..tools import Tool, as_tools
@@ -639,10 +640,28 @@ def _as_recorded(name: str, value: Any) -> str:
     return str(value)
 
 
-def run_options(recipe: Recipe, *, recorded: bool) -> dict[str, Any]:
-    """``arun`` keyword arguments for a run following ``recipe`` (the recipe included, so
-    the run records it again); ``recorded`` says the tools come from a recording, which a
-    failure to load them names."""
+def options_of(recipe: Recipe) -> RunOptions:
+    """The ``RunOptions`` of a run following ``recipe``: how ``run``, ``resume``, ``worker``
+    and ``rerun`` turn their flags (folded into a recipe, over a recorded one) into the one
+    options object the run is given. A recording that cannot be used is refused in one line."""
+    try:
+        return RunOptions(
+            approve=approver(recipe.approve),
+            max_steps=recipe.max_steps,
+            context_budget=recipe.context_budget,
+            keep_last=recipe.keep_last,
+            pause_expires=recipe.pause_expires,
+            limits=limits_of(recipe),
+            parallel_tools=recipe.parallel_tools,
+        )
+    except ValueError as e:
+        raise click.ClickException(f"the recorded options cannot be used: {e}") from None
+
+
+def run_arguments(recipe: Recipe, *, recorded: bool) -> dict[str, Any]:
+    """``arun`` keyword arguments for a run following ``recipe``: its call, tools and
+    ``options`` (``options_of``), and the recipe itself, so the run records it again;
+    ``recorded`` says the tools come from a recording, which a failure to load them names."""
     from ..experiments import Variant
 
     stream = True if recipe.stream is None else recipe.stream
@@ -659,18 +678,14 @@ def run_options(recipe: Recipe, *, recorded: bool) -> dict[str, Any]:
     if recipe.system is not None:  # a rerun variant's system prompt, put back
         call = Variant("recorded", call, {}, recipe.system).model_call()
     tools = recorded_tools(recipe, recorded=recorded)
-    return {
-        "call": call,
-        "tools": tools,
-        "approve": approver(recipe.approve),
-        "max_steps": recipe.max_steps,
-        "context_budget": recipe.context_budget,
-        "keep_last": recipe.keep_last,
-        "pause_expires": recipe.pause_expires,
-        "limits": limits_of(recipe),
-        "parallel_tools": recipe.parallel_tools,
-        "recipe": recipe,
-    }
+    return {"call": call, "tools": tools, "options": options_of(recipe), "recipe": recipe}
+
+
+def run_options(recipe: Recipe, *, recorded: bool) -> dict[str, Any]:
+    """``run_arguments`` with the options spelled out as ``arun``'s keywords of their names."""
+    arguments = run_arguments(recipe, recorded=recorded)
+    options = arguments.pop("options")
+    return {**arguments, **{f.name: getattr(options, f.name) for f in fields(options)}}
 
 
 def recorded_tools(recipe: Recipe, *, recorded: bool) -> list[Tool]:
@@ -792,6 +807,7 @@ def run(
     recipe = recipe_from_flags(ctx.params, call)  # recorded on the run's pauses: resume needs no flags
     servers = tuple(MCP_SOURCE + spec for spec in ctx.meta.get(MCP_META, ()))
     recipe = recipe.replace(tools=(*recipe.tools, *servers))
+    options = options_of(recipe)  # the flags' run options, the one object the run is given
     hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
     new = new or (not session and not store.sessions())
@@ -818,15 +834,9 @@ def run(
             branch,
             call=call,
             tools=tools,
-            approve=approver(policy),
-            max_steps=max_steps,
-            context_budget=context_budget,
-            keep_last=keep_last,
-            pause_expires=pause_expires,
-            limits=limits_of(recipe),
-            parallel_tools=recipe.parallel_tools,
             on_pause=hook,
             recipe=recipe,
+            options=options,
         ),
         as_json,
         lambda final: {"session": s.id, "branch": branch},
@@ -897,7 +907,7 @@ def resume(
     chosen, said = continue_from(recorded, dict(ctx.params), given)
     for line in said:
         click.echo(line, err=True)
-    run_with = run_options(chosen, recorded=recorded is not None and "tool_specs" not in given)
+    run_with = run_arguments(chosen, recorded=recorded is not None and "tool_specs" not in given)
 
     def about(final: Final) -> dict[str, Any]:
         heads = [
@@ -929,7 +939,7 @@ def recipe_preparer(
             if line not in said:
                 said.add(line)
                 say(line)
-        return run_options(chosen, recorded=recorded is not None and "tool_specs" not in given)
+        return run_arguments(chosen, recorded=recorded is not None and "tool_specs" not in given)
 
     return prepare
 
