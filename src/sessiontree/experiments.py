@@ -420,9 +420,7 @@ async def arerun(
         raise ValueError("rerun needs at least one variant, n >= 1 and concurrency >= 1")
     if len({v.name for v in variants}) != len(variants):
         raise ValueError("variant names must be unique")
-    options = RunOptions.given(
-        options, approve=approve, max_steps=max_steps, limits=limits, parallel_tools=parallel_tools
-    )
+    options = RunOptions.given(options, locals())  # nothing assigned yet: the parameters
     s = session_of(store, at, session)
     start = s.resolve(at)
     tool_list = list(as_tools(tools).values())

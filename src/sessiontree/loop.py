@@ -148,18 +148,7 @@ async def arun(
     tell; see ``sessiontree.recipe``). ``options`` (a ``RunOptions``) gives all of
     ``approve`` ... ``parallel_tools`` at once; those keywords are then left out.
     """
-    options = RunOptions.given(
-        options,
-        approve=approve,
-        max_steps=max_steps,
-        context_budget=context_budget,
-        summarize=summarize,
-        keep_last=keep_last,
-        count_tokens=count_tokens,
-        pause_expires=pause_expires,
-        limits=limits,
-        parallel_tools=parallel_tools,
-    )
+    options = RunOptions.given(options, locals())  # first thing: locals() are the parameters
     budget = Budget(options.limits) if options.limits is not None else None
     session = session if isinstance(session, Session) else store.session(session)
     registry = as_tools(tools)

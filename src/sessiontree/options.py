@@ -16,7 +16,7 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -50,9 +50,11 @@ class RunOptions:
             raise ValueError(f"parallel_tools must be a whole number of at least 1, got {n!r:.40}")
 
     @classmethod
-    def given(cls, options: RunOptions | None, **keywords: Any) -> RunOptions:
-        """``options``, or the options ``keywords`` (``arun``'s of these names) make; both
-        at once is a ``TypeError`` naming the keywords that would be ignored."""
+    def given(cls, options: RunOptions | None, arguments: Mapping[str, Any]) -> RunOptions:
+        """``options``, or the options made of the ``arguments`` of their names (a function's
+        parameters, as ``locals()`` has them first thing); ``options`` and one of those
+        arguments given too is a ``TypeError`` naming the ones that would be ignored."""
+        keywords = {f.name: arguments[f.name] for f in fields(cls) if f.name in arguments}
         if options is None:
             return cls(**keywords)
         defaults = {f.name: f.default for f in fields(cls)}

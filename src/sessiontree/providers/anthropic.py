@@ -36,18 +36,17 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import Completion, completion_problem, sendable
+from ..model import Completion, sendable
 from . import http
 from .anthropic_blocks import KIND, request_parts, tool_input, with_cache
 from .anthropic_blocks import reply_message as _reply_message
 from .failures import Failures
 from .http import Endpoint, HTTPAdapter
-from .reply import data_object, error_text
+from .reply import TypedEvents, error_text
 from .retry import Budget
 from .sse import Event
 
@@ -98,11 +97,12 @@ def anthropic(
     base = base_url.rstrip("/")
     endpoint = http.endpoint(
         base + ("/messages" if base.endswith("/v1") else "/v1/messages"),
-        f"{PROVIDER} ({model}): ",
+        PROVIDER,
+        model,
         settings,
         stream=stream,
         key=key,
-        key_header="x-api-key",
+        auth=("x-api-key", ""),
         fixed={"anthropic-version": API_VERSION},
     )
     return Anthropic(endpoint, base, model, max_tokens, control, bool(stream), max_pause_turns, params)
@@ -210,18 +210,15 @@ class Anthropic(HTTPAdapter):
             _reply_message(reply.blocks, reply.stop_reason, reply.stop_sequence, reply.arguments)
         )
         finish = reply.stop_reason
-        completion = Completion(
+        return self._reply(
             message,
-            model=reply.model or self.model,
-            provider=PROVIDER,
+            model=reply.model,
             params={"max_tokens": self.max_tokens, **self.params},
-            finish_reason=STOP_REASONS.get(finish, finish) if isinstance(finish, str) else finish,
+            finish=STOP_REASONS.get(finish, finish) if isinstance(finish, str) else finish,
             usage=reply.usage,
-            latency_ms=round((time.monotonic() - budget.started) * 1000, 3),
+            started=budget.started,
+            raw=lambda: scrub(raw()),
         )
-        if (problem := completion_problem(completion)) is not None:
-            raise self._error(f"the reply cannot be stored: {problem}", raw=scrub(raw()))
-        return completion
 
 
 @dataclass
@@ -255,7 +252,7 @@ class _Reply:
 
 
 @dataclass
-class MessageStream:
+class MessageStream(TypedEvents):
     """One streamed message folded from its events (``http.StreamFolder``)."""
 
     text: list[str] = field(default_factory=list)
@@ -267,24 +264,13 @@ class MessageStream:
     stop_sequence: Any = None
     done: bool = False
 
-    def feed(self, event: Event, error: Failures) -> str | None:
-        data = event.data.strip()
-        if not data:
-            return None
-        chunk = data_object(data, error)
-        kind = chunk.get("type") or event.event
+    def refuse(self, kind: str, chunk: dict[str, Any], event: Event, error: Failures) -> None:
         if kind == "error" or event.event == "error":
             found = chunk.get("error")
             retryable = isinstance(found, dict) and found.get("type") in _RETRYABLE_ERRORS
             raise error("error in stream: ", detail=error_text(chunk), retryable=retryable)
-        try:
-            return self._take(kind, chunk)
-        except (AttributeError, TypeError, ValueError, KeyError):  # a list where an object was due, ...
-            raise error(
-                f"a {kind} event has an unexpected shape: ", detail=data, limit=200, quote=True
-            ) from None
 
-    def _take(self, kind: str, chunk: dict[str, Any]) -> str | None:
+    def take(self, kind: str, chunk: dict[str, Any]) -> str | None:
         if kind == "message_start":
             message = chunk["message"]
             self.model = message.get("model") or self.model

@@ -4,8 +4,8 @@ Contract: ``Settings`` are the keyword settings every adapter takes (``timeout``
 ``max_retries``, ``max_retry_time``, ``deadline``, ``max_response_bytes``,
 ``max_line_bytes``, ``headers``, ``transport``), declared once: ``takes_settings``
 adds them to an adapter factory's signature (``help``, ``inspect``) and
-``Settings.take`` pops them from its keywords. ``endpoint(url, label, settings,
-...)`` builds the ``Endpoint`` with the headers every adapter sends (checked: a
+``Settings.take`` pops them from its keywords. ``endpoint(url, provider, model,
+settings, ...)`` builds the ``Endpoint`` with the headers every adapter sends (checked: a
 header or key with a control character is refused up front); ``HTTPAdapter`` is
 the callable's shared part (endpoint, model, params, ``with_params``, repr).
 
@@ -46,7 +46,7 @@ from typing import Any, Protocol, Self, TypeVar
 import httpx
 
 from ..errors import ProviderError
-from ..model import Completion
+from ..model import Completion, completion_problem
 from ..redact import Redactor, check_header
 from .body import ACCEPT_ENCODING, decoded
 from .failures import Failures
@@ -128,20 +128,23 @@ def refuse_reserved(name: str, reserved: frozenset[str], params: Mapping[str, An
         raise TypeError(f"{name}() sets {sorted(clash)} itself; do not pass them")
 
 
+BEARER = ("Authorization", "Bearer ")  # how the OpenAI APIs take a key
+
+
 def endpoint(
     url: str,
-    label: str,
+    provider: str,
+    model: str,
     settings: Settings,
     *,
     stream: bool,
     key: str | None,
-    key_header: str,
-    key_prefix: str = "",
+    auth: tuple[str, str] = BEARER,
     fixed: Mapping[str, str] | None = None,
 ) -> Endpoint:
-    """The ``Endpoint`` of an adapter: what it accepts (an event stream or JSON), its
-    ``fixed`` headers, the caller's ``settings.headers``, and ``key`` (no key, no header)
-    in ``key_header`` after ``key_prefix``, which replaces any given one."""
+    """The ``Endpoint`` of ``provider``'s adapter for ``model``: what it accepts (an event
+    stream or JSON), its ``fixed`` headers, the caller's ``settings.headers``, and ``key``
+    (no key, no header) as ``auth`` says, ``(header, prefix)``, replacing any given one."""
     sent = httpx.Headers(
         {
             "Accept": "text/event-stream" if stream else "application/json",
@@ -154,8 +157,9 @@ def endpoint(
     sent.update(settings.headers or {})
     if key:
         check_header("the API key", key)
-        sent[key_header] = key_prefix + key
-    return Endpoint(url, sent, label, settings)
+        header, prefix = auth
+        sent[header] = prefix + key
+    return Endpoint(url, sent, f"{provider} ({model}): ", settings)
 
 
 class HTTPAdapter:
@@ -183,6 +187,32 @@ class HTTPAdapter:
         other = copy.copy(self)
         other.params = {**self.params, **params}
         return other
+
+    def _reply(
+        self,
+        message: dict[str, Any],
+        *,
+        model: Any,
+        params: dict[str, Any],
+        finish: Any,
+        usage: dict[str, Any],
+        started: float,
+        raw: Callable[[], str],
+    ) -> Completion:
+        """The Completion of a reply (timed from ``started``), or the ProviderError (``raw()``
+        attached) when it cannot be stored (``model.completion_problem``)."""
+        completion = Completion(
+            message,
+            model=model or self.model,
+            provider=self.provider,
+            params=params,
+            finish_reason=finish,
+            usage=usage,
+            latency_ms=round((time.monotonic() - started) * 1000, 3),
+        )
+        if (problem := completion_problem(completion)) is not None:
+            raise self._error(f"the reply cannot be stored: {problem}", raw=raw())
+        return completion
 
     def __repr__(self) -> str:
         return (

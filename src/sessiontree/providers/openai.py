@@ -30,11 +30,10 @@ Contract:
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from ..model import Completion, completion_problem, sendable
+from ..model import Completion, sendable
 from . import http
 from .http import HTTPAdapter
 from .reply import StreamState, error_text, tool_call
@@ -62,17 +61,9 @@ def openai_compatible(
     """
     settings = http.Settings.take(params)
     http.refuse_reserved("openai_compatible", _RESERVED, params)
-    key = http.api_key(api_key, api_key_env)
     base = base_url.rstrip("/")
-    endpoint = http.endpoint(
-        base + "/chat/completions",
-        f"{PROVIDER} ({model}): ",
-        settings,
-        stream=stream,
-        key=key,
-        key_header="Authorization",
-        key_prefix="Bearer ",
-    )
+    key = http.api_key(api_key, api_key_env)
+    endpoint = http.endpoint(base + "/chat/completions", PROVIDER, model, settings, stream=stream, key=key)
     return OpenAICompatible(endpoint, base, model, bool(stream), params)
 
 
@@ -172,15 +163,13 @@ class OpenAICompatible(HTTPAdapter):
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if tool_calls:
             message["tool_calls"] = tool_calls
-        completion = Completion(
+        usage = dict(usage) if isinstance(usage, dict) else {}
+        return self._reply(
             message,
-            model=model or self.model,
-            provider=PROVIDER,
+            model=model,
             params=dict(self.params),
-            finish_reason=finish,
-            usage=dict(usage) if isinstance(usage, dict) else {},
-            latency_ms=round((time.monotonic() - started) * 1000, 3),
+            finish=finish,
+            usage=usage,
+            started=started,
+            raw=raw,
         )
-        if (problem := completion_problem(completion)) is not None:
-            raise self._error(f"the reply cannot be stored: {problem}", raw=raw())
-        return completion

@@ -67,6 +67,34 @@ class StreamState:
         return delta_text
 
 
+class TypedEvents:
+    """What a stream folder of typed events (Anthropic's Messages, OpenAI's Responses: each
+    event a JSON object naming its ``type``) shares: ``feed`` parses an event, lets
+    ``refuse`` raise for an error event, and hands the rest to ``take``, which returns the
+    text delta, if any; an event of an unexpected shape is a ProviderError quoting it."""
+
+    def feed(self, event: Event, error: Any) -> str | None:
+        data = event.data.strip()
+        if not data:
+            return None
+        chunk = data_object(data, error)
+        kind = chunk.get("type") or event.event
+        self.refuse(kind, chunk, event, error)
+        try:
+            return self.take(kind, chunk)
+        except (AttributeError, TypeError, ValueError, KeyError):  # a list where an object was due, ...
+            raise error(
+                f"a {kind} event has an unexpected shape: ", detail=data, limit=200, quote=True
+            ) from None
+
+    def refuse(self, kind: str, chunk: dict[str, Any], event: Event, error: Any) -> None:
+        """Raise the ProviderError an error event stands for (``error``: a ``Failures``)."""
+        raise NotImplementedError
+
+    def take(self, kind: str, chunk: dict[str, Any]) -> str | None:
+        raise NotImplementedError
+
+
 def data_object(data: str, error: Any) -> dict[str, Any]:
     """A stream's data line as the JSON object every streaming API sends, or ``error``
     (a ``Failures``) saying what it is instead."""

@@ -40,16 +40,15 @@ Contract:
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import Completion, completion_problem, sendable
+from ..model import Completion, sendable
 from . import http
 from .failures import Failures
 from .http import HTTPAdapter
-from .reply import data_object, error_text
+from .reply import TypedEvents, error_text
 from .responses_items import KIND, reply_message, request_parts
 from .sse import Event
 
@@ -89,17 +88,9 @@ def openai_responses(
         if not isinstance(include, list):
             raise TypeError(f"include must be a list, not {type(include).__name__}")
         params["include"] = [*include, ENCRYPTED] if ENCRYPTED not in include else include
-    key = http.api_key(api_key, api_key_env)
     base = base_url.rstrip("/")
-    endpoint = http.endpoint(
-        base + "/responses",
-        f"{PROVIDER} ({model}): ",
-        settings,
-        stream=stream,
-        key=key,
-        key_header="Authorization",
-        key_prefix="Bearer ",
-    )
+    key = http.api_key(api_key, api_key_env)
+    endpoint = http.endpoint(base + "/responses", PROVIDER, model, settings, stream=stream, key=key)
     return OpenAIResponses(endpoint, base, model, bool(stream), params)
 
 
@@ -184,18 +175,16 @@ class OpenAIResponses(HTTPAdapter):
             finish = INCOMPLETE_REASONS.get(reason, reason) if isinstance(reason, str) else "incomplete"
         else:
             finish = "tool_calls" if message.get("tool_calls") else "stop"
-        completion = Completion(
+        usage = usage_of(response.get("usage"))
+        return self._reply(
             message,
-            model=response.get("model") or self.model,
-            provider=PROVIDER,
+            model=response.get("model"),
             params=dict(self.params),
-            finish_reason=finish,
-            usage=usage_of(response.get("usage")),
-            latency_ms=round((time.monotonic() - started) * 1000, 3),
+            finish=finish,
+            usage=usage,
+            started=started,
+            raw=lambda: scrub(raw()),
         )
-        if (problem := completion_problem(completion)) is not None:
-            raise self._error(f"the reply cannot be stored: {problem}", raw=scrub(raw()))
-        return completion
 
 
 def usage_of(usage: Any) -> dict[str, Any]:
@@ -212,7 +201,7 @@ def usage_of(usage: Any) -> dict[str, Any]:
 
 
 @dataclass
-class ResponseStream:
+class ResponseStream(TypedEvents):
     """One streamed response folded from its events (``http.StreamFolder``)."""
 
     text: list[str] = field(default_factory=list)
@@ -220,25 +209,14 @@ class ResponseStream:
     response: dict[str, Any] = field(default_factory=dict)  # the last response object seen
     done: bool = False
 
-    def feed(self, event: Event, error: Failures) -> str | None:
-        data = event.data.strip()
-        if not data:
-            return None
-        chunk = data_object(data, error)
-        kind = chunk.get("type") or event.event
+    def refuse(self, kind: str, chunk: dict[str, Any], event: Event, error: Failures) -> None:
         if kind in ("error", "response.failed") or event.event == "error":
             found = chunk.get("response", chunk) if kind == "response.failed" else chunk
             problem = found.get("error") if isinstance(found, dict) and found.get("error") else found
             code = problem.get("code") if isinstance(problem, dict) else None
             raise error("error in stream: ", detail=error_text(problem), retryable=code in _RETRYABLE_ERRORS)
-        try:
-            return self._take(kind, chunk)
-        except (AttributeError, TypeError, ValueError, KeyError):  # a list where an object was due, ...
-            raise error(
-                f"a {kind} event has an unexpected shape: ", detail=data, limit=200, quote=True
-            ) from None
 
-    def _take(self, kind: str, chunk: dict[str, Any]) -> str | None:
+    def take(self, kind: str, chunk: dict[str, Any]) -> str | None:
         if kind in ("response.created", "response.in_progress") or kind in _TERMINAL:
             response = chunk["response"]
             if not isinstance(response, dict):
