@@ -8,7 +8,7 @@ import click
 
 from .. import retention as _retention
 from ..names import shown
-from .common import echo_json, echo_result, open_store
+from .common import echo_json, echo_result, listed, open_store
 from .inspect import session_argument
 from .params import MAX_COUNT, check_seconds
 from .render import safe, table
@@ -45,11 +45,7 @@ def trash(ctx: click.Context, as_json: bool) -> None:
     """List the sessions in the trash, longest there first."""
     store = open_store(ctx)
     entries = store.trash()
-    if as_json:
-        echo_json([e.__dict__ for e in entries])
-        return
-    if not entries:
-        click.echo("The trash is empty.")
+    if listed(entries, as_json, "The trash is empty."):
         return
     for line in table(
         [[e.session_id, e.nodes, e.trashed_at, e.title or ""] for e in entries],

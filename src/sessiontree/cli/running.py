@@ -24,7 +24,6 @@ import click
 
 from .. import recipe as recipes
 from ..errors import ToolsUnavailable
-from ..integrations import missing_extra
 from ..limits import Limits
 from ..loop import aresume, arun
 from ..notify import Webhook
@@ -34,7 +33,7 @@ from ..steps import Approve, Final, Pause, ToolCall
 from ..tools import Tool, as_tools
 from ..worker import DEFAULT_POLL, awork
 from . import complete
-from .common import open_store, pick_session
+from .common import import_extra, open_store, pick_session
 from .params import Dollars, Duration, Seconds, parse_price
 from .refs import require_branch, require_settled
 from .render import one_line
@@ -196,13 +195,7 @@ def mcp_tools_for(specs: Sequence[str]) -> list[Tool]:
     ends; the mcp extra is imported only when one is given."""
     if not specs:
         return []
-    try:
-        from ..integrations.mcp_tools import mcp_tools
-    except ImportError as e:
-        hint = missing_extra(e, "mcp", "mcp")
-        if hint is None:
-            raise
-        raise click.ClickException(f"--mcp needs the mcp extra: {hint}") from None
+    mcp_tools = import_extra("..integrations.mcp_tools", "mcp_tools", "mcp", "--mcp")
     ctx = click.get_current_context()
     tools: list[Tool] = []
     for spec in specs:
@@ -297,30 +290,13 @@ json_steps_option = click.option(
     "--json", "as_json", is_flag=True, help="Print each step as a JSON object, one per line."
 )
 
-# run and resume; rerun takes the same minus --model and --no-stream (variants name
-# their models; reruns never stream).
-model_options = options(
-    base_url_option,
-    model_option,
-    api_key_option,
-    no_stream_option,
-    tools_option,
-    mcp_option,
-    approve_option,
-    max_steps_option,
-    params_option,
-    limit_options,
-)
-rerun_options = options(
-    base_url_option,
-    api_key_option,
-    tools_option,
-    mcp_option,
-    approve_option,
-    max_steps_option,
-    params_option,
-    limit_options,
-)
+# What a run is given besides its model: the tools, who approves, its steps, request
+# parameters and budgets (the flags options_of and the recipe read).
+_run_options = (tools_option, mcp_option, approve_option, max_steps_option, params_option, limit_options)
+# run, resume and worker; rerun takes the same minus --model and --no-stream (variants
+# name their models; reruns never stream).
+model_options = options(base_url_option, model_option, api_key_option, no_stream_option, *_run_options)
+rerun_options = options(base_url_option, api_key_option, *_run_options)
 
 
 pause_options = options(
