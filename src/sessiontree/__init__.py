@@ -73,6 +73,7 @@ from .model import (
 from .notify import Webhook
 from .options import RunOptions
 from .recipe import Recipe
+from .retention import RetentionPolicy
 from .scoring import Judgement, Promotion, Score, promote, score
 from .session import Session
 from .steps import (
@@ -149,6 +150,7 @@ __all__ = [
     "Recipe",
     "Reject",
     "ReplayReport",
+    "RetentionPolicy",
     "RetentionReport",
     "RunOptions",
     "RerunResult",

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
-from . import deadlines
+from . import deadlines, keywords
 from .limits import Limits
 from .steps import ToolCall
 
@@ -51,17 +51,8 @@ class RunOptions:
 
     @classmethod
     def given(cls, options: RunOptions | None, arguments: Mapping[str, Any]) -> RunOptions:
-        """``options``, or the options made of the ``arguments`` of their names (a function's
-        parameters, as ``locals()`` has them first thing); ``options`` and one of those
-        arguments given too is a ``TypeError`` naming the ones that would be ignored."""
-        keywords = {f.name: arguments[f.name] for f in fields(cls) if f.name in arguments}
-        if options is None:
-            return cls(**keywords)
-        defaults = {f.name: f.default for f in fields(cls)}
-        clashing = [k for k, v in keywords.items() if v is not defaults[k] and v != defaults[k]]
-        if clashing:
-            raise TypeError(f"give {', '.join(clashing)} in options or as keywords, not both")
-        return options
+        """``options``, or the options ``arguments`` make (``keywords.options_from``)."""
+        return keywords.options_from(cls, options, arguments)
 
     def replace(self, **changes: Any) -> RunOptions:
         """A copy with ``changes`` (checked again)."""

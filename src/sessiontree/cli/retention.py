@@ -129,27 +129,19 @@ def retention(
     command runs the saved one.
     """
     given = drop_older_than is not None or strip_older_than is not None
+    policy = _retention.RetentionPolicy(drop_older_than, strip_older_than, strip_min_bytes)
     if save:
         if dry_run:
             raise click.UsageError("--save stores the policy and --dry-run writes nothing: give one of them")
         if not given:
             raise click.UsageError("--save needs --drop-older-than, --strip-older-than or both")
         store = open_store(ctx, write=True)
-        policy = store.save_retention_policy(
-            drop_older_than=drop_older_than,
-            strip_older_than=strip_older_than,
-            strip_min_bytes=strip_min_bytes,
-        )
-        echo_result(as_json, policy, "saved retention policy: " + describe(policy))
+        saved = store.save_retention_policy(policy=policy)
+        echo_result(as_json, saved, "saved retention policy: " + describe(saved))
         return
     store = open_store(ctx, write=not dry_run)
     if given:
-        report = store.retention(
-            drop_older_than=drop_older_than,
-            strip_older_than=strip_older_than,
-            strip_min_bytes=strip_min_bytes,
-            dry_run=dry_run,
-        )
+        report = store.retention(policy=policy, dry_run=dry_run)
     else:
         check_saved(store.retention_policy())
         report = store.apply_retention_policy(dry_run=dry_run)
