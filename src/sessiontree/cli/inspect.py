@@ -37,6 +37,20 @@ session_option = click.option(
 )
 
 
+def only_session(help: str = "Only this session (id or prefix).") -> Callable[[F], F]:
+    """``-s/--session`` as a filter: a command over every session, or only this one."""
+    return click.option("-s", "--session", help=help, shell_complete=complete.sessions)
+
+
+def only_session_json(help: str) -> Callable[[F], F]:
+    """``only_session`` then ``--json``, the context passed first (``verify``, ``pending``)."""
+
+    def decorate(function: F) -> F:
+        return cast(F, only_session(help)(json_option(click.pass_context(function))))
+
+    return decorate
+
+
 def session_json(function: F) -> F:
     """``-s/--session`` then ``--json`` (their order in --help), the context passed first:
     the options of most commands that read or change one session."""
@@ -335,9 +349,7 @@ def diff_lines(store: Store, d: Diff, a: str, b: str) -> list[str]:
 
 
 @click.command()
-@click.option("-s", "--session", help="Only this session (id or prefix).", shell_complete=complete.sessions)
-@json_option
-@click.pass_context
+@only_session_json("Only this session (id or prefix).")
 def pending(ctx: click.Context, session: str | None, as_json: bool) -> None:
     """List pauses waiting for a human, across sessions (or in one)."""
     store = open_store(ctx)
