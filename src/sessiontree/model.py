@@ -301,6 +301,17 @@ class _Total(Generic[N]):
         return cast(N, sum(getattr(m, self.name) for m in usage.by_model.values()))
 
 
+_TOTALS = (
+    "calls",
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "latency_ms",
+)
+"""The totals of a ``Usage``, in the order ``to_dict`` gives them."""
+
+
 @dataclass(frozen=True)
 class Usage:
     """Model calls summed over a path or a subtree, in total and per model."""
@@ -336,12 +347,7 @@ class Usage:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "calls": self.calls,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cache_creation_input_tokens": self.cache_creation_input_tokens,
-            "cache_read_input_tokens": self.cache_read_input_tokens,
-            "latency_ms": self.latency_ms,
+            **{name: getattr(self, name) for name in _TOTALS},
             "by_model": {k: v.__dict__ for k, v in self.by_model.items()},
         }
 

@@ -183,14 +183,10 @@ class Anthropic(HTTPAdapter):
         budget = self._endpoint.budget()
         reply = _Reply()
         for turn in range(self.max_pause_turns + 1):
-            state = MessageStream()
-            async for item in self._endpoint.events(
-                self._body(parts, reply.continuation()), MessageStream, budget
-            ):
-                if isinstance(item, str):
-                    yield item
-                else:
-                    state = item
+            stream = self._endpoint.fold(self._body(parts, reply.continuation()), MessageStream, budget)
+            async for text in stream:
+                yield text
+            state = stream.state
             if not state.done:
                 raise self._error(
                     f"stream ended without message_stop after {len(state.text)} text chunks: truncated"

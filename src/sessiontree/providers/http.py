@@ -41,7 +41,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, Self, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 import httpx
 
@@ -234,6 +234,21 @@ async def _raise_streamed(error: Exception) -> AsyncIterator[str | Completion]:
     yield ""  # pragma: no cover - makes this an async generator
 
 
+class Folding(Generic[S]):
+    """One streamed call (``Endpoint.fold``): iterating it yields the text deltas; after,
+    ``state`` is the folder of the attempt that got through."""
+
+    def __init__(self, events: AsyncIterator[str | S], state: S, budget: Budget) -> None:
+        self._events, self.state, self.budget = events, state, budget
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        async for item in self._events:
+            if isinstance(item, str):
+                yield item
+            else:
+                self.state = item
+
+
 class Endpoint:
     def __init__(self, url: str, headers: httpx.Headers, label: str, settings: Settings) -> None:
         self.url, self.headers = url, headers
@@ -278,6 +293,14 @@ class Endpoint:
             text = raw[:4096].decode(errors="replace")
             problem = "nested too deeply" if isinstance(exc, RecursionError) else "not JSON"
             raise self.error(f"response is {problem}: ", detail=text, limit=200, quote=True) from None
+
+    def fold(
+        self, body: dict[str, Any], new_state: Callable[[], S], budget: Budget | None = None
+    ) -> Folding[S]:
+        """``events`` as an adapter reads them: iterate for the text deltas, then read
+        ``.state``, the folder of the attempt that got through (``.budget``: the call's)."""
+        budget = budget or self.budget()
+        return Folding(self.events(body, new_state, budget), new_state(), budget)
 
     async def events(
         self, body: dict[str, Any], new_state: Callable[[], S], budget: Budget

@@ -113,13 +113,10 @@ class OpenAICompatible(HTTPAdapter):
         )
 
     async def _streamed(self, body: dict[str, Any]) -> AsyncIterator[str | Completion]:
-        budget = self._endpoint.budget()
-        state = StreamState()
-        async for item in self._endpoint.events(body, StreamState, budget):
-            if isinstance(item, str):
-                yield item
-            else:
-                state = item
+        stream = self._endpoint.fold(body, StreamState)
+        async for text in stream:
+            yield text
+        state, budget = stream.state, stream.budget
         if state.finish is None and not state.done:
             raise self._error("stream ended without a finish_reason or [DONE]: truncated")
         try:

@@ -134,13 +134,10 @@ class OpenAIResponses(HTTPAdapter):
         return self._completion(data, output, budget.started, lambda: json.dumps(data))
 
     async def _streamed(self, body: dict[str, Any]) -> AsyncIterator[str | Completion]:
-        budget = self._endpoint.budget()
-        state = ResponseStream()
-        async for item in self._endpoint.events(body, ResponseStream, budget):
-            if isinstance(item, str):
-                yield item
-            else:
-                state = item
+        stream = self._endpoint.fold(body, ResponseStream)
+        async for text in stream:
+            yield text
+        state, budget = stream.state, stream.budget
         if not state.done:
             raise self._error(
                 f"stream ended without response.completed after {len(state.text)} text chunks: truncated"
