@@ -45,7 +45,13 @@ from . import http
 from .anthropic_blocks import KIND, request_parts, tool_input, with_cache
 from .anthropic_blocks import reply_message as _reply_message
 from .failures import Failures
-from .http import Endpoint, HTTPAdapter
+from .http import (  # noqa: F401  (the HTTP settings' defaults, importable here as before)
+    DEFAULT_DEADLINE,
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    Endpoint,
+    HTTPAdapter,
+)
 from .reply import TypedEvents, error_text
 from .retry import Budget
 from .sse import Event

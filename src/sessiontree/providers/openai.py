@@ -35,7 +35,12 @@ from typing import Any
 
 from ..model import Completion, sendable
 from . import http
-from .http import HTTPAdapter
+from .http import (  # noqa: F401  (the HTTP settings' defaults, importable here as before)
+    DEFAULT_DEADLINE,
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    HTTPAdapter,
+)
 from .reply import StreamState, error_text, tool_call
 
 PROVIDER = "openai-compatible"

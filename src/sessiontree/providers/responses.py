@@ -47,7 +47,12 @@ from typing import Any
 from ..model import Completion, sendable
 from . import http
 from .failures import Failures
-from .http import HTTPAdapter
+from .http import (  # noqa: F401  (the HTTP settings' defaults, importable here as before)
+    DEFAULT_DEADLINE,
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    HTTPAdapter,
+)
 from .reply import TypedEvents, error_text
 from .responses_items import KIND, reply_message, request_parts
 from .sse import Event
