@@ -184,3 +184,10 @@ def test_the_library_exports_both(tmp_path):
     assert {"RunOptions", "RetentionPolicy"} <= set(sessiontree.__all__)
     with Store(tmp_path / "x.db") as store:
         assert store.retention(policy=RetentionPolicy()).trashed == []
+
+
+def test_rerun_refuses_a_bad_option_before_forking_anything(store, session):
+    start = session.append(user("go"))
+    with pytest.raises(ValueError, match="parallel_tools must be a whole number of at least 1, got 0"):
+        experiments.rerun(store, start.id, [Variant("a", looping(0))], session=session, parallel_tools=0)
+    assert [b.name for b in session.branches()] == ["main"]  # before: branch "a" was forked and left
