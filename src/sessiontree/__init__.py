@@ -71,7 +71,9 @@ from .model import (
     VerifyReport,
 )
 from .notify import Webhook
+from .options import RunOptions
 from .recipe import Recipe
+from .retention import RetentionPolicy
 from .scoring import Judgement, Promotion, Score, promote, score
 from .session import Session
 from .steps import (
@@ -148,7 +150,9 @@ __all__ = [
     "Recipe",
     "Reject",
     "ReplayReport",
+    "RetentionPolicy",
     "RetentionReport",
+    "RunOptions",
     "RerunResult",
     "Run",
     "SchemaTooNew",

@@ -1,8 +1,11 @@
 """Sync twins of async entry points.
 
 Contract: every async entry point of sessiontree is named ``a<name>`` and has a
-sync twin ``<name>`` built with ``iterate`` (for async generators) or
-``call`` (for coroutines). The twins behave the same wherever they are called:
+sync twin ``<name>`` made by ``iterating`` (for async generators, over ``iterate``) or
+``calling`` (for coroutines, over ``call``) from the async function itself, so its
+parameters are declared once: the twin has the same signature (``help``, ``inspect``
+and type checkers see it) and a docstring that points to the async one. The twins
+behave the same wherever they are called:
 
 - with no event loop running in this thread, the work runs on a private loop
   in this thread;
@@ -20,11 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterator
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from typing import Any, ParamSpec, TypeVar
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class _Loop:
@@ -105,3 +111,48 @@ def call(coroutine: Coroutine[Any, Any, T]) -> T:
         return loop.run(coroutine)
     finally:
         loop.close()
+
+
+def iterating(function: Callable[P, AsyncIterator[T]]) -> Callable[P, Iterator[T]]:
+    """The sync twin of ``a<name>``, an async generator function (or one returning an
+    async iterator): ``<name>``, the same parameters, the steps as a plain iterator."""
+
+    @functools.wraps(function)
+    def twin(*args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        return iterate(function(*args, **kwargs))
+
+    return _named(twin, function, "the same steps, as a plain iterator")
+
+
+def calling(function: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
+    """The sync twin of ``a<name>``, a coroutine function: ``<name>``, the same
+    parameters, its result returned."""
+
+    @functools.wraps(function)
+    def twin(*args: P.args, **kwargs: P.kwargs) -> T:
+        return call(function(*args, **kwargs))
+
+    return _named(twin, function, "the same result")
+
+
+def _named(twin: Callable[..., Any], function: Callable[..., Any], gives: str) -> Any:
+    """``twin`` named by the rule (``a<name>`` -> ``<name>``), with the signature of
+    ``function`` but for what it returns, and a docstring pointing to ``function``."""
+    name = function.__name__
+    if not name.startswith("a"):
+        raise ValueError(f"{name} is not named a<name>: its sync twin has no name")
+    twin.__name__ = name[1:]
+    twin.__qualname__ = function.__qualname__[: -len(name)] + name[1:]
+    twin.__doc__ = f"``{name}`` for callers without asyncio: {gives}."
+    returns = function.__annotations__.get("return", inspect.Signature.empty)
+    if isinstance(returns, str):  # postponed annotations: the text of a type
+        returns = (
+            returns.replace("AsyncIterator[", "Iterator[", 1) if returns.startswith("Async") else returns
+        )
+    elif returns is not inspect.Signature.empty:
+        returns = inspect.Signature.empty  # an evaluated async type: not the twin's
+    twin.__annotations__ = {**function.__annotations__, "return": returns}
+    if returns is inspect.Signature.empty:
+        del twin.__annotations__["return"]
+    twin.__signature__ = inspect.signature(function).replace(return_annotation=returns)  # type: ignore[attr-defined]
+    return twin

@@ -38,6 +38,7 @@ from .kinds import ErrorPayload, PausePayload
 from .limits import Limits
 from .loop import ModelCall, arun
 from .model import Completion, Node, Usage
+from .options import RunOptions
 from .recipe import Recipe
 from .scoring import KIND as SCORE
 from .scoring import latest_scores
@@ -334,9 +335,7 @@ def _show(event: tuple | None) -> str | None:
     return None if event is None else json.dumps(event, ensure_ascii=False)
 
 
-def replay(store: Store, branch: str, **kwargs: Any) -> ReplayReport:
-    """``areplay`` for callers without asyncio."""
-    return bridge.call(areplay(store, branch, **kwargs))
+replay = bridge.calling(areplay)
 
 
 # -- rerun -------------------------------------------------------------------
@@ -414,13 +413,16 @@ async def arerun(
     concurrency: int = 4,
     prefix: str = "",
     progress: Callable[[int, int, RerunResult], None] | None = None,
+    options: RunOptions | None = None,
 ) -> list[RerunResult]:
-    """Run every variant ``n`` times from ``at``, each on its own new branch; ``limits``
-    and ``parallel_tools`` are each run's, as ``arun`` takes them."""
+    """Run every variant ``n`` times from ``at``, each on its own new branch; ``approve``,
+    ``max_steps``, ``limits`` and ``parallel_tools`` (or ``options``, a ``RunOptions``
+    holding them and the rest) are each run's, as ``arun`` takes them."""
     if not variants or n < 1 or concurrency < 1:
         raise ValueError("rerun needs at least one variant, n >= 1 and concurrency >= 1")
     if len({v.name for v in variants}) != len(variants):
         raise ValueError("variant names must be unique")
+    options = RunOptions.given(options, locals())  # nothing assigned yet: the parameters
     s = session_of(store, at, session)
     start = s.resolve(at)
     tool_list = list(as_tools(tools).values())
@@ -444,11 +446,8 @@ async def arerun(
                     name,
                     call=variant.model_call(),
                     tools=tool_list,
-                    approve=approve,
-                    max_steps=max_steps,
-                    limits=limits,
-                    parallel_tools=parallel_tools,
                     recipe=variant.recipe,
+                    options=options,
                 ):
                     if isinstance(step, Final):
                         final = step
@@ -465,9 +464,7 @@ async def arerun(
     return list(await asyncio.gather(*(one(*p) for p in plan)))
 
 
-def rerun(store: Store, at: Ref, variants: Sequence[Variant], n: int = 1, **kwargs: Any) -> list[RerunResult]:
-    """``arerun`` for callers without asyncio."""
-    return bridge.call(arerun(store, at, variants, n, **kwargs))
+rerun = bridge.calling(arerun)
 
 
 # -- compare -----------------------------------------------------------------

@@ -80,6 +80,7 @@ from .ids import new_call_id, now
 from .kinds import DecisionPayload, ErrorPayload, MarkerCall, NotePayload, PausePayload, ToolStartPayload
 from .limits import Budget, Limits
 from .model import Completion, Node, completion_problem, sendable
+from .options import Approver, RunOptions, Summarizer, TokenCounter
 from .plan import Action, next_action
 from .recipe import Recipe
 from .redact import Redactor
@@ -104,11 +105,9 @@ RAW_REPLY_LIMIT = 2000  # characters of a bad reply kept in its error node
 _REDACT = Redactor({})  # no key known here: "Bearer ..." and "Authorization: ..." only
 
 ModelCall = Callable[[list[dict[str, Any]], list[dict[str, Any]]], Any]
-Approver = Callable[[ToolCall], Any]
-Summarizer = Callable[[list[dict[str, Any]]], Any]
-TokenCounter = Callable[[list[dict[str, Any]]], int]
 PauseHook = Callable[[Node], Any]
 _log = logging.getLogger("sessiontree.notify")
+
 
 SUMMARY_PROMPT = (
     "Summarise the conversation above for your own later use: the user's goals, what was "
@@ -136,6 +135,7 @@ async def arun(
     recipe: Recipe | None = None,
     limits: Limits | None = None,
     parallel_tools: int = 4,
+    options: RunOptions | None = None,
 ) -> AsyncIterator[Step]:
     """Advance ``branch`` until the model is done, a human is needed, or a limit is hit.
 
@@ -151,12 +151,11 @@ async def arun(
     tokens, seconds, cost, repeated calls); ``parallel_tools`` bounds how many calls of one
     batch run at once (1: one after another). ``recipe`` is what continuing the run needs,
     recorded on its pauses and ``tool_start`` nodes (default: what ``call`` and the tools
-    tell; see ``sessiontree.recipe``).
+    tell; see ``sessiontree.recipe``). ``options`` (a ``RunOptions``) gives all of
+    ``approve`` ... ``parallel_tools`` at once; those keywords are then left out.
     """
-    pause_expires = deadlines.validate(pause_expires, "pause_expires")
-    if isinstance(parallel_tools, bool) or not isinstance(parallel_tools, int) or parallel_tools < 1:
-        raise ValueError(f"parallel_tools must be a whole number of at least 1, got {parallel_tools!r:.40}")
-    budget = Budget(limits) if limits is not None else None
+    options = RunOptions.given(options, locals())  # first thing: locals() are the parameters
+    budget = Budget(options.limits) if options.limits is not None else None
     session = session if isinstance(session, Session) else store.session(session)
     registry = as_tools(tools)
     specs = [t.spec() for t in registry.values()]
@@ -165,19 +164,8 @@ async def arun(
     if expected is not None and head != expected:
         raise BranchMoved(branch, expected, head)
     cursor = _BranchCursor(store, session, branch, session.path(head) if head else [])
-    cursor.recipe = recipes.for_run(
-        recipe,
-        call=call,
-        tools=registry,
-        approve=approve,
-        max_steps=max_steps,
-        context_budget=context_budget,
-        keep_last=keep_last,
-        pause_expires=pause_expires,
-        limits=limits,
-        parallel_tools=parallel_tools,
-    ).to_dict()
-    cursor.parallel_tools, cursor.budget = parallel_tools, budget
+    cursor.recipe = recipes.for_run(recipe, call=call, tools=registry, options=options).to_dict()
+    cursor.parallel_tools, cursor.budget = options.parallel_tools, budget
     model_calls = 0
     try:
         while True:
@@ -193,7 +181,7 @@ async def arun(
                 yield Final("paused", path[-1])
                 return
             if action.kind == "model":
-                if model_calls >= max_steps:
+                if model_calls >= options.max_steps:
                     yield Final("max_steps", path[-1])
                     return
                 over = budget.before_model_call() if budget else None
@@ -201,9 +189,10 @@ async def arun(
                     yield cursor.stop(*over)
                     return
                 model_calls += 1
-                if context_budget is not None and _tokens(cursor, count_tokens) > context_budget:
+                budget_tokens = options.context_budget
+                if budget_tokens is not None and _tokens(cursor, options.count_tokens) > budget_tokens:
                     try:
-                        summary = await _compact(cursor, call, summarize, keep_last)
+                        summary = await _compact(cursor, call, options.summarize, options.keep_last)
                     except SessionTreeError:
                         raise  # a lost compare-and-set: another run owns the branch now
                     except Exception as e:
@@ -222,7 +211,9 @@ async def arun(
                 return
             pause = None
             try:
-                async for step in _resolve_calls(cursor, action, registry, approve, pause_expires):
+                async for step in _resolve_calls(
+                    cursor, action, registry, options.approve, options.pause_expires
+                ):
                     if isinstance(step, Paused):
                         pause = step.node
                         await _tell(on_pause, pause)
@@ -660,48 +651,7 @@ async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-def run(
-    store: Store,
-    session: Session | str,
-    branch: str = "main",
-    *,
-    call: ModelCall,
-    tools: Iterable[Tool | Callable[..., Any]] = (),
-    approve: Approver | None = None,
-    max_steps: int = 20,
-    expect_head: Ref | None = None,
-    context_budget: int | None = None,
-    summarize: Summarizer | None = None,
-    keep_last: int = 4,
-    count_tokens: TokenCounter | None = None,
-    pause_expires: float | None = None,
-    on_pause: PauseHook | None = None,
-    recipe: Recipe | None = None,
-    limits: Limits | None = None,
-    parallel_tools: int = 4,
-) -> Iterator[Step]:
-    """``arun`` for callers without asyncio: the same steps, as a plain iterator."""
-    return bridge.iterate(
-        arun(
-            store,
-            session,
-            branch,
-            call=call,
-            tools=tools,
-            approve=approve,
-            max_steps=max_steps,
-            expect_head=expect_head,
-            context_budget=context_budget,
-            summarize=summarize,
-            keep_last=keep_last,
-            count_tokens=count_tokens,
-            pause_expires=pause_expires,
-            on_pause=on_pause,
-            recipe=recipe,
-            limits=limits,
-            parallel_tools=parallel_tools,
-        )
-    )
+run = bridge.iterating(arun)
 
 
 # -- resuming a decided pause ------------------------------------------------
@@ -790,6 +740,4 @@ def _require_tools(pause: Node, decision: Node, tools: dict[str, Tool], accept_c
             )
 
 
-def resume(store: Store, pause: Ref, **kwargs: Any) -> Iterator[Step]:
-    """``aresume`` for callers without asyncio: the same steps, as a plain iterator."""
-    return bridge.iterate(aresume(store, pause, **kwargs))
+resume = bridge.iterating(aresume)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 from . import kinds
 from .errors import InvalidPayload
@@ -262,35 +262,45 @@ class ModelUsage:
     cache_read_input_tokens: int = 0
 
 
+N = TypeVar("N", int, float)
+
+
+class _Total(Generic[N]):
+    """A ``Usage`` total: the sum over its models of the ``ModelUsage`` field of the same name."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, usage: Any, owner: type | None = None) -> N:
+        if usage is None:  # read on the class (help(), say): the descriptor itself
+            return self  # type: ignore[return-value]
+        return cast(N, sum(getattr(m, self.name) for m in usage.by_model.values()))
+
+
+_TOTALS = (
+    "calls",
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "latency_ms",
+)
+"""The totals of a ``Usage``, in the order ``to_dict`` gives them."""
+
+
 @dataclass(frozen=True)
 class Usage:
     """Model calls summed over a path or a subtree, in total and per model."""
 
     by_model: dict[str, ModelUsage] = field(default_factory=dict)
 
-    @property
-    def calls(self) -> int:
-        return sum(m.calls for m in self.by_model.values())
-
-    @property
-    def input_tokens(self) -> int:
-        return sum(m.input_tokens for m in self.by_model.values())
-
-    @property
-    def output_tokens(self) -> int:
-        return sum(m.output_tokens for m in self.by_model.values())
-
-    @property
-    def latency_ms(self) -> float:
-        return sum(m.latency_ms for m in self.by_model.values())
-
-    @property
-    def cache_creation_input_tokens(self) -> int:
-        return sum(m.cache_creation_input_tokens for m in self.by_model.values())
-
-    @property
-    def cache_read_input_tokens(self) -> int:
-        return sum(m.cache_read_input_tokens for m in self.by_model.values())
+    # Totals over the models used, each of the ``ModelUsage`` field of its name.
+    calls = _Total[int]()
+    input_tokens = _Total[int]()
+    output_tokens = _Total[int]()
+    latency_ms = _Total[float]()
+    cache_creation_input_tokens = _Total[int]()
+    cache_read_input_tokens = _Total[int]()
 
     def cost(self, prices: dict[str, dict[str, float]]) -> float | None:
         """Cost from ``{model: {"input": per_million, "output": per_million}}``; None when a
@@ -313,12 +323,7 @@ class Usage:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "calls": self.calls,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cache_creation_input_tokens": self.cache_creation_input_tokens,
-            "cache_read_input_tokens": self.cache_read_input_tokens,
-            "latency_ms": self.latency_ms,
+            **{name: getattr(self, name) for name in _TOTALS},
             "by_model": {k: v.__dict__ for k, v in self.by_model.items()},
         }
 

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 from .kinds import PausePayload, ToolStartPayload
 
 if TYPE_CHECKING:
-    from .limits import Limits
     from .model import Node
+    from .options import RunOptions
     from .session import Session
     from .tools import Tool
 
@@ -136,31 +136,21 @@ class Recipe:
         return tuple(lacking)
 
 
-def for_run(
-    given: Recipe | None,
-    *,
-    call: Any,
-    tools: Mapping[str, Tool],
-    approve: Any,
-    max_steps: int,
-    context_budget: int | None,
-    keep_last: int,
-    pause_expires: float | None,
-    limits: Limits | None = None,
-    parallel_tools: int = 4,
-) -> Recipe:
+def for_run(given: Recipe | None, *, call: Any, tools: Mapping[str, Tool], options: RunOptions) -> Recipe:
     """The recipe a run records (see the module docstring)."""
     recipe = given
     if recipe is None:  # the library: what the call and the tools' functions tell
         references = (_reference(t) for t in tools.values())  # a server's tools share one spec
-        recipe = from_call(call, approve).replace(tools=tuple(dict.fromkeys(r for r in references if r)))
+        recipe = from_call(call, options.approve).replace(
+            tools=tuple(dict.fromkeys(r for r in references if r))
+        )
     return recipe.replace(
-        max_steps=max_steps,
-        context_budget=context_budget,
-        keep_last=keep_last,
-        pause_expires=pause_expires,
-        limits=asdict(limits) if limits is not None else None,
-        parallel_tools=parallel_tools,
+        max_steps=options.max_steps,
+        context_budget=options.context_budget,
+        keep_last=options.keep_last,
+        pause_expires=options.pause_expires,
+        limits=asdict(options.limits) if options.limits is not None else None,
+        parallel_tools=options.parallel_tools,
         schema_hashes={name: schema_hash(t) for name, t in sorted(tools.items())},
     )
 

@@ -20,8 +20,11 @@ Contract:
   ``redactions`` table, the only change the schema lets a node undergo, so it is
   never a silent rewrite: the projection, ``log`` and every export show the
   marker. A dry run reports the same and writes nothing.
-- A policy can be saved (``save_policy``, one per store) and run later by
-  ``apply_saved``, dry run or not.
+- ``RetentionPolicy`` holds the chosen policies (``drop_older_than``,
+  ``strip_older_than``, ``strip_min_bytes``), checked when built; ``apply`` runs one
+  and ``save_policy`` keeps one (its ``to_dict`` form, one per store), which
+  ``apply_saved`` runs later, dry run or not. ``Store.retention`` and
+  ``Store.save_retention_policy`` take one (``policy=``) or its fields as keywords.
 - ``prune`` is unchanged: it removes nodes no branch, checkpoint, unresolved
   pause, pending decision or recent write keeps; a trashed session keeps its
   refs, so prune keeps what they reach until the trash is emptied.
@@ -35,6 +38,9 @@ Contract:
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from . import clock
 from .errors import Conflict
@@ -89,21 +95,49 @@ def marker(size: int, when: str, reason: str) -> str:
     return f"[tool result stripped on {when[:10]}: {size:,} bytes removed by retention policy '{reason}']"
 
 
-def apply(
-    storage: Storage,
-    *,
-    drop_older_than: float | None = None,
-    strip_older_than: float | None = None,
-    strip_min_bytes: int = DEFAULT_MIN_BYTES,
-    dry_run: bool = True,
-) -> RetentionReport:
-    """Run the chosen policies (see the module docstring)."""
-    _check(drop_older_than, strip_older_than, strip_min_bytes)
-    drop_cutoff = None if drop_older_than is None else iso_ago(drop_older_than)
-    strip_cutoff, reason = None, ""
-    if strip_older_than is not None:
-        strip_cutoff = iso_ago(strip_older_than)
-        reason = f"strip tool results of {strip_min_bytes:,}+ bytes older than {_days(strip_older_than)}"
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """The policies ``apply`` runs, each optional (see the module docstring): ages in
+    seconds, sizes in bytes. Checked when built: a negative age or a minimum size under 1
+    is a ``Conflict``."""
+
+    drop_older_than: float | None = None
+    strip_older_than: float | None = None
+    strip_min_bytes: int = DEFAULT_MIN_BYTES
+
+    def __post_init__(self) -> None:
+        for name in ("drop_older_than", "strip_older_than"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise Conflict(f"{name} must be >= 0 seconds, not {value}")
+        if self.strip_min_bytes < 1:
+            raise Conflict(f"strip_min_bytes must be >= 1, not {self.strip_min_bytes}")
+
+    def to_dict(self) -> dict[str, float]:
+        """The policy as the store saves it: the ages given, and the minimum size when
+        results are stripped."""
+        values = {"drop_older_than": self.drop_older_than, "strip_older_than": self.strip_older_than}
+        policy = {k: float(v) for k, v in values.items() if v is not None}
+        if self.strip_older_than is not None:
+            policy["strip_min_bytes"] = float(self.strip_min_bytes)
+        return policy
+
+    @classmethod
+    def from_dict(cls, saved: Mapping[str, float]) -> RetentionPolicy:
+        """The policy ``to_dict`` saved."""
+        size = int(saved.get("strip_min_bytes", DEFAULT_MIN_BYTES))
+        return cls(saved.get("drop_older_than"), saved.get("strip_older_than"), size)
+
+
+def apply(storage: Storage, policy: RetentionPolicy, *, dry_run: bool = True) -> RetentionReport:
+    """Run ``policy`` (see the module docstring)."""
+    drop_cutoff = None if policy.drop_older_than is None else iso_ago(policy.drop_older_than)
+    strip_cutoff, reason, strip_min_bytes = None, "", policy.strip_min_bytes
+    if policy.strip_older_than is not None:
+        strip_cutoff = iso_ago(policy.strip_older_than)
+        reason = (
+            f"strip tool results of {strip_min_bytes:,}+ bytes older than {_days(policy.strip_older_than)}"
+        )
 
     def candidates() -> tuple[list[str], list[str], list[tuple[str, str, int]]]:
         """(sessions to trash, idle ones left for their work in flight, tool results to
@@ -137,24 +171,14 @@ def apply(
 POLICY_SETTINGS = ("drop_older_than", "strip_older_than", "strip_min_bytes")
 
 
-def save_policy(
-    storage: Storage,
-    *,
-    drop_older_than: float | None = None,
-    strip_older_than: float | None = None,
-    strip_min_bytes: int = DEFAULT_MIN_BYTES,
-) -> dict[str, float]:
-    """Replace the saved policy (checked as ``apply`` checks it); the policy saved."""
-    _check(drop_older_than, strip_older_than, strip_min_bytes)
-    if drop_older_than is None and strip_older_than is None:
+def save_policy(storage: Storage, policy: RetentionPolicy) -> dict[str, float]:
+    """Replace the saved policy; the policy saved (``RetentionPolicy.to_dict``)."""
+    if policy.drop_older_than is None and policy.strip_older_than is None:
         raise Conflict("a retention policy needs drop_older_than, strip_older_than or both")
-    values = {"drop_older_than": drop_older_than, "strip_older_than": strip_older_than}
-    policy = {k: float(v) for k, v in values.items() if v is not None}
-    if strip_older_than is not None:
-        policy["strip_min_bytes"] = float(strip_min_bytes)
+    saved = policy.to_dict()
     with storage.transaction():
-        storage.set_retention_policy(policy)
-    return policy
+        storage.set_retention_policy(saved)
+    return saved
 
 
 def saved_policy(storage: Storage) -> dict[str, float]:
@@ -167,21 +191,7 @@ def apply_saved(storage: Storage, *, dry_run: bool = True) -> RetentionReport:
     policy = saved_policy(storage)
     if not policy:
         raise Conflict("no retention policy is saved: give one, or save one first")
-    return apply(
-        storage,
-        drop_older_than=policy.get("drop_older_than"),
-        strip_older_than=policy.get("strip_older_than"),
-        strip_min_bytes=int(policy.get("strip_min_bytes", DEFAULT_MIN_BYTES)),
-        dry_run=dry_run,
-    )
-
-
-def _check(drop_older_than: float | None, strip_older_than: float | None, strip_min_bytes: int) -> None:
-    for name, value in (("drop_older_than", drop_older_than), ("strip_older_than", strip_older_than)):
-        if value is not None and value < 0:
-            raise Conflict(f"{name} must be >= 0 seconds, not {value}")
-    if strip_min_bytes < 1:
-        raise Conflict(f"strip_min_bytes must be >= 1, not {strip_min_bytes}")
+    return apply(storage, RetentionPolicy.from_dict(policy), dry_run=dry_run)
 
 
 def _days(seconds: float) -> str:

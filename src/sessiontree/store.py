@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import db as _db
-from . import maintenance, retention, search
+from . import keywords, maintenance, retention, search
 from .errors import Conflict, NotFound, SessionTreeError
 from .ids import new_id, now
 from .model import (
@@ -40,7 +40,7 @@ from .model import (
     encode_json,
 )
 from .names import MIN_PREFIX, check_lookup, check_text, split_ancestry
-from .retention import DEFAULT_MIN_BYTES
+from .retention import DEFAULT_MIN_BYTES, RetentionPolicy
 from .session import Ref, Session
 from .storage import SQLiteStorage, Storage, open_storage
 from .storage.cache import DEFAULT_MAX_BYTES
@@ -163,18 +163,15 @@ class Store:
         strip_older_than: float | None = None,
         strip_min_bytes: int = DEFAULT_MIN_BYTES,
         dry_run: bool = True,
+        policy: RetentionPolicy | None = None,
     ) -> RetentionReport:
         """Apply retention policies (ages in seconds; a dry run by default): trash sessions
         idle for ``drop_older_than`` unless a checkpoint marks them or a pause waits in
         them; strip tool results of ``strip_min_bytes``+ bytes older than
-        ``strip_older_than``, recording each strip. See ``retention``."""
-        return retention.apply(
-            self.storage,
-            drop_older_than=drop_older_than,
-            strip_older_than=strip_older_than,
-            strip_min_bytes=strip_min_bytes,
-            dry_run=dry_run,
-        )
+        ``strip_older_than``, recording each strip. ``policy`` (a ``RetentionPolicy``)
+        gives the three at once. See ``retention``."""
+        policy = keywords.options_from(RetentionPolicy, policy, locals())  # first thing: the parameters
+        return retention.apply(self.storage, policy, dry_run=dry_run)
 
     def save_retention_policy(
         self,
@@ -182,15 +179,13 @@ class Store:
         drop_older_than: float | None = None,
         strip_older_than: float | None = None,
         strip_min_bytes: int = DEFAULT_MIN_BYTES,
+        policy: RetentionPolicy | None = None,
     ) -> dict[str, float]:
         """Save a retention policy in the store (replacing any saved before), for
-        ``apply_retention_policy`` and ``sessiontree retention`` to run later."""
-        return retention.save_policy(
-            self.storage,
-            drop_older_than=drop_older_than,
-            strip_older_than=strip_older_than,
-            strip_min_bytes=strip_min_bytes,
-        )
+        ``apply_retention_policy`` and ``sessiontree retention`` to run later; ``policy``
+        (a ``RetentionPolicy``) gives the three settings at once."""
+        policy = keywords.options_from(RetentionPolicy, policy, locals())  # first thing: the parameters
+        return retention.save_policy(self.storage, policy)
 
     def retention_policy(self) -> dict[str, float]:
         """The saved retention policy (setting -> value; empty when none is saved)."""

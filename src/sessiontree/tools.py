@@ -335,17 +335,10 @@ def tool(
     parallel: bool = True,
 ) -> Any:
     """Make a function a ``Tool``: ``@tool`` or ``@tool(idempotent=False, requires_approval=True)``."""
+    settings = {k: v for k, v in locals().items() if k != "fn"}  # first thing: Tool's keywords
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(
-            f,
-            name=name,
-            description=description,
-            idempotent=idempotent,
-            requires_approval=requires_approval,
-            approval_timeout=approval_timeout,
-            parallel=parallel,
-        )
+        return Tool(f, **settings)
 
     return wrap(fn) if fn is not None else wrap
 

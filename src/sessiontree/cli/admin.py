@@ -12,7 +12,7 @@ from ..formats import EXPORT_FORMATS
 from . import complete
 from .common import db_path, db_url, echo_json, echo_result, open_store, pick_session
 from .imports import import_
-from .inspect import json_option, session_argument
+from .inspect import json_option, only_session, only_session_json, session_argument
 from .params import SECONDS
 from .render import json_safe
 
@@ -20,7 +20,7 @@ from .render import json_safe
 @click.command()
 @click.option("--yes", is_flag=True, help="Really delete (default: a dry run that only reports).")
 @click.option("--vacuum", is_flag=True, help="Compact the file afterwards (with --yes).")
-@click.option("-s", "--session", help="Only this session.", shell_complete=complete.sessions)
+@only_session("Only this session.")
 @click.option(
     "--grace",
     type=SECONDS,
@@ -49,9 +49,7 @@ def prune(
 
 
 @click.command()
-@click.option("-s", "--session", help="Only this session.", shell_complete=complete.sessions)
-@json_option
-@click.pass_context
+@only_session_json("Only this session.")
 def verify(ctx: click.Context, session: str | None, as_json: bool) -> None:
     """Check the store's integrity; exit 1 when a problem is found."""
     store = open_store(ctx)

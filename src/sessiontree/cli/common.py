@@ -13,6 +13,7 @@ user's ``REF`` (+ optional ``--session``) into a session and a ref inside it.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -28,6 +29,7 @@ import click
 from .. import recipe as recipes
 from ..db import needs_migration
 from ..errors import NotFound, SessionTreeError
+from ..integrations import missing_extra
 from ..model import Node
 from ..names import looks_like_id, shown, split_ancestry
 from ..session import Session
@@ -152,6 +154,12 @@ def target(store: Store, ref: str, session: str | None) -> tuple[Session, str]:
     return s, resolved
 
 
+def open_target(ctx: click.Context, ref: str, session: str | None) -> tuple[Store, Session, str]:
+    """The store opened for writing, and the session and ref ``ref`` names (``target``)."""
+    store = open_store(ctx, write=True)
+    return (store, *target(store, ref, session))
+
+
 def targets(store: Store, refs: Sequence[str], session: str | None) -> tuple[Session, list[str]]:
     """The one session several refs are read in, and the refs (as ``target``).
 
@@ -208,6 +216,30 @@ def echo_lines(lines: Sequence[str], *, page: bool = True, colour: bool = False)
 
 def echo_json(data: Any) -> None:
     click.echo(json_safe(json.dumps(data, indent=2, ensure_ascii=False, default=str)))
+
+
+def listed(rows: Sequence[Any], as_json: bool, empty: str) -> bool:
+    """Whether a listing is done already: printed as JSON (``--json``, each row's fields),
+    or said to be ``empty``; else the caller prints its table."""
+    if as_json:
+        echo_json([r.__dict__ for r in rows])
+        return True
+    if not rows:
+        click.echo(empty)
+        return True
+    return False
+
+
+def import_extra(module: str, name: str, extra: str, needs: str) -> Any:
+    """``name`` from ``module`` (relative to ``sessiontree.cli``), which needs the ``extra``
+    installed; without it, a one-line ClickException saying ``needs`` it and how to get it."""
+    try:
+        return getattr(importlib.import_module(module, __package__), name)
+    except ImportError as e:
+        hint = missing_extra(e, extra, extra)
+        if hint is None:
+            raise
+        raise click.ClickException(f"{needs} needs the {extra} extra: {hint}") from None
 
 
 def echo_result(as_json: bool, data: Any, line: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, Literal
 
 import click
 
@@ -14,12 +14,13 @@ from ..experiments import compare as compare_branches
 from ..experiments import replay as replay_branch
 from ..experiments import rerun as rerun_at
 from ..names import shown
+from ..options import RunOptions
 from ..providers.script import PREFIX as SCRIPT_PREFIX
 from ..scoring import promote as promote_branch
 from ..scoring import score as score_branch
 from . import complete
-from .common import echo_json, echo_result, open_store, target, targets
-from .inspect import diff_lines, json_option, session_option
+from .common import echo_json, echo_result, open_store, open_target, targets
+from .inspect import diff_lines, json_option, session_json, session_option
 from .params import parse_price
 from .render import one_line, table
 from .running import (
@@ -71,7 +72,7 @@ def replay(
     ctx: click.Context,
     branch: str,
     session: str | None,
-    mode: str,
+    mode: Literal["recorded", "live"],
     tool_specs: tuple[str, ...],
     into: str | None,
     model: str | None,
@@ -87,8 +88,7 @@ def replay(
     if tool_specs and mode != "live":
         raise click.ClickException("--tools only applies with --tool-results live")
     call = make_call(base_url, model, api_key_env, False, ()) if model else None
-    store = open_store(ctx, write=True)
-    s, ref = target(store, branch, session)
+    store, s, ref = open_target(ctx, branch, session)
     report = replay_branch(
         store, ref, session=s, tools=mode, implementations=load_tools(tool_specs), into=into, call=call
     )
@@ -212,8 +212,7 @@ def rerun(
     """
     for spec in variant_specs:  # a mistake in a variant is refused before the store is opened
         parse_variant(spec)
-    store = open_store(ctx, write=True)
-    s, ref = target(store, at, session)
+    store, s, ref = open_target(ctx, at, session)
     recorded = recipes.near(s, s.resolve(ref))
     given = given_flags(ctx)
     chosen, said = continue_from(recorded, dict(ctx.params), given)
@@ -253,6 +252,14 @@ def rerun(
             system=system,
         )
         variants.append(Variant(name, call, variant_params, system, recipe))
+    # Every run's options, built once. rerun has no --context-budget or --pause-expires
+    # (rerun_options): its runs neither compact nor give their pauses a deadline.
+    options = RunOptions(
+        approve=approver(chosen.approve),
+        max_steps=chosen.max_steps,
+        limits=limits_of(chosen),
+        parallel_tools=chosen.parallel_tools,
+    )
     total = len(variants) * repetitions
     with click.progressbar(length=total, label="running", file=sys.stderr) as bar:
         results = rerun_at(
@@ -262,10 +269,7 @@ def rerun(
             repetitions,
             session=s,
             tools=tools,
-            approve=approver(chosen.approve),
-            max_steps=chosen.max_steps,
-            limits=limits_of(chosen),
-            parallel_tools=chosen.parallel_tools,
+            options=options,
             concurrency=concurrency,
             prefix=prefix,
             progress=lambda done, _total, _result: bar.update(1),
@@ -335,9 +339,7 @@ def compare(
 @click.argument("value", type=float)
 @click.option("--scorer", default="human", show_default=True, help="Who or what judged it.")
 @click.option("--note", help="Why: kept on the score node.")
-@session_option
-@json_option
-@click.pass_context
+@session_json
 def score(
     ctx: click.Context,
     branch: str,
@@ -352,8 +354,7 @@ def score(
     A scorer written in Python (a model as judge, a test suite) uses
     sessiontree.scoring.score, which also records the judge's own model call.
     """
-    store = open_store(ctx, write=True)
-    s, ref = target(store, branch, session)
+    store, s, ref = open_target(ctx, branch, session)
     node = score_branch(store, ref, value, session=s, name=scorer, note=note)
     echo_result(as_json, node.to_dict(), f"scored {ref} {scorer}={value:g} -> {node.id}")
 
@@ -362,15 +363,12 @@ def score(
 @click.argument("branch", shell_complete=complete.refs)
 @click.option("--to", "into", default="main", show_default=True, help="The branch that moves.")
 @click.option("--keep", help="Checkpoint name for its old head (default: TO-before-BRANCH).")
-@session_option
-@json_option
-@click.pass_context
+@session_json
 def promote(
     ctx: click.Context, branch: str, into: str, keep: str | None, session: str | None, as_json: bool
 ) -> None:
     """Move main (or --to) to BRANCH's head, checkpointing the head it had, in one step."""
-    store = open_store(ctx, write=True)
-    s, ref = target(store, branch, session)
+    store, s, ref = open_target(ctx, branch, session)
     done = promote_branch(store, ref, session=s, target=into, checkpoint=keep)
     echo_result(
         as_json,

@@ -7,15 +7,15 @@ import sys
 import click
 
 from ..model import KINDS, ROLES
-from . import complete
 from .common import abbreviations, echo_json, open_store
+from .inspect import only_session
 from .params import MAX_COUNT
 from .render import one_line, safe
 
 
 @click.command()
 @click.argument("query")
-@click.option("-s", "--session", help="Only this session (id or prefix).", shell_complete=complete.sessions)
+@only_session()
 @click.option("-b", "--branch", help="Only nodes on the path of branches with this name.")
 @click.option("--role", type=click.Choice(sorted(ROLES)), help="Only messages with this role.")
 @click.option("--kind", type=click.Choice(sorted(KINDS)), help="Only nodes of this kind.")

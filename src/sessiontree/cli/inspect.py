@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -21,6 +21,7 @@ from .common import (
     colour_wanted,
     echo_json,
     echo_lines,
+    listed,
     open_store,
     pick_session,
     target,
@@ -35,6 +36,26 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Output JSON.
 session_option = click.option(
     "-s", "--session", help="Session id or prefix (default: the latest).", shell_complete=complete.sessions
 )
+
+
+def only_session(help: str = "Only this session (id or prefix).") -> Callable[[F], F]:
+    """``-s/--session`` as a filter: a command over every session, or only this one."""
+    return click.option("-s", "--session", help=help, shell_complete=complete.sessions)
+
+
+def only_session_json(help: str) -> Callable[[F], F]:
+    """``only_session`` then ``--json``, the context passed first (``verify``, ``pending``)."""
+
+    def decorate(function: F) -> F:
+        return cast(F, only_session(help)(json_option(click.pass_context(function))))
+
+    return decorate
+
+
+def session_json(function: F) -> F:
+    """``-s/--session`` then ``--json`` (their order in --help), the context passed first:
+    the options of most commands that read or change one session."""
+    return cast(F, session_option(json_option(click.pass_context(function))))
 
 
 def session_argument(*, required: bool = False, many: bool = False) -> Callable[[F], F]:
@@ -83,11 +104,7 @@ def sessions(ctx: click.Context, include_archived: bool, as_json: bool) -> None:
     """List sessions, most recent first."""
     store = open_store(ctx)
     rows = store.sessions(include_archived=include_archived)
-    if as_json:
-        echo_json([r.__dict__ for r in rows])
-        return
-    if not rows:
-        click.echo("No sessions.")
+    if listed(rows, as_json, "No sessions."):
         return
     short = abbreviations(store, [r.id for r in rows])
     for line in table(
@@ -181,9 +198,7 @@ def log(
 
 @click.command()
 @click.argument("node", shell_complete=complete.refs)
-@session_option
-@json_option
-@click.pass_context
+@session_json
 def show(ctx: click.Context, node: str, session: str | None, as_json: bool) -> None:
     """Show one node in full (payload, parent, children, provenance), or a session by its id."""
     store = open_store(ctx)
@@ -299,9 +314,7 @@ def branches(ctx: click.Context, session: str | None, as_json: bool) -> None:
 @click.command()
 @click.argument("a", shell_complete=complete.refs)
 @click.argument("b", shell_complete=complete.refs)
-@session_option
-@json_option
-@click.pass_context
+@session_json
 def diff(ctx: click.Context, a: str, b: str, session: str | None, as_json: bool) -> None:
     """Compare two refs from their common ancestor.
 
@@ -337,9 +350,7 @@ def diff_lines(store: Store, d: Diff, a: str, b: str) -> list[str]:
 
 
 @click.command()
-@click.option("-s", "--session", help="Only this session (id or prefix).", shell_complete=complete.sessions)
-@json_option
-@click.pass_context
+@only_session_json("Only this session (id or prefix).")
 def pending(ctx: click.Context, session: str | None, as_json: bool) -> None:
     """List pauses waiting for a human, across sessions (or in one)."""
     store = open_store(ctx)
@@ -363,9 +374,7 @@ def pending(ctx: click.Context, session: str | None, as_json: bool) -> None:
 @click.option(
     "--since", help="Count only the calls after this ref (an ancestor of REF).", shell_complete=complete.refs
 )
-@session_option
-@json_option
-@click.pass_context
+@session_json
 def usage(ctx: click.Context, ref: str, since: str | None, session: str | None, as_json: bool) -> None:
     """Model calls, tokens and latency per model on the path to REF."""
     store = open_store(ctx)

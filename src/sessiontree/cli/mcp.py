@@ -14,8 +14,7 @@ from typing import Any
 
 import click
 
-from ..integrations import missing_extra
-from .common import open_store
+from .common import import_extra, open_store
 from .params import Seconds
 from .view import is_loopback
 
@@ -97,13 +96,7 @@ def mcp(
     over stdio, or streamable HTTP with --http. Needs the mcp extra:
     pip install 'sessiontree[mcp]'.
     """
-    try:
-        from ..integrations.mcp_server import build_server
-    except ImportError as e:
-        hint = missing_extra(e, "mcp", "mcp")
-        if hint is None:
-            raise
-        raise click.ClickException(f"sessiontree mcp needs the mcp extra: {hint}") from None
+    build_server = import_extra("..integrations.mcp_server", "build_server", "mcp", "sessiontree mcp")
 
     if by is not None and not allow_decide:
         raise click.UsageError("--by names who decides: it needs --allow-decide")

@@ -12,15 +12,13 @@ import click
 from ..names import shown
 from . import complete
 from .common import echo_result, open_store, pick_session, target
-from .inspect import json_option, session_option
+from .inspect import session_json
 
 
 @click.command(name="rename-branch")
 @click.argument("old", shell_complete=complete.branches)
 @click.argument("new")
-@session_option
-@json_option
-@click.pass_context
+@session_json
 def rename_branch(ctx: click.Context, old: str, new: str, session: str | None, as_json: bool) -> None:
     """Rename branch OLD to NEW (refused if NEW names a branch or checkpoint)."""
     store = open_store(ctx, write=True)
@@ -32,9 +30,7 @@ def rename_branch(ctx: click.Context, old: str, new: str, session: str | None, a
 @click.argument("name", shell_complete=complete.branches)
 @click.argument("ref", shell_complete=complete.refs)
 @click.option("--expect", help="Move only if the branch is still at this node (compare-and-set).")
-@session_option
-@json_option
-@click.pass_context
+@session_json
 def move_branch(
     ctx: click.Context, name: str, ref: str, expect: str | None, session: str | None, as_json: bool
 ) -> None:
@@ -47,40 +43,34 @@ def move_branch(
 
 @click.command(name="delete-branch")
 @click.argument("name", shell_complete=complete.branches)
-@session_option
-@json_option
-@click.pass_context
+@session_json
 def delete_branch(ctx: click.Context, name: str, session: str | None, as_json: bool) -> None:
     """Delete branch NAME; its nodes stay until `sessiontree prune`."""
-    store = open_store(ctx, write=True)
-    s = pick_session(store, session)
-    if name in {c.name for c in s.checkpoints()}:
-        raise click.ClickException(
-            f"{shown(name)} is a checkpoint, not a branch; use `sessiontree delete-checkpoint`"
-        )
-    s.delete_branch(name)
-    echo_result(
-        as_json,
-        {"session": s.id, "deleted_branch": name},
-        f"deleted branch {name} (prune removes nodes nothing reaches any more)",
-    )
+    _delete(ctx, "branch", name, session, as_json, " (prune removes nodes nothing reaches any more)")
 
 
 @click.command(name="delete-checkpoint")
 @click.argument("name", shell_complete=complete.checkpoints)
-@session_option
-@json_option
-@click.pass_context
+@session_json
 def delete_checkpoint(ctx: click.Context, name: str, session: str | None, as_json: bool) -> None:
     """Delete checkpoint NAME; the node it marked stays."""
+    _delete(ctx, "checkpoint", name, session, as_json)
+
+
+def _delete(
+    ctx: click.Context, kind: str, name: str, session: str | None, as_json: bool, note: str = ""
+) -> None:
+    """Delete the branch or checkpoint (``kind``) NAME; a pointer of the other kind by that
+    name is refused, naming the command that deletes it."""
     store = open_store(ctx, write=True)
     s = pick_session(store, session)
-    if name in {b.name for b in s.branches()}:
+    other = "checkpoint" if kind == "branch" else "branch"
+    if name in {p.name for p in (s.checkpoints() if kind == "branch" else s.branches())}:
         raise click.ClickException(
-            f"{shown(name)} is a branch, not a checkpoint; use `sessiontree delete-branch`"
+            f"{shown(name)} is a {other}, not a {kind}; use `sessiontree delete-{other}`"
         )
-    s.delete_checkpoint(name)
-    echo_result(as_json, {"session": s.id, "deleted_checkpoint": name}, f"deleted checkpoint {name}")
+    (s.delete_branch if kind == "branch" else s.delete_checkpoint)(name)
+    echo_result(as_json, {"session": s.id, f"deleted_{kind}": name}, f"deleted {kind} {name}{note}")
 
 
 COMMANDS = [rename_branch, move_branch, delete_branch, delete_checkpoint]

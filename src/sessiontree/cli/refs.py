@@ -20,8 +20,16 @@ from ..plan import next_action
 from ..session import Session
 from ..steps import Approve, Decision, Edit, Reject
 from . import complete
-from .common import command, echo_json, echo_result, open_store, pick_session, resume_command, target
-from .inspect import json_option, session_option
+from .common import (
+    command,
+    echo_json,
+    echo_result,
+    open_store,
+    open_target,
+    pick_session,
+    resume_command,
+)
+from .inspect import json_option, session_json
 from .render import one_line
 
 
@@ -30,13 +38,10 @@ from .render import one_line
 @click.option(
     "--at", "at", required=True, help="Branch, checkpoint or node to fork from.", shell_complete=complete.refs
 )
-@session_option
-@json_option
-@click.pass_context
+@session_json
 def fork(ctx: click.Context, name: str, at: str, session: str | None, as_json: bool) -> None:
     """Start branch NAME at a node, branch or checkpoint (nothing is copied)."""
-    store = open_store(ctx, write=True)
-    s, ref = target(store, at, session)
+    store, s, ref = open_target(ctx, at, session)
     branch = s.fork(name, at=ref)
     echo_result(as_json, branch.__dict__, f"branch {branch.name} -> {branch.head_id}")
 
@@ -51,13 +56,10 @@ def fork(ctx: click.Context, name: str, at: str, session: str | None, as_json: b
     help="What the checkpoint marks (REF~N: the Nth message above REF, REF~N!: the Nth node).",
     shell_complete=complete.refs,
 )
-@session_option
-@json_option
-@click.pass_context
+@session_json
 def checkpoint(ctx: click.Context, name: str, at: str, session: str | None, as_json: bool) -> None:
     """Mark a node with checkpoint NAME; checkpoints never move."""
-    store = open_store(ctx, write=True)
-    s, ref = target(store, at, session)
+    store, s, ref = open_target(ctx, at, session)
     cp = s.checkpoint(name, at=ref)
     echo_result(as_json, cp.__dict__, f"checkpoint {cp.name} -> {cp.node_id}")
     marked = s.node(cp.node_id)
@@ -74,17 +76,14 @@ def checkpoint(ctx: click.Context, name: str, at: str, session: str | None, as_j
 @click.argument("node", shell_complete=complete.refs)
 @click.option("-b", "--branch", required=True, help="New branch for the edited turn.")
 @click.option("--text", help="The new message text (default: open $EDITOR).")
-@session_option
-@json_option
-@click.pass_context
+@session_json
 def edit(
     ctx: click.Context, node: str, branch: str, text: str | None, session: str | None, as_json: bool
 ) -> None:
     """Write an edited copy of a message as its sibling, on a new branch."""
     if text is not None and not text.strip():
         raise click.UsageError("--text is empty: give the new text of the message")
-    store = open_store(ctx, write=True)
-    s, ref = target(store, node, session)
+    store, s, ref = open_target(ctx, node, session)
     original = s.node(ref)
     if original.kind != "message":
         raise click.ClickException(
@@ -129,9 +128,7 @@ def edit(
     help="Branch to extend.",
     shell_complete=complete.branches,
 )
-@session_option
-@json_option
-@click.pass_context
+@session_json
 def append(ctx: click.Context, text: str, role: str, branch: str, session: str | None, as_json: bool) -> None:
     """Append a message with TEXT (- reads it from stdin) to a branch.
 

@@ -8,7 +8,7 @@ import click
 
 from .. import retention as _retention
 from ..names import shown
-from .common import echo_json, echo_result, open_store
+from .common import echo_json, echo_result, listed, open_store
 from .inspect import session_argument
 from .params import MAX_COUNT, check_seconds
 from .render import safe, table
@@ -45,11 +45,7 @@ def trash(ctx: click.Context, as_json: bool) -> None:
     """List the sessions in the trash, longest there first."""
     store = open_store(ctx)
     entries = store.trash()
-    if as_json:
-        echo_json([e.__dict__ for e in entries])
-        return
-    if not entries:
-        click.echo("The trash is empty.")
+    if listed(entries, as_json, "The trash is empty."):
         return
     for line in table(
         [[e.session_id, e.nodes, e.trashed_at, e.title or ""] for e in entries],
@@ -133,27 +129,19 @@ def retention(
     command runs the saved one.
     """
     given = drop_older_than is not None or strip_older_than is not None
+    policy = _retention.RetentionPolicy(drop_older_than, strip_older_than, strip_min_bytes)
     if save:
         if dry_run:
             raise click.UsageError("--save stores the policy and --dry-run writes nothing: give one of them")
         if not given:
             raise click.UsageError("--save needs --drop-older-than, --strip-older-than or both")
         store = open_store(ctx, write=True)
-        policy = store.save_retention_policy(
-            drop_older_than=drop_older_than,
-            strip_older_than=strip_older_than,
-            strip_min_bytes=strip_min_bytes,
-        )
-        echo_result(as_json, policy, "saved retention policy: " + describe(policy))
+        saved = store.save_retention_policy(policy=policy)
+        echo_result(as_json, saved, "saved retention policy: " + describe(saved))
         return
     store = open_store(ctx, write=not dry_run)
     if given:
-        report = store.retention(
-            drop_older_than=drop_older_than,
-            strip_older_than=strip_older_than,
-            strip_min_bytes=strip_min_bytes,
-            dry_run=dry_run,
-        )
+        report = store.retention(policy=policy, dry_run=dry_run)
     else:
         check_saved(store.retention_policy())
         report = store.apply_retention_policy(dry_run=dry_run)

@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +24,16 @@ import click
 
 from .. import recipe as recipes
 from ..errors import ToolsUnavailable
-from ..integrations import missing_extra
 from ..limits import Limits
 from ..loop import aresume, arun
 from ..notify import Webhook
+from ..options import RunOptions
 from ..recipe import Recipe
 from ..steps import Approve, Final, Pause, ToolCall
 from ..tools import Tool, as_tools
 from ..worker import DEFAULT_POLL, awork
 from . import complete
-from .common import open_store, pick_session
+from .common import import_extra, open_store, pick_session
 from .params import Dollars, Duration, Seconds, parse_price
 from .refs import require_branch, require_settled
 from .render import one_line
@@ -195,13 +195,7 @@ def mcp_tools_for(specs: Sequence[str]) -> list[Tool]:
     ends; the mcp extra is imported only when one is given."""
     if not specs:
         return []
-    try:
-        from ..integrations.mcp_tools import mcp_tools
-    except ImportError as e:
-        hint = missing_extra(e, "mcp", "mcp")
-        if hint is None:
-            raise
-        raise click.ClickException(f"--mcp needs the mcp extra: {hint}") from None
+    mcp_tools = import_extra("..integrations.mcp_tools", "mcp_tools", "mcp", "--mcp")
     ctx = click.get_current_context()
     tools: list[Tool] = []
     for spec in specs:
@@ -296,30 +290,13 @@ json_steps_option = click.option(
     "--json", "as_json", is_flag=True, help="Print each step as a JSON object, one per line."
 )
 
-# run and resume; rerun takes the same minus --model and --no-stream (variants name
-# their models; reruns never stream).
-model_options = options(
-    base_url_option,
-    model_option,
-    api_key_option,
-    no_stream_option,
-    tools_option,
-    mcp_option,
-    approve_option,
-    max_steps_option,
-    params_option,
-    limit_options,
-)
-rerun_options = options(
-    base_url_option,
-    api_key_option,
-    tools_option,
-    mcp_option,
-    approve_option,
-    max_steps_option,
-    params_option,
-    limit_options,
-)
+# What a run is given besides its model: the tools, who approves, its steps, request
+# parameters and budgets (the flags options_of and the recipe read).
+_run_options = (tools_option, mcp_option, approve_option, max_steps_option, params_option, limit_options)
+# run, resume and worker; rerun takes the same minus --model and --no-stream (variants
+# name their models; reruns never stream).
+model_options = options(base_url_option, model_option, api_key_option, no_stream_option, *_run_options)
+rerun_options = options(base_url_option, api_key_option, *_run_options)
 
 
 pause_options = options(
@@ -639,10 +616,28 @@ def _as_recorded(name: str, value: Any) -> str:
     return str(value)
 
 
-def run_options(recipe: Recipe, *, recorded: bool) -> dict[str, Any]:
-    """``arun`` keyword arguments for a run following ``recipe`` (the recipe included, so
-    the run records it again); ``recorded`` says the tools come from a recording, which a
-    failure to load them names."""
+def options_of(recipe: Recipe) -> RunOptions:
+    """The ``RunOptions`` of a run following ``recipe``: how ``run``, ``resume``, ``worker``
+    and ``rerun`` turn their flags (folded into a recipe, over a recorded one) into the one
+    options object the run is given. A recording that cannot be used is refused in one line."""
+    try:
+        return RunOptions(
+            approve=approver(recipe.approve),
+            max_steps=recipe.max_steps,
+            context_budget=recipe.context_budget,
+            keep_last=recipe.keep_last,
+            pause_expires=recipe.pause_expires,
+            limits=limits_of(recipe),
+            parallel_tools=recipe.parallel_tools,
+        )
+    except ValueError as e:
+        raise click.ClickException(f"the recorded options cannot be used: {e}") from None
+
+
+def run_arguments(recipe: Recipe, *, recorded: bool) -> dict[str, Any]:
+    """``arun`` keyword arguments for a run following ``recipe``: its call, tools and
+    ``options`` (``options_of``), and the recipe itself, so the run records it again;
+    ``recorded`` says the tools come from a recording, which a failure to load them names."""
     from ..experiments import Variant
 
     stream = True if recipe.stream is None else recipe.stream
@@ -659,18 +654,14 @@ def run_options(recipe: Recipe, *, recorded: bool) -> dict[str, Any]:
     if recipe.system is not None:  # a rerun variant's system prompt, put back
         call = Variant("recorded", call, {}, recipe.system).model_call()
     tools = recorded_tools(recipe, recorded=recorded)
-    return {
-        "call": call,
-        "tools": tools,
-        "approve": approver(recipe.approve),
-        "max_steps": recipe.max_steps,
-        "context_budget": recipe.context_budget,
-        "keep_last": recipe.keep_last,
-        "pause_expires": recipe.pause_expires,
-        "limits": limits_of(recipe),
-        "parallel_tools": recipe.parallel_tools,
-        "recipe": recipe,
-    }
+    return {"call": call, "tools": tools, "options": options_of(recipe), "recipe": recipe}
+
+
+def run_options(recipe: Recipe, *, recorded: bool) -> dict[str, Any]:
+    """``run_arguments`` with the options spelled out as ``arun``'s keywords of their names."""
+    arguments = run_arguments(recipe, recorded=recorded)
+    options = arguments.pop("options")
+    return {**arguments, **{f.name: getattr(options, f.name) for f in fields(options)}}
 
 
 def recorded_tools(recipe: Recipe, *, recorded: bool) -> list[Tool]:
@@ -792,6 +783,7 @@ def run(
     recipe = recipe_from_flags(ctx.params, call)  # recorded on the run's pauses: resume needs no flags
     servers = tuple(MCP_SOURCE + spec for spec in ctx.meta.get(MCP_META, ()))
     recipe = recipe.replace(tools=(*recipe.tools, *servers))
+    options = options_of(recipe)  # the flags' run options, the one object the run is given
     hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
     new = new or (not session and not store.sessions())
@@ -818,15 +810,9 @@ def run(
             branch,
             call=call,
             tools=tools,
-            approve=approver(policy),
-            max_steps=max_steps,
-            context_budget=context_budget,
-            keep_last=keep_last,
-            pause_expires=pause_expires,
-            limits=limits_of(recipe),
-            parallel_tools=recipe.parallel_tools,
             on_pause=hook,
             recipe=recipe,
+            options=options,
         ),
         as_json,
         lambda final: {"session": s.id, "branch": branch},
@@ -897,7 +883,7 @@ def resume(
     chosen, said = continue_from(recorded, dict(ctx.params), given)
     for line in said:
         click.echo(line, err=True)
-    run_with = run_options(chosen, recorded=recorded is not None and "tool_specs" not in given)
+    run_with = run_arguments(chosen, recorded=recorded is not None and "tool_specs" not in given)
 
     def about(final: Final) -> dict[str, Any]:
         heads = [
@@ -929,7 +915,7 @@ def recipe_preparer(
             if line not in said:
                 said.add(line)
                 say(line)
-        return run_options(chosen, recorded=recorded is not None and "tool_specs" not in given)
+        return run_arguments(chosen, recorded=recorded is not None and "tool_specs" not in given)
 
     return prepare
 

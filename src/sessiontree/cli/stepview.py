@@ -89,6 +89,12 @@ def print_steps(
     return final
 
 
+def _wrote(kind: str, step: Any, **fields: Any) -> dict[str, Any]:
+    """The JSON object of a step that wrote a node (a Final may have none): its type, the
+    node's id, then ``fields``."""
+    return {"step": kind, "node": step.node.id if step.node else None, **fields}
+
+
 def step_dict(step: Any) -> dict[str, Any]:
     """A step as a JSON object: ``step`` names its type, ``node`` the node it wrote."""
     if isinstance(step, Token):
@@ -98,44 +104,21 @@ def step_dict(step: Any) -> dict[str, Any]:
     if isinstance(step, Recovering):
         return {"step": "recovering", "session": step.session_id, "branch": step.branch, "head": step.head_id}
     if isinstance(step, Assistant):
-        return {
-            "step": "assistant",
-            "node": step.node.id,
-            "content": step.message.get("content"),
-            "tool_calls": [ToolCall.from_message(c).to_dict() for c in step.message.get("tool_calls") or []],
-        }
+        calls = [ToolCall.from_message(c).to_dict() for c in step.message.get("tool_calls") or []]
+        return _wrote("assistant", step, content=step.message.get("content"), tool_calls=calls)
     if isinstance(step, ToolStart):
-        return {"step": "tool_start", "node": step.node.id, "call": step.call.to_dict()}
+        return _wrote("tool_start", step, call=step.call.to_dict())
     if isinstance(step, ToolEnd):
-        return {
-            "step": "tool_end",
-            "node": step.node.id,
-            "call": step.call.to_dict(),
-            "ok": step.ok,
-            "content": step.node.payload.get("content"),
-        }
+        content = step.node.payload.get("content")
+        return _wrote("tool_end", step, call=step.call.to_dict(), ok=step.ok, content=content)
     if isinstance(step, Paused):
-        return {
-            "step": "paused",
-            "node": step.node.id,
-            "reason": PausePayload.from_node(step.node).reason,
-            "calls": step.calls,
-            **deadlines.about(step.node),
-        }
+        reason = PausePayload.from_node(step.node).reason
+        return _wrote("paused", step, reason=reason, calls=step.calls, **deadlines.about(step.node))
     if isinstance(step, Compacted):
-        return {
-            "step": "compacted",
-            "node": step.node.id,
-            "covers": SummaryPayload.from_node(step.node).covers,
-            "summary": step.summary,
-        }
+        covers = SummaryPayload.from_node(step.node).covers
+        return _wrote("compacted", step, covers=covers, summary=step.summary)
     if isinstance(step, Final):
-        return {
-            "step": "final",
-            "node": step.node.id if step.node else None,
-            "reason": step.reason,
-            "error": step.error,
-        }
+        return _wrote("final", step, reason=step.reason, error=step.error)
     raise TypeError(f"unknown step {step!r}")
 
 
@@ -163,10 +146,8 @@ def echo_step(step: Any, streamed: bool = False, hints: bool = True) -> None:
     elif isinstance(step, ToolStart):
         click.echo(f"  running {one_line(step.call.name, None)} [{one_line(step.call.id, None)}]")
     elif isinstance(step, ToolEnd):
-        click.echo(
-            f"  {'ok' if step.ok else 'failed'} {one_line(step.call.name, None)}: "
-            f"{one_line(step.node.payload.get('content'), 60)}"
-        )
+        outcome, content = "ok" if step.ok else "failed", one_line(step.node.payload.get("content"), 60)
+        click.echo(f"  {outcome} {one_line(step.call.name, None)}: {content}")
     elif isinstance(step, Paused):
         click.echo(f"paused: {one_line(PausePayload.from_node(step.node).reason, None)}")
         for call in step.calls:

@@ -36,22 +36,23 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
-from ..model import Completion, completion_problem, sendable
-from ..redact import check_header
+from ..model import Completion, sendable
+from . import http
 from .anthropic_blocks import KIND, request_parts, tool_input, with_cache
 from .anthropic_blocks import reply_message as _reply_message
-from .body import ACCEPT_ENCODING
 from .failures import Failures
-from .http import DEFAULT_DEADLINE, DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_RESPONSE_BYTES, Endpoint
-from .reply import data_object, error_text
+from .http import (  # noqa: F401  (the HTTP settings' defaults, importable here as before)
+    DEFAULT_DEADLINE,
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    Endpoint,
+    HTTPAdapter,
+)
+from .reply import TypedEvents, error_text
 from .retry import Budget
 from .sse import Event
 
@@ -73,6 +74,7 @@ _RESERVED = frozenset({"messages", "tools", "model", "stream", "system", "max_to
 _RETRYABLE_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 
 
+@http.takes_settings
 def anthropic(
     model: str,
     *,
@@ -83,65 +85,41 @@ def anthropic(
     cache: bool | Mapping[str, Any] = True,
     stream: bool = False,
     max_pause_turns: int = 3,
-    timeout: float | httpx.Timeout = 60.0,
-    max_retries: int = 4,
-    max_retry_time: float = 60.0,
-    deadline: float = DEFAULT_DEADLINE,
-    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-    headers: Mapping[str, str] | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
     **params: Any,
 ) -> Anthropic:
     """Build a model ``call`` for the Messages API at ``base_url`` (``/v1/messages`` is added).
 
     ``params`` (temperature, thinking, tool_choice, stop_sequences, ...) are sent
-    as they are. The key is ``api_key``, else the variable named ``api_key_env``,
+    as they are; ``timeout`` ... ``transport`` are the HTTP settings (``http.Settings``).
+    The key is ``api_key``, else the variable named ``api_key_env``,
     else none (no ``x-api-key`` header, fine for local mock servers).
     """
-    clash = _RESERVED & params.keys()
-    if clash:
-        raise TypeError(f"anthropic() sets {sorted(clash)} itself; do not pass them")
+    settings = http.Settings.take(params)
+    http.refuse_reserved("anthropic", _RESERVED, params)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError(f"max_tokens must be a positive integer, not {max_tokens!r}")
-    if api_key is None and api_key_env:
-        api_key = os.environ.get(api_key_env) or None
+    key = http.api_key(api_key, api_key_env)
     control = None if cache is False or cache is None else EPHEMERAL if cache is True else dict(cache)
     base = base_url.rstrip("/")
-    url = base + ("/messages" if base.endswith("/v1") else "/v1/messages")
-    sent = httpx.Headers(
-        {
-            "Accept": "text/event-stream" if stream else "application/json",
-            "Accept-Encoding": ACCEPT_ENCODING,  # what body.Inflater decodes
-            "anthropic-version": API_VERSION,
-        }
-    )
-    for name, value in (headers or {}).items():
-        check_header(f"the {name} header", value)
-    sent.update(headers or {})
-    if api_key:
-        check_header("the API key", api_key)
-        sent["x-api-key"] = api_key  # replaces any given one
-    endpoint = Endpoint(
-        url,
-        sent,
-        f"{PROVIDER} ({model}): ",
-        timeout=timeout,
-        max_retries=max_retries,
-        max_retry_time=max_retry_time,
-        deadline=deadline,
-        max_response_bytes=max_response_bytes,
-        max_line_bytes=max_line_bytes,
-        transport=transport,
+    endpoint = http.endpoint(
+        base + ("/messages" if base.endswith("/v1") else "/v1/messages"),
+        PROVIDER,
+        model,
+        settings,
+        stream=stream,
+        key=key,
+        auth=("x-api-key", ""),
+        fixed={"anthropic-version": API_VERSION},
     )
     return Anthropic(endpoint, base, model, max_tokens, control, bool(stream), max_pause_turns, params)
 
 
-class Anthropic:
+class Anthropic(HTTPAdapter):
     """The callable ``anthropic`` returns. Holds no connection between calls."""
 
     raw_kind = KIND
     provider = PROVIDER  # recorded in a run's recipe
+    reserved = _RESERVED - {"max_tokens"}  # with_params sets max_tokens (the field of its own)
 
     def __init__(
         self,
@@ -154,24 +132,15 @@ class Anthropic:
         max_pause_turns: int,
         params: dict[str, Any],
     ) -> None:
-        self._endpoint, self._error = endpoint, endpoint.error
-        self.base_url, self.url, self.model = base_url, endpoint.url, model
-        self.max_tokens, self.cache, self.stream = max_tokens, cache, stream
-        self.max_pause_turns = max_pause_turns
-        self.params = dict(params)
+        super().__init__(endpoint, base_url, model, stream, params)
+        self.max_tokens, self.cache, self.max_pause_turns = max_tokens, cache, max_pause_turns
 
     def with_params(self, **params: Any) -> Anthropic:
         """The same endpoint and model with these request parameters added or replaced."""
-        clash = (_RESERVED - {"max_tokens"}) & params.keys()
-        if clash:
-            raise TypeError(f"with_params() cannot set {sorted(clash)}")
-        other = copy.copy(self)
-        other.max_tokens = params.pop("max_tokens", self.max_tokens)
-        other.params = {**self.params, **params}
+        max_tokens = params.pop("max_tokens", self.max_tokens)
+        other = super().with_params(**params)
+        other.max_tokens = max_tokens
         return other
-
-    def __repr__(self) -> str:
-        return f"Anthropic(base_url={self.base_url!r}, model={self.model!r}, stream={self.stream})"
 
     def __call__(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
@@ -180,7 +149,7 @@ class Anthropic:
             parts = request_parts(sendable(messages, KIND), tools)
         except (ValueError, AttributeError, TypeError) as exc:
             error = self._error(f"the messages cannot be sent: {exc}")
-            return _raise(error, self.stream)
+            return http.failed(error, self.stream)
         return self._streamed(parts) if self.stream else self._complete(parts)
 
     def _body(self, parts: Parts, extra: list[Any]) -> dict[str, Any]:
@@ -220,14 +189,10 @@ class Anthropic:
         budget = self._endpoint.budget()
         reply = _Reply()
         for turn in range(self.max_pause_turns + 1):
-            state = MessageStream()
-            async for item in self._endpoint.events(
-                self._body(parts, reply.continuation()), MessageStream, budget
-            ):
-                if isinstance(item, str):
-                    yield item
-                else:
-                    state = item
+            stream = self._endpoint.fold(self._body(parts, reply.continuation()), MessageStream, budget)
+            async for text in stream:
+                yield text
+            state = stream.state
             if not state.done:
                 raise self._error(
                     f"stream ended without message_stop after {len(state.text)} text chunks: truncated"
@@ -247,31 +212,15 @@ class Anthropic:
             _reply_message(reply.blocks, reply.stop_reason, reply.stop_sequence, reply.arguments)
         )
         finish = reply.stop_reason
-        completion = Completion(
+        return self._reply(
             message,
-            model=reply.model or self.model,
-            provider=PROVIDER,
+            model=reply.model,
             params={"max_tokens": self.max_tokens, **self.params},
-            finish_reason=STOP_REASONS.get(finish, finish) if isinstance(finish, str) else finish,
+            finish=STOP_REASONS.get(finish, finish) if isinstance(finish, str) else finish,
             usage=reply.usage,
-            latency_ms=round((time.monotonic() - budget.started) * 1000, 3),
+            started=budget.started,
+            raw=lambda: scrub(raw()),
         )
-        if (problem := completion_problem(completion)) is not None:
-            raise self._error(f"the reply cannot be stored: {problem}", raw=scrub(raw()))
-        return completion
-
-
-async def _raise_now(error: Exception) -> Completion:
-    raise error
-
-
-async def _raise_streamed(error: Exception) -> AsyncIterator[str | Completion]:
-    raise error
-    yield ""  # pragma: no cover - makes this an async generator
-
-
-def _raise(error: Exception, stream: bool) -> Any:
-    return _raise_streamed(error) if stream else _raise_now(error)
 
 
 @dataclass
@@ -305,7 +254,7 @@ class _Reply:
 
 
 @dataclass
-class MessageStream:
+class MessageStream(TypedEvents):
     """One streamed message folded from its events (``http.StreamFolder``)."""
 
     text: list[str] = field(default_factory=list)
@@ -317,24 +266,13 @@ class MessageStream:
     stop_sequence: Any = None
     done: bool = False
 
-    def feed(self, event: Event, error: Failures) -> str | None:
-        data = event.data.strip()
-        if not data:
-            return None
-        chunk = data_object(data, error)
-        kind = chunk.get("type") or event.event
+    def refuse(self, kind: str, chunk: dict[str, Any], event: Event, error: Failures) -> None:
         if kind == "error" or event.event == "error":
             found = chunk.get("error")
             retryable = isinstance(found, dict) and found.get("type") in _RETRYABLE_ERRORS
             raise error("error in stream: ", detail=error_text(chunk), retryable=retryable)
-        try:
-            return self._take(kind, chunk)
-        except (AttributeError, TypeError, ValueError, KeyError):  # a list where an object was due, ...
-            raise error(
-                f"a {kind} event has an unexpected shape: ", detail=data, limit=200, quote=True
-            ) from None
 
-    def _take(self, kind: str, chunk: dict[str, Any]) -> str | None:
+    def take(self, kind: str, chunk: dict[str, Any]) -> str | None:
         if kind == "message_start":
             message = chunk["message"]
             self.model = message.get("model") or self.model

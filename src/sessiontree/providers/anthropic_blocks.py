@@ -35,6 +35,8 @@ import json
 import re
 from typing import Any
 
+from .reply import assistant_message, function_call, sent_back
+
 KIND = "anthropic"
 UNPARSED = "_unparsed_arguments"
 THINKING = ("thinking", "redacted_thinking")
@@ -155,15 +157,8 @@ def _gist(blocks: list[dict[str, Any]]) -> tuple[str, list[tuple[Any, Any, Any]]
 
 
 def _assistant_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
-    built = _built(message)
-    raw = message.get("raw")
-    kept = raw.get(KIND) if isinstance(raw, dict) else None
-    blocks = kept.get("content") if isinstance(kept, dict) else None
-    if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
-        return built
-    if _gist(blocks) == _gist(built):
-        return [dict(b) for b in blocks]  # verbatim: signatures and server-tool blocks too
-    return [dict(b) for b in blocks if b.get("type") in THINKING] + built
+    # Verbatim when unchanged: signatures and server-tool blocks too.
+    return sent_back(message, KIND, "content", _built(message), _gist, lambda b: b.get("type") in THINKING)
 
 
 def request_parts(
@@ -248,21 +243,9 @@ def reply_message(
         if block.get("type") != "tool_use":
             continue
         given = (arguments or {}).get(n)
-        calls.append(
-            {
-                "id": block.get("id"),
-                "type": "function",
-                "function": {
-                    "name": block.get("name"),
-                    "arguments": given if given else json.dumps(block.get("input") or {}),
-                },
-            }
-        )
-    message: dict[str, Any] = {"role": "assistant", "content": text or None}
-    if calls:
-        message["tool_calls"] = calls
+        sent = given if given else json.dumps(block.get("input") or {})
+        calls.append(function_call(block.get("id"), block.get("name"), sent))
     kept: dict[str, Any] = {"content": blocks, "stop_reason": stop_reason}
     if stop_sequence is not None:
         kept["stop_sequence"] = stop_sequence
-    message["raw"] = {KIND: kept}
-    return message
+    return assistant_message(text, calls, KIND, kept)

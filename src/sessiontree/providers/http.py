@@ -1,6 +1,15 @@
 """The HTTP side every model adapter shares: one POST, retried, bounded, never leaking a key.
 
-Contract: ``Endpoint(url, headers, label, ...)`` holds what one adapter sends to
+Contract: ``Settings`` are the keyword settings every adapter takes (``timeout``,
+``max_retries``, ``max_retry_time``, ``deadline``, ``max_response_bytes``,
+``max_line_bytes``, ``headers``, ``transport``), declared once: ``takes_settings``
+adds them to an adapter factory's signature (``help``, ``inspect``) and
+``Settings.take`` pops them from its keywords. ``endpoint(url, provider, model,
+settings, ...)`` builds the ``Endpoint`` with the headers every adapter sends (checked: a
+header or key with a control character is refused up front); ``HTTPAdapter`` is
+the callable's shared part (endpoint, model, params, ``with_params``, repr).
+
+``Endpoint(url, headers, label, settings)`` holds what one adapter sends to
 one URL. ``await endpoint.read(body)`` POSTs ``body`` and returns the whole
 decoded response (bytes) and the call's ``Budget``; ``endpoint.events(body,
 new_state, budget)`` POSTs it and yields the text deltas a ``StreamFolder``
@@ -23,17 +32,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import dataclasses
+import inspect
 import json
+import os
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 import httpx
 
 from ..errors import ProviderError
-from ..redact import Redactor
-from .body import decoded
+from ..model import Completion, completion_problem
+from ..redact import Redactor, check_header
+from .body import ACCEPT_ENCODING, decoded
 from .failures import Failures
 from .reply import error_text
 from .retry import Budget, retry_after
@@ -61,29 +76,188 @@ class StreamFolder(Protocol):
 
 
 S = TypeVar("S", bound=StreamFolder)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The HTTP settings of an adapter (see the module docstring): ``timeout`` per read,
+    ``deadline`` for a whole call, retries, size limits, extra ``headers``, and a
+    ``transport`` (a test's, say) that the caller closes."""
+
+    timeout: float | httpx.Timeout = 60.0
+    max_retries: int = 4
+    max_retry_time: float = 60.0
+    deadline: float = DEFAULT_DEADLINE
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    headers: Mapping[str, str] | None = None
+    transport: httpx.AsyncBaseTransport | None = None
+
+    @classmethod
+    def take(cls, keywords: dict[str, Any]) -> Settings:
+        """The settings among an adapter factory's ``keywords``, removed from them (what is
+        left are request parameters)."""
+        return cls(**{f.name: keywords.pop(f.name) for f in dataclasses.fields(cls) if f.name in keywords})
+
+
+def takes_settings(factory: F) -> F:
+    """``factory``, an adapter factory ending in ``**params``, shown with the ``Settings``
+    keywords before them, as if it declared each (it takes them with ``Settings.take``)."""
+    signature = inspect.signature(factory)
+    *named, rest = signature.parameters.values()
+    settings = [
+        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+        for f in dataclasses.fields(Settings)
+    ]
+    factory.__signature__ = signature.replace(parameters=[*named, *settings, rest])  # type: ignore[attr-defined]
+    return factory
+
+
+def api_key(given: str | None, env: str | None) -> str | None:
+    """The key an adapter sends: ``given``, else the variable named ``env``, else none."""
+    if given is None and env:
+        return os.environ.get(env) or None
+    return given
+
+
+def refuse_reserved(name: str, reserved: frozenset[str], params: Mapping[str, Any]) -> None:
+    """A ``TypeError`` when a factory's request parameters name a field it sets itself."""
+    clash = reserved & params.keys()
+    if clash:
+        raise TypeError(f"{name}() sets {sorted(clash)} itself; do not pass them")
+
+
+BEARER = ("Authorization", "Bearer ")  # how the OpenAI APIs take a key
+
+
+def endpoint(
+    url: str,
+    provider: str,
+    model: str,
+    settings: Settings,
+    *,
+    stream: bool,
+    key: str | None,
+    auth: tuple[str, str] = BEARER,
+    fixed: Mapping[str, str] | None = None,
+) -> Endpoint:
+    """The ``Endpoint`` of ``provider``'s adapter for ``model``: what it accepts (an event
+    stream or JSON), its ``fixed`` headers, the caller's ``settings.headers``, and ``key``
+    (no key, no header) as ``auth`` says, ``(header, prefix)``, replacing any given one."""
+    sent = httpx.Headers(
+        {
+            "Accept": "text/event-stream" if stream else "application/json",
+            "Accept-Encoding": ACCEPT_ENCODING,  # what body.Inflater decodes
+            **(fixed or {}),
+        }
+    )
+    for name, value in (settings.headers or {}).items():
+        check_header(f"the {name} header", value)
+    sent.update(settings.headers or {})
+    if key:
+        check_header("the API key", key)
+        header, prefix = auth
+        sent[header] = prefix + key
+    return Endpoint(url, sent, f"{provider} ({model}): ", settings)
+
+
+class HTTPAdapter:
+    """What each adapter's callable shares: its endpoint, model, stream flag and request
+    parameters, ``with_params`` and the repr (never a key). Holds no connection between
+    calls; a subclass names its ``provider`` and the request fields it sets itself."""
+
+    provider = ""  # recorded in a run's recipe
+    reserved: frozenset[str] = frozenset()  # request fields with_params may not set
+
+    def __init__(self, endpoint: Endpoint, base_url: str, model: str, stream: bool, params: dict[str, Any]):
+        self._endpoint, self._error, self._redact = endpoint, endpoint.error, endpoint.redact
+        self.base_url, self.url, self.model, self.stream = base_url, endpoint.url, model, stream
+        self.params = dict(params)
+
+    @property
+    def deadline(self) -> float:
+        return self._endpoint.deadline
+
+    def with_params(self, **params: Any) -> Self:
+        """The same endpoint and model with these request parameters added or replaced."""
+        clash = self.reserved & params.keys()
+        if clash:
+            raise TypeError(f"with_params() cannot set {sorted(clash)}")
+        other = copy.copy(self)
+        other.params = {**self.params, **params}
+        return other
+
+    def _reply(
+        self,
+        message: dict[str, Any],
+        *,
+        model: Any,
+        params: dict[str, Any],
+        finish: Any,
+        usage: dict[str, Any],
+        started: float,
+        raw: Callable[[], str],
+    ) -> Completion:
+        """The Completion of a reply (timed from ``started``), or the ProviderError (``raw()``
+        attached) when it cannot be stored (``model.completion_problem``)."""
+        completion = Completion(
+            message,
+            model=model or self.model,
+            provider=self.provider,
+            params=params,
+            finish_reason=finish,
+            usage=usage,
+            latency_ms=round((time.monotonic() - started) * 1000, 3),
+        )
+        if (problem := completion_problem(completion)) is not None:
+            raise self._error(f"the reply cannot be stored: {problem}", raw=raw())
+        return completion
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(base_url={self.base_url!r}, model={self.model!r}, stream={self.stream})"
+        )
+
+
+def failed(error: Exception, stream: bool) -> Any:
+    """A call that raises ``error`` when awaited, or when iterated for a streaming one."""
+    return _raise_streamed(error) if stream else _raise_now(error)
+
+
+async def _raise_now(error: Exception) -> Completion:
+    raise error
+
+
+async def _raise_streamed(error: Exception) -> AsyncIterator[str | Completion]:
+    raise error
+    yield ""  # pragma: no cover - makes this an async generator
+
+
+class Folding(Generic[S]):
+    """One streamed call (``Endpoint.fold``): iterating it yields the text deltas; after,
+    ``state`` is the folder of the attempt that got through."""
+
+    def __init__(self, events: AsyncIterator[str | S], state: S, budget: Budget) -> None:
+        self._events, self.state, self.budget = events, state, budget
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        async for item in self._events:
+            if isinstance(item, str):
+                yield item
+            else:
+                self.state = item
 
 
 class Endpoint:
-    def __init__(
-        self,
-        url: str,
-        headers: httpx.Headers,
-        label: str,
-        *,
-        timeout: float | httpx.Timeout,
-        max_retries: int,
-        max_retry_time: float,
-        deadline: float,
-        max_response_bytes: int,
-        max_line_bytes: int,
-        transport: httpx.AsyncBaseTransport | None,
-    ) -> None:
+    def __init__(self, url: str, headers: httpx.Headers, label: str, settings: Settings) -> None:
         self.url, self.headers = url, headers
-        self.max_retries, self.max_retry_time = max_retries, max_retry_time
-        self.deadline = float(deadline)
-        self.max_response_bytes, self.max_line_bytes = max_response_bytes, max_line_bytes
+        self.max_retries, self.max_retry_time = settings.max_retries, settings.max_retry_time
+        self.deadline = float(settings.deadline)
+        self.max_response_bytes, self.max_line_bytes = settings.max_response_bytes, settings.max_line_bytes
+        timeout = settings.timeout
         self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
-        self.transport = transport
+        self.transport = settings.transport
         # Every credential, scrubbed from every error message and every reply kept.
         self.redact = Redactor(headers)
         self.error = Failures(label, self.redact)
@@ -119,6 +293,14 @@ class Endpoint:
             text = raw[:4096].decode(errors="replace")
             problem = "nested too deeply" if isinstance(exc, RecursionError) else "not JSON"
             raise self.error(f"response is {problem}: ", detail=text, limit=200, quote=True) from None
+
+    def fold(
+        self, body: dict[str, Any], new_state: Callable[[], S], budget: Budget | None = None
+    ) -> Folding[S]:
+        """``events`` as an adapter reads them: iterate for the text deltas, then read
+        ``.state``, the folder of the attempt that got through (``.budget``: the call's)."""
+        budget = budget or self.budget()
+        return Folding(self.events(body, new_state, budget), new_state(), budget)
 
     async def events(
         self, body: dict[str, Any], new_state: Callable[[], S], budget: Budget

@@ -29,25 +29,25 @@ Contract:
 
 from __future__ import annotations
 
-import copy
 import json
-import os
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import httpx
-
-from ..model import Completion, completion_problem, sendable
-from ..redact import check_header
-from .body import ACCEPT_ENCODING
-from .http import DEFAULT_DEADLINE, DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_RESPONSE_BYTES, Endpoint
+from ..model import Completion, sendable
+from . import http
+from .http import (  # noqa: F401  (the HTTP settings' defaults, importable here as before)
+    DEFAULT_DEADLINE,
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    HTTPAdapter,
+)
 from .reply import StreamState, error_text, tool_call
 
 PROVIDER = "openai-compatible"
 _RESERVED = frozenset({"messages", "tools", "model", "stream", "stream_options"})
 
 
+@http.takes_settings
 def openai_compatible(
     base_url: str,
     model: str,
@@ -55,110 +55,28 @@ def openai_compatible(
     api_key: str | None = None,
     api_key_env: str | None = "OPENAI_API_KEY",
     stream: bool = False,
-    timeout: float | httpx.Timeout = 60.0,
-    max_retries: int = 4,
-    max_retry_time: float = 60.0,
-    deadline: float = DEFAULT_DEADLINE,
-    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-    headers: Mapping[str, str] | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
     **params: Any,
 ) -> OpenAICompatible:
     """Build a model ``call`` for an OpenAI-compatible endpoint.
 
     ``params`` (temperature, seed, max_tokens, tool_choice, ...) are sent as
-    they are. The key is ``api_key``, else the variable named ``api_key_env``,
+    they are; ``timeout`` ... ``transport`` are the HTTP settings (``http.Settings``).
+    The key is ``api_key``, else the variable named ``api_key_env``,
     else none (no ``Authorization`` header, fine for local servers).
     """
-    clash = _RESERVED & params.keys()
-    if clash:
-        raise TypeError(f"openai_compatible() sets {sorted(clash)} itself; do not pass them")
-    if api_key is None and api_key_env:
-        api_key = os.environ.get(api_key_env) or None
-    return OpenAICompatible(
-        base_url,
-        model,
-        api_key=api_key,
-        stream=stream,
-        timeout=timeout,
-        max_retries=max_retries,
-        max_retry_time=max_retry_time,
-        deadline=deadline,
-        max_response_bytes=max_response_bytes,
-        max_line_bytes=max_line_bytes,
-        headers=headers,
-        transport=transport,
-        params=params,
-    )
+    settings = http.Settings.take(params)
+    http.refuse_reserved("openai_compatible", _RESERVED, params)
+    base = base_url.rstrip("/")
+    key = http.api_key(api_key, api_key_env)
+    endpoint = http.endpoint(base + "/chat/completions", PROVIDER, model, settings, stream=stream, key=key)
+    return OpenAICompatible(endpoint, base, model, bool(stream), params)
 
 
-class OpenAICompatible:
+class OpenAICompatible(HTTPAdapter):
     """The callable ``openai_compatible`` returns. Holds no connection between calls."""
 
     provider = PROVIDER  # recorded in a run's recipe
-
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        *,
-        api_key: str | None,
-        stream: bool,
-        timeout: float | httpx.Timeout,
-        max_retries: int,
-        max_retry_time: float,
-        deadline: float,
-        max_response_bytes: int,
-        max_line_bytes: int,
-        headers: Mapping[str, str] | None,
-        transport: httpx.AsyncBaseTransport | None,
-        params: dict[str, Any],
-    ) -> None:
-        self.base_url, self.model, self.stream = base_url.rstrip("/"), model, bool(stream)
-        self.url = self.base_url + "/chat/completions"
-        self.params = dict(params)
-        headers_sent = httpx.Headers(
-            {
-                "Accept": "text/event-stream" if stream else "application/json",
-                "Accept-Encoding": ACCEPT_ENCODING,  # what body.Inflater decodes
-            }
-        )
-        for name, value in (headers or {}).items():
-            check_header(f"the {name} header", value)
-        headers_sent.update(headers or {})
-        if api_key:
-            check_header("the API key", api_key)
-            headers_sent["Authorization"] = f"Bearer {api_key}"  # replaces any given one
-        self._endpoint = Endpoint(
-            self.url,
-            headers_sent,
-            f"{PROVIDER} ({self.model}): ",
-            timeout=timeout,
-            max_retries=max_retries,
-            max_retry_time=max_retry_time,
-            deadline=deadline,
-            max_response_bytes=max_response_bytes,
-            max_line_bytes=max_line_bytes,
-            transport=transport,
-        )
-        self._redact, self._error = self._endpoint.redact, self._endpoint.error
-
-    @property
-    def deadline(self) -> float:
-        return self._endpoint.deadline
-
-    def with_params(self, **params: Any) -> OpenAICompatible:
-        """The same endpoint and model with these request parameters added or replaced."""
-        clash = _RESERVED & params.keys()
-        if clash:
-            raise TypeError(f"with_params() cannot set {sorted(clash)}")
-        other = copy.copy(self)
-        other.params = {**self.params, **params}
-        return other
-
-    def __repr__(self) -> str:
-        return f"OpenAICompatible(base_url={self.base_url!r}, model={self.model!r}, stream={self.stream})"
+    reserved = _RESERVED
 
     def __call__(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
@@ -200,13 +118,10 @@ class OpenAICompatible:
         )
 
     async def _streamed(self, body: dict[str, Any]) -> AsyncIterator[str | Completion]:
-        budget = self._endpoint.budget()
-        state = StreamState()
-        async for item in self._endpoint.events(body, StreamState, budget):
-            if isinstance(item, str):
-                yield item
-            else:
-                state = item
+        stream = self._endpoint.fold(body, StreamState)
+        async for text in stream:
+            yield text
+        state, budget = stream.state, stream.budget
         if state.finish is None and not state.done:
             raise self._error("stream ended without a finish_reason or [DONE]: truncated")
         try:
@@ -250,15 +165,13 @@ class OpenAICompatible:
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if tool_calls:
             message["tool_calls"] = tool_calls
-        completion = Completion(
+        usage = dict(usage) if isinstance(usage, dict) else {}
+        return self._reply(
             message,
-            model=model or self.model,
-            provider=PROVIDER,
+            model=model,
             params=dict(self.params),
-            finish_reason=finish,
-            usage=dict(usage) if isinstance(usage, dict) else {},
-            latency_ms=round((time.monotonic() - started) * 1000, 3),
+            finish=finish,
+            usage=usage,
+            started=started,
+            raw=raw,
         )
-        if (problem := completion_problem(completion)) is not None:
-            raise self._error(f"the reply cannot be stored: {problem}", raw=raw())
-        return completion

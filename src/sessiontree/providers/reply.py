@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +68,56 @@ class StreamState:
         return delta_text
 
 
+class TypedEvents:
+    """What a stream folder of typed events (Anthropic's Messages, OpenAI's Responses: each
+    event a JSON object naming its ``type``) shares: ``feed`` parses an event, lets
+    ``refuse`` raise for an error event, and hands the rest to ``take``, which returns the
+    text delta, if any; an event of an unexpected shape is a ProviderError quoting it."""
+
+    def feed(self, event: Event, error: Any) -> str | None:
+        data = event.data.strip()
+        if not data:
+            return None
+        chunk = data_object(data, error)
+        kind = chunk.get("type") or event.event
+        self.refuse(kind, chunk, event, error)
+        try:
+            return self.take(kind, chunk)
+        except (AttributeError, TypeError, ValueError, KeyError):  # a list where an object was due, ...
+            raise error(
+                f"a {kind} event has an unexpected shape: ", detail=data, limit=200, quote=True
+            ) from None
+
+    def refuse(self, kind: str, chunk: dict[str, Any], event: Event, error: Any) -> None:
+        """Raise the ProviderError an error event stands for (``error``: a ``Failures``)."""
+        raise NotImplementedError
+
+    def take(self, kind: str, chunk: dict[str, Any]) -> str | None:
+        raise NotImplementedError
+
+
+def sent_back(
+    message: dict[str, Any],
+    kind: str,
+    key: str,
+    built: list[dict[str, Any]],
+    gist: Callable[[list[dict[str, Any]]], Any],
+    reasoning: Callable[[dict[str, Any]], bool],
+) -> list[dict[str, Any]]:
+    """The parts an assistant ``message`` is sent back to its own API as: the ones it
+    recorded (``raw[kind][key]``) verbatim when they say what the message says (same
+    ``gist``: its text and calls), else ``built`` from the message, after the recorded
+    ``reasoning`` parts (a caller edited the message: its words win, the reasoning stays)."""
+    raw = message.get("raw")
+    kept = raw.get(kind) if isinstance(raw, dict) else None
+    parts = kept.get(key) if isinstance(kept, dict) else None
+    if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
+        return built
+    if gist(parts) == gist(built):
+        return [dict(p) for p in parts]
+    return [dict(p) for p in parts if reasoning(p)] + built
+
+
 def data_object(data: str, error: Any) -> dict[str, Any]:
     """A stream's data line as the JSON object every streaming API sends, or ``error``
     (a ``Failures``) saying what it is instead."""
@@ -105,11 +156,25 @@ def tool_call(raw: dict[str, Any], position: int) -> dict[str, Any]:
         arguments = json.dumps(arguments if arguments is not None else {})
     # An agent loop matches tool results to calls by id, so never leave it empty.
     call_id = raw.get("id") or new_call_id()
-    return {
-        "id": call_id,
-        "type": "function",
-        "function": {"name": function.get("name") or "", "arguments": arguments},
-    }
+    return function_call(call_id, function.get("name") or "", arguments)
+
+
+def function_call(call_id: Any, name: Any, arguments: str) -> dict[str, Any]:
+    """A tool call as an assistant message holds it (OpenAI's shape, which every adapter returns)."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def assistant_message(
+    text: str, calls: list[dict[str, Any]], kind: str, kept: dict[str, Any]
+) -> dict[str, Any]:
+    """The assistant message an adapter returns: its ``text`` (None when empty), its tool
+    ``calls`` when there are any, and what the API itself said, ``kept`` under
+    ``raw[kind]`` (sent back only to that API: ``model.sendable``)."""
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        message["tool_calls"] = calls
+    message["raw"] = {kind: kept}
+    return message
 
 
 def error_text(body: Any) -> str:

@@ -39,22 +39,21 @@ Contract:
 
 from __future__ import annotations
 
-import copy
 import json
-import os
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
-from ..model import Completion, completion_problem, sendable
-from ..redact import check_header
-from .body import ACCEPT_ENCODING
+from ..model import Completion, sendable
+from . import http
 from .failures import Failures
-from .http import DEFAULT_DEADLINE, DEFAULT_MAX_LINE_BYTES, DEFAULT_MAX_RESPONSE_BYTES, Endpoint
-from .reply import data_object, error_text
+from .http import (  # noqa: F401  (the HTTP settings' defaults, importable here as before)
+    DEFAULT_DEADLINE,
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    HTTPAdapter,
+)
+from .reply import TypedEvents, error_text
 from .responses_items import KIND, reply_message, request_parts
 from .sse import Event
 
@@ -68,6 +67,7 @@ _RETRYABLE_ERRORS = frozenset({"server_error", "rate_limit_exceeded", "server_is
 _TERMINAL = frozenset({"response.completed", "response.incomplete"})
 
 
+@http.takes_settings
 def openai_responses(
     model: str,
     *,
@@ -76,85 +76,35 @@ def openai_responses(
     api_key_env: str | None = "OPENAI_API_KEY",
     stream: bool = False,
     encrypted_reasoning: bool = False,
-    timeout: float | httpx.Timeout = 60.0,
-    max_retries: int = 4,
-    max_retry_time: float = 60.0,
-    deadline: float = DEFAULT_DEADLINE,
-    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-    headers: Mapping[str, str] | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
     **params: Any,
 ) -> OpenAIResponses:
     """Build a model ``call`` for the Responses API at ``base_url`` (``/responses`` is added).
 
     ``params`` (reasoning, max_output_tokens, temperature, tool_choice, store,
-    include, ...) are sent as they are. The key is ``api_key``, else the variable
+    include, ...) are sent as they are; ``timeout`` ... ``transport`` are the HTTP
+    settings (``http.Settings``). The key is ``api_key``, else the variable
     named ``api_key_env``, else none (no ``Authorization`` header, fine for local
     mock servers).
     """
-    clash = _RESERVED & params.keys()
-    if clash:
-        raise TypeError(f"openai_responses() sets {sorted(clash)} itself; do not pass them")
+    settings = http.Settings.take(params)
+    http.refuse_reserved("openai_responses", _RESERVED, params)
     if encrypted_reasoning:
         include = params.get("include") or []
         if not isinstance(include, list):
             raise TypeError(f"include must be a list, not {type(include).__name__}")
         params["include"] = [*include, ENCRYPTED] if ENCRYPTED not in include else include
-    if api_key is None and api_key_env:
-        api_key = os.environ.get(api_key_env) or None
     base = base_url.rstrip("/")
-    sent = httpx.Headers(
-        {
-            "Accept": "text/event-stream" if stream else "application/json",
-            "Accept-Encoding": ACCEPT_ENCODING,  # what body.Inflater decodes
-        }
-    )
-    for name, value in (headers or {}).items():
-        check_header(f"the {name} header", value)
-    sent.update(headers or {})
-    if api_key:
-        check_header("the API key", api_key)
-        sent["Authorization"] = f"Bearer {api_key}"  # replaces any given one
-    endpoint = Endpoint(
-        base + "/responses",
-        sent,
-        f"{PROVIDER} ({model}): ",
-        timeout=timeout,
-        max_retries=max_retries,
-        max_retry_time=max_retry_time,
-        deadline=deadline,
-        max_response_bytes=max_response_bytes,
-        max_line_bytes=max_line_bytes,
-        transport=transport,
-    )
+    key = http.api_key(api_key, api_key_env)
+    endpoint = http.endpoint(base + "/responses", PROVIDER, model, settings, stream=stream, key=key)
     return OpenAIResponses(endpoint, base, model, bool(stream), params)
 
 
-class OpenAIResponses:
+class OpenAIResponses(HTTPAdapter):
     """The callable ``openai_responses`` returns. Holds no connection between calls."""
 
     raw_kind = KIND
     provider = PROVIDER  # recorded in a run's recipe
-
-    def __init__(
-        self, endpoint: Endpoint, base_url: str, model: str, stream: bool, params: dict[str, Any]
-    ) -> None:
-        self._endpoint, self._error = endpoint, endpoint.error
-        self.base_url, self.url, self.model, self.stream = base_url, endpoint.url, model, stream
-        self.params = dict(params)
-
-    def with_params(self, **params: Any) -> OpenAIResponses:
-        """The same endpoint and model with these request parameters added or replaced."""
-        clash = _RESERVED & params.keys()
-        if clash:
-            raise TypeError(f"with_params() cannot set {sorted(clash)}")
-        other = copy.copy(self)
-        other.params = {**self.params, **params}
-        return other
-
-    def __repr__(self) -> str:
-        return f"OpenAIResponses(base_url={self.base_url!r}, model={self.model!r}, stream={self.stream})"
+    reserved = _RESERVED
 
     def __call__(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
@@ -163,7 +113,7 @@ class OpenAIResponses:
             instructions, items, specs = request_parts(sendable(messages, KIND), tools)
         except (ValueError, AttributeError, TypeError) as exc:
             error = self._error(f"the messages cannot be sent: {exc}")
-            return _raise_streamed(error) if self.stream else _raise_now(error)
+            return http.failed(error, self.stream)
         body: dict[str, Any] = {"model": self.model, "input": items}
         if instructions:
             body["instructions"] = instructions
@@ -189,13 +139,10 @@ class OpenAIResponses:
         return self._completion(data, output, budget.started, lambda: json.dumps(data))
 
     async def _streamed(self, body: dict[str, Any]) -> AsyncIterator[str | Completion]:
-        budget = self._endpoint.budget()
-        state = ResponseStream()
-        async for item in self._endpoint.events(body, ResponseStream, budget):
-            if isinstance(item, str):
-                yield item
-            else:
-                state = item
+        stream = self._endpoint.fold(body, ResponseStream)
+        async for text in stream:
+            yield text
+        state, budget = stream.state, stream.budget
         if not state.done:
             raise self._error(
                 f"stream ended without response.completed after {len(state.text)} text chunks: truncated"
@@ -230,18 +177,16 @@ class OpenAIResponses:
             finish = INCOMPLETE_REASONS.get(reason, reason) if isinstance(reason, str) else "incomplete"
         else:
             finish = "tool_calls" if message.get("tool_calls") else "stop"
-        completion = Completion(
+        usage = usage_of(response.get("usage"))
+        return self._reply(
             message,
-            model=response.get("model") or self.model,
-            provider=PROVIDER,
+            model=response.get("model"),
             params=dict(self.params),
-            finish_reason=finish,
-            usage=usage_of(response.get("usage")),
-            latency_ms=round((time.monotonic() - started) * 1000, 3),
+            finish=finish,
+            usage=usage,
+            started=started,
+            raw=lambda: scrub(raw()),
         )
-        if (problem := completion_problem(completion)) is not None:
-            raise self._error(f"the reply cannot be stored: {problem}", raw=scrub(raw()))
-        return completion
 
 
 def usage_of(usage: Any) -> dict[str, Any]:
@@ -257,17 +202,8 @@ def usage_of(usage: Any) -> dict[str, Any]:
     return out
 
 
-async def _raise_now(error: Exception) -> Completion:
-    raise error
-
-
-async def _raise_streamed(error: Exception) -> AsyncIterator[str | Completion]:
-    raise error
-    yield ""  # pragma: no cover - makes this an async generator
-
-
 @dataclass
-class ResponseStream:
+class ResponseStream(TypedEvents):
     """One streamed response folded from its events (``http.StreamFolder``)."""
 
     text: list[str] = field(default_factory=list)
@@ -275,25 +211,14 @@ class ResponseStream:
     response: dict[str, Any] = field(default_factory=dict)  # the last response object seen
     done: bool = False
 
-    def feed(self, event: Event, error: Failures) -> str | None:
-        data = event.data.strip()
-        if not data:
-            return None
-        chunk = data_object(data, error)
-        kind = chunk.get("type") or event.event
+    def refuse(self, kind: str, chunk: dict[str, Any], event: Event, error: Failures) -> None:
         if kind in ("error", "response.failed") or event.event == "error":
             found = chunk.get("response", chunk) if kind == "response.failed" else chunk
             problem = found.get("error") if isinstance(found, dict) and found.get("error") else found
             code = problem.get("code") if isinstance(problem, dict) else None
             raise error("error in stream: ", detail=error_text(problem), retryable=code in _RETRYABLE_ERRORS)
-        try:
-            return self._take(kind, chunk)
-        except (AttributeError, TypeError, ValueError, KeyError):  # a list where an object was due, ...
-            raise error(
-                f"a {kind} event has an unexpected shape: ", detail=data, limit=200, quote=True
-            ) from None
 
-    def _take(self, kind: str, chunk: dict[str, Any]) -> str | None:
+    def take(self, kind: str, chunk: dict[str, Any]) -> str | None:
         if kind in ("response.created", "response.in_progress") or kind in _TERMINAL:
             response = chunk["response"]
             if not isinstance(response, dict):

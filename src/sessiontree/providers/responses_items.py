@@ -31,6 +31,7 @@ import json
 from typing import Any
 
 from .anthropic_blocks import text_of
+from .reply import assistant_message, function_call, sent_back
 
 KIND = "responses"
 _NATIVE_PARTS = ("input_text", "input_image", "input_file", "input_audio")
@@ -110,15 +111,8 @@ def _item_text(item: dict[str, Any]) -> str:
 
 
 def _assistant_items(message: dict[str, Any]) -> list[dict[str, Any]]:
-    built = _built(message)
-    raw = message.get("raw")
-    kept = raw.get(KIND) if isinstance(raw, dict) else None
-    items = kept.get("output") if isinstance(kept, dict) else None
-    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-        return built
-    if _gist(items) == _gist(built):
-        return [dict(i) for i in items]  # verbatim: encrypted reasoning, item ids, built-in tool calls
-    return [dict(i) for i in items if i.get("type") == "reasoning"] + built
+    # Verbatim when unchanged: encrypted reasoning, item ids, built-in tool calls.
+    return sent_back(message, KIND, "output", _built(message), _gist, lambda i: i.get("type") == "reasoning")
 
 
 def request_parts(
@@ -187,19 +181,11 @@ def reply_message(output: list[dict[str, Any]], status: Any, response_id: Any = 
     """The assistant message for a response's output items."""
     text = "".join(_item_text(i) for i in output if i.get("type") == "message")
     calls = [
-        {
-            "id": item.get("call_id"),
-            "type": "function",
-            "function": {"name": item.get("name"), "arguments": _arguments(item.get("arguments"))},
-        }
+        function_call(item.get("call_id"), item.get("name"), _arguments(item.get("arguments")))
         for item in output
         if item.get("type") == "function_call"
     ]
-    message: dict[str, Any] = {"role": "assistant", "content": text or None}
-    if calls:
-        message["tool_calls"] = calls
     kept: dict[str, Any] = {"output": output, "status": status}
     if response_id is not None:
         kept["id"] = response_id
-    message["raw"] = {KIND: kept}
-    return message
+    return assistant_message(text, calls, KIND, kept)
