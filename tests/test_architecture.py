@@ -327,3 +327,170 @@ def test_marker_payloads_are_read_and_written_only_through_their_records():
         for line, what in marker_payload_uses(ast.parse(path.read_text(), str(path))):
             found.append(f"{relative}:{line}: {what}")
     assert not found, "use the record in sessiontree.kinds instead:\n" + "\n".join(found)
+
+
+# -- storage results are read by name --------------------------------------------------
+
+
+def _storage_methods() -> set[str]:
+    from sessiontree.storage.base import Storage
+
+    return {name for name in dir(Storage) if not name.startswith("_") and callable(getattr(Storage, name))}
+
+
+def _is_storage(node: ast.expr) -> bool:
+    """``storage``, ``self.storage``, ``store.storage``: the storage object itself."""
+    return (isinstance(node, ast.Name) and node.id == "storage") or (
+        isinstance(node, ast.Attribute) and node.attr == "storage"
+    )
+
+
+def _is_storage_call(node: ast.AST, methods: set[str]) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in methods
+        and _is_storage(node.func.value)
+    )
+
+
+def _positional(node: ast.Subscript) -> bool:
+    index = node.slice
+    if isinstance(index, ast.UnaryOp) and isinstance(index.operand, ast.Constant):
+        index = index.operand
+    return isinstance(index, ast.Slice) or (isinstance(index, ast.Constant) and isinstance(index.value, int))
+
+
+def positional_storage_reads(source: str, methods: set[str]) -> list[int]:
+    """Lines where a storage result is read by position: indexed with a number or a slice,
+    unpacked into names or into arguments (``*``), directly or through the name it was
+    given (``row = storage.x(...)``, ``for row in storage.x(...)``) in the same function."""
+    found: list[int] = []
+    for scope in ast.walk(ast.parse(source)):
+        if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef | ast.Module):
+            continue
+        nodes = _own_nodes(scope)
+        named: set[str] = set()  # names given a storage result (or one row of it)
+        for node in nodes:
+            if isinstance(node, ast.Assign | ast.AnnAssign):
+                value, targets = node.value, node.targets if isinstance(node, ast.Assign) else [node.target]
+            elif isinstance(node, ast.For | ast.comprehension):
+                value, targets = node.iter, [node.target]
+            else:
+                continue
+            if value is None or not _is_storage_call(value, methods):
+                continue
+            named.update(target.id for target in targets if isinstance(target, ast.Name))
+
+        found += [line for node in nodes if (line := _read_by_position(node, methods, named))]
+    return sorted(set(found))
+
+
+def _read_by_position(node: ast.AST, methods: set[str], named: set[str]) -> int | None:
+    """The line of ``node`` if it reads a storage result (a call, or a name in ``named``)
+    by position."""
+
+    def is_result(value: ast.expr) -> bool:
+        return _is_storage_call(value, methods) or (isinstance(value, ast.Name) and value.id in named)
+
+    unpacks = (ast.Tuple, ast.List)
+    if (isinstance(node, ast.Subscript) and _positional(node) or isinstance(node, ast.Starred)) and is_result(
+        node.value
+    ):
+        return node.lineno
+    if (
+        isinstance(node, ast.Assign)
+        and is_result(node.value)
+        and any(isinstance(t, unpacks) for t in node.targets)
+    ):
+        return node.lineno
+    if (
+        isinstance(node, ast.For | ast.comprehension)
+        and is_result(node.iter)
+        and isinstance(node.target, unpacks)
+    ):
+        return node.iter.lineno
+    return None
+
+
+def _own_nodes(scope: ast.AST) -> list[ast.AST]:
+    """The nodes of a function (or module) outside the functions defined inside it."""
+    out, todo = [], list(ast.iter_child_nodes(scope))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        out.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def test_the_positional_read_finder_sees_every_shape():
+    methods = {"handle", "counts", "ref", "trashed", "session_row"}
+    source = (
+        "def f(storage, store, self):\n"
+        "    a = storage.handle(x)[1]\n"  # 2
+        "    key, sid = store.storage.counts(None)\n"  # 3
+        "    found = self.storage.ref(k, n)\n"
+        "    ok = found[0] == 'branch'\n"  # 5
+        "    for sid, title, when, n in storage.trashed():\n"  # 6
+        "        pass\n"
+        "    S(storage, *storage.session_row(i))\n"  # 8
+        "    row = storage.session_row(i)\n"
+        "    k, *_ = row\n"  # 10
+        "    heads = storage.trashed()\n"
+        "    keys = {key for key, *_ in heads}\n"  # 12
+        "    fine = storage.handle(x).key, found.id, storage.other(y)[0]\n"
+        "    d = storage.nodes_by_ids(ids)[some_id]\n"
+    )
+    assert positional_storage_reads(source, methods) == [2, 3, 5, 6, 8, 10, 12]
+
+
+def test_no_storage_result_is_read_by_position_outside_storage():
+    """Every storage result is a named row (``storage.rows``): ``handle.session_id``, never
+    ``handle[1]``, so a reader says what it reads and mypy checks it."""
+    methods = _storage_methods()
+    found = []
+    for path in sorted((SRC / PACKAGE).rglob("*.py")):
+        if (SRC / PACKAGE / "storage") in path.parents:
+            continue
+        found += [
+            f"{path.relative_to(SRC)}:{line}" for line in positional_storage_reads(path.read_text(), methods)
+        ]
+    assert not found, "storage results read by position:\n" + "\n".join(found)
+
+
+def test_storage_returns_named_rows_not_tuples():
+    """No method of the interface answers with a bare tuple, and the row types are frozen,
+    slotted data classes (indexing or unpacking one fails), except the two that keep a
+    tuple's behaviour for what compared them with tuples before they had names."""
+    import dataclasses
+    import typing
+
+    from sessiontree.model import Node
+    from sessiontree.storage import rows
+    from sessiontree.storage.base import Storage
+
+    def bare_tuples(hint: object) -> bool:
+        if hint is tuple:
+            return True
+        if typing.get_origin(hint) is tuple:
+            return typing.get_args(hint) != (Node, ...)
+        return any(bare_tuples(arg) for arg in typing.get_args(hint))
+
+    namespace = {**vars(rows), **vars(__import__("sessiontree.model", fromlist=["x"]))}
+    tuple_results = [
+        name
+        for name in sorted(_storage_methods())
+        if bare_tuples(typing.get_type_hints(getattr(Storage, name), localns=namespace).get("return"))
+    ]
+    assert not tuple_results, f"storage methods that return tuples: {tuple_results}"
+    named_tuples = {"SessionRow", "ResumablePause"}
+    for name, row in vars(rows).items():
+        if not isinstance(row, type) or row.__module__ != rows.__name__:
+            continue
+        if name in named_tuples:
+            assert issubclass(row, tuple)
+            continue
+        assert dataclasses.is_dataclass(row) and not issubclass(row, tuple), name
+        assert row.__dataclass_params__.frozen and "__slots__" in vars(row), name  # type: ignore[attr-defined]

@@ -127,8 +127,11 @@ def feed_stored(storage: Storage, session_id: str, sink: Sink) -> None:
     runs, redactions, nodes (parents first, read as they are sent), branches,
     checkpoints, end."""
     with storage.snapshot():
-        key, id, title, metadata, created_at, archived_at, _ = storage.session_row(session_id)
-        sink.session(ImportedSession(id, title, metadata, created_at, archived_at=archived_at))
+        row = storage.session_row(session_id)
+        key, id = row.key, row.id
+        sink.session(
+            ImportedSession(id, row.title, row.metadata, row.created_at, archived_at=row.archived_at)
+        )
         for run in storage.runs_stream(key):
             sink.run(id, run_from(fields(run, RUN_FIELDS)))
         for r in storage.redactions(key):

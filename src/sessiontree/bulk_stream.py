@@ -60,6 +60,7 @@ from .records import ImportedSession, where
 if TYPE_CHECKING:
     from .records import ImportedNode, ImportedRedaction, ImportedRef, ImportedRun, Progress
     from .storage import Storage
+    from .storage.rows import StoredNode
     from .store import Store
 
 BATCH = 1000  # nodes encoded and written together
@@ -277,11 +278,11 @@ class StreamWriter:
                 continue
             with self._named(item.session_id):
                 self._merge(item, old)
-            placed[item.node.id] = _Placed(old[0], old[1], old[5], old[3])
+            placed[item.node.id] = _Placed(old.key, old.session_id, old.depth, old.kind)
             self.done += 1
         outside = {i.node.parent_id for i in todo if i.node.parent_id is not None} - seen
         for id, row in self.storage.nodes_by_ids(sorted(outside)).items():
-            placed.setdefault(id, _Placed(row[0], row[1], row[5], row[3]))
+            placed.setdefault(id, _Placed(row.key, row.session_id, row.depth, row.kind))
         rows: list[tuple[Any, ...]] = []
         first = self.next_key = PROVISIONAL
         queue = list(reversed(todo))
@@ -292,15 +293,15 @@ class StreamWriter:
             queue.extend(reversed(released))
         self._insert(rows, first)
 
-    def _merge(self, item: _Waiting, old: tuple[Any, ...]) -> None:
+    def _merge(self, item: _Waiting, old: StoredNode) -> None:
         """Check an input node against the stored one of its id (``old``); strip it as the input does."""
         open_ = self.sessions[item.session_id]
-        if open_.since is not None and old[0] >= open_.since:
+        if open_.since is not None and old.key >= open_.since:
             raise InvalidTree(f"{where(item.node)} appears twice")
         strip = item.strip
         if check_same(item.node, item.text, item.session_id, old, open_.redacted, strip) and strip:
             self.storage.redact(strip.node_id, strip.field, strip.marker, strip.reason, strip.created_at)
-        check_depth(item.node, old[5])  # the stored node's depth, which its parents gave it
+        check_depth(item.node, old.depth)  # which its parents gave it
 
     def _place(
         self, item: _Waiting, placed: dict[str, _Placed], rows: list[tuple[Any, ...]]
@@ -523,7 +524,7 @@ def check_same(
     node: ImportedNode,
     text: str,
     session_id: str,
-    old: tuple[Any, ...],
+    old: StoredNode,
     here: StoredRedactions | None = None,
     strip: ImportedRedaction | None = None,
 ) -> bool:
@@ -531,10 +532,10 @@ def check_same(
     something else; an equal one is merged (left alone). A recorded strip excuses a
     difference in its field only: the store's own (``here``; the stored node stays as
     it is), or the input's (``strip``; True: the stored node must be stripped so)."""
-    if old[1] != session_id:
-        raise ImportConflict(f"{where(node)} already exists in another session, {old[1]}")
-    if (old[2], old[3]) == (node.parent_id, node.kind):
-        stored, given = json.loads(old[4]), json.loads(text)
+    if old.session_id != session_id:
+        raise ImportConflict(f"{where(node)} already exists in another session, {old.session_id}")
+    if (old.parent_id, old.kind) == (node.parent_id, node.kind):
+        stored, given = json.loads(old.payload), json.loads(text)
         if stored == given:
             return False
         kept = here.field(node.id) if here is not None else None
@@ -558,9 +559,9 @@ def write_run(storage: Storage, session_key: int, s: ImportedSession, run: Impor
     """The key of the run: inserted when new, refused when it belongs to another session."""
     found = storage.run_handle(run.id)
     if found is not None:
-        if found[1] != s.id:
-            raise ImportConflict(f"run {run.id} already exists in another session, {found[1]}")
-        return found[0]
+        if found.session_id != s.id:
+            raise ImportConflict(f"run {run.id} already exists in another session, {found.session_id}")
+        return found.key
     return storage.insert_run(
         run.id,
         session_key,
@@ -579,11 +580,11 @@ def write_run(storage: Storage, session_key: int, s: ImportedSession, run: Impor
 def stored_run(storage: Storage, s: ImportedSession, node: ImportedNode) -> int:
     """The key of a run the input does not carry: it must be a run of this session already."""
     found = storage.run_handle(node.run_id or "")
-    if found is None or found[1] != s.id:
+    if found is None or found.session_id != s.id:
         raise InvalidTree(
             f"{where(node)}: run {node.run_id} is neither in the input nor a run of this session"
         )
-    return found[0]
+    return found.key
 
 
 def write_refs(storage: Storage, key: int, s: ImportedSession, node_keys: dict[str, int]) -> None:
@@ -616,9 +617,9 @@ def _write_checkpoints(
         found = storage.ref(session_key, cp.name)
         if found is None:
             storage.insert_checkpoint(session_key, cp.name, target, cp.created_at or now())
-        elif (found[0], found[2]) != ("checkpoint", cp.node_id):
+        elif (found.kind, found.id) != ("checkpoint", cp.node_id):
             raise ImportConflict(
-                f"session {s.id}: the store has a {found[0]} {cp.name!r} at {found[2]};"
+                f"session {s.id}: the store has a {found.kind} {cp.name!r} at {found.id};"
                 f" the input has a checkpoint at {cp.node_id}"
             )
 
@@ -626,7 +627,7 @@ def _write_checkpoints(
 def _with_session_refs(storage: Storage, s: ImportedSession, node_keys: dict[str, int]) -> dict[str, int]:
     """``node_keys`` plus the keys of the nodes the input's refs name that are already stored."""
     wanted = [r.node_id for r in (*s.branches, *s.checkpoints) if r.node_id and r.node_id not in node_keys]
-    extra = {i: row[0] for i, row in storage.nodes_by_ids(wanted).items() if row[1] == s.id}
+    extra = {i: row.key for i, row in storage.nodes_by_ids(wanted).items() if row.session_id == s.id}
     return {**node_keys, **extra} if extra else node_keys
 
 
@@ -642,8 +643,8 @@ def _write_branches(
                 session_key, b.name, target, encode_json(b.metadata, "branch metadata"), created, b.updated_at
             )
             continue
-        kind, head_key, head = found
-        if kind != "branch":
+        head_key, head = found.key, found.id
+        if found.kind != "branch":
             raise ImportConflict(
                 f"session {s.id}: {b.name!r} is a checkpoint in the store and a branch in the input"
             )

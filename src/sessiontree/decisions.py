@@ -272,7 +272,8 @@ def reject_expired(store: Store, pause: Ref) -> Node:
 
 def why_left(store: Store, node: Node) -> str:
     """Why no branch stands at ``node``: which moved on past it, or that none has it."""
-    passed, _ = store.storage.refs_containing([node.id]).get(node.id, ([], []))
+    found = store.storage.refs_containing([node.id]).get(node.id)
+    passed = found.branches if found is not None else []
     if passed:
         return f"{', '.join(passed)} moved on"
     return "no branch has it on its path: a branch moved back or was deleted"

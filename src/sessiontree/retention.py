@@ -47,6 +47,7 @@ from .errors import Conflict
 from .ids import iso, now
 from .model import RetentionReport, Stripped, TrashEntry
 from .storage import Storage
+from .storage.rows import StrippableResult
 
 DAY = 86_400
 DEFAULT_MIN_BYTES = 10_000
@@ -61,17 +62,17 @@ def iso_ago(seconds: float) -> str:
 
 def trash(storage: Storage) -> list[TrashEntry]:
     """The sessions in the trash, longest there first."""
-    return [TrashEntry(*row) for row in storage.trashed()]
+    return storage.trashed()
 
 
 def restore(storage: Storage, session_id: str) -> None:
     """Take a session out of the trash; ``NotFound`` if the trash was emptied of it first."""
     with storage.transaction():
         storage.lock_sessions([session_id])  # read it as the last writer left it
-        key, _, _, _, _, _, trashed_at = storage.session_row(session_id)
-        if trashed_at is None:
+        row = storage.session_row(session_id)
+        if row.trashed_at is None:
             raise Conflict(f"session {session_id} is not in the trash")
-        storage.set_trashed(key, None)
+        storage.set_trashed(row.key, None)
 
 
 def empty_trash(storage: Storage, *, older_than: float = 0, dry_run: bool = False) -> list[TrashEntry]:
@@ -81,10 +82,10 @@ def empty_trash(storage: Storage, *, older_than: float = 0, dry_run: bool = Fals
     with storage.snapshot() if dry_run else storage.transaction():
         listed = storage.trashed(before=before)
         if dry_run or not listed:
-            return [TrashEntry(*row) for row in listed]
+            return listed
         # Listed again under the sessions' locks: one restored since the first look stays.
-        keys = storage.lock_sessions([row[0] for row in listed])
-        doomed = [TrashEntry(*row) for row in storage.trashed(before=before) if row[0] in keys]
+        keys = storage.lock_sessions([entry.session_id for entry in listed])
+        doomed = [entry for entry in storage.trashed(before=before) if entry.session_id in keys]
         for entry in doomed:
             storage.delete_session(keys[entry.session_id])
     return doomed
@@ -139,13 +140,13 @@ def apply(storage: Storage, policy: RetentionPolicy, *, dry_run: bool = True) ->
             f"strip tool results of {strip_min_bytes:,}+ bytes older than {_days(policy.strip_older_than)}"
         )
 
-    def candidates() -> tuple[list[str], list[str], list[tuple[str, str, int]]]:
+    def candidates() -> tuple[list[str], list[str], list[StrippableResult]]:
         """(sessions to trash, idle ones left for their work in flight, tool results to
         strip) as the store holds them now."""
         droppable = [] if drop_cutoff is None else storage.droppable_sessions(drop_cutoff)
         strippable = [] if strip_cutoff is None else storage.strippable_results(strip_cutoff, strip_min_bytes)
-        going = [session_id for session_id, _, in_flight in droppable if not in_flight]
-        return going, [session_id for session_id, _, in_flight in droppable if in_flight], strippable
+        going = [idle.session_id for idle in droppable if not idle.in_flight]
+        return going, [idle.session_id for idle in droppable if idle.in_flight], strippable
 
     keys: dict[str, int] = {}
     with storage.snapshot() if dry_run else storage.transaction():
@@ -154,12 +155,14 @@ def apply(storage: Storage, policy: RetentionPolicy, *, dry_run: bool = True) ->
         if not dry_run and (trashed or strippable):
             # Listed again under the sessions' locks: a session that got a checkpoint, a
             # pause or a write since the first look is left alone, as the policy says.
-            keys = storage.lock_sessions(sorted({*trashed, *(row[1] for row in strippable)}))
+            keys = storage.lock_sessions(sorted({*trashed, *(result.session_id for result in strippable)}))
             trashed, kept, strippable = candidates()
             trashed = [session_id for session_id in trashed if session_id in keys]
-            strippable = [row for row in strippable if row[1] in keys]
+            strippable = [result for result in strippable if result.session_id in keys]
         going = set(trashed)  # to the trash whole: left as they are
-        stripped = [Stripped(*row) for row in strippable if row[1] not in going]
+        stripped = [
+            Stripped(r.node_id, r.session_id, r.bytes) for r in strippable if r.session_id not in going
+        ]
         if not dry_run:
             for item in stripped:
                 storage.redact(item.node_id, "content", marker(item.bytes, when, reason), reason, when)

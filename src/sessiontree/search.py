@@ -52,5 +52,8 @@ def search(
             tools=tools,
             newest=newest,
         )
-        refs = storage.refs_containing([node.id for node, _ in found])
-    return [SearchHit(node, node.session_id, snippet, *refs[node.id]) for node, snippet in found]
+        refs = storage.refs_containing([match.node.id for match in found])
+    return [
+        SearchHit(m.node, m.node.session_id, m.snippet, refs[m.node.id].branches, refs[m.node.id].checkpoints)
+        for m in found
+    ]

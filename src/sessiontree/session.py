@@ -53,6 +53,7 @@ from .names import (
     unstorable,
 )
 from .storage import Storage
+from .storage.rows import SessionRow
 
 Ref = str | Node
 RunLike = str | Completion | dict[str, Any] | None
@@ -80,6 +81,13 @@ class Session:
         self.created_at = created_at
         self.archived_at = archived_at
         self.trashed_at = trashed_at
+
+    @classmethod
+    def from_row(cls, storage: Storage, row: SessionRow) -> Session:
+        """The session of a row ``storage.session_row`` read."""
+        return cls(
+            storage, row.key, row.id, row.title, row.metadata, row.created_at, row.archived_at, row.trashed_at
+        )
 
     def __repr__(self) -> str:
         return f"Session(id={self.id!r}, title={self.title!r})"
@@ -111,7 +119,7 @@ class Session:
                 # Deep enough, but not in messages: say why, and how to count every node.
                 why = "" if every or depth < generations else "; ~N counts messages, ~N! every node"
                 raise NotFound(f"{shown(ref)} goes past the root: {shown(base)} is at depth {depth}{why}")
-            key, node_id = ancestor
+            key, node_id = ancestor.key, ancestor.id
         return key, node_id
 
     def _locate_base(self, ref: str) -> tuple[int, str]:
@@ -121,15 +129,15 @@ class Session:
         if handle is None:
             found = self.storage.ref(self._key, ref)
             if found is not None:
-                if found[1] is None or found[2] is None:
+                if found.key is None or found.id is None:
                     raise NotFound(f"branch {shown(ref)} has no nodes yet")
-                return found[1], found[2]
+                return found.key, found.id
             if not whole_id:  # an imported id of another shape
                 handle = self.storage.handle(ref)
         if handle is not None:
-            if handle[1] != self.id:
-                raise Conflict(f"node {ref} belongs to session {handle[1]}, not {self.id}")
-            return handle[0], ref
+            if handle.session_id != self.id:
+                raise Conflict(f"node {ref} belongs to session {handle.session_id}, not {self.id}")
+            return handle.key, ref
         try:
             node_id = self.storage.resolve_id("nodes", "node", ref, self._key)
         except NotFound:
@@ -137,7 +145,7 @@ class Session:
             raise NotFound(f"no node, branch or checkpoint {shown(ref)} in session {self.id}{hint}") from None
         handle = self.storage.handle(node_id)
         assert handle is not None
-        return handle[0], node_id
+        return handle.key, node_id
 
     def expected_head(self, expect_head: Ref | None) -> str | None:
         """The node id an ``expect_head=`` argument names (None: no compare-and-set)."""
@@ -252,7 +260,7 @@ class Session:
         if branch is not None:
             found = self.storage.branch_head(self._key, branch)
             if found is not None:
-                head = _Place(*found, branch_exists=True)
+                head = _Place(found.key, found.id, found.depth, found.kind, branch_exists=True)
             if expect_head is not None and expect_head != (head.id if head else None):
                 raise BranchMoved(branch, expect_head, head.id if head else None)
         elif expect_head is not None:
@@ -269,7 +277,7 @@ class Session:
                 f"branch {branch!r} is at {head.id}, not at the parent {parent_id}: "
                 "append with branch=None, fork a new branch, or move this one first"
             )
-        return _Place(key, parent_id, handle[2], handle[3], branch_exists=head is not None)
+        return _Place(key, parent_id, handle.depth, handle.kind, branch_exists=head is not None)
 
     def _set_head(
         self,
@@ -292,7 +300,7 @@ class Session:
         check_name(name, what)
         found = self.storage.ref(self._key, name)
         if found is not None:
-            raise Conflict(f"a {found[0]} named {shown(name)} already exists in session {self.id}")
+            raise Conflict(f"a {found.kind} named {shown(name)} already exists in session {self.id}")
 
     def record_run(self, run: Completion | dict[str, Any]) -> str:
         """Store a model call's provenance (without its message) and return the run id."""
@@ -308,9 +316,9 @@ class Session:
             return None, None
         if isinstance(run, str):
             found = self.storage.run_handle(check_lookup(run, "run"))
-            if found is None or found[1] != self.id:
+            if found is None or found.session_id != self.id:
                 raise NotFound(f"no run {shown(run)} in session {self.id}")
-            return found[0], run
+            return found.key, run
         run_id = new_id()
         return self.storage.insert_run(run_id, self._key, _run_fields(run, when)), run_id
 
@@ -352,14 +360,14 @@ class Session:
         )
         if place is None:
             return None
-        parent_id, depth = place
+        parent_id, depth = place.parent_id, place.parent_depth
         run_id = recorded[0] if recorded is not None else None
         nodes = []
         for node_id, text in chain:
             depth += 1
             nodes.append(Node(node_id, self.id, parent_id, depth, kind, text, created, run_id))
             parent_id = node_id
-        self.storage.remember(place[0], nodes)
+        self.storage.remember(place.parent_id, nodes)
         return nodes
 
     def edit(self, node: Ref, payload: dict[str, Any], *, branch: str) -> Node:
@@ -607,7 +615,7 @@ class Session:
         found = self.storage.ref(self._key, check_lookup(name, "branch"))
         if found is None:
             raise NotFound(f"no branch {shown(name)} in session {self.id}")
-        if found[0] == "checkpoint":
+        if found.kind == "checkpoint":
             if doing == "move":
                 raise CheckpointImmutable(
                     f"{shown(name)} is a checkpoint, and checkpoints never move; fork a branch from it"
@@ -616,7 +624,7 @@ class Session:
                 f"{shown(name)} is a checkpoint, not a branch"
                 + ("; use delete_checkpoint" if doing == "delete" else "")
             )
-        return found[2]
+        return found.id
 
     def rename(self, old: str, new: str) -> Branch:
         """Give branch ``old`` the name ``new``."""
@@ -655,7 +663,7 @@ class Session:
         with self.storage.transaction():
             if not self.storage.delete_checkpoint(self._key, check_lookup(name, "checkpoint")):
                 found = self.storage.ref(self._key, name)
-                if found is not None and found[0] == "branch":
+                if found is not None and found.kind == "branch":
                     raise Conflict(f"{shown(name)} is a branch, not a checkpoint; use delete_branch")
                 raise NotFound(f"no checkpoint {shown(name)} in session {self.id}")
 
@@ -674,10 +682,10 @@ class Session:
         with self.storage.transaction():
             if permanently:
                 return self.storage.delete_session(self._key)
-            if self.storage.session_row(self.id)[6] is None:
+            if self.storage.session_row(self.id).trashed_at is None:
                 self.storage.set_trashed(self._key, now())
-            self.trashed_at = self.storage.session_row(self.id)[6]
-            return self.storage.counts(self._key)[1]
+            self.trashed_at = self.storage.session_row(self.id).trashed_at
+            return self.storage.counts(self._key).nodes
 
     def prune(
         self, *, dry_run: bool = True, vacuum: bool = False, grace: float = maintenance.GRACE_SECONDS

@@ -121,7 +121,7 @@ class Store:
 
     def session(self, id_or_prefix: str) -> Session:
         """The session with this id, or the one session whose id starts with this prefix."""
-        return Session(self.storage, *self.storage.session_row(self.resolve_session_id(id_or_prefix)))
+        return Session.from_row(self.storage, self.storage.session_row(self.resolve_session_id(id_or_prefix)))
 
     def resolve_session_id(self, id_or_prefix: str) -> str:
         if not isinstance(id_or_prefix, str) or not id_or_prefix:
@@ -287,8 +287,8 @@ class Store:
         whole store (among all nodes and sessions), so any of them can be pasted back."""
         wanted = sorted(set(ids))
         width = max(minimum, MIN_PREFIX)
-        for id, other in self.storage.neighbours(wanted):
-            width = max(width, len(os.path.commonprefix([id, other])) + 1)
+        for pair in self.storage.neighbours(wanted):
+            width = max(width, len(os.path.commonprefix([pair.id, pair.neighbour])) + 1)
         return {id: id[:width] for id in wanted}
 
     # -- maintenance -----------------------------------------------------

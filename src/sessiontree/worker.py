@@ -80,11 +80,14 @@ def cut_off(store: Store) -> list[Recovering]:
     loses the compare-and-set.
     """
     heads = store.storage.tool_heads()
-    free = store.storage.unleased(sorted({key for key, *_ in heads})) if heads else set()
+    free = store.storage.unleased(sorted({head.session_key for head in heads})) if heads else set()
     found = []
-    for key, session_id, branch, head_id in heads:
-        if key in free and next_action(store.session(session_id).path(head_id)).interrupted:
-            found.append(Recovering(session_id, branch, head_id))
+    for head in heads:
+        if (
+            head.session_key in free
+            and next_action(store.session(head.session_id).path(head.head_id)).interrupted
+        ):
+            found.append(Recovering(head.session_id, head.branch, head.head_id))
     return found
 
 
@@ -105,9 +108,9 @@ def expire_pauses(store: Store) -> list[str]:
 def _look(store: Store) -> list[Item]:
     """What can be carried on now: decided pauses, then runs cut off inside a tool."""
     decided: list[Item] = [
-        Resuming(p, s)
-        for p, s in store.storage.resumable()
-        if framework_of(store.node(p)) is None  # a framework's own resume carries those on
+        Resuming(decided.pause_id, decided.session_id)
+        for decided in store.storage.resumable()
+        if framework_of(store.node(decided.pause_id)) is None  # a framework's own resume carries those on
     ]
     return decided + cut_off(store)
 

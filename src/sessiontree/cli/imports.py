@@ -20,6 +20,7 @@ from ..errors import SessionTreeError
 from ..formats import detect_format, import_file
 from ..formats.errors import InvalidEntry
 from ..formats.inputs import Input, expand, local
+from ..storage.rows import Counts
 from ..store import Store
 from .common import echo_json, open_store
 from .inspect import json_option
@@ -98,7 +99,7 @@ class _Importer:
     def __init__(self, ctx: click.Context, fmt: str, skip_invalid: bool, shown: int) -> None:
         self.ctx, self.fmt, self.skip_invalid, self.total = ctx, fmt, skip_invalid, shown
         self.store: Store | None = None
-        self.counts: tuple[int, int] | None = None  # (sessions, nodes) after the last file
+        self.counts: Counts | None = None  # after the last file
 
     def one(self, item: Input, number: int) -> dict[str, Any]:
         """Import ``item``; what the command reports of it."""

@@ -302,7 +302,7 @@ def open_session(store: Store, session_id: str) -> Session:
     tree_id = session_uuid(session_id)
     for _ in range(2):
         try:
-            found = Session(store.storage, *store.storage.session_row(tree_id))
+            found = Session.from_row(store.storage, store.storage.session_row(tree_id))
         except NotFound:
             try:
                 return store.create_session(session_id, {KIND: {"session_id": session_id}}, id=tree_id)

@@ -32,8 +32,28 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from ..compaction import project
-from ..model import Branch, Checkpoint, Node, Run, SearchIndex, SessionInfo, Usage
+from ..model import Branch, Checkpoint, Node, Problem, Run, SearchIndex, SessionInfo, TrashEntry, Usage
 from .cache import PathCache
+from .rows import (
+    AppendedAt,
+    BranchHead,
+    BranchTip,
+    Counts,
+    DroppableSession,
+    Neighbour,
+    NodeHandle,
+    NodeKey,
+    RefsOnPath,
+    RefTarget,
+    ResumablePause,
+    RunHandle,
+    SearchMatch,
+    SessionRow,
+    StoredNode,
+    StrippableResult,
+    ToolHead,
+    Unreachable,
+)
 
 NodeRow = tuple[str, int, "int | None", int, str, str, str, "int | None"]
 """A node to insert: (id, session key, parent key, depth, kind, payload, created_at, run key)."""
@@ -82,8 +102,8 @@ class Storage(ABC):
         with it; ``NotFound`` / ``AmbiguousRef`` otherwise."""
 
     @abstractmethod
-    def neighbours(self, ids: Sequence[str]) -> list[tuple[str, str]]:
-        """(id, neighbour) for each of ``ids`` and each id next to it in sorted order among
+    def neighbours(self, ids: Sequence[str]) -> list[Neighbour]:
+        """Each of ``ids`` with each of ``ids`` and each id next to it in sorted order among
         all nodes and sessions, in one query for all of them."""
 
     # -- sessions --------------------------------------------------------------
@@ -94,10 +114,8 @@ class Storage(ABC):
     ) -> int: ...
 
     @abstractmethod
-    def session_row(
-        self, id: str
-    ) -> tuple[int, str, str | None, dict[str, Any], str, str | None, str | None]:
-        """(key, id, title, metadata, created_at, archived_at, trashed_at) of a session."""
+    def session_row(self, id: str) -> SessionRow:
+        """A session's row; ``NotFound`` when there is none."""
 
     @abstractmethod
     def session_key(self, id: str) -> int | None: ...
@@ -126,8 +144,8 @@ class Storage(ABC):
     def node(self, id: str) -> Node: ...
 
     @abstractmethod
-    def handle(self, id: str) -> tuple[int, str, int, str] | None:
-        """(key, session id, depth, kind) of a node id, or None."""
+    def handle(self, id: str) -> NodeHandle | None:
+        """The handle of a node id, or None."""
 
     @abstractmethod
     def reserve_node_keys(self, count: int) -> int:
@@ -144,8 +162,8 @@ class Storage(ABC):
     def children(self, key: int) -> list[Node]: ...
 
     @abstractmethod
-    def ancestor(self, key: int, generations: int, *, messages_only: bool = False) -> tuple[int, str] | None:
-        """(key, id) of the node ``generations`` steps above ``key``, or None past the root;
+    def ancestor(self, key: int, generations: int, *, messages_only: bool = False) -> NodeKey | None:
+        """The node ``generations`` steps above ``key``, or None past the root;
         ``messages_only``: the ``generations``-th message node above it, stepping over markers."""
 
     @abstractmethod
@@ -173,14 +191,14 @@ class Storage(ABC):
         trash, oldest first: the pauses a human can still decide."""
 
     @abstractmethod
-    def resumable(self) -> list[tuple[str, str]]:
-        """(pause id, session id) of every decided pause whose decision is still a branch
+    def resumable(self) -> list[ResumablePause]:
+        """Every decided pause whose decision is still a branch
         head and has no child, outside the trash: decided, and not yet carried on by any
         run. Oldest first."""
 
     @abstractmethod
-    def tool_heads(self) -> list[tuple[int, str, str, str]]:
-        """(session key, session id, branch, head id) of every branch, outside the trash,
+    def tool_heads(self) -> list[ToolHead]:
+        """Every branch, outside the trash,
         whose head is a ``tool_start`` or a tool message: where a run cut off inside a tool
         stopped (or a live one is), oldest head first."""
 
@@ -201,8 +219,8 @@ class Storage(ABC):
     def common_ancestor(self, a: int, b: int) -> Node | None: ...
 
     @abstractmethod
-    def nodes_by_ids(self, ids: Sequence[str]) -> dict[str, tuple[int, str, str | None, str, str, int]]:
-        """id -> (key, session id, parent id, kind, payload, depth) for the ids that exist."""
+    def nodes_by_ids(self, ids: Sequence[str]) -> dict[str, StoredNode]:
+        """id -> its stored node, for the ids that exist."""
 
     # -- usage -----------------------------------------------------------------
 
@@ -215,15 +233,12 @@ class Storage(ABC):
     # -- branches and checkpoints ---------------------------------------------
 
     @abstractmethod
-    def ref(self, session_key: int, name: str) -> tuple[str, int | None, str | None] | None:
-        """("branch" | "checkpoint", node key, node id) for a name in a session, or None."""
+    def ref(self, session_key: int, name: str) -> RefTarget | None:
+        """The branch or checkpoint of that name in a session, or None."""
 
     @abstractmethod
-    def branch_head(
-        self, session_key: int, name: str
-    ) -> tuple[int | None, str | None, int, str | None] | None:
-        """(head key, head id, head depth, head kind) of a branch (None, None, -1, None when
-        empty), or None when there is no such branch."""
+    def branch_head(self, session_key: int, name: str) -> BranchHead | None:
+        """The head of a branch, or None when there is no such branch."""
 
     @abstractmethod
     def branch(self, session_key: int, session_id: str, name: str) -> Branch | None: ...
@@ -270,7 +285,7 @@ class Storage(ABC):
         """Insert a run (values of ``RUN_FIELDS``); its key."""
 
     @abstractmethod
-    def run_handle(self, id: str) -> tuple[int, str] | None: ...
+    def run_handle(self, id: str) -> RunHandle | None: ...
 
     @abstractmethod
     def run(self, id: str) -> Run: ...
@@ -292,14 +307,14 @@ class Storage(ABC):
         limit: int = 20,
         tools: bool = True,
         newest: bool = False,
-    ) -> list[tuple[Node, str]]:
-        """(node, snippet) of the best ``limit`` full-text matches (``newest``: the newest
+    ) -> list[SearchMatch]:
+        """The best ``limit`` full-text matches (``newest``: the newest
         instead) outside the trash; ``tools=False`` leaves tool calls and results out;
         ``InvalidQuery`` for a query the backend cannot parse."""
 
     @abstractmethod
-    def refs_containing(self, node_ids: Sequence[str]) -> dict[str, tuple[list[str], list[str]]]:
-        """node id -> (branches, checkpoints) of its session whose path contains it."""
+    def refs_containing(self, node_ids: Sequence[str]) -> dict[str, RefsOnPath]:
+        """node id -> the branches and checkpoints of its session whose path contains it."""
 
     @abstractmethod
     def search_index(self) -> SearchIndex:
@@ -333,18 +348,18 @@ class Storage(ABC):
         """Put a session in the trash at ``when`` (keeping an earlier time), or take it out."""
 
     @abstractmethod
-    def trashed(self, before: str | None = None) -> list[tuple[str, str | None, str, int]]:
-        """(session id, title, trashed_at, nodes) in the trash (before ``before``), oldest first."""
+    def trashed(self, before: str | None = None) -> list[TrashEntry]:
+        """The sessions in the trash (before ``before``), oldest first."""
 
     @abstractmethod
-    def droppable_sessions(self, cutoff: str) -> list[tuple[str, str, bool]]:
-        """(session id, last activity, work in flight) of sessions a drop policy looks at:
+    def droppable_sessions(self, cutoff: str) -> list[DroppableSession]:
+        """The sessions a drop policy looks at:
         not trashed, no checkpoint, nothing written since ``cutoff``. Work is in flight when a
         branch stands at a pause, a decision or a ``tool_start``; the policy leaves those."""
 
     @abstractmethod
-    def strippable_results(self, cutoff: str, min_bytes: int) -> list[tuple[str, str, int]]:
-        """(node id, session id, bytes) of unredacted tool results of at least ``min_bytes``
+    def strippable_results(self, cutoff: str, min_bytes: int) -> list[StrippableResult]:
+        """The unredacted tool results of at least ``min_bytes``
         written before ``cutoff``, outside the trash."""
 
     @abstractmethod
@@ -371,25 +386,24 @@ class Storage(ABC):
     # -- upkeep ----------------------------------------------------------------
 
     @abstractmethod
-    def unreachable(
-        self, session_key: int | None, *, delete: bool, cutoff: str = ""
-    ) -> tuple[list[str], list[str]]:
-        """(node ids, run ids) nothing keeps; with ``delete``, remove them."""
+    def unreachable(self, session_key: int | None, *, delete: bool, cutoff: str = "") -> Unreachable:
+        """The nodes and runs nothing keeps; with ``delete``, remove them."""
 
     @abstractmethod
     def vacuum(self) -> int | None:
         """Give free space back; the bytes freed, when known."""
 
     @abstractmethod
-    def integrity_problems(self, session_key: int | None) -> list[tuple[str, str, str, str | None]]:
-        """(session id, check, detail, node id) for every row that breaks a tree invariant."""
+    def integrity_problems(self, session_key: int | None) -> list[Problem]:
+        """A problem for every row that breaks a tree invariant."""
 
     @abstractmethod
-    def branch_heads(self, session_key: int | None) -> list[tuple[str, str, tuple[int, str]]]: ...
+    def branch_heads(self, session_key: int | None) -> list[BranchTip]:
+        """Every non-empty branch whose head exists."""
 
     @abstractmethod
-    def counts(self, session_key: int | None) -> tuple[int, int]:
-        """(sessions, nodes), in one session or in all."""
+    def counts(self, session_key: int | None) -> Counts:
+        """Sessions and nodes, in one session or in all."""
 
     @abstractmethod
     def stats(self) -> dict[str, Any]: ...
@@ -419,12 +433,12 @@ class Storage(ABC):
         nodes: Sequence[tuple[str, str]],
         created: str,
         run: tuple[str, Sequence[Any] | None] | None,
-    ) -> tuple[str | None, int] | None:
+    ) -> AppendedAt | None:
         """The common append in one statement, its own transaction: (id, payload) nodes
         as a chain under the head of the existing branch ``branch`` (which must be
         ``expect`` and ``parent`` when given), moving it; ``run`` is (run id, its
         ``RUN_FIELDS`` to record it, or None for an existing run of the session). The
-        head's (id, depth) it went under; None, having written nothing, for anything
+        head it went under; None, having written nothing, for anything
         else (the caller then takes the long way, which raises what it raises), or when
         the backend has no such statement (SQLite: its transactions cost no round trip).
         A connection lost once the statement was sent is ``OutcomeUnknown``."""

@@ -68,6 +68,7 @@ from .cache import DEFAULT_MAX_BYTES, PathCache
 from .postgres_find import PostgresFind
 from .postgres_upkeep import TREE, PostgresUpkeep
 from .reads import RUN_COLUMNS, SharedReads
+from .rows import AppendedAt, BranchHead, Neighbour, RefTarget, SessionRow, StoredNode
 from .shared_sql import for_postgres
 
 # The walk up a path, with its plan pinned (schema step 12: an index lookup per step,
@@ -366,7 +367,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
             raise AmbiguousRef(f"{what} prefix {ref!r} is ambiguous: {rows[0][0]}, {rows[1][0]}, ...")
         return str(rows[0][0])
 
-    def neighbours(self, ids: Sequence[str]) -> list[tuple[str, str]]:
+    def neighbours(self, ids: Sequence[str]) -> list[Neighbour]:
         rows = self._all(
             "SELECT w.id,"
             " (SELECT max(id) FROM nodes WHERE id < w.id), (SELECT min(id) FROM nodes WHERE id > w.id),"
@@ -374,7 +375,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
             " FROM unnest(%(ids)s::text[]) AS w(id)",
             {"ids": list(ids)},
         )
-        return [(row[0], other) for row in rows for other in row[1:] if other is not None]
+        return [Neighbour(row[0], other) for row in rows for other in row[1:] if other is not None]
 
     # -- sessions ------------------------------------------------------------------
 
@@ -396,9 +397,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         self._claim(row[0])
         return int(row[0])
 
-    def session_row(
-        self, id: str
-    ) -> tuple[int, str, str | None, dict[str, Any], str, str | None, str | None]:
+    def session_row(self, id: str) -> SessionRow:
         row = self._row(
             "SELECT key, id, title, metadata, created_at, archived_at, trashed_at FROM sessions"
             " WHERE id = %s",
@@ -406,7 +405,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         )
         if row is None:
             raise NotFound(f"no session {id!r}")
-        return row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], row[6]
+        return SessionRow(row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], row[6])
 
     def session_ids(self) -> list[str]:
         return [r[0] for r in self._all("SELECT id FROM sessions ORDER BY id")]
@@ -490,7 +489,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         nodes: Sequence[tuple[str, str]],
         created: str,
         run: tuple[str, Sequence[Any] | None] | None,
-    ) -> tuple[str | None, int] | None:
+    ) -> AppendedAt | None:
         run_id, fields = run if run is not None else (None, None)
         recorded = list(fields[:6]) if fields is not None else [None] * 6
         row = self._one_write(
@@ -512,7 +511,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
             ),
             nodes[-1][0],
         )
-        return None if row is None else (row[0], int(row[1]))
+        return None if row is None else AppendedAt(row[0], int(row[1]))
 
     def fork_at(
         self,
@@ -693,20 +692,20 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
             )
         return {by_lock[r[0]] for r in rows}
 
-    def nodes_by_ids(self, ids: Sequence[str]) -> dict[str, tuple[int, str, str | None, str, str, int]]:
+    def nodes_by_ids(self, ids: Sequence[str]) -> dict[str, StoredNode]:
         rows = self._all(
             "SELECT n.id, n.key, s.id, p.id, n.kind, n.payload, n.depth FROM nodes n"
             " JOIN sessions s ON s.key = n.session LEFT JOIN nodes p ON p.key = n.parent"
             " WHERE n.id = ANY(%s)",
             (list(ids),),
         )
-        return {r[0]: (r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows}
+        return {r[0]: StoredNode(r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows}
 
     # -- usage -------------------------------------------------------------------------
 
     # -- branches and checkpoints ----------------------------------------------------
 
-    def ref(self, session_key: int, name: str) -> tuple[str, int | None, str | None] | None:
+    def ref(self, session_key: int, name: str) -> RefTarget | None:
         self._claim(session_key)
         row = self._row(
             "SELECT 'branch', b.head, n.id FROM branches b LEFT JOIN nodes n ON n.key = b.head"
@@ -715,11 +714,9 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
             " WHERE c.session = %(s)s AND c.name = %(name)s",
             {"s": session_key, "name": name},
         )
-        return None if row is None else (row[0], row[1], row[2])
+        return None if row is None else RefTarget(row[0], row[1], row[2])
 
-    def branch_head(
-        self, session_key: int, name: str
-    ) -> tuple[int | None, str | None, int, str | None] | None:
+    def branch_head(self, session_key: int, name: str) -> BranchHead | None:
         self._claim(session_key)
         row = self._row(
             "SELECT b.head, n.id, n.depth, n.kind FROM branches b LEFT JOIN nodes n ON n.key = b.head"
@@ -728,7 +725,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         )
         if row is None:
             return None
-        return row[0], row[1], -1 if row[2] is None else row[2], row[3]
+        return BranchHead(row[0], row[1], -1 if row[2] is None else row[2], row[3])
 
     def insert_branch(
         self,

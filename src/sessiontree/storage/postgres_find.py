@@ -20,9 +20,10 @@ from typing import Any
 from psycopg import errors as pg_errors
 
 from ..errors import SearchIndexOff
-from ..model import Node, SearchIndex, encode_payload
+from ..model import Node, SearchIndex, TrashEntry, encode_payload
 from . import shared_sql
 from .base import Storage
+from .rows import DroppableSession, RefsOnPath, SearchMatch, StrippableResult, refs_on_path
 from .shared_sql import for_postgres
 from .sqlite_search import ELLIPSIS, MARK_END, MARK_START, SNIPPET_TOKENS
 
@@ -107,7 +108,7 @@ class PostgresFind(Storage):
         limit: int = 20,
         tools: bool = True,
         newest: bool = False,
-    ) -> list[tuple[Node, str]]:
+    ) -> list[SearchMatch]:
         order = "n.key DESC" if newest else f"ts_rank({_RANKED[tools]}, q.q) DESC, n.id"
         sql = _SEARCH.format(
             document=_ALL if tools else _TEXT,
@@ -128,7 +129,7 @@ class PostgresFind(Storage):
             rows = self._all(sql, params)
         except pg_errors.UndefinedColumn:  # turned off (by any process): no search columns
             raise self._search_off() from None
-        return [(Node(*r[1:9]), r[9] or "") for r in rows]
+        return [SearchMatch(Node(*r[1:9]), r[9] or "") for r in rows]
 
     # The index is two generated tsvector columns and one GIN index on both: in step with
     # the rows (a GIN index's pending list is visible to every query), or, turned off, no
@@ -164,15 +165,8 @@ class PostgresFind(Storage):
     def check_search_index(self) -> str | None:
         return None  # generated columns cannot disagree with their rows
 
-    def refs_containing(self, node_ids: Sequence[str]) -> dict[str, tuple[list[str], list[str]]]:
-        found: dict[str, tuple[list[str], list[str]]] = {id: ([], []) for id in node_ids}
-        if not node_ids:
-            return found
-        for node_id, kind, name in self._all(_REFS_CONTAINING, {"ids": list(node_ids)}):
-            names = found[node_id][0 if kind == "branch" else 1]
-            if name not in names:
-                names.append(name)
-        return found
+    def refs_containing(self, node_ids: Sequence[str]) -> dict[str, RefsOnPath]:
+        return refs_on_path(node_ids, lambda: self._all(_REFS_CONTAINING, {"ids": list(node_ids)}))
 
     # -- trash and redactions ---------------------------------------------------------
 
@@ -184,21 +178,21 @@ class PostgresFind(Storage):
             {"when": when, "key": session_key},
         )
 
-    def trashed(self, before: str | None = None) -> list[tuple[str, str | None, str, int]]:
+    def trashed(self, before: str | None = None) -> list[TrashEntry]:
         rows = self._all(
             "SELECT s.id, s.title, s.trashed_at, (SELECT count(*) FROM nodes n WHERE n.session = s.key)"
             " FROM sessions s WHERE s.trashed_at IS NOT NULL"
             " AND (%(before)s::text IS NULL OR s.trashed_at < %(before)s) ORDER BY s.trashed_at, s.id",
             {"before": before},
         )
-        return [(r[0], r[1], r[2], int(r[3])) for r in rows]
+        return [TrashEntry(r[0], r[1], r[2], int(r[3])) for r in rows]
 
-    def droppable_sessions(self, cutoff: str) -> list[tuple[str, str, bool]]:
-        return [(r[0], r[1], bool(r[2])) for r in self._all(_DROPPABLE, {"cutoff": cutoff})]
+    def droppable_sessions(self, cutoff: str) -> list[DroppableSession]:
+        return [DroppableSession(r[0], r[1], bool(r[2])) for r in self._all(_DROPPABLE, {"cutoff": cutoff})]
 
-    def strippable_results(self, cutoff: str, min_bytes: int) -> list[tuple[str, str, int]]:
+    def strippable_results(self, cutoff: str, min_bytes: int) -> list[StrippableResult]:
         rows = self._all(_STRIPPABLE, {"cutoff": cutoff, "min_bytes": min_bytes})
-        return [(r[0], r[1], int(r[2])) for r in rows]
+        return [StrippableResult(r[0], r[1], int(r[2])) for r in rows]
 
     def redact(self, node_id: str, field: str, marker: str, reason: str, when: str) -> int:
         row = self._all("SELECT key, session, kind, payload FROM nodes WHERE id = %s", (node_id,))[0]

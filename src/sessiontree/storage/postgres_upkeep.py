@@ -14,9 +14,11 @@ import psycopg
 from psycopg import sql
 
 from ..errors import SessionTreeError
+from ..model import Problem
 from . import postgres_db as pgdb
 from . import shared_sql
 from .base import Storage
+from .rows import BranchTip, Counts, NodeKey, Unreachable
 from .shared_sql import for_postgres
 
 TREE = "WITH t(key) AS (SELECT key FROM sessiontree_tree(:s))\n"
@@ -41,9 +43,7 @@ class PostgresUpkeep(Storage):
     def _write(self, query: Any, params: Any = None) -> int:
         raise NotImplementedError
 
-    def unreachable(
-        self, session_key: int | None, *, delete: bool, cutoff: str = ""
-    ) -> tuple[list[str], list[str]]:
+    def unreachable(self, session_key: int | None, *, delete: bool, cutoff: str = "") -> Unreachable:
         with self.transaction() if delete else self.snapshot():
             if delete:  # writers finish first, and none starts until the prune commits
                 self._one("SELECT pg_advisory_xact_lock(%s, %s)", (self.lock_class, pgdb.STORE_LOCK))
@@ -56,7 +56,7 @@ class PostgresUpkeep(Storage):
                 self._write("DELETE FROM nodes WHERE key = ANY(%s)", ([key for key, _, _, _ in gone],))
                 self._write("DELETE FROM runs WHERE key = ANY(%s)", (list(dying_runs),))
                 self.cache.clear()
-        return [node_id for _, node_id, _, _ in gone], sorted(dying_runs.values())
+        return Unreachable([node_id for _, node_id, _, _ in gone], sorted(dying_runs.values()))
 
     def vacuum(self) -> int | None:
         """VACUUM ANALYZE sessiontree's tables; PostgreSQL keeps the space for reuse, so the
@@ -70,27 +70,27 @@ class PostgresUpkeep(Storage):
             pgdb.configure(conn, self.target.schema, readonly=False)
             conn.execute(query)
 
-    def integrity_problems(self, session_key: int | None) -> list[tuple[str, str, str, str | None]]:
+    def integrity_problems(self, session_key: int | None) -> list[Problem]:
         scope = "" if session_key is None else shared_sql.INTEGRITY_SCOPE
-        problems: list[tuple[str, str, str, str | None]] = []
+        problems: list[Problem] = []
         for check, detail, sql_text in shared_sql.INTEGRITY_CHECKS:
             query = sql_text.format(scope=scope, bad_json="NOT sessiontree_json_valid(c.payload)")
             for row in self._all(for_postgres(query), {"s": session_key}):
                 node_id = row[1] if check in ("parent", "depth", "payload") else None
-                problems.append((row[0], check, detail.format(*row), node_id))
+                problems.append(Problem(row[0], check, detail.format(*row), node_id))
         return problems
 
-    def branch_heads(self, session_key: int | None) -> list[tuple[str, str, tuple[int, str]]]:
+    def branch_heads(self, session_key: int | None) -> list[BranchTip]:
         rows = self._all(for_postgres(shared_sql.BRANCH_HEADS), {"s": session_key})
-        return [(r[0], r[1], (r[2], r[3])) for r in rows]
+        return [BranchTip(r[0], r[1], NodeKey(r[2], r[3])) for r in rows]
 
-    def counts(self, session_key: int | None) -> tuple[int, int]:
+    def counts(self, session_key: int | None) -> Counts:
         if session_key is None:
-            return (
+            return Counts(
                 int(self._one("SELECT count(*) FROM sessions")),
                 int(self._one("SELECT count(*) FROM nodes")),
             )
-        return 1, int(self._one(for_postgres(TREE) + "SELECT count(*) FROM t", {"s": session_key}))
+        return Counts(1, int(self._one(for_postgres(TREE) + "SELECT count(*) FROM t", {"s": session_key})))
 
     def stats(self) -> dict[str, Any]:
         tables = {

@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import NotFound
 from ..model import Branch, Checkpoint, ModelUsage, Node, Run, SessionInfo, Usage
 from .base import RUN_FIELDS, Storage, decode_run
+from .rows import NodeHandle, NodeKey, ResumablePause, RunHandle, ToolHead
 from .shared_sql import TOOL_HEADS, TREE
 
 # A node as a Node: its own columns, then the ids of its session, parent and run.
@@ -75,13 +76,13 @@ class SharedReads(Storage):
             raise NotFound(f"no node {id!r}")
         return node_from_row(row)
 
-    def handle(self, id: str) -> tuple[int, str, int, str] | None:
+    def handle(self, id: str) -> NodeHandle | None:
         row = self._first(
             "SELECT n.key, s.id, n.depth, n.kind FROM nodes n JOIN sessions s ON s.key = n.session"
             " WHERE n.id = :id",
             {"id": id},
         )
-        return None if row is None else (row[0], row[1], row[2], row[3])
+        return None if row is None else NodeHandle(row[0], row[1], row[2], row[3])
 
     def children(self, key: int) -> list[Node]:
         return self._nodes(
@@ -120,7 +121,7 @@ class SharedReads(Storage):
             {"s": session_key},
         )
 
-    def resumable(self) -> list[tuple[str, str]]:
+    def resumable(self) -> list[ResumablePause]:
         rows = self._rows(
             "SELECT DISTINCT p.id, s.id FROM branches b"
             " JOIN nodes d ON d.key = b.head AND d.kind = 'decision'"
@@ -128,11 +129,11 @@ class SharedReads(Storage):
             " WHERE s.trashed_at IS NULL AND NOT EXISTS (SELECT 1 FROM nodes c WHERE c.parent = d.key)"
             " ORDER BY p.id"
         )
-        return [(r[0], r[1]) for r in rows]
+        return [ResumablePause(r[0], r[1]) for r in rows]
 
-    def tool_heads(self) -> list[tuple[int, str, str, str]]:
+    def tool_heads(self) -> list[ToolHead]:
         rows = self._rows(TOOL_HEADS.format(is_tool=self.is_tool_message))
-        return [(int(r[0]), r[1], r[2], r[3]) for r in rows]
+        return [ToolHead(int(r[0]), r[1], r[2], r[3]) for r in rows]
 
     def common_ancestor(self, a: int, b: int) -> Node | None:
         row = self._first(
@@ -150,7 +151,7 @@ class SharedReads(Storage):
         )
         return None if row is None else node_from_row(row)
 
-    def ancestor(self, key: int, generations: int, *, messages_only: bool = False) -> tuple[int, str] | None:
+    def ancestor(self, key: int, generations: int, *, messages_only: bool = False) -> NodeKey | None:
         # k counts the steps that land on a counted node; the walk stops at the one
         # that makes it :n (with messages_only, always a message node).
         step = "CASE WHEN n.kind = 'message' THEN 1 ELSE 0 END" if messages_only else "1"
@@ -162,7 +163,7 @@ class SharedReads(Storage):
                SELECT key, id FROM up WHERE k = :n""",
             {"key": key, "n": generations},
         )
-        return None if row is None else (row[0], row[1])
+        return None if row is None else NodeKey(row[0], row[1])
 
     def is_ancestor(self, ancestor: int, key: int) -> bool:
         found = self._first(
@@ -290,8 +291,8 @@ class SharedReads(Storage):
     def runs_stream(self, session_key: int) -> Iterator[Run]:
         return map(decode_run, self._stream(_RUNS, {"s": session_key}))
 
-    def run_handle(self, id: str) -> tuple[int, str] | None:
+    def run_handle(self, id: str) -> RunHandle | None:
         row = self._first(
             "SELECT r.key, s.id FROM runs r JOIN sessions s ON s.key = r.session WHERE r.id = :id", {"id": id}
         )
-        return None if row is None else (row[0], row[1])
+        return None if row is None else RunHandle(row[0], row[1])

@@ -37,6 +37,7 @@ from . import leases
 from .base import SESSION_GONE, PathRow
 from .cache import DEFAULT_MAX_BYTES, PathCache
 from .reads import RUN_COLUMNS, SharedReads
+from .rows import BranchHead, Neighbour, RefTarget, SessionRow, StoredNode
 from .sqlite_retention import SQLiteRetention
 from .sqlite_search import SEARCH_BATCH, SQLiteSearch
 from .sqlite_threads import Connections, Slot
@@ -254,9 +255,9 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
             raise AmbiguousRef(f"{what} prefix {ref!r} is ambiguous: {rows[0][0]}, {rows[1][0]}, ...")
         return str(rows[0][0])
 
-    def neighbours(self, ids: Sequence[str]) -> list[tuple[str, str]]:
+    def neighbours(self, ids: Sequence[str]) -> list[Neighbour]:
         rows = self.conn.execute(_NEIGHBOURS, {"ids": json.dumps(list(ids))}).fetchall()
-        return [(row[0], other) for row in rows for other in row[1:] if other is not None]
+        return [Neighbour(row[0], other) for row in rows for other in row[1:] if other is not None]
 
     # -- sessions ----------------------------------------------------------
 
@@ -274,17 +275,14 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
         assert cursor.lastrowid is not None
         return cursor.lastrowid
 
-    def session_row(
-        self, id: str
-    ) -> tuple[int, str, str | None, dict[str, Any], str, str | None, str | None]:
-        """(key, id, title, metadata, created_at, archived_at, trashed_at) of a session."""
+    def session_row(self, id: str) -> SessionRow:
         row = self.conn.execute(
             "SELECT key, id, title, metadata, created_at, archived_at, trashed_at FROM sessions WHERE id = ?",
             (id,),
         ).fetchone()
         if row is None:
             raise NotFound(f"no session {id!r}")
-        return row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], row[6]
+        return SessionRow(row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], row[6])
 
     def set_title(self, session_key: int, title: str | None) -> None:
         """Set a session's title (inside a transaction)."""
@@ -384,9 +382,7 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
 
     # -- branches and checkpoints -------------------------------------------
 
-    def ref(self, session_key: int, name: str) -> tuple[str, int | None, str | None] | None:
-        """("branch" | "checkpoint", node key, node id) for a name in a session, or None;
-        the key and id are None for an empty branch."""
+    def ref(self, session_key: int, name: str) -> RefTarget | None:
         row = self.conn.execute(
             "SELECT 'branch', b.head, n.id FROM branches b LEFT JOIN nodes n ON n.key = b.head"
             " WHERE b.session = ? AND b.name = ?"
@@ -394,13 +390,9 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
             " WHERE c.session = ? AND c.name = ?",
             (session_key, name, session_key, name),
         ).fetchone()
-        return None if row is None else (row[0], row[1], row[2])
+        return None if row is None else RefTarget(row[0], row[1], row[2])
 
-    def branch_head(
-        self, session_key: int, name: str
-    ) -> tuple[int | None, str | None, int, str | None] | None:
-        """(head key, head id, head depth, head kind) of a branch (key and id None when it is
-        empty, depth -1), or None when there is no such branch."""
+    def branch_head(self, session_key: int, name: str) -> BranchHead | None:
         row = self.conn.execute(
             "SELECT b.head, n.id, n.depth, n.kind FROM branches b LEFT JOIN nodes n ON n.key = b.head"
             " WHERE b.session = ? AND b.name = ?",
@@ -408,7 +400,7 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
         ).fetchone()
         if row is None:
             return None
-        return row[0], row[1], -1 if row[2] is None else row[2], row[3]
+        return BranchHead(row[0], row[1], -1 if row[2] is None else row[2], row[3])
 
     def insert_branch(
         self,
@@ -471,8 +463,7 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
 
     # -- bulk reads and writes (import, export) ---------------------------------
 
-    def nodes_by_ids(self, ids: Sequence[str]) -> dict[str, tuple[int, str, str | None, str, str, int]]:
-        """id -> (key, session id, parent id, kind, payload, depth) for the ids that exist."""
+    def nodes_by_ids(self, ids: Sequence[str]) -> dict[str, StoredNode]:
         found = {}
         for start in range(0, len(ids), 500):  # well under SQLite's variable limit
             chunk = ids[start : start + 500]
@@ -483,5 +474,5 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
                 f" WHERE n.id IN ({marks})",
                 chunk,
             ):
-                found[r[0]] = (r[1], r[2], r[3], r[4], r[5], r[6])
+                found[r[0]] = StoredNode(r[1], r[2], r[3], r[4], r[5], r[6])
         return found

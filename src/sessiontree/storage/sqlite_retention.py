@@ -16,7 +16,9 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from ..model import TrashEntry
 from .cache import PathCache
+from .rows import DroppableSession, StrippableResult
 from .shared_sql import DROPPABLE
 
 _CHUNK = 500
@@ -66,8 +68,8 @@ class SQLiteRetention:
             (when, when, session_key),
         )
 
-    def trashed(self, before: str | None = None) -> list[tuple[str, str | None, str, int]]:
-        """(session id, title, trashed_at, nodes) of the sessions in the trash (trashed
+    def trashed(self, before: str | None = None) -> list[TrashEntry]:
+        """The sessions in the trash (trashed
         before ``before``, an ISO time, if given), oldest first."""
         rows = self.conn.execute(
             "SELECT s.id, s.title, s.trashed_at,"
@@ -76,16 +78,18 @@ class SQLiteRetention:
             " ORDER BY s.trashed_at, s.id",
             {"before": before},
         )
-        return [(r[0], r[1], r[2], r[3]) for r in rows]
+        return [TrashEntry(r[0], r[1], r[2], r[3]) for r in rows]
 
-    def droppable_sessions(self, cutoff: str) -> list[tuple[str, str, bool]]:
-        """(session id, last activity) of sessions a drop policy may trash (see ``shared_sql.DROPPABLE``)."""
-        return [(r[0], r[1], bool(r[2])) for r in self.conn.execute(DROPPABLE, {"cutoff": cutoff})]
+    def droppable_sessions(self, cutoff: str) -> list[DroppableSession]:
+        """The sessions a drop policy may trash (see ``shared_sql.DROPPABLE``)."""
+        return [
+            DroppableSession(r[0], r[1], bool(r[2])) for r in self.conn.execute(DROPPABLE, {"cutoff": cutoff})
+        ]
 
-    def strippable_results(self, cutoff: str, min_bytes: int) -> list[tuple[str, str, int]]:
-        """(node id, session id, bytes) of tool results a strip policy may redact."""
+    def strippable_results(self, cutoff: str, min_bytes: int) -> list[StrippableResult]:
+        """The tool results a strip policy may redact."""
         rows = self.conn.execute(_STRIPPABLE, {"cutoff": cutoff, "min_bytes": min_bytes})
-        return [(r[0], r[1], r[2]) for r in rows]
+        return [StrippableResult(r[0], r[1], r[2]) for r in rows]
 
     def redact(self, node_id: str, field: str, marker: str, reason: str, when: str) -> int:
         """Replace a payload field by ``marker``, recorded in ``redactions`` (inside a

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import InvalidQuery, ReadOnly, SearchIndexOff
 from ..model import Node, SearchIndex
+from .rows import RefsOnPath, SearchMatch, refs_on_path
 from .shared_sql import REFS_CONTAINING
 
 SEARCH_BATCH = 64
@@ -200,8 +201,8 @@ class SQLiteSearch:
         limit: int = 20,
         tools: bool = True,
         newest: bool = False,
-    ) -> list[tuple[Node, str]]:
-        """(node, snippet) of the best ``limit`` matches of an FTS5 ``query`` (with
+    ) -> list[SearchMatch]:
+        """The best ``limit`` matches of an FTS5 ``query`` (with
         ``newest``, the newest matches instead: read in index order, so a common word
         stops after ``limit`` rows instead of ranking every match); with ``tools=False``
         tool names, arguments and results are not searched."""
@@ -240,18 +241,13 @@ class SQLiteSearch:
             ) from None
         # A lone surrogate is stored as a JSON escape; json_extract turns it into bytes
         # that are not UTF-8, so the snippet is decoded leniently.
-        return [(Node(*r[1:9]), bytes(r[9] or b"").decode("utf-8", "replace")) for r in rows]
+        return [SearchMatch(Node(*r[1:9]), bytes(r[9] or b"").decode("utf-8", "replace")) for r in rows]
 
-    def refs_containing(self, node_ids: Sequence[str]) -> dict[str, tuple[list[str], list[str]]]:
-        """node id -> (branches, checkpoints) of its session whose path contains it."""
-        found: dict[str, tuple[list[str], list[str]]] = {id: ([], []) for id in node_ids}
-        if not node_ids:
-            return found
-        for node_id, kind, name in self.conn.execute(_REFS_CONTAINING, {"ids": json.dumps(list(node_ids))}):
-            names = found[node_id][0 if kind == "branch" else 1]
-            if name not in names:
-                names.append(name)
-        return found
+    def refs_containing(self, node_ids: Sequence[str]) -> dict[str, RefsOnPath]:
+        """node id -> the branches and checkpoints of its session whose path contains it."""
+        return refs_on_path(
+            node_ids, lambda: self.conn.execute(_REFS_CONTAINING, {"ids": json.dumps(list(node_ids))})
+        )
 
 
 def _closes_early(query: str) -> bool:

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from .. import db as _db
 from ..errors import Conflict, NotFound, SessionTreeError
+from ..model import Problem
 from .base import Storage
 from .cache import PathCache
+from .rows import BranchTip, Counts, NodeKey, Unreachable
 from .shared_sql import (
     BRANCH_HEADS,
     INTEGRITY_CHECKS,
@@ -51,10 +53,8 @@ class SQLiteUpkeep(Storage):
     def _one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         raise NotImplementedError
 
-    def unreachable(
-        self, session_key: int | None, *, delete: bool, cutoff: str = ""
-    ) -> tuple[list[str], list[str]]:
-        """(node ids, run ids) that nothing keeps (see ``maintenance.prune``), in one session
+    def unreachable(self, session_key: int | None, *, delete: bool, cutoff: str = "") -> Unreachable:
+        """The nodes and runs that nothing keeps (see ``maintenance.prune``), in one session
         or in all; nodes created after ``cutoff`` (an ISO time) are kept. With ``delete``,
         remove them (in one transaction)."""
         # A dry run only reads, so it also works on a read-only store.
@@ -75,7 +75,7 @@ class SQLiteUpkeep(Storage):
                 conn.executemany("DELETE FROM runs WHERE key = ?", ((run,) for run in dying_runs))
                 conn.execute("DELETE FROM doomed")
                 self.cache.clear()
-        return [node_id for _, node_id, _, _ in gone], run_ids
+        return Unreachable([node_id for _, node_id, _, _ in gone], run_ids)
 
     def vacuum(self) -> int | None:
         """Compact the file; the bytes freed (None for an in-memory database)."""
@@ -95,34 +95,36 @@ class SQLiteUpkeep(Storage):
             raise _db.storage_error(e) from None
         return before - os.path.getsize(self.path)
 
-    def integrity_problems(self, session_key: int | None) -> list[tuple[str, str, str, str | None]]:
-        """(session id, check, detail, node id) for every row that breaks a tree invariant."""
+    def integrity_problems(self, session_key: int | None) -> list[Problem]:
+        """A problem for every row that breaks a tree invariant."""
         scope = "" if session_key is None else INTEGRITY_SCOPE
-        problems: list[tuple[str, str, str, str | None]] = []
+        problems: list[Problem] = []
         if session_key is None:
             problems += [
-                ("", "sqlite", m, None) for (m,) in self.conn.execute("PRAGMA quick_check") if m != "ok"
+                Problem("", "sqlite", m, None)
+                for (m,) in self.conn.execute("PRAGMA quick_check")
+                if m != "ok"
             ]
         for check, detail, sql in INTEGRITY_CHECKS:
             query = sql.format(scope=scope, bad_json="json_valid(c.payload) = 0")
             for row in self.conn.execute(query, {"s": session_key}):
                 node_id = row[1] if check in ("parent", "depth", "payload") else None
-                problems.append((row[0], check, detail.format(*row), node_id))
+                problems.append(Problem(row[0], check, detail.format(*row), node_id))
         return problems
 
-    def branch_heads(self, session_key: int | None) -> list[tuple[str, str, tuple[int, str]]]:
-        """(session id, branch name, (head key, head id)) of every non-empty branch whose head exists."""
+    def branch_heads(self, session_key: int | None) -> list[BranchTip]:
+        """Every non-empty branch whose head exists."""
         rows = self.conn.execute(BRANCH_HEADS, {"s": session_key})
-        return [(r[0], r[1], (r[2], r[3])) for r in rows]
+        return [BranchTip(r[0], r[1], NodeKey(r[2], r[3])) for r in rows]
 
-    def counts(self, session_key: int | None) -> tuple[int, int]:
-        """(sessions, nodes), in one session or in all."""
+    def counts(self, session_key: int | None) -> Counts:
+        """Sessions and nodes, in one session or in all."""
         if session_key is None:
             row = self.conn.execute(
                 "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM nodes)"
             ).fetchone()
-            return row[0], row[1]
-        return 1, int(self._one(TREE + "SELECT count(*) FROM t", {"s": session_key}))
+            return Counts(row[0], row[1])
+        return Counts(1, int(self._one(TREE + "SELECT count(*) FROM t", {"s": session_key})))
 
     def stats(self) -> dict[str, Any]:
         """Counts, sizes, tables and per-model token usage of the whole database."""
