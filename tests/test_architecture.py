@@ -494,3 +494,18 @@ def test_storage_returns_named_rows_not_tuples():
             continue
         assert dataclasses.is_dataclass(row) and not issubclass(row, tuple), name
         assert row.__dataclass_params__.frozen and "__slots__" in vars(row), name  # type: ignore[attr-defined]
+
+
+def test_the_postgres_backend_imports_nothing_of_the_sqlite_backend():
+    """What both backends share (SQL text, the migration reader, row types) lives in
+    modules of its own; ``storage.postgres*`` never reaches into ``storage.sqlite*``."""
+    graph = import_graph(SRC, PACKAGE)
+    sqlite = {m for m in graph if m.startswith(f"{PACKAGE}.storage.sqlite") or m == f"{PACKAGE}.db"}
+    found = [
+        str(e)
+        for m, edges in graph.items()
+        if m.startswith(f"{PACKAGE}.storage.postgres")
+        for e in edges
+        if e.imported in sqlite
+    ]
+    assert sqlite and not found, "the PostgreSQL backend imports the SQLite one:\n" + "\n".join(found)

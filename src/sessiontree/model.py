@@ -411,6 +411,25 @@ class SearchIndex:
 
 
 @dataclass(frozen=True)
+class SearchQuery:
+    """One full-text search, as ``Store.search`` was asked it: built there once and passed
+    down unchanged (``search`` checks it, a backend runs it). ``text`` is the query
+    (FTS5 syntax on SQLite, ``websearch_to_tsquery`` on PostgreSQL); ``session_id`` a
+    whole session id (the store resolves a prefix first)."""
+
+    text: str
+    session_id: str | None = None
+    branch: str | None = None
+    role: str | None = None
+    kind: str | None = None
+    limit: int = 20
+    tools: bool = True
+    """False: leave tool names, arguments and results out of what is matched."""
+    newest: bool = False
+    """True: the newest matches instead of the best."""
+
+
+@dataclass(frozen=True)
 class SearchHit:
     """A node a search found: its session, a snippet with the matched words between
     ``«`` and ``»``, and the branches and checkpoints whose path contains it."""

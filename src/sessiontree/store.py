@@ -23,7 +23,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import db as _db
 from . import keywords, maintenance, retention, search
 from .errors import Conflict, NotFound, SessionTreeError
 from .ids import new_id, now
@@ -34,6 +33,7 @@ from .model import (
     Run,
     SearchHit,
     SearchIndex,
+    SearchQuery,
     SessionInfo,
     TrashEntry,
     VerifyReport,
@@ -43,6 +43,7 @@ from .names import MIN_PREFIX, check_lookup, check_text, split_ancestry
 from .retention import DEFAULT_MIN_BYTES, RetentionPolicy
 from .session import Ref, Session
 from .storage import SQLiteStorage, Storage, open_storage
+from .storage import sqlite_db as _db
 from .storage.cache import DEFAULT_MAX_BYTES
 
 SHORT_ID = 8
@@ -245,17 +246,8 @@ class Store:
         tool names, arguments and results out; ``newest=True`` returns the newest matches
         instead of the best (much faster for a word in thousands of nodes). See ``search``."""
         session_id = None if session is None else self.resolve_session_id(session)
-        return search.search(
-            self.storage,
-            query,
-            session_id=session_id,
-            branch=branch,
-            role=role,
-            kind=kind,
-            limit=limit,
-            tools=tools,
-            newest=newest,
-        )
+        asked = SearchQuery(query, session_id, branch, role, kind, limit, tools, newest)
+        return search.search(self.storage, asked)
 
     def search_index(self) -> SearchIndex:
         """The full-text index's state: on or off, nodes indexed, nodes written since it

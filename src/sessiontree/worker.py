@@ -58,6 +58,7 @@ from .errors import Busy, Conflict, Unavailable
 from .loop import aresume, arun, framework_of, reject_expired
 from .plan import next_action
 from .steps import Final, Recovering, Resuming, Step
+from .storage.rows import ResumablePause
 from .store import Store
 
 DEFAULT_POLL = 5.0
@@ -109,7 +110,8 @@ def _look(store: Store) -> list[Item]:
     """What can be carried on now: decided pauses, then runs cut off inside a tool."""
     decided: list[Item] = [
         Resuming(decided.pause_id, decided.session_id)
-        for decided in store.storage.resumable()
+        # _make: a stand-in for the backend (the worker's tests have one) may give plain pairs.
+        for decided in map(ResumablePause._make, store.storage.resumable())
         if framework_of(store.node(decided.pause_id)) is None  # a framework's own resume carries those on
     ]
     return decided + cut_off(store)

@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from .. import db as _db
 from ..formats import EXPORT_FORMATS
+from ..storage import sqlite_db as _db
 from . import complete
 from .common import db_path, db_url, echo_json, echo_result, open_store, pick_session
 from .imports import import_

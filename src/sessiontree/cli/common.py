@@ -27,13 +27,13 @@ from typing import Any
 import click
 
 from .. import recipe as recipes
-from ..db import needs_migration
 from ..errors import NotFound, SessionTreeError
 from ..integrations import missing_extra
 from ..model import Node
 from ..names import looks_like_id, shown, split_ancestry
 from ..session import Session
 from ..storage import is_postgres_url
+from ..storage.sqlite_db import needs_migration
 from ..store import Store
 from .created import is_blank, make_parents, remember_new_database, remove_new_databases
 from .render import json_safe

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from .. import db as _db
+from ..storage import sqlite_db as _db
 
 
 def is_blank(path: Path) -> bool:

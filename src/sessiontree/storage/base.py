@@ -32,7 +32,18 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from ..compaction import project
-from ..model import Branch, Checkpoint, Node, Problem, Run, SearchIndex, SessionInfo, TrashEntry, Usage
+from ..model import (
+    Branch,
+    Checkpoint,
+    Node,
+    Problem,
+    Run,
+    SearchIndex,
+    SearchQuery,
+    SessionInfo,
+    TrashEntry,
+    Usage,
+)
 from .cache import PathCache
 from .rows import (
     AppendedAt,
@@ -296,21 +307,11 @@ class Storage(ABC):
     # -- search ------------------------------------------------------------------
 
     @abstractmethod
-    def search(
-        self,
-        query: str,
-        *,
-        session_id: str | None = None,
-        branch: str | None = None,
-        role: str | None = None,
-        kind: str | None = None,
-        limit: int = 20,
-        tools: bool = True,
-        newest: bool = False,
-    ) -> list[SearchMatch]:
-        """The best ``limit`` full-text matches (``newest``: the newest
-        instead) outside the trash; ``tools=False`` leaves tool calls and results out;
-        ``InvalidQuery`` for a query the backend cannot parse."""
+    def search(self, query: SearchQuery) -> list[SearchMatch]:
+        """The best ``query.limit`` full-text matches (``newest``: the newest instead)
+        outside the trash; ``tools=False`` leaves tool calls and results out;
+        ``InvalidQuery`` for a query the backend cannot parse. ``search.check`` has
+        checked ``query`` already."""
 
     @abstractmethod
     def refs_containing(self, node_ids: Sequence[str]) -> dict[str, RefsOnPath]:

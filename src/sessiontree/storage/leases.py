@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from ..db import TOOLS_SUFFIX
+from .sqlite_db import TOOLS_SUFFIX
 
 MEMORY = ":memory:"
 

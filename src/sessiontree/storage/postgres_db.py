@@ -49,7 +49,6 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from .. import db as _db
 from ..errors import (
     Busy,
     DiskFull,
@@ -61,6 +60,7 @@ from ..errors import (
     Unavailable,
 )
 from ..names import shown
+from .migrations import Migration, migrations_dir, read_folder, schema_steps
 
 MIGRATION_LOCK = -1
 STORE_LOCK = -2
@@ -303,15 +303,10 @@ def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
-def steps() -> list[_db.Migration]:
-    """The PostgreSQL steps, numbered as the SQLite steps they match."""
-    found = []
-    for path in sorted((_db.migrations_dir() / "postgres").glob("*.sql")):
-        match = re.fullmatch(r"(\d{4})_(\w+)\.sql", path.name)
-        if not match:
-            raise SessionTreeError(f"badly named migration file postgres/{path.name!r}")
-        found.append(_db.Migration(int(match[1]), match[2], path.read_text("utf-8")))
-    expected = list(range(FIRST_STEP, len(_db.migrations()) + 1))
+def steps() -> list[Migration]:
+    """The PostgreSQL steps, numbered as the schema's steps they match."""
+    found = list(read_folder(migrations_dir() / "postgres", "postgres/"))
+    expected = list(range(FIRST_STEP, len(schema_steps()) + 1))
     if [s.version for s in found] != expected:
         raise SessionTreeError(
             f"the PostgreSQL migrations are {[s.version for s in found]}, expected steps {expected}"
@@ -355,18 +350,19 @@ def _is_our_version_table(conn: psycopg.Connection[Any], schema: str) -> bool:
     return [tuple(c) for c in columns] == [("version", "integer")]
 
 
-def pending(conn: psycopg.Connection[Any], schema: str) -> list[_db.Migration]:
+def pending(conn: psycopg.Connection[Any], schema: str) -> list[Migration]:
     version = schema_version(conn, schema)
-    known = len(_db.migrations())
+    every = steps()
+    known = every[-1].version if every else 0
     if version > known:
         raise SchemaTooNew(
             f"database schema version {version} is newer than this sessiontree knows ({known});"
             " upgrade sessiontree to open it. Nothing was written."
         )
-    return [step for step in steps() if step.version > version]
+    return [step for step in every if step.version > version]
 
 
-def migrate(conn: psycopg.Connection[Any], schema: str) -> list[_db.Migration]:
+def migrate(conn: psycopg.Connection[Any], schema: str) -> list[Migration]:
     """Apply the pending steps, each in its own transaction under the migration lock."""
     applied = []
     for step in pending(conn, schema):
@@ -394,7 +390,7 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> list[_db.Migration]:
     return applied
 
 
-def pending_steps(url: str) -> tuple[int, list[_db.Migration]]:
+def pending_steps(url: str) -> tuple[int, list[Migration]]:
     """(schema version, steps still to apply) of a server store, read without writing."""
     target = parse_url(url)
     with connect(target) as conn, clear_errors(target.shown):

@@ -20,12 +20,11 @@ from typing import Any
 from psycopg import errors as pg_errors
 
 from ..errors import SearchIndexOff
-from ..model import Node, SearchIndex, TrashEntry, encode_payload
+from ..model import Node, SearchIndex, SearchQuery, TrashEntry, encode_payload
 from . import shared_sql
 from .base import Storage
 from .rows import DroppableSession, RefsOnPath, SearchMatch, StrippableResult, refs_on_path
-from .shared_sql import for_postgres
-from .sqlite_search import ELLIPSIS, MARK_END, MARK_START, SNIPPET_TOKENS
+from .shared_sql import ELLIPSIS, MARK_END, MARK_START, SNIPPET_TOKENS, for_postgres
 
 _TEXT = "coalesce(sessiontree_node_text(n.kind, n.payload), '')"
 _ALL = f"{_TEXT} || ' ' || coalesce(sessiontree_node_tools(n.kind, n.payload), '')"
@@ -97,19 +96,9 @@ class PostgresFind(Storage):
     def _claim(self, session_key: int) -> None:
         raise NotImplementedError
 
-    def search(
-        self,
-        query: str,
-        *,
-        session_id: str | None = None,
-        branch: str | None = None,
-        role: str | None = None,
-        kind: str | None = None,
-        limit: int = 20,
-        tools: bool = True,
-        newest: bool = False,
-    ) -> list[SearchMatch]:
-        order = "n.key DESC" if newest else f"ts_rank({_RANKED[tools]}, q.q) DESC, n.id"
+    def search(self, query: SearchQuery) -> list[SearchMatch]:
+        tools = query.tools
+        order = "n.key DESC" if query.newest else f"ts_rank({_RANKED[tools]}, q.q) DESC, n.id"
         sql = _SEARCH.format(
             document=_ALL if tools else _TEXT,
             vector=ALL_VECTOR,
@@ -117,12 +106,12 @@ class PostgresFind(Storage):
             order=order,
         )
         params = {
-            "query": query,
-            "session": session_id,
-            "branch": branch,
-            "role": role,
-            "kind": kind,
-            "limit": limit,
+            "query": query.text,
+            "session": query.session_id,
+            "branch": query.branch,
+            "role": query.role,
+            "kind": query.kind,
+            "limit": query.limit,
             "headline": _HEADLINE,
         }
         try:

@@ -5,13 +5,19 @@ Contract: each constant is written for SQLite (``:name`` parameters);
 parameters. Only portable SQL belongs here: recursive CTEs, ``CAST(... AS
 BIGINT)`` where a parameter may be NULL (PostgreSQL must know its type), and
 ``{placeholders}`` for the few spots where the dialects differ, filled by the
-backend (named in each constant's comment).
+backend (named in each constant's comment). Also the snippet marks both
+backends' searches put around a match.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+
+SNIPPET_TOKENS = 16
+"""Words around the match in a search snippet (both backends' snippets look alike)."""
+MARK_START, MARK_END, ELLIPSIS = "«", "»", "…"
+"""What a snippet puts around a matched word, and where it cut the text."""
 
 # A session's nodes, walked down from its roots (parameter :s, the session key).
 TREE = """

@@ -30,10 +30,10 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import db as _db
 from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeError
 from ..names import MIN_PREFIX
 from . import leases
+from . import sqlite_db as _db
 from .base import SESSION_GONE, PathRow
 from .cache import DEFAULT_MAX_BYTES, PathCache
 from .reads import RUN_COLUMNS, SharedReads

@@ -19,17 +19,14 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from ..errors import InvalidQuery, ReadOnly, SearchIndexOff
-from ..model import Node, SearchIndex
+from ..model import Node, SearchIndex, SearchQuery
 from .rows import RefsOnPath, SearchMatch, refs_on_path
-from .shared_sql import REFS_CONTAINING
+from .shared_sql import ELLIPSIS, MARK_END, MARK_START, REFS_CONTAINING, SNIPPET_TOKENS
 
 SEARCH_BATCH = 64
 """Nodes a writer inserts before it indexes them (see migration 0007)."""
 INDEX_CHUNK = 10_000
 """Nodes indexed per statement when the whole store is (re)indexed, between two progress reports."""
-SNIPPET_TOKENS = 16
-"""Words around the match in a snippet."""
-MARK_START, MARK_END, ELLIPSIS = "«", "»", "…"
 # What FTS5 says about a query it cannot parse (anything else is about the file).
 Progress = Callable[[int, int], None]
 """Called with (nodes done, nodes in all) as a long indexing goes."""
@@ -190,32 +187,21 @@ class SQLiteSearch:
         sql = _SEARCH.format(fts=fts, visible=self.search_visible, order=order)
         return self.conn.execute(sql, params).fetchall()
 
-    def search(
-        self,
-        query: str,
-        *,
-        session_id: str | None = None,
-        branch: str | None = None,
-        role: str | None = None,
-        kind: str | None = None,
-        limit: int = 20,
-        tools: bool = True,
-        newest: bool = False,
-    ) -> list[SearchMatch]:
-        """The best ``limit`` matches of an FTS5 ``query`` (with
-        ``newest``, the newest matches instead: read in index order, so a common word
-        stops after ``limit`` rows instead of ranking every match); with ``tools=False``
-        tool names, arguments and results are not searched."""
+    def search(self, query: SearchQuery) -> list[SearchMatch]:
+        """The best ``query.limit`` matches of its FTS5 text (with ``newest``, the newest
+        matches instead: read in index order, so a common word stops after ``limit`` rows
+        instead of ranking every match); with ``tools=False`` tool names, arguments and
+        results are not searched."""
         unindexed = self._catch_up()
-        if not tools and _closes_early(query):  # ')' would end the column filter early
-            raise InvalidQuery(f"search query {query!r} closes a parenthesis it never opened")
-        match = query if tools else f"{{text}} : ({query})"
+        text, limit, newest = query.text, query.limit, query.newest
+        if not query.tools and _closes_early(text):  # ')' would end the column filter early
+            raise InvalidQuery(f"search query {text!r} closes a parenthesis it never opened")
         params: dict[str, Any] = {
-            "query": match,
-            "session": session_id,
-            "branch": branch,
-            "role": role,
-            "kind": kind,
+            "query": text if query.tools else f"{{text}} : ({text})",
+            "session": query.session_id,
+            "branch": query.branch,
+            "role": query.role,
+            "kind": query.kind,
             "limit": limit,
             "start": MARK_START,
             "end": MARK_END,
@@ -232,11 +218,11 @@ class SQLiteSearch:
                 rows.sort(key=(lambda r: -r[0]) if newest else (lambda r: (r[10], r[1])))
                 del rows[limit:]
         except sqlite3.OperationalError as e:
-            text = str(e)
-            if not _QUERY_ERROR.match(text):  # the file, not the query: busy, I/O, ...
+            said = str(e)
+            if not _QUERY_ERROR.match(said):  # the file, not the query: busy, I/O, ...
                 raise
             raise InvalidQuery(
-                f"search query {query!r} is not valid full-text syntax ({text}); "
+                f"search query {text!r} is not valid full-text syntax ({said}); "
                 "put words in double quotes to search for them as written, e.g. '\"a-b\"'"
             ) from None
         # A lone surrogate is stored as a JSON escape; json_extract turns it into bytes

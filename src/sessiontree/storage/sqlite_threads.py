@@ -39,8 +39,8 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any, cast
 
-from .. import db as _db
 from ..errors import Busy
+from . import sqlite_db as _db
 
 LOCK_WAIT_S = _db.BUSY_TIMEOUT_MS / 1000 * _db.WRITE_WAIT_ROUNDS
 """How long a thread waits for the store's lock before ``Busy`` (as long as for a file's)."""

@@ -13,9 +13,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import db as _db
 from ..errors import Conflict, NotFound, SessionTreeError
 from ..model import Problem
+from . import sqlite_db as _db
 from .base import Storage
 from .cache import PathCache
 from .rows import BranchTip, Counts, NodeKey, Unreachable
