@@ -61,7 +61,7 @@ def verify(storage: Storage, *, session_key: int | None = None) -> VerifyReport:
     with storage.snapshot():
         problems = storage.integrity_problems(session_key)
         for tip in storage.branch_heads(session_key):
-            path = list(storage.path_to(tip.head.key, tip.head.id, tip.session_id))
+            path = list(storage.paths.path_to(tip.head.key, tip.head.id, tip.session_id))
             problems.extend(tool_call_problems(tip.session_id, tip.branch, path))
             problems.extend(span_problems(tip.session_id, tip.branch, path))
         counts = storage.counts(session_key)

@@ -251,7 +251,7 @@ class Session:
             last_key = self.storage.insert_nodes(rows, keys_from=first)
             if branch is not None:
                 self._set_head(branch, last_key, created, exists=place.branch_exists)
-            self.storage.remember(place.id, nodes)
+            self.storage.paths.remember(place.id, nodes)
         return nodes
 
     def _place(self, branch: str | None, parent: Ref | None, expect_head: str | None) -> _Place:
@@ -367,7 +367,7 @@ class Session:
             depth += 1
             nodes.append(Node(node_id, self.id, parent_id, depth, kind, text, created, run_id))
             parent_id = node_id
-        self.storage.remember(place.parent_id, nodes)
+        self.storage.paths.remember(place.parent_id, nodes)
         return nodes
 
     def edit(self, node: Ref, payload: dict[str, Any], *, branch: str) -> Node:
@@ -383,7 +383,7 @@ class Session:
                 [(new.id, self._key, parent_key, new.depth, new.kind, text, created, None)]
             )
             self._set_head(branch, key, created, exists=False)
-            self.storage.remember(original.parent_id, [new])
+            self.storage.paths.remember(original.parent_id, [new])
         return new
 
     # -- reading ---------------------------------------------------------
@@ -404,11 +404,11 @@ class Session:
     def path(self, ref: Ref = "main") -> list[Node]:
         """Root-to-node (main's head by default, as ``messages``), in one recursive query."""
         if _plain_name(ref):  # a branch or checkpoint: one statement where it costs a round trip
-            found = self.storage.path_at_ref(self._key, self.id, ref)
+            found = self.storage.paths.path_at_ref(self._key, self.id, ref)
             if found is not None:
                 return list(found)
         with self.storage.snapshot():
-            return list(self.storage.path_to(*self._locate(ref), self.id))
+            return list(self.storage.paths.path_to(*self._locate(ref), self.id))
 
     def messages(self, ref: Ref = "main") -> list[dict[str, Any]]:
         """The chat messages on the path to ``ref``: what a chat-completions API takes.
@@ -418,11 +418,11 @@ class Session:
         treat them as read-only (``copy.deepcopy`` one to change it).
         """
         if _plain_name(ref):
-            messages = self.storage.messages_at_ref(self._key, self.id, ref)
+            messages = self.storage.paths.messages_at_ref(self._key, self.id, ref)
             if messages is not None:
                 return messages
         with self.storage.snapshot():
-            return self.storage.messages(*self._locate(ref), self.id)
+            return self.storage.paths.messages(*self._locate(ref), self.id)
 
     def compact(
         self,

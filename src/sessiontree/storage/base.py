@@ -1,4 +1,4 @@
-"""The storage interface every backend implements, and the path cache they share.
+"""The storage interface every backend implements.
 
 Contract: ``Storage`` lists every operation the layers above (``Session``,
 ``Store``, ``bulk``, ``maintenance``, ``worker``) may ask of a database; a
@@ -17,21 +17,19 @@ such read. A write that decides from a listing of many sessions (emptying the
 trash, a retention policy) calls ``lock_sessions`` on what it listed, then
 lists again: only what the second listing still holds may be acted on.
 
-Root-to-node paths are read through ``path_to`` here: a backend supplies
-``_path_rows`` (the walk up from a node, stopping at a cached ancestor) and
-the shared ``PathCache`` does the rest.
+Root-to-node paths are read through ``paths`` (a ``paths.CachedPaths``): a
+backend supplies ``_path_rows`` (the walk up from a node, stopping at a cached
+ancestor), and the wrapper and the shared ``PathCache`` do the rest.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from ..compaction import project
 from ..model import (
     Branch,
     Checkpoint,
@@ -45,6 +43,7 @@ from ..model import (
     Usage,
 )
 from .cache import PathCache
+from .paths import CachedPaths, PathRow
 from .rows import (
     AppendedAt,
     BranchHead,
@@ -69,9 +68,6 @@ from .rows import (
 NodeRow = tuple[str, int, "int | None", int, str, str, str, "int | None"]
 """A node to insert: (id, session key, parent key, depth, kind, payload, created_at, run key)."""
 
-PathRow = tuple[str, int, str, str, str, "str | None", int]
-"""One step of a walk up a path: (id, depth, kind, payload, created_at, run id, is a cached
-stop); the flag is any true value (SQLite gives 1, PostgreSQL True)."""
 
 SESSION_GONE = "the session no longer exists (another writer deleted it); nothing was written"
 """``NotFound`` for a write into a session deleted after the writer looked it up (both backends)."""
@@ -453,7 +449,10 @@ class Storage(ABC):
         the node's id, or None as ``append_at_head``."""
         return None
 
-    # -- paths, through the cache -------------------------------------------------
+    # -- the walks the path cache reads through (``paths.CachedPaths``) -----------------
+
+    paths: CachedPaths
+    """Root-to-node paths, through ``cache``: what the session layer reads paths with."""
 
     @abstractmethod
     def _path_rows(self, key: int, stops: list[str]) -> list[PathRow]:
@@ -462,28 +461,10 @@ class Storage(ABC):
 
     redaction_check_every: float = 0.0
     """Seconds between two looks at the redaction count (0: before every read of a path)."""
-    _next_redaction_check = 0.0
 
     @abstractmethod
     def redaction_count(self) -> int:
         """How many redactions were ever recorded here (it never counts down)."""
-
-    def _drop_stale_paths(self) -> int:
-        """Clear the cache if a redaction was recorded (by any process) since the last
-        look: it is the one change a node may undergo, and a cached path would go on
-        holding the old payload. The cache generation what this read puts must name
-        (``PathCache.agree``)."""
-        generation = self.cache.generation  # before the look: a clear after it voids this read
-        now = time.monotonic()
-        if now < self._next_redaction_check:
-            return generation
-        self._next_redaction_check = now + self.redaction_check_every
-        return self.cache.agree(self.redaction_count())
-
-    def path_to(self, key: int, node_id: str, session_id: str) -> tuple[Node, ...]:
-        """Root-to-node: from the cache, or reading only the nodes after the nearest
-        cached ancestor (see ``cache``)."""
-        return self._cached_path(key, node_id, session_id, self._drop_stale_paths())
 
     def _ref_walk(
         self, session_key: int, name: str, stops: list[str], redactions: bool
@@ -495,95 +476,6 @@ class Storage(ABC):
         (then the caller reads as before). PostgreSQL has one: a
         read there is a round trip, where SQLite's cost none."""
         return None
-
-    def path_at_ref(self, session_key: int, session_id: str, name: str) -> tuple[Node, ...] | None:
-        """The path to the node a branch or checkpoint named ``name`` points at, in the one
-        statement of ``_ref_walk``; None when that gives nothing (no such name, no node
-        yet, or no such statement)."""
-        found = self._walk_ref(session_key, session_id, name)
-        return None if found is None else self._cached_path(*found)
-
-    def messages_at_ref(self, session_key: int, session_id: str, name: str) -> list[dict[str, Any]] | None:
-        """``messages`` of the node a branch or checkpoint named ``name`` points at, as
-        ``path_at_ref``."""
-        found = self._walk_ref(session_key, session_id, name)
-        if found is None:
-            return None
-        projected = self.cache.messages(found[1])
-        if projected is None:
-            path = self._cached_path(*found)
-            projected = self.cache.messages(found[1])
-            if projected is None:  # not cacheable (too big, or the cache is off)
-                return project(path)
-        return projected
-
-    def _walk_ref(
-        self, session_key: int, session_id: str, name: str
-    ) -> tuple[int, str, str, int, list[PathRow]] | None:
-        """``_cached_path``'s arguments from one ``_ref_walk``, the redaction count looked
-        at when due."""
-        if not self.one_statement:
-            return None
-        # Taken before the statement: a clear after it (by another thread that saw a
-        # redaction, or by this look at the count) voids what this read would put.
-        generation = self.cache.generation
-        now = time.monotonic()
-        due = now >= self._next_redaction_check
-        found = self._ref_walk(session_key, name, self.cache.heads(session_id), due)
-        if found is None:
-            return None
-        key, node_id, count, rows = found
-        if due:
-            self._next_redaction_check = now + self.redaction_check_every
-            self.cache.agree(count or 0)
-        return key, node_id, session_id, generation, rows
-
-    def _cached_path(
-        self, key: int, node_id: str, session_id: str, generation: int, rows: list[PathRow] | None = None
-    ) -> tuple[Node, ...]:
-        cached = self.cache.get(node_id)
-        if cached is not None:
-            return cached
-        if rows is None:
-            rows = self._path_rows(key, self.cache.heads(session_id))
-        base: tuple[Node, ...] = ()
-        if rows[-1][6]:  # stopped at a cached ancestor
-            base = self.cache.get(rows[-1][0]) or ()
-            if not base:  # evicted meanwhile: read the whole path
-                rows = self._path_rows(key, [])
-            else:
-                rows.pop()
-        rows.reverse()  # root first; each row's parent is the one before it
-        ids = [base[-1].id if base else None, *(r[0] for r in rows)]
-        path = (
-            *base,
-            *[
-                Node(r[0], session_id, parent, r[1], r[2], r[3], r[4], r[5])
-                for r, parent in zip(rows, ids[:-1], strict=True)
-            ],
-        )
-        self.cache.put(path, len(base), generation)
-        return path
-
-    def messages(self, key: int, node_id: str, session_id: str) -> list[dict[str, Any]]:
-        """The projection of the path to a node (``compaction.project``), root first (the
-        dicts are shared with the cache: read-only). Re-reading a grown path costs O(new
-        nodes)."""
-        generation = self._drop_stale_paths()
-        found = self.cache.messages(node_id)  # a new list
-        if found is None:
-            path = self._cached_path(key, node_id, session_id, generation)
-            found = self.cache.messages(node_id)
-            if found is None:  # not cacheable (too big, or the cache is off)
-                return project(path)
-        return found
-
-    def remember(self, parent_id: str | None, nodes: Sequence[Node]) -> None:
-        """Nodes just written under ``parent_id``: extend its cached path, if any."""
-        if parent_id is None:
-            self.cache.put(tuple(nodes))
-        else:
-            self.cache.extend(parent_id, tuple(nodes))
 
 
 def decode_run(row: Sequence[Any]) -> Run:

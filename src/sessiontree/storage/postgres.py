@@ -63,8 +63,9 @@ from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeErro
 from ..names import FULL_ID, MIN_PREFIX
 from . import postgres_db as pgdb
 from . import postgres_pool
-from .base import SESSION_GONE, PathRow
+from .base import SESSION_GONE
 from .cache import DEFAULT_MAX_BYTES, PathCache
+from .paths import CachedPaths, PathRow
 from .postgres_find import PostgresFind
 from .postgres_upkeep import TREE, PostgresUpkeep
 from .reads import RUN_COLUMNS, SharedReads
@@ -125,6 +126,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         self.readonly = readonly
         self.lock_class = pgdb.lock_class(self.target.schema)
         self.cache = PathCache(cache_bytes)
+        self.paths = CachedPaths(self)
         self._held = _Held()
         self._listener: psycopg.Connection[Any] | None = None
         self._relisten = False  # the listener dropped: signals may have been missed

@@ -34,8 +34,9 @@ from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeErro
 from ..names import MIN_PREFIX
 from . import leases
 from . import sqlite_db as _db
-from .base import SESSION_GONE, PathRow
+from .base import SESSION_GONE
 from .cache import DEFAULT_MAX_BYTES, PathCache
+from .paths import CachedPaths, PathRow
 from .reads import RUN_COLUMNS, SharedReads
 from .rows import BranchHead, Neighbour, RefTarget, SessionRow, StoredNode
 from .sqlite_retention import SQLiteRetention
@@ -117,6 +118,7 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
         )
         self._local = self._connections.local
         self.cache = PathCache(cache_bytes)
+        self.paths = CachedPaths(self)
         self.wal_limit = WAL_LIMIT
 
     @property
