@@ -509,3 +509,16 @@ def test_the_postgres_backend_imports_nothing_of_the_sqlite_backend():
         if e.imported in sqlite
     ]
     assert sqlite and not found, "the PostgreSQL backend imports the SQLite one:\n" + "\n".join(found)
+
+
+def test_no_storage_part_redeclares_a_helper_as_a_stub():
+    """A part holds its backend (``storage.hosts``) or takes it as a typed ``self``: no
+    method in ``storage/`` raises ``NotImplementedError`` in place of its host's."""
+    found = []
+    for path in sorted((SRC / PACKAGE / "storage").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                raised = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                if isinstance(raised, ast.Name) and raised.id == "NotImplementedError":
+                    found.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert not found, "stubs in storage/:\n" + "\n".join(found)

@@ -272,7 +272,7 @@ def reject_expired(store: Store, pause: Ref) -> Node:
 
 def why_left(store: Store, node: Node) -> str:
     """Why no branch stands at ``node``: which moved on past it, or that none has it."""
-    found = store.storage.refs_containing([node.id]).get(node.id)
+    found = store.storage.search.refs_containing([node.id]).get(node.id)
     passed = found.branches if found is not None else []
     if passed:
         return f"{', '.join(passed)} moved on"

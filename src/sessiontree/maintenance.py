@@ -51,20 +51,20 @@ def prune(
         cutoff = "0"
     else:
         cutoff = iso(math.floor(since) + 0.999)  # the last millisecond of that second
-    gone = storage.unreachable(session_key, delete=not dry_run, cutoff=cutoff)
-    freed = storage.vacuum() if vacuum and not dry_run else None
+    gone = storage.upkeep.unreachable(session_key, delete=not dry_run, cutoff=cutoff)
+    freed = storage.upkeep.vacuum() if vacuum and not dry_run else None
     return PruneReport(node_ids=gone.node_ids, run_ids=gone.run_ids, dry_run=dry_run, bytes_freed=freed)
 
 
 def verify(storage: Storage, *, session_key: int | None = None) -> VerifyReport:
     """Check the tree invariants; see the module docstring."""
     with storage.snapshot():
-        problems = storage.integrity_problems(session_key)
-        for tip in storage.branch_heads(session_key):
+        problems = storage.upkeep.integrity_problems(session_key)
+        for tip in storage.upkeep.branch_heads(session_key):
             path = list(storage.paths.path_to(tip.head.key, tip.head.id, tip.session_id))
             problems.extend(tool_call_problems(tip.session_id, tip.branch, path))
             problems.extend(span_problems(tip.session_id, tip.branch, path))
-        counts = storage.counts(session_key)
+        counts = storage.upkeep.counts(session_key)
     return VerifyReport(problems=problems, sessions=counts.sessions, nodes=counts.nodes)
 
 

@@ -37,8 +37,8 @@ def search(storage: Storage, query: SearchQuery) -> list[SearchHit]:
     """The best ``query.limit`` nodes matching ``query``; see the module docstring."""
     check(query)
     with storage.snapshot():
-        found = storage.search(query)
-        refs = storage.refs_containing([match.node.id for match in found])
+        found = storage.search.find(query)
+        refs = storage.search.refs_containing([match.node.id for match in found])
     return [
         SearchHit(m.node, m.node.session_id, m.snippet, refs[m.node.id].branches, refs[m.node.id].checkpoints)
         for m in found

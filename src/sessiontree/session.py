@@ -685,7 +685,7 @@ class Session:
             if self.storage.session_row(self.id).trashed_at is None:
                 self.storage.set_trashed(self._key, now())
             self.trashed_at = self.storage.session_row(self.id).trashed_at
-            return self.storage.counts(self._key).nodes
+            return self.storage.upkeep.counts(self._key).nodes
 
     def prune(
         self, *, dry_run: bool = True, vacuum: bool = False, grace: float = maintenance.GRACE_SECONDS

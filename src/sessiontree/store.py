@@ -252,7 +252,7 @@ class Store:
     def search_index(self) -> SearchIndex:
         """The full-text index's state: on or off, nodes indexed, nodes written since it
         last caught up (indexed before the next search), bytes on disk."""
-        return self.storage.search_index()
+        return self.storage.search.index()
 
     def set_search_index(
         self,
@@ -267,12 +267,12 @@ class Store:
         ``progress(done, total)`` is called as the nodes are indexed. How many nodes it
         holds after. On PostgreSQL off drops the index and its vector columns, and on
         adds them back (rewriting the nodes table once)."""
-        return self.storage.set_search_index(enabled, rebuild=rebuild, progress=progress)
+        return self.storage.search.set_index(enabled, rebuild=rebuild, progress=progress)
 
     def check_search_index(self) -> str | None:
         """None when the full-text index holds exactly the text of the nodes it covers,
         else what is wrong; ``set_search_index(True, rebuild=True)`` repairs it."""
-        return self.storage.check_search_index()
+        return self.storage.search.check_index()
 
     def abbreviations(self, ids: Iterable[str], *, minimum: int = SHORT_ID) -> dict[str, str]:
         """Each id shortened to one width at which every one of them is unique in the
@@ -307,11 +307,14 @@ class Store:
 
     def stats(self) -> dict[str, Any]:
         """Counts, sizes, tables and per-model token usage of the whole store."""
-        return self.storage.stats()
+        return self.storage.upkeep.stats()
 
     def backup(self, destination: str | Path) -> int:
         """Write a consistent, compacted copy (VACUUM INTO) to a new file; return its size."""
-        return self.storage.backup(str(destination))
+        upkeep = self.storage.upkeep
+        if upkeep.backup is None:  # the backend has none of its own (PostgreSQL: pg_dump)
+            raise SessionTreeError(upkeep.no_backup.format(url=self.storage.url, destination=destination))
+        return upkeep.backup(str(destination))
 
 
 def session_of(store: Store, ref: Ref, session: Session | str | None) -> Session:

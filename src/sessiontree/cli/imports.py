@@ -106,7 +106,7 @@ class _Importer:
         with local(item) as (path, name):
             fmt = detect_format(path, name=name) if self.fmt == "auto" else self.fmt
             store = self._open()
-            before = self.counts or store.storage.counts(None)
+            before = self.counts or store.storage.upkeep.counts(None)
             label = f"importing {name}" if self.total == 1 else f"importing [{number}/{self.total}] {name}"
             with click.progressbar(length=1, label=label, file=sys.stderr) as bar:
 
@@ -120,7 +120,7 @@ class _Importer:
                     )
                 except InvalidEntry as e:
                     raise InvalidEntry(f"{e}{SKIP_HINT}") from None
-        self.counts = store.storage.counts(None)
+        self.counts = store.storage.upkeep.counts(None)
         return {
             "file": item.name,
             "format": fmt,

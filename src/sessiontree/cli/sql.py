@@ -16,7 +16,6 @@ from typing import Any
 
 import click
 
-from ..storage import SQLiteStorage
 from .common import echo_json, open_store
 from .render import json_safe, one_line, table
 
@@ -45,9 +44,10 @@ def sql(ctx: click.Context, query: str, params: tuple[tuple[str, str], ...], fmt
     Nothing a query does can change the store (the connection is read-only).
     """
     store = open_store(ctx)
-    if not isinstance(store.storage, SQLiteStorage):
-        raise click.ClickException("sql reads SQLite files; for a PostgreSQL store use psql on its schema")
-    columns, rows = store.storage.sql(query, dict(params))
+    read = store.storage.upkeep.sql
+    if read is None:
+        raise click.ClickException(store.storage.upkeep.no_sql)
+    columns, rows = read(query, dict(params))
     fmt = "json" if as_json else fmt
     if fmt == "table":
         cells = [[_cell(v) for v in row] for row in rows]

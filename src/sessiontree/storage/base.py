@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -34,30 +34,24 @@ from ..model import (
     Branch,
     Checkpoint,
     Node,
-    Problem,
     Run,
-    SearchIndex,
-    SearchQuery,
     SessionInfo,
     TrashEntry,
     Usage,
 )
 from .cache import PathCache
+from .parts import Search, Upkeep
 from .paths import CachedPaths, PathRow
 from .rows import (
     AppendedAt,
     BranchHead,
-    BranchTip,
-    Counts,
     DroppableSession,
     Neighbour,
     NodeHandle,
     NodeKey,
-    RefsOnPath,
     RefTarget,
     ResumablePause,
     RunHandle,
-    SearchMatch,
     SessionRow,
     StoredNode,
     StrippableResult,
@@ -300,36 +294,10 @@ class Storage(ABC):
     @abstractmethod
     def runs(self, session_key: int) -> list[Run]: ...
 
-    # -- search ------------------------------------------------------------------
+    # -- search, a part of its own --------------------------------------------------
 
-    @abstractmethod
-    def search(self, query: SearchQuery) -> list[SearchMatch]:
-        """The best ``query.limit`` full-text matches (``newest``: the newest instead)
-        outside the trash; ``tools=False`` leaves tool calls and results out;
-        ``InvalidQuery`` for a query the backend cannot parse. ``search.check`` has
-        checked ``query`` already."""
-
-    @abstractmethod
-    def refs_containing(self, node_ids: Sequence[str]) -> dict[str, RefsOnPath]:
-        """node id -> the branches and checkpoints of its session whose path contains it."""
-
-    @abstractmethod
-    def search_index(self) -> SearchIndex:
-        """Whether the full-text index is on, what it holds, what is pending, its size."""
-
-    @abstractmethod
-    def set_search_index(
-        self, enabled: bool, *, rebuild: bool = False, progress: Callable[[int, int], None] | None = None
-    ) -> int:
-        """Turn the index on (indexing every node) or off (emptying it); ``rebuild``
-        empties it and indexes every node again, reporting ``progress(done, total)``. How
-        many nodes it holds after (one transaction). A backend whose index cannot be off
-        raises ``SessionTreeError``."""
-
-    @abstractmethod
-    def check_search_index(self) -> str | None:
-        """None when the index holds exactly the text of the nodes it covers, else what
-        is wrong (``rebuild`` repairs it)."""
+    search: Search
+    """Full-text search and its index (``parts.Search``)."""
 
     # -- trash and redactions ------------------------------------------------------
 
@@ -380,33 +348,14 @@ class Storage(ABC):
     def redactions(self, session_key: int | None = None) -> list[dict[str, Any]]:
         """Every recorded redaction (of one session), oldest first."""
 
-    # -- upkeep ----------------------------------------------------------------
+    # -- upkeep, a part of its own ------------------------------------------------
 
-    @abstractmethod
+    upkeep: Upkeep
+    """Prune, verify, stats, vacuum, backup (``parts.Upkeep``)."""
+
     def unreachable(self, session_key: int | None, *, delete: bool, cutoff: str = "") -> Unreachable:
-        """The nodes and runs nothing keeps; with ``delete``, remove them."""
-
-    @abstractmethod
-    def vacuum(self) -> int | None:
-        """Give free space back; the bytes freed, when known."""
-
-    @abstractmethod
-    def integrity_problems(self, session_key: int | None) -> list[Problem]:
-        """A problem for every row that breaks a tree invariant."""
-
-    @abstractmethod
-    def branch_heads(self, session_key: int | None) -> list[BranchTip]:
-        """Every non-empty branch whose head exists."""
-
-    @abstractmethod
-    def counts(self, session_key: int | None) -> Counts:
-        """Sessions and nodes, in one session or in all."""
-
-    @abstractmethod
-    def stats(self) -> dict[str, Any]: ...
-
-    @abstractmethod
-    def backup(self, destination: str) -> int: ...
+        """``upkeep.unreachable``, under the name it had before the parts (for one release)."""
+        return self.upkeep.unreachable(session_key, delete=delete, cutoff=cutoff)
 
     @abstractmethod
     def wait_for_decisions(self, timeout: float) -> bool:

@@ -3,8 +3,8 @@
 Contract: ``PostgresStorage(url)`` connects (a pool, psycopg 3), migrates (see
 ``postgres_db``) and implements ``Storage`` with the same keys, rows and
 invariants as the SQLite backend: tests/conformance/ runs every promise of the store on both.
-The upkeep queries are in ``postgres_upkeep``, search and retention in
-``postgres_find``.
+Its parts: ``upkeep`` (``postgres_upkeep``) and ``search`` (``postgres_find``);
+the trash and redactions it inherits from ``postgres_trash``.
 
 Concurrency. SQLite has one writer at a time; here many transactions write at
 once, so the promise of ``Storage`` (a head read inside a write transaction
@@ -66,7 +66,8 @@ from . import postgres_pool
 from .base import SESSION_GONE
 from .cache import DEFAULT_MAX_BYTES, PathCache
 from .paths import CachedPaths, PathRow
-from .postgres_find import PostgresFind
+from .postgres_find import PostgresSearch
+from .postgres_trash import PostgresTrash
 from .postgres_upkeep import TREE, PostgresUpkeep
 from .reads import RUN_COLUMNS, SharedReads
 from .rows import AppendedAt, BranchHead, Neighbour, RefTarget, SessionRow, StoredNode
@@ -109,7 +110,7 @@ class _Held(threading.local):
     """The id of the last node the write transaction inserted, for ``OutcomeUnknown``."""
 
 
-class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
+class PostgresStorage(PostgresTrash, SharedReads):
     """One PostgreSQL schema (``?schema=`` in the URL, default ``sessiontree``)."""
 
     is_tool_message = "sessiontree_json(h.payload) ->> 'role' = 'tool'"
@@ -127,6 +128,8 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         self.lock_class = pgdb.lock_class(self.target.schema)
         self.cache = PathCache(cache_bytes)
         self.paths = CachedPaths(self)
+        self.upkeep = PostgresUpkeep(self)
+        self.search = PostgresSearch(self)
         self._held = _Held()
         self._listener: psycopg.Connection[Any] | None = None
         self._relisten = False  # the listener dropped: signals may have been missed
@@ -267,7 +270,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
                     raise
         raise AssertionError("unreachable")
 
-    def _claim(self, session_key: int) -> None:
+    def claim(self, session_key: int) -> None:
         """Inside a write transaction: this session's writers wait for us from now on. The
         first claim also takes the store lock, shared (prune takes it exclusively)."""
         held = self._held
@@ -286,13 +289,15 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
             held.claimed.add(session_key)
 
     def lock_sessions(self, session_ids: Sequence[str]) -> dict[str, int]:
-        """Claim these sessions (see ``_claim``), in key order, in one round trip after the
+        """Claim these sessions (see ``claim``), in key order, in one round trip after the
         first; the keys of those that exist. Outside a write transaction, only the keys."""
-        rows = self._all("SELECT id, key FROM sessions WHERE id = ANY(%s) ORDER BY key", (list(session_ids),))
+        rows = self.fetch_all(
+            "SELECT id, key FROM sessions WHERE id = ANY(%s) ORDER BY key", (list(session_ids),)
+        )
         held = self._held
         unclaimed = [int(key) for _, key in rows if key not in held.claimed] if held.writing else []
         if unclaimed:
-            self._claim(unclaimed[0])  # with the store lock, if this transaction has none yet
+            self.claim(unclaimed[0])  # with the store lock, if this transaction has none yet
             locks = sorted({key % 2**31 for key in unclaimed[1:]})
             if locks:
                 assert held.conn is not None
@@ -303,7 +308,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
             held.claimed.update(unclaimed)
         return {id: int(key) for id, key in rows}
 
-    def _all(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
+    def fetch_all(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
         conn = self._held.conn
         with pgdb.clear_errors(self.url):
             if conn is not None:
@@ -311,7 +316,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
             return self._statement(lambda borrowed: borrowed.execute(query, params).fetchall())
 
     def _rows(self, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
-        return self._all(for_postgres(sql), params)
+        return self.fetch_all(for_postgres(sql), params)
 
     def _stream(self, sql: str, params: dict[str, Any]) -> Iterator[Any]:
         conn = self._held.conn
@@ -326,15 +331,15 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
             cursor.execute(query, params)
             yield from cursor
 
-    def _row(self, query: Any, params: Any = None) -> tuple[Any, ...] | None:
-        rows = self._all(query, params)
+    def fetch_row(self, query: Any, params: Any = None) -> tuple[Any, ...] | None:
+        rows = self.fetch_all(query, params)
         return rows[0] if rows else None
 
-    def _one(self, query: Any, params: Any = None) -> Any:
-        row = self._row(query, params)
+    def fetch_value(self, query: Any, params: Any = None) -> Any:
+        row = self.fetch_row(query, params)
         return None if row is None else row[0]
 
-    def _write(self, query: Any, params: Any = None) -> int:
+    def write(self, query: Any, params: Any = None) -> int:
         """A statement inside the current write transaction; the rows it changed."""
         conn = self._held.conn
         assert conn is not None, "writes happen inside transaction()"
@@ -350,14 +355,14 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
     def resolve_id(self, table: str, what: str, ref: str, session_key: int | None = None) -> str:
         name = sql.Identifier(table)
         scope = sql.SQL("" if session_key is None else "AND session = %(s)s")
-        if self._one(
+        if self.fetch_value(
             sql.SQL("SELECT 1 FROM {} WHERE id = %(ref)s {}").format(name, scope),
             {"ref": ref, "s": session_key},
         ):
             return ref
         if len(ref) < MIN_PREFIX:
             raise NotFound(f"no {what} {ref!r} (id prefixes need at least {MIN_PREFIX} characters)")
-        rows = self._all(
+        rows = self.fetch_all(
             sql.SQL("SELECT id FROM {} WHERE id >= %(lo)s AND id < %(hi)s {} ORDER BY id LIMIT 2").format(
                 name, scope
             ),
@@ -370,7 +375,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         return str(rows[0][0])
 
     def neighbours(self, ids: Sequence[str]) -> list[Neighbour]:
-        rows = self._all(
+        rows = self.fetch_all(
             "SELECT w.id,"
             " (SELECT max(id) FROM nodes WHERE id < w.id), (SELECT min(id) FROM nodes WHERE id > w.id),"
             " (SELECT max(id) FROM sessions WHERE id < w.id), (SELECT min(id) FROM sessions WHERE id > w.id)"
@@ -396,11 +401,11 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         except pg_errors.UniqueViolation:
             raise Conflict(f"session {id} already exists") from None
         assert row is not None
-        self._claim(row[0])
+        self.claim(row[0])
         return int(row[0])
 
     def session_row(self, id: str) -> SessionRow:
-        row = self._row(
+        row = self.fetch_row(
             "SELECT key, id, title, metadata, created_at, archived_at, trashed_at FROM sessions"
             " WHERE id = %s",
             (id,),
@@ -410,37 +415,37 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         return SessionRow(row[0], row[1], row[2], json.loads(row[3]), row[4], row[5], row[6])
 
     def session_ids(self) -> list[str]:
-        return [r[0] for r in self._all("SELECT id FROM sessions ORDER BY id")]
+        return [r[0] for r in self.fetch_all("SELECT id FROM sessions ORDER BY id")]
 
     def set_archived(self, session_key: int, when: str | None) -> None:
-        self._claim(session_key)
-        self._write("UPDATE sessions SET archived_at = %s WHERE key = %s", (when, session_key))
+        self.claim(session_key)
+        self.write("UPDATE sessions SET archived_at = %s WHERE key = %s", (when, session_key))
 
     def set_title(self, session_key: int, title: str | None) -> None:
-        self._claim(session_key)
-        self._write("UPDATE sessions SET title = %s WHERE key = %s", (title, session_key))
+        self.claim(session_key)
+        self.write("UPDATE sessions SET title = %s WHERE key = %s", (title, session_key))
 
     def delete_session(self, session_key: int) -> int:
-        self._claim(session_key)
-        doomed = [r[0] for r in self._all(for_postgres(TREE) + "SELECT key FROM t", {"s": session_key})]
-        self._write("DELETE FROM branches WHERE session = %s", (session_key,))
-        self._write("DELETE FROM checkpoints WHERE session = %s", (session_key,))
-        self._write("DELETE FROM nodes WHERE key = ANY(%s)", (doomed,))
-        self._write("DELETE FROM runs WHERE session = %s", (session_key,))
-        self._write("DELETE FROM sessions WHERE key = %s", (session_key,))
+        self.claim(session_key)
+        doomed = [r[0] for r in self.fetch_all(for_postgres(TREE) + "SELECT key FROM t", {"s": session_key})]
+        self.write("DELETE FROM branches WHERE session = %s", (session_key,))
+        self.write("DELETE FROM checkpoints WHERE session = %s", (session_key,))
+        self.write("DELETE FROM nodes WHERE key = ANY(%s)", (doomed,))
+        self.write("DELETE FROM runs WHERE session = %s", (session_key,))
+        self.write("DELETE FROM sessions WHERE key = %s", (session_key,))
         self.cache.clear()
         return len(doomed)
 
     # -- nodes -----------------------------------------------------------------------
 
     def reserve_node_keys(self, count: int) -> int:
-        return int(self._one("SELECT sessiontree_reserve_node_keys(%s)", (count,)))
+        return int(self.fetch_value("SELECT sessiontree_reserve_node_keys(%s)", (count,)))
 
     def insert_nodes(self, rows: Sequence[tuple[Any, ...]], keys_from: int | None = None) -> int:
         held = self._held
         conn = held.conn
         assert conn is not None, "writes happen inside transaction()"
-        self._claim(rows[0][1])
+        self.claim(rows[0][1])
         try:
             if keys_from is None:  # one node: its key reserved in the same statement
                 (row,) = rows
@@ -580,20 +585,22 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         return None if row is None else str(row[0])
 
     def _path_rows(self, key: int, stops: list[str]) -> list[PathRow]:
-        return self._all(_PATH, {"key": key, "stop": stops})
+        return self.fetch_all(_PATH, {"key": key, "stop": stops})
 
     def _ref_walk(
         self, session_key: int, name: str, stops: list[str], redactions: bool
     ) -> tuple[int, str, int | None, list[PathRow]] | None:
         if self._held.conn is not None:  # inside a snapshot or a write: read as it does
             return None
-        rows = self._all(_REF_WALK, {"s": session_key, "name": name, "stop": stops, "redactions": redactions})
+        rows = self.fetch_all(
+            _REF_WALK, {"s": session_key, "name": name, "stop": stops, "redactions": redactions}
+        )
         if not rows or rows[0][0] is None:
             return None
         return rows[0][0], rows[0][2], rows[0][1], [r[2:] for r in rows]
 
     def redaction_count(self) -> int:
-        return int(self._one("SELECT redactions FROM change_counts"))
+        return int(self.fetch_value("SELECT redactions FROM change_counts"))
 
     def wait_for_decisions(self, timeout: float) -> bool:
         """LISTEN for the trigger's NOTIFY; a missed signal costs one ``timeout``. Behind
@@ -695,7 +702,7 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         return {by_lock[r[0]] for r in rows}
 
     def nodes_by_ids(self, ids: Sequence[str]) -> dict[str, StoredNode]:
-        rows = self._all(
+        rows = self.fetch_all(
             "SELECT n.id, n.key, s.id, p.id, n.kind, n.payload, n.depth FROM nodes n"
             " JOIN sessions s ON s.key = n.session LEFT JOIN nodes p ON p.key = n.parent"
             " WHERE n.id = ANY(%s)",
@@ -708,8 +715,8 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
     # -- branches and checkpoints ----------------------------------------------------
 
     def ref(self, session_key: int, name: str) -> RefTarget | None:
-        self._claim(session_key)
-        row = self._row(
+        self.claim(session_key)
+        row = self.fetch_row(
             "SELECT 'branch', b.head, n.id FROM branches b LEFT JOIN nodes n ON n.key = b.head"
             " WHERE b.session = %(s)s AND b.name = %(name)s"
             " UNION ALL SELECT 'checkpoint', c.node, n.id FROM checkpoints c JOIN nodes n ON n.key = c.node"
@@ -719,8 +726,8 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         return None if row is None else RefTarget(row[0], row[1], row[2])
 
     def branch_head(self, session_key: int, name: str) -> BranchHead | None:
-        self._claim(session_key)
-        row = self._row(
+        self.claim(session_key)
+        row = self.fetch_row(
             "SELECT b.head, n.id, n.depth, n.kind FROM branches b LEFT JOIN nodes n ON n.key = b.head"
             " WHERE b.session = %s AND b.name = %s",
             (session_key, name),
@@ -738,48 +745,46 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
         created: str,
         updated: str | None = None,
     ) -> None:
-        self._claim(session_key)
-        self._write(
+        self.claim(session_key)
+        self.write(
             "INSERT INTO branches (session, name, head, metadata, created_at, updated_at)"
             " VALUES (%s, %s, %s, %s, %s, %s)",
             (session_key, name, head, metadata, created, updated or created),
         )
 
     def set_head(self, session_key: int, name: str, head: int | None, when: str) -> None:
-        self._claim(session_key)
-        self._write(
+        self.claim(session_key)
+        self.write(
             "UPDATE branches SET head = %s, updated_at = %s WHERE session = %s AND name = %s",
             (head, when, session_key, name),
         )
 
     def rename_branch(self, session_key: int, old: str, new: str, when: str) -> None:
-        self._claim(session_key)
-        self._write(
+        self.claim(session_key)
+        self.write(
             "UPDATE branches SET name = %s, updated_at = %s WHERE session = %s AND name = %s",
             (new, when, session_key, old),
         )
 
     def delete_branch(self, session_key: int, name: str) -> None:
-        self._claim(session_key)
-        self._write("DELETE FROM branches WHERE session = %s AND name = %s", (session_key, name))
+        self.claim(session_key)
+        self.write("DELETE FROM branches WHERE session = %s AND name = %s", (session_key, name))
 
     def insert_checkpoint(self, session_key: int, name: str, node: int, when: str) -> None:
-        self._claim(session_key)
-        self._write(
+        self.claim(session_key)
+        self.write(
             "INSERT INTO checkpoints (session, name, node, created_at) VALUES (%s, %s, %s, %s)",
             (session_key, name, node, when),
         )
 
     def delete_checkpoint(self, session_key: int, name: str) -> bool:
-        self._claim(session_key)
-        return (
-            self._write("DELETE FROM checkpoints WHERE session = %s AND name = %s", (session_key, name)) > 0
-        )
+        self.claim(session_key)
+        return self.write("DELETE FROM checkpoints WHERE session = %s AND name = %s", (session_key, name)) > 0
 
     # -- runs --------------------------------------------------------------------------
 
     def insert_run(self, id: str, session_key: int, fields: Sequence[Any]) -> int:
-        self._claim(session_key)
+        self.claim(session_key)
         conn = self._held.conn
         assert conn is not None
         try:

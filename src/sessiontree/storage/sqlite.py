@@ -39,10 +39,11 @@ from .cache import DEFAULT_MAX_BYTES, PathCache
 from .paths import CachedPaths, PathRow
 from .reads import RUN_COLUMNS, SharedReads
 from .rows import BranchHead, Neighbour, RefTarget, SessionRow, StoredNode
+from .shared_sql import TREE
 from .sqlite_retention import SQLiteRetention
 from .sqlite_search import SEARCH_BATCH, SQLiteSearch
 from .sqlite_threads import Connections, Slot
-from .sqlite_upkeep import TREE, SQLiteUpkeep
+from .sqlite_upkeep import SQLiteUpkeep
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -96,10 +97,11 @@ FROM json_each(:ids) w
 """
 
 
-class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
+class SQLiteStorage(SQLiteRetention, SharedReads):
     """One SQLite database file (or ``:memory:``)."""
 
-    search_visible = "AND s.trashed_at IS NULL"  # search never shows the trash
+    search: SQLiteSearch  # its writes index what they wrote (``index_pending``)
+
     is_tool_message = "json_valid(h.payload) AND json_extract(h.payload, '$.role') = 'tool'"
     usage_number = "CAST(json_extract(r.usage, '$.{name}') AS INTEGER)"
 
@@ -119,6 +121,8 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
         self._local = self._connections.local
         self.cache = PathCache(cache_bytes)
         self.paths = CachedPaths(self)
+        self.upkeep = SQLiteUpkeep(self)
+        self.search = SQLiteSearch(self)
         self.wal_limit = WAL_LIMIT
 
     @property
@@ -148,7 +152,7 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
         unindexed = any(slot.unindexed for slot in self._connections.slots())
         if unindexed and not self.readonly:  # what this store wrote, indexed for search
             with contextlib.suppress(SessionTreeError, sqlite3.Error), self.transaction():
-                self.index_pending()
+                self.search.index_pending()
         self._connections.close()
 
     @contextmanager
@@ -165,7 +169,7 @@ class SQLiteStorage(SQLiteSearch, SQLiteRetention, SQLiteUpkeep, SharedReads):
                 if slot.unindexed >= SEARCH_BATCH:  # index a batch in one statement, not one per commit
                     slot.unindexed = 0
                     with _db.transaction(slot.conn):
-                        self.index_pending()
+                        self.search.index_pending()
 
     def check_writable(self) -> None:
         """``ReadOnly`` when this store cannot write (opened so, or the file or its

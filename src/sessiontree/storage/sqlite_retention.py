@@ -1,6 +1,9 @@
 """The SQLite backend's trash and redactions (schema step 5).
 
-Contract: ``SQLiteRetention`` is mixed into ``SQLiteStorage``. It marks sessions
+Contract: ``SQLiteRetention`` holds the trash operations of ``Storage`` for
+``SQLiteStorage``, which inherits them (callers reach the trash as methods of
+the backend); each takes its backend as ``self``, typed as what it uses
+(``hosts.SQLiteHost``), so no helper is re-declared here. It marks sessions
 trashed or restores them, lists the trash, finds what a retention policy would
 touch (old unmarked sessions, large old tool results) and strips tool results
 through the ``redactions`` table, the only change the schema lets a node
@@ -12,12 +15,11 @@ wording of markers, are decided in ``retention``.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
 from ..model import TrashEntry
-from .cache import PathCache
+from .hosts import SQLiteHost
 from .rows import DroppableSession, StrippableResult
 from .shared_sql import DROPPABLE
 
@@ -39,15 +41,9 @@ ORDER BY n.id
 
 
 class SQLiteRetention:
-    """Trash and redactions; mixed into ``SQLiteStorage``, whose attributes these are."""
+    """Trash and redactions, inherited by ``SQLiteStorage``."""
 
-    cache: PathCache
-
-    @property
-    def conn(self) -> sqlite3.Connection:
-        raise NotImplementedError
-
-    def lock_sessions(self, session_ids: Sequence[str]) -> dict[str, int]:
+    def lock_sessions(self: SQLiteHost, session_ids: Sequence[str]) -> dict[str, int]:
         """The keys of those of these sessions that exist. Nothing to lock: inside
         ``transaction()`` this connection already holds the database's only write lock."""
         ids, keys = list(session_ids), dict[str, int]()
@@ -59,7 +55,7 @@ class SQLiteRetention:
             keys.update((r[0], int(r[1])) for r in rows)
         return keys
 
-    def set_trashed(self, session_key: int, when: str | None) -> None:
+    def set_trashed(self: SQLiteHost, session_key: int, when: str | None) -> None:
         """Put a session in the trash at ``when`` (a session already there keeps its
         time), or take it out (``None``)."""
         self.conn.execute(
@@ -68,7 +64,7 @@ class SQLiteRetention:
             (when, when, session_key),
         )
 
-    def trashed(self, before: str | None = None) -> list[TrashEntry]:
+    def trashed(self: SQLiteHost, before: str | None = None) -> list[TrashEntry]:
         """The sessions in the trash (trashed
         before ``before``, an ISO time, if given), oldest first."""
         rows = self.conn.execute(
@@ -80,18 +76,18 @@ class SQLiteRetention:
         )
         return [TrashEntry(r[0], r[1], r[2], r[3]) for r in rows]
 
-    def droppable_sessions(self, cutoff: str) -> list[DroppableSession]:
+    def droppable_sessions(self: SQLiteHost, cutoff: str) -> list[DroppableSession]:
         """The sessions a drop policy may trash (see ``shared_sql.DROPPABLE``)."""
         return [
             DroppableSession(r[0], r[1], bool(r[2])) for r in self.conn.execute(DROPPABLE, {"cutoff": cutoff})
         ]
 
-    def strippable_results(self, cutoff: str, min_bytes: int) -> list[StrippableResult]:
+    def strippable_results(self: SQLiteHost, cutoff: str, min_bytes: int) -> list[StrippableResult]:
         """The tool results a strip policy may redact."""
         rows = self.conn.execute(_STRIPPABLE, {"cutoff": cutoff, "min_bytes": min_bytes})
         return [StrippableResult(r[0], r[1], r[2]) for r in rows]
 
-    def redact(self, node_id: str, field: str, marker: str, reason: str, when: str) -> int:
+    def redact(self: SQLiteHost, node_id: str, field: str, marker: str, reason: str, when: str) -> int:
         """Replace a payload field by ``marker``, recorded in ``redactions`` (inside a
         transaction); the bytes removed."""
         path = "$." + field
@@ -112,7 +108,7 @@ class SQLiteRetention:
         return int(size)
 
     def record_redaction(
-        self, node_id: str, field: str, size: int, marker: str, reason: str, when: str
+        self: SQLiteHost, node_id: str, field: str, size: int, marker: str, reason: str, when: str
     ) -> None:
         """Record a strip the node's payload already holds (inside a transaction)."""
         self.conn.execute(
@@ -121,16 +117,16 @@ class SQLiteRetention:
             (field, size, marker, reason, when, node_id),
         )
 
-    def retention_policy(self) -> dict[str, float]:
+    def retention_policy(self: SQLiteHost) -> dict[str, float]:
         """The saved retention policy: setting name -> value."""
         return {name: value for name, value in self.conn.execute("SELECT name, value FROM retention_policy")}
 
-    def set_retention_policy(self, policy: dict[str, float]) -> None:
+    def set_retention_policy(self: SQLiteHost, policy: dict[str, float]) -> None:
         """Replace the saved retention policy (inside a transaction)."""
         self.conn.execute("DELETE FROM retention_policy")
         self.conn.executemany("INSERT INTO retention_policy (name, value) VALUES (?, ?)", policy.items())
 
-    def redactions(self, session_key: int | None = None) -> list[dict[str, Any]]:
+    def redactions(self: SQLiteHost, session_key: int | None = None) -> list[dict[str, Any]]:
         """Every recorded redaction (of one session, if given), oldest first."""
         rows = self.conn.execute(
             "SELECT n.id, s.id, r.field, r.bytes, r.marker, r.reason, r.created_at FROM redactions r"

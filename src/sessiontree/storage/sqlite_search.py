@@ -1,9 +1,11 @@
-"""The SQLite backend's full-text search (FTS5, schema step 4).
+"""The SQLite backend's search part: full-text search (FTS5, schema step 4) and its index.
 
-Contract: ``SQLiteSearch`` is mixed into ``SQLiteStorage``. ``search`` runs one
-FTS5 query over ``nodes_fts`` (kept in step with ``nodes`` by triggers; see
-``migrations/0004_search.sql``) and returns (node, snippet) pairs, best match
-first; ``refs_containing`` says which branches and checkpoints have each of
+Contract: ``SQLiteSearch(storage)`` is ``storage.search`` of a ``SQLiteStorage``
+(``parts.Search``), reaching the file through its public helpers
+(``hosts.SQLiteHost``); the backend calls ``index_pending`` as its writes
+commit. ``find`` runs one FTS5 query over ``nodes_fts`` (kept in step with
+``nodes`` by triggers; see ``migrations/0004_search.sql``) and returns the
+matches with their snippets, best first; ``refs_containing`` says which branches and checkpoints have each of
 some nodes on their path. Public ids in, public ids and ``Node``s out; the
 rules (which filters are valid, what a hit holds) live in ``search``. A query
 FTS5 cannot parse raises ``InvalidQuery`` naming it.
@@ -14,12 +16,13 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import InvalidQuery, ReadOnly, SearchIndexOff
 from ..model import Node, SearchIndex, SearchQuery
+from .hosts import SQLiteHost
+from .parts import Progress, Search
 from .rows import RefsOnPath, SearchMatch, refs_on_path
 from .shared_sql import ELLIPSIS, MARK_END, MARK_START, REFS_CONTAINING, SNIPPET_TOKENS
 
@@ -28,8 +31,6 @@ SEARCH_BATCH = 64
 INDEX_CHUNK = 10_000
 """Nodes indexed per statement when the whole store is (re)indexed, between two progress reports."""
 # What FTS5 says about a query it cannot parse (anything else is about the file).
-Progress = Callable[[int, int], None]
-"""Called with (nodes done, nodes in all) as a long indexing goes."""
 _QUERY_ERROR = re.compile(r"fts5: |no such column: |unterminated string|unknown special query|.*syntax error")
 
 _SEARCH = """
@@ -60,20 +61,19 @@ LIMIT :limit
 _REFS_CONTAINING = REFS_CONTAINING.format(wanted="id IN (SELECT value FROM json_each(:ids))")
 
 
-class SQLiteSearch:
-    """Full-text queries; mixed into ``SQLiteStorage``, whose attributes these are."""
+class SQLiteSearch(Search):
+    """Full-text queries and the index of one SQLite store."""
 
-    path: str
-    readonly: bool
-    search_visible: str = ""
-    """Extra SQL condition on ``s`` (the session) that a hit must meet (retention sets it)."""
+    visible = "AND s.trashed_at IS NULL"
+    """The condition on ``s`` (the session) a hit must meet: search never shows the trash."""
+
+    def __init__(self, storage: SQLiteHost) -> None:
+        self.storage = storage
 
     @property
     def conn(self) -> sqlite3.Connection:
-        raise NotImplementedError
-
-    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError
+        """The calling thread's connection to the file."""
+        return self.storage.conn
 
     def _watermark(self) -> int | None:
         """The largest key the index holds every node up to; None when the index is off."""
@@ -106,7 +106,7 @@ class SQLiteSearch:
                 progress(done, total)
         return int(total)
 
-    def search_index(self) -> SearchIndex:
+    def index(self) -> SearchIndex:
         through = self._watermark()
         if through is None:
             return SearchIndex(False, 0, 0, self._index_bytes())
@@ -123,13 +123,11 @@ class SQLiteSearch:
             return None
         return int(size or 0)
 
-    def set_search_index(
-        self, enabled: bool, *, rebuild: bool = False, progress: Progress | None = None
-    ) -> int:
+    def set_index(self, enabled: bool, *, rebuild: bool = False, progress: Progress | None = None) -> int:
         """Turn the index on (indexing every node), off (emptying it), or with ``rebuild``
         empty it and index every node again, all in one transaction (``index_pending``
         reports the progress); how many nodes it holds now."""
-        with self.transaction():
+        with self.storage.transaction():
             if self._watermark() is not None and (rebuild or not enabled):
                 self.conn.execute("INSERT INTO nodes_fts (nodes_fts) VALUES ('delete-all')")
                 self.conn.execute("UPDATE search_state SET indexed_through = NULL")
@@ -139,13 +137,15 @@ class SQLiteSearch:
             self.index_pending(progress)
             return int(self.conn.execute("SELECT count(*) FROM nodes_fts_docsize").fetchone()[0])
 
-    def check_search_index(self) -> str | None:
+    def check_index(self) -> str | None:
         """FTS5's own check that the index holds exactly the text of the nodes it covers:
         None when it does, else what it found."""
         if self._watermark() is None:
             return None
-        if self.readonly:  # FTS5 takes its check as an INSERT, which a read-only connection refuses
-            raise ReadOnly(f"{self.path} is open read-only, and checking the search index needs write access")
+        if self.storage.readonly:  # FTS5 takes its check as an INSERT, which a read-only connection refuses
+            raise ReadOnly(
+                f"{self.storage.path} is open read-only, and checking the search index needs write access"
+            )
         try:
             self.conn.execute("INSERT INTO nodes_fts (nodes_fts, rank) VALUES ('integrity-check', 1)")
         except sqlite3.DatabaseError as e:  # SQLITE_CORRUPT_VTAB: the index disagrees with the nodes
@@ -157,14 +157,15 @@ class SQLiteSearch:
         index what is pending. Whether nodes are left unindexed (a read-only store's)."""
         through = self._watermark()
         if through is None:
+            path = self.storage.path
             raise SearchIndexOff(
-                f"the search index of {self.path} is off; turn it on with `sessiontree search-index on`"
+                f"the search index of {path} is off; turn it on with `sessiontree search-index on`"
             )
         if self.conn.execute("SELECT 1 FROM nodes WHERE key > ? LIMIT 1", (through,)).fetchone() is None:
             return False
-        if self.readonly:
+        if self.storage.readonly:
             return True
-        with self.transaction():
+        with self.storage.transaction():
             self.index_pending()
         return False
 
@@ -184,10 +185,10 @@ class SQLiteSearch:
 
     def _matches(self, fts: str, params: dict[str, Any], newest: bool) -> list[Any]:
         order = f"{fts}.rowid DESC" if newest else f"{fts}.rank, n.id"
-        sql = _SEARCH.format(fts=fts, visible=self.search_visible, order=order)
+        sql = _SEARCH.format(fts=fts, visible=self.visible, order=order)
         return self.conn.execute(sql, params).fetchall()
 
-    def search(self, query: SearchQuery) -> list[SearchMatch]:
+    def find(self, query: SearchQuery) -> list[SearchMatch]:
         """The best ``query.limit`` matches of its FTS5 text (with ``newest``, the newest
         matches instead: read in index order, so a common word stops after ``limit`` rows
         instead of ranking every match); with ``tools=False`` tool names, arguments and

@@ -1,0 +1,72 @@
+"""What a storage part needs of the backend that holds it: one protocol per backend.
+
+Contract: a part (``parts.Search``, ``parts.Upkeep``, the trash) is a class of its
+own that holds its backend (``SQLiteStorage`` or ``PostgresStorage``) as its
+connection helper and reaches it only through the members listed here, all
+public; mypy checks that each backend has them when it builds its parts. No part
+re-declares a helper as a stub.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..model import Node
+from .cache import PathCache
+
+if TYPE_CHECKING:
+    import sqlite_utils
+
+    from .postgres_db import Target
+
+
+class Host(Protocol):
+    """What every part may use, on either backend."""
+
+    cache: PathCache
+    readonly: bool
+    url: str
+
+    def transaction(self) -> AbstractContextManager[Any]: ...
+
+    def snapshot(self) -> AbstractContextManager[None]: ...
+
+    @property
+    def schema_version(self) -> int: ...
+
+    def pending(self, session_key: int | None = None) -> list[Node]: ...
+
+
+class SQLiteHost(Host, Protocol):
+    """A ``SQLiteStorage``: this thread's connection and the file it is on."""
+
+    path: str
+
+    @property
+    def conn(self) -> sqlite3.Connection: ...
+
+    @property
+    def db(self) -> sqlite_utils.Database: ...
+
+    def check_writable(self) -> None: ...
+
+
+class PostgresHost(Host, Protocol):
+    """A ``PostgresStorage``: statements on this thread's transaction (or a pooled
+    connection of their own), and the session locks of ``claim``."""
+
+    target: Target
+    lock_class: int
+
+    def fetch_all(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]: ...
+
+    def fetch_value(self, query: Any, params: Any = None) -> Any: ...
+
+    def write(self, query: Any, params: Any = None) -> int: ...
+
+    def claim(self, session_key: int) -> None: ...
+
+
+__all__ = ["Host", "PostgresHost", "SQLiteHost"]
