@@ -1,7 +1,7 @@
 """The storage layer's parts and rows, on every backend (SQLite file, ``:memory:``,
 PostgreSQL): what a backend cannot do is absent and the caller says so; results are
 named rows, read by attribute and never by position; the parts are the interfaces
-``storage.parts`` declares."""
+``storage.search``, ``storage.upkeep``, ``storage.tree`` and ``storage.trash`` declare."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from sessiontree import SessionTreeError, Store
-from sessiontree.storage import parts
+from sessiontree.storage import search, trash, tree, upkeep
 from sessiontree.storage.paths import CachedPaths
 from sessiontree.storage.rows import BranchHead, Counts, NodeHandle, RefTarget
 
@@ -21,8 +21,9 @@ def is_postgres(store: Store) -> bool:
 
 def test_each_backend_has_its_parts(every_store):
     storage = every_store.storage
-    assert isinstance(storage.search, parts.Search)
-    assert isinstance(storage.upkeep, parts.Upkeep)
+    assert isinstance(storage, tree.Tree) and isinstance(storage, trash.Trash)
+    assert isinstance(storage.search, search.Search)
+    assert isinstance(storage.upkeep, upkeep.Upkeep)
     assert isinstance(storage.paths, CachedPaths)
 
 

@@ -1,12 +1,22 @@
-"""The storage interface every backend implements.
+"""The storage interface every backend implements, assembled from its parts.
 
-Contract: ``Storage`` lists every operation the layers above (``Session``,
-``Store``, ``bulk``, ``maintenance``, ``worker``) may ask of a database; a
-backend (``SQLiteStorage``, ``PostgresStorage``) implements each with its own
-SQL and nothing else. Public ids (UUIDv7 text) and model objects go in and
-come out; row keys (``int``) are opaque handles, valid inside one transaction
-or read, never kept across calls. The rules (what may be written,
-compare-and-set, error wording) live above. Writes happen inside
+Contract: a ``Storage`` is one database, as its parts, each an interface of its own:
+
+- the **tree** (``tree.Tree``: sessions, nodes, refs, runs, pauses, tool leases
+  and the path walks) and the **trash** (``trash.Trash``: trash, retention policy,
+  redactions), which the backend class implements itself: callers reach them as
+  ``storage.node(...)``, ``storage.trashed()``;
+- ``storage.search`` (``search.Search``) and ``storage.upkeep`` (``upkeep.Upkeep``),
+  each one class per backend in a file of its own holding the backend as its
+  connection helper (``hosts``); an operation a backend cannot do is None there;
+- ``storage.paths`` (``paths.CachedPaths``): root-to-node paths through the path
+  cache, the way the session layer reads them; a backend supplies the walks.
+
+A backend (``SQLiteStorage``, ``PostgresStorage``) implements each with its own
+SQL and nothing else. Public ids (UUIDv7 text) and model objects or named rows
+(``rows``) go in and come out; row keys (``int``) are opaque handles, valid
+inside one transaction or read, never kept across calls. The rules (what may be
+written, compare-and-set, error wording) live above. Writes happen inside
 ``transaction()``; several reads that must agree happen inside ``snapshot()``.
 
 Concurrency is each backend's business, with one promise: inside a write
@@ -16,52 +26,26 @@ single writer; PostgreSQL from a per-session advisory lock taken by the first
 such read. A write that decides from a listing of many sessions (emptying the
 trash, a retention policy) calls ``lock_sessions`` on what it listed, then
 lists again: only what the second listing still holds may be acted on.
-
-Root-to-node paths are read through ``paths`` (a ``paths.CachedPaths``): a
-backend supplies ``_path_rows`` (the walk up from a node, stopping at a cached
-ancestor), and the wrapper and the shared ``PathCache`` do the rest.
 """
 
 from __future__ import annotations
 
 import json
-from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from abc import abstractmethod
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from ..model import (
-    Branch,
-    Checkpoint,
-    Node,
-    Run,
-    SessionInfo,
-    TrashEntry,
-    Usage,
-)
+from ..model import Run
 from .cache import PathCache
-from .parts import Search, Upkeep
-from .paths import CachedPaths, PathRow
-from .rows import (
-    AppendedAt,
-    BranchHead,
-    DroppableSession,
-    Neighbour,
-    NodeHandle,
-    NodeKey,
-    RefTarget,
-    ResumablePause,
-    RunHandle,
-    SessionRow,
-    StoredNode,
-    StrippableResult,
-    ToolHead,
-    Unreachable,
-)
+from .paths import CachedPaths
+from .rows import Unreachable
+from .search import Search
+from .trash import Trash
+from .tree import NodeRow, Tree
+from .upkeep import Upkeep
 
-NodeRow = tuple[str, int, "int | None", int, str, str, str, "int | None"]
-"""A node to insert: (id, session key, parent key, depth, kind, payload, created_at, run key)."""
-
+__all__ = ["RUN_FIELDS", "SESSION_GONE", "NodeRow", "Storage", "decode_run"]
 
 SESSION_GONE = "the session no longer exists (another writer deleted it); nothing was written"
 """``NotFound`` for a write into a session deleted after the writer looked it up (both backends)."""
@@ -69,14 +53,21 @@ SESSION_GONE = "the session no longer exists (another writer deleted it); nothin
 RUN_FIELDS = ("model", "provider", "params", "usage", "latency_ms", "finish_reason", "created_at")
 
 
-class Storage(ABC):
-    """One database. See the module docstring for the contract."""
+class Storage(Tree, Trash):
+    """One database: its tree and trash, and its parts. See the module docstring."""
 
     cache: PathCache
     readonly: bool
     url: str
     """What the store was opened with: a file path, ``:memory:`` or a postgresql:// URL
     (its password hidden)."""
+
+    search: Search
+    """Full-text search and its index (``search.Search``)."""
+    upkeep: Upkeep
+    """Prune, verify, stats, vacuum, backup (``upkeep.Upkeep``)."""
+    paths: CachedPaths
+    """Root-to-node paths, through ``cache``: what the session layer reads paths with."""
 
     # -- lifecycle and transactions ------------------------------------------
 
@@ -95,336 +86,9 @@ class Storage(ABC):
     @abstractmethod
     def schema_version(self) -> int: ...
 
-    # -- ids -------------------------------------------------------------------
-
-    @abstractmethod
-    def resolve_id(self, table: str, what: str, ref: str, session_key: int | None = None) -> str:
-        """The id in ``table`` ("nodes" or "sessions") equal to ``ref``, or the one starting
-        with it; ``NotFound`` / ``AmbiguousRef`` otherwise."""
-
-    @abstractmethod
-    def neighbours(self, ids: Sequence[str]) -> list[Neighbour]:
-        """Each of ``ids`` with each of ``ids`` and each id next to it in sorted order among
-        all nodes and sessions, in one query for all of them."""
-
-    # -- sessions --------------------------------------------------------------
-
-    @abstractmethod
-    def insert_session(
-        self, id: str, title: str | None, metadata: str, created_at: str, archived_at: str | None = None
-    ) -> int: ...
-
-    @abstractmethod
-    def session_row(self, id: str) -> SessionRow:
-        """A session's row; ``NotFound`` when there is none."""
-
-    @abstractmethod
-    def session_key(self, id: str) -> int | None: ...
-
-    @abstractmethod
-    def sessions(self, *, include_archived: bool) -> list[SessionInfo]:
-        """The sessions not in the trash (archived ones too, if asked), newest first."""
-
-    @abstractmethod
-    def session_ids(self) -> list[str]:
-        """Every session id, archived ones too, oldest first."""
-
-    @abstractmethod
-    def set_archived(self, session_key: int, when: str | None) -> None: ...
-
-    @abstractmethod
-    def set_title(self, session_key: int, title: str | None) -> None: ...
-
-    @abstractmethod
-    def delete_session(self, session_key: int) -> int:
-        """Delete a session and everything in it; the number of nodes removed."""
-
-    # -- nodes -----------------------------------------------------------------
-
-    @abstractmethod
-    def node(self, id: str) -> Node: ...
-
-    @abstractmethod
-    def handle(self, id: str) -> NodeHandle | None:
-        """The handle of a node id, or None."""
-
-    @abstractmethod
-    def reserve_node_keys(self, count: int) -> int:
-        """The first of ``count`` consecutive node keys this transaction may use."""
-
-    @abstractmethod
-    def insert_nodes(self, rows: Sequence[NodeRow], keys_from: int | None = None) -> int:
-        """Insert nodes; the last one's key. With ``keys_from`` (from ``reserve_node_keys``),
-        row i gets key ``keys_from + i``; without it, one row gets the next free key.
-        ``Conflict`` for a second decision on a pause, ``NotFound`` for a parent that is not
-        a node of the session."""
-
-    @abstractmethod
-    def children(self, key: int) -> list[Node]: ...
-
-    @abstractmethod
-    def ancestor(self, key: int, generations: int, *, messages_only: bool = False) -> NodeKey | None:
-        """The node ``generations`` steps above ``key``, or None past the root;
-        ``messages_only``: the ``generations``-th message node above it, stepping over markers."""
-
-    @abstractmethod
-    def is_ancestor(self, ancestor: int, key: int) -> bool: ...
-
-    @abstractmethod
-    def tree(self, session_key: int) -> list[Node]:
-        """Every node of a session, parents before children."""
-
-    def tree_stream(self, session_key: int) -> Iterator[Node]:
-        """``tree``, read as it is consumed where the backend can (inside ``snapshot()``,
-        so memory does not follow the session's size)."""
-        return iter(self.tree(session_key))
-
-    def runs_stream(self, session_key: int) -> Iterator[Run]:
-        """``runs``, read as it is consumed where the backend can (as ``tree_stream``)."""
-        return iter(self.runs(session_key))
-
-    @abstractmethod
-    def leaves(self, session_key: int) -> list[Node]: ...
-
-    @abstractmethod
-    def pending(self, session_key: int | None = None) -> list[Node]:
-        """Pauses without a decision that a branch stands at (its head), outside the
-        trash, oldest first: the pauses a human can still decide."""
-
-    @abstractmethod
-    def resumable(self) -> list[ResumablePause]:
-        """Every decided pause whose decision is still a branch
-        head and has no child, outside the trash: decided, and not yet carried on by any
-        run. Oldest first."""
-
-    @abstractmethod
-    def tool_heads(self) -> list[ToolHead]:
-        """Every branch, outside the trash,
-        whose head is a ``tool_start`` or a tool message: where a run cut off inside a tool
-        stopped (or a live one is), oldest head first."""
-
-    @abstractmethod
-    def tool_lease(self, session_key: int) -> AbstractContextManager[None]:
-        """Held by a run while it is inside tool calls of the session, from before its
-        ``tool_start`` is written until its last result is; shared, so any number of runs
-        hold it at once. Given up when the process dies, however it dies (SQLite: a lock
-        the operating system drops, see ``leases``; PostgreSQL: an advisory lock of a
-        connection of its own, which the server drops)."""
-
-    @abstractmethod
-    def unleased(self, session_keys: Sequence[int]) -> set[int]:
-        """The keys of the sessions whose ``tool_lease`` no live run holds, in any
-        process (this one included). When a backend cannot tell, a session is not in it."""
-
-    @abstractmethod
-    def common_ancestor(self, a: int, b: int) -> Node | None: ...
-
-    @abstractmethod
-    def nodes_by_ids(self, ids: Sequence[str]) -> dict[str, StoredNode]:
-        """id -> its stored node, for the ids that exist."""
-
-    # -- usage -----------------------------------------------------------------
-
-    @abstractmethod
-    def path_usage(self, key: int, after_depth: int = -1) -> Usage: ...
-
-    @abstractmethod
-    def subtree_usage(self, key: int) -> Usage: ...
-
-    # -- branches and checkpoints ---------------------------------------------
-
-    @abstractmethod
-    def ref(self, session_key: int, name: str) -> RefTarget | None:
-        """The branch or checkpoint of that name in a session, or None."""
-
-    @abstractmethod
-    def branch_head(self, session_key: int, name: str) -> BranchHead | None:
-        """The head of a branch, or None when there is no such branch."""
-
-    @abstractmethod
-    def branch(self, session_key: int, session_id: str, name: str) -> Branch | None: ...
-
-    @abstractmethod
-    def branches(self, session_key: int, session_id: str) -> list[Branch]: ...
-
-    @abstractmethod
-    def branches_at(self, session_key: int, key: int) -> list[str]: ...
-
-    @abstractmethod
-    def insert_branch(
-        self,
-        session_key: int,
-        name: str,
-        head: int | None,
-        metadata: str,
-        created: str,
-        updated: str | None = None,
-    ) -> None: ...
-
-    @abstractmethod
-    def set_head(self, session_key: int, name: str, head: int | None, when: str) -> None: ...
-
-    @abstractmethod
-    def rename_branch(self, session_key: int, old: str, new: str, when: str) -> None: ...
-
-    @abstractmethod
-    def delete_branch(self, session_key: int, name: str) -> None: ...
-
-    @abstractmethod
-    def checkpoints(self, session_key: int, session_id: str) -> list[Checkpoint]: ...
-
-    @abstractmethod
-    def insert_checkpoint(self, session_key: int, name: str, node: int, when: str) -> None: ...
-
-    @abstractmethod
-    def delete_checkpoint(self, session_key: int, name: str) -> bool: ...
-
-    # -- runs ------------------------------------------------------------------
-
-    @abstractmethod
-    def insert_run(self, id: str, session_key: int, fields: Sequence[Any]) -> int:
-        """Insert a run (values of ``RUN_FIELDS``); its key."""
-
-    @abstractmethod
-    def run_handle(self, id: str) -> RunHandle | None: ...
-
-    @abstractmethod
-    def run(self, id: str) -> Run: ...
-
-    @abstractmethod
-    def runs(self, session_key: int) -> list[Run]: ...
-
-    # -- search, a part of its own --------------------------------------------------
-
-    search: Search
-    """Full-text search and its index (``parts.Search``)."""
-
-    # -- trash and redactions ------------------------------------------------------
-
-    @abstractmethod
-    def lock_sessions(self, session_ids: Sequence[str]) -> dict[str, int]:
-        """Inside a write transaction: no other transaction writes these sessions until this
-        one ends, and what is read about them from now on is what it wrote last (SQLite: so
-        already, its write transaction is the only one). The keys of those of them that
-        exist; read again whatever the caller decided from before this call."""
-
-    @abstractmethod
-    def set_trashed(self, session_key: int, when: str | None) -> None:
-        """Put a session in the trash at ``when`` (keeping an earlier time), or take it out."""
-
-    @abstractmethod
-    def trashed(self, before: str | None = None) -> list[TrashEntry]:
-        """The sessions in the trash (before ``before``), oldest first."""
-
-    @abstractmethod
-    def droppable_sessions(self, cutoff: str) -> list[DroppableSession]:
-        """The sessions a drop policy looks at:
-        not trashed, no checkpoint, nothing written since ``cutoff``. Work is in flight when a
-        branch stands at a pause, a decision or a ``tool_start``; the policy leaves those."""
-
-    @abstractmethod
-    def strippable_results(self, cutoff: str, min_bytes: int) -> list[StrippableResult]:
-        """The unredacted tool results of at least ``min_bytes``
-        written before ``cutoff``, outside the trash."""
-
-    @abstractmethod
-    def redact(self, node_id: str, field: str, marker: str, reason: str, when: str) -> int:
-        """Replace a payload field by ``marker``, recorded in ``redactions``; bytes removed."""
-
-    @abstractmethod
-    def record_redaction(
-        self, node_id: str, field: str, size: int, marker: str, reason: str, when: str
-    ) -> None:
-        """Record that a node written with ``marker`` in its field (a copy of a stripped
-        node) had ``size`` bytes there removed; the payload is left as it is."""
-
-    @abstractmethod
-    def retention_policy(self) -> dict[str, float]: ...
-
-    @abstractmethod
-    def set_retention_policy(self, policy: dict[str, float]) -> None: ...
-
-    @abstractmethod
-    def redactions(self, session_key: int | None = None) -> list[dict[str, Any]]:
-        """Every recorded redaction (of one session), oldest first."""
-
-    # -- upkeep, a part of its own ------------------------------------------------
-
-    upkeep: Upkeep
-    """Prune, verify, stats, vacuum, backup (``parts.Upkeep``)."""
-
     def unreachable(self, session_key: int | None, *, delete: bool, cutoff: str = "") -> Unreachable:
         """``upkeep.unreachable``, under the name it had before the parts (for one release)."""
         return self.upkeep.unreachable(session_key, delete=delete, cutoff=cutoff)
-
-    @abstractmethod
-    def wait_for_decisions(self, timeout: float) -> bool:
-        """Return when a decision may have been written (True: a signal came), or after
-        ``timeout`` seconds (False)."""
-
-    # -- reads and writes in one statement --------------------------------------------
-
-    one_statement = False
-    """Whether ``path_at_ref``, ``messages_at_ref``, ``append_at_head`` and ``fork_at`` do
-    anything: where each statement is a round trip (PostgreSQL). Elsewhere the callers go
-    their usual way."""
-
-    def append_at_head(
-        self,
-        session_key: int,
-        branch: str,
-        expect: str | None,
-        parent: str | None,
-        kind: str,
-        nodes: Sequence[tuple[str, str]],
-        created: str,
-        run: tuple[str, Sequence[Any] | None] | None,
-    ) -> AppendedAt | None:
-        """The common append in one statement, its own transaction: (id, payload) nodes
-        as a chain under the head of the existing branch ``branch`` (which must be
-        ``expect`` and ``parent`` when given), moving it; ``run`` is (run id, its
-        ``RUN_FIELDS`` to record it, or None for an existing run of the session). The
-        head it went under; None, having written nothing, for anything
-        else (the caller then takes the long way, which raises what it raises), or when
-        the backend has no such statement (SQLite: its transactions cost no round trip).
-        A connection lost once the statement was sent is ``OutcomeUnknown``."""
-        return None
-
-    def fork_at(
-        self, session_key: int, name: str, at: str, at_is_id: bool, metadata: str | None, created: str
-    ) -> str | None:
-        """A new branch ``name`` with ``metadata`` (None: a checkpoint ``name``) at ``at`` (a
-        whole node id of the session, or a branch or checkpoint name) in one statement;
-        the node's id, or None as ``append_at_head``."""
-        return None
-
-    # -- the walks the path cache reads through (``paths.CachedPaths``) -----------------
-
-    paths: CachedPaths
-    """Root-to-node paths, through ``cache``: what the session layer reads paths with."""
-
-    @abstractmethod
-    def _path_rows(self, key: int, stops: list[str]) -> list[PathRow]:
-        """The walk up from node ``key``, head first, ending at the root or at the first
-        node whose id is in ``stops`` (that row flagged)."""
-
-    redaction_check_every: float = 0.0
-    """Seconds between two looks at the redaction count (0: before every read of a path)."""
-
-    @abstractmethod
-    def redaction_count(self) -> int:
-        """How many redactions were ever recorded here (it never counts down)."""
-
-    def _ref_walk(
-        self, session_key: int, name: str, stops: list[str], redactions: bool
-    ) -> tuple[int, str, int | None, list[PathRow]] | None:
-        """In one statement, outside any transaction: (node key, node id, the redaction
-        count if asked, the walk up from the node as ``_path_rows`` with ``stops``, the
-        node itself flagged when it is one of them) of the branch or checkpoint ``name``;
-        None when there is none, it has no node, or the backend has no such statement
-        (then the caller reads as before). PostgreSQL has one: a
-        read there is a round trip, where SQLite's cost none."""
-        return None
 
 
 def decode_run(row: Sequence[Any]) -> Run:

@@ -1,7 +1,7 @@
 """The PostgreSQL backend's search part (schema step 4 and on).
 
 Contract: ``PostgresSearch(storage)`` is ``storage.search`` of a
-``PostgresStorage`` (``parts.Search``), reaching the server through its public
+``PostgresStorage`` (``search.Search``), reaching the server through its public
 helpers (``hosts.PostgresHost``), the twin of ``sqlite_search``. It matches the generated
 ``tsvector`` columns (``migrations/postgres/0004_search.sql`` and ``0009``) with
 ``websearch_to_tsquery('simple', query)``: words, "quoted phrases", ``OR`` and
@@ -21,8 +21,8 @@ from ..errors import SearchIndexOff
 from ..model import Node, SearchIndex, SearchQuery
 from . import shared_sql
 from .hosts import PostgresHost
-from .parts import Progress, Search
 from .rows import RefsOnPath, SearchMatch, refs_on_path
+from .search import Progress, Search
 from .shared_sql import ELLIPSIS, MARK_END, MARK_START, SNIPPET_TOKENS, for_postgres
 
 _TEXT = "coalesce(sessiontree_node_text(n.kind, n.payload), '')"

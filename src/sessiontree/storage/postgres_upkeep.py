@@ -1,7 +1,7 @@
 """The PostgreSQL backend's upkeep part: prune, verify, stats, vacuum (and why no backup).
 
 Contract: ``PostgresUpkeep(storage)`` is ``storage.upkeep`` of a
-``PostgresStorage`` (``parts.Upkeep``), reaching the server through the
+``PostgresStorage`` (``upkeep.Upkeep``), reaching the server through the
 backend's public helpers (``hosts.PostgresHost``), the twin of
 ``sqlite_upkeep``: the same answers from the same rows. It has no ``backup``
 (pg_dump makes one) and no ``sql`` (psql runs it): both are None. A prune
@@ -20,9 +20,9 @@ from ..model import Problem
 from . import postgres_db as pgdb
 from . import shared_sql
 from .hosts import PostgresHost
-from .parts import Upkeep
 from .rows import BranchTip, Counts, NodeKey, Unreachable
 from .shared_sql import for_postgres
+from .upkeep import Upkeep
 
 TREE = "WITH t(key) AS (SELECT key FROM sessiontree_tree(:s))\n"
 """``shared_sql.TREE`` with its plan pinned (schema step 12), as the same ``t(key)``; in

@@ -386,17 +386,17 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         conn.execute("RELEASE nested")
         return
     _wait_for_lock(conn, "BEGIN IMMEDIATE")
-    try:
+    with _rolled_back_on_error(conn):
         yield conn
-    except BaseException as e:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        clear = storage_error(e)
-        if clear is not e:
-            raise clear from None
-        raise
-    try:
+    with _rolled_back_on_error(conn):
         conn.execute("COMMIT")
+
+
+@contextmanager
+def _rolled_back_on_error(conn: sqlite3.Connection) -> Iterator[None]:
+    """Roll the open transaction back on any error, and raise it as ``storage_error`` says."""
+    try:
+        yield
     except BaseException as e:
         if conn.in_transaction:
             conn.execute("ROLLBACK")

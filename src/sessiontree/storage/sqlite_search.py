@@ -1,7 +1,7 @@
 """The SQLite backend's search part: full-text search (FTS5, schema step 4) and its index.
 
 Contract: ``SQLiteSearch(storage)`` is ``storage.search`` of a ``SQLiteStorage``
-(``parts.Search``), reaching the file through its public helpers
+(``search.Search``), reaching the file through its public helpers
 (``hosts.SQLiteHost``); the backend calls ``index_pending`` as its writes
 commit. ``find`` runs one FTS5 query over ``nodes_fts`` (kept in step with
 ``nodes`` by triggers; see ``migrations/0004_search.sql``) and returns the
@@ -22,8 +22,8 @@ from typing import Any
 from ..errors import InvalidQuery, ReadOnly, SearchIndexOff
 from ..model import Node, SearchIndex, SearchQuery
 from .hosts import SQLiteHost
-from .parts import Progress, Search
 from .rows import RefsOnPath, SearchMatch, refs_on_path
+from .search import Progress, Search
 from .shared_sql import ELLIPSIS, MARK_END, MARK_START, REFS_CONTAINING, SNIPPET_TOKENS
 
 SEARCH_BATCH = 64

@@ -1,7 +1,7 @@
 """The SQLite backend's upkeep part: prune, verify, stats, backup, vacuum and read-only SQL.
 
 Contract: ``SQLiteUpkeep(storage)`` is ``storage.upkeep`` of a ``SQLiteStorage``
-(``parts.Upkeep``), reaching the file through the backend's public helpers
+(``upkeep.Upkeep``), reaching the file through the backend's public helpers
 (``hosts.SQLiteHost``). Like the rest of the backend it takes row keys and
 returns public ids; it decides nothing (``maintenance`` does). It has both
 optional operations: ``backup`` (VACUUM INTO) and ``sql``.
@@ -19,7 +19,6 @@ from ..errors import Conflict, NotFound, SessionTreeError
 from ..model import Problem
 from . import sqlite_db as _db
 from .hosts import SQLiteHost
-from .parts import Upkeep
 from .rows import BranchTip, Counts, NodeKey, Unreachable
 from .shared_sql import (
     BRANCH_HEADS,
@@ -30,6 +29,7 @@ from .shared_sql import (
     TREE,
     UNREACHABLE,
 )
+from .upkeep import Upkeep
 
 
 class SQLiteUpkeep(Upkeep):
