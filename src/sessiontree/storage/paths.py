@@ -50,12 +50,13 @@ class CachedPaths:
 
     def __init__(self, storage: PathSource) -> None:
         self.storage = storage
+        self.cache = storage.cache  # a backend keeps its cache for its life
         self._next_redaction_check = 0.0
 
     def _drop_stale_paths(self) -> int:
         """Clear the cache if a redaction was recorded (by any process) since the last
         look; the cache generation what this read puts must name."""
-        cache = self.storage.cache
+        cache = self.cache
         generation = cache.generation  # before the look: a clear after it voids this read
         now = time.monotonic()
         if now < self._next_redaction_check:
@@ -91,14 +92,14 @@ class CachedPaths:
     def remember(self, parent_id: str | None, nodes: Sequence[Node]) -> None:
         """Nodes just written under ``parent_id``: extend its cached path, if any."""
         if parent_id is None:
-            self.storage.cache.put(tuple(nodes))
+            self.cache.put(tuple(nodes))
         else:
-            self.storage.cache.extend(parent_id, tuple(nodes))
+            self.cache.extend(parent_id, tuple(nodes))
 
     def _messages(
         self, key: int, node_id: str, session_id: str, generation: int, rows: list[PathRow] | None = None
     ) -> list[dict[str, Any]]:
-        cache = self.storage.cache
+        cache = self.cache
         found = cache.messages(node_id)  # a new list
         if found is None:
             path = self._cached_path(key, node_id, session_id, generation, rows)
@@ -117,22 +118,22 @@ class CachedPaths:
             return None
         # Taken before the statement: a clear after it (by another thread that saw a
         # redaction, or by this look at the count) voids what this read would put.
-        generation = storage.cache.generation
+        generation = self.cache.generation
         now = time.monotonic()
         due = now >= self._next_redaction_check
-        found = storage._ref_walk(session_key, name, storage.cache.heads(session_id), due)
+        found = storage._ref_walk(session_key, name, self.cache.heads(session_id), due)
         if found is None:
             return None
         key, node_id, count, rows = found
         if due:
             self._next_redaction_check = now + storage.redaction_check_every
-            storage.cache.agree(count or 0)
+            self.cache.agree(count or 0)
         return key, node_id, session_id, generation, rows
 
     def _cached_path(
         self, key: int, node_id: str, session_id: str, generation: int, rows: list[PathRow] | None = None
     ) -> tuple[Node, ...]:
-        cache = self.storage.cache
+        cache = self.cache
         cached = cache.get(node_id)
         if cached is not None:
             return cached
