@@ -20,6 +20,7 @@ from .rows import DroppableSession, StrippableResult
 from .shared_sql import for_postgres
 
 _DROPPABLE = for_postgres(shared_sql.DROPPABLE)
+_REDACTIONS = for_postgres(shared_sql.REDACTIONS)
 
 _CONTENT_BYTES = "octet_length(sessiontree_json(n.payload) ->> 'content')"
 
@@ -102,11 +103,5 @@ class PostgresTrash:
             self.write("INSERT INTO retention_policy (name, value) VALUES (%s, %s)", (name, value))
 
     def redactions(self: PostgresHost, session_key: int | None = None) -> list[dict[str, Any]]:
-        rows = self.fetch_all(
-            "SELECT n.id, s.id, r.field, r.bytes, r.marker, r.reason, r.created_at FROM redactions r"
-            " JOIN nodes n ON n.key = r.node JOIN sessions s ON s.key = n.session"
-            " WHERE %(s)s::bigint IS NULL OR n.session = %(s)s ORDER BY r.created_at, n.id",
-            {"s": session_key},
-        )
-        keys = ("node", "session", "field", "bytes", "marker", "reason", "created_at")
-        return [dict(zip(keys, r, strict=True)) for r in rows]
+        rows = self.fetch_all(_REDACTIONS, {"s": session_key})
+        return [dict(zip(shared_sql.REDACTION_FIELDS, r, strict=True)) for r in rows]

@@ -166,6 +166,17 @@ HAVING coalesce(max(n.created_at), s.created_at) < :cutoff
 ORDER BY s.id
 """
 
+# Every recorded redaction (of session :s, when not NULL), oldest first, as the columns
+# of ``REDACTION_FIELDS``.
+REDACTIONS = """
+SELECT n.id, s.id, r.field, r.bytes, r.marker, r.reason, r.created_at FROM redactions r
+JOIN nodes n ON n.key = r.node JOIN sessions s ON s.key = n.session
+WHERE CAST(:s AS BIGINT) IS NULL OR n.session = :s ORDER BY r.created_at, n.id
+"""
+REDACTION_FIELDS = ("node", "session", "field", "bytes", "marker", "reason", "created_at")
+"""The keys of a redaction as ``Trash.redactions`` gives it, in ``REDACTIONS``'s order."""
+
+
 _PARAMETER = re.compile(r"(?<![:\w]):([a-z_]+)\b")
 
 

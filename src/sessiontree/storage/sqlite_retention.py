@@ -21,7 +21,7 @@ from typing import Any
 from ..model import TrashEntry
 from .hosts import SQLiteHost
 from .rows import DroppableSession, StrippableResult
-from .shared_sql import DROPPABLE
+from .shared_sql import DROPPABLE, REDACTION_FIELDS, REDACTIONS
 
 _CHUNK = 500
 """Ids per statement in ``lock_sessions`` (well under SQLite's limit on parameters)."""
@@ -128,11 +128,5 @@ class SQLiteRetention:
 
     def redactions(self: SQLiteHost, session_key: int | None = None) -> list[dict[str, Any]]:
         """Every recorded redaction (of one session, if given), oldest first."""
-        rows = self.conn.execute(
-            "SELECT n.id, s.id, r.field, r.bytes, r.marker, r.reason, r.created_at FROM redactions r"
-            " JOIN nodes n ON n.key = r.node JOIN sessions s ON s.key = n.session"
-            " WHERE :s IS NULL OR n.session = :s ORDER BY r.created_at, n.id",
-            {"s": session_key},
-        )
-        keys = ("node", "session", "field", "bytes", "marker", "reason", "created_at")
-        return [dict(zip(keys, r, strict=True)) for r in rows]
+        rows = self.conn.execute(REDACTIONS, {"s": session_key})
+        return [dict(zip(REDACTION_FIELDS, r, strict=True)) for r in rows]
