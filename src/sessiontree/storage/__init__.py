@@ -1,7 +1,9 @@
 """Storage backends: the only place sessiontree speaks SQL.
 
-Contract: ``base.Storage`` is the interface; ``sqlite.SQLiteStorage`` (a file
-or ``:memory:``, the default) and ``postgres.PostgresStorage`` (a
+Contract: ``base.Storage`` is the interface, assembled from its parts (``tree``,
+``trash``, ``search``, ``upkeep``, and ``paths`` for cached path reads; see
+``base``), each answering with named rows (``rows``); ``sqlite.SQLiteStorage`` (a
+file or ``:memory:``, the default) and ``postgres.PostgresStorage`` (a
 ``postgresql://`` URL, needing the ``postgres`` extra) implement it, and
 ``open_storage`` picks one from what the user gave. A backend takes and returns
 public ids and model objects and holds no rules of its own beyond what its
