@@ -71,7 +71,7 @@ from .postgres_trash import PostgresTrash
 from .postgres_upkeep import TREE, PostgresUpkeep
 from .reads import RUN_COLUMNS, SharedReads
 from .rows import AppendedAt, BranchHead, Neighbour, RefTarget, SessionRow, StoredNode
-from .shared_sql import for_postgres
+from .shared_sql import BRANCH_HEAD, INSERT_BRANCH, REF, for_postgres
 
 # The walk up a path, with its plan pinned (schema step 12: an index lookup per step,
 # whatever the table's statistics say).
@@ -90,6 +90,8 @@ SELECT r.key, CASE WHEN %(redactions)s THEN (SELECT redactions FROM change_count
 FROM r LEFT JOIN LATERAL sessiontree_path(r.key, %(stop)s) p ON true
 """
 
+
+_REF, _BRANCH_HEAD, _INSERT_BRANCH = (for_postgres(s) for s in (REF, BRANCH_HEAD, INSERT_BRANCH))
 
 T = TypeVar("T")
 
@@ -716,22 +718,12 @@ class PostgresStorage(PostgresTrash, SharedReads):
 
     def ref(self, session_key: int, name: str) -> RefTarget | None:
         self.claim(session_key)
-        row = self.fetch_row(
-            "SELECT 'branch', b.head, n.id FROM branches b LEFT JOIN nodes n ON n.key = b.head"
-            " WHERE b.session = %(s)s AND b.name = %(name)s"
-            " UNION ALL SELECT 'checkpoint', c.node, n.id FROM checkpoints c JOIN nodes n ON n.key = c.node"
-            " WHERE c.session = %(s)s AND c.name = %(name)s",
-            {"s": session_key, "name": name},
-        )
+        row = self.fetch_row(_REF, {"s": session_key, "name": name})
         return None if row is None else RefTarget(row[0], row[1], row[2])
 
     def branch_head(self, session_key: int, name: str) -> BranchHead | None:
         self.claim(session_key)
-        row = self.fetch_row(
-            "SELECT b.head, n.id, n.depth, n.kind FROM branches b LEFT JOIN nodes n ON n.key = b.head"
-            " WHERE b.session = %s AND b.name = %s",
-            (session_key, name),
-        )
+        row = self.fetch_row(_BRANCH_HEAD, {"s": session_key, "name": name})
         if row is None:
             return None
         return BranchHead(row[0], row[1], -1 if row[2] is None else row[2], row[3])
@@ -746,11 +738,8 @@ class PostgresStorage(PostgresTrash, SharedReads):
         updated: str | None = None,
     ) -> None:
         self.claim(session_key)
-        self.write(
-            "INSERT INTO branches (session, name, head, metadata, created_at, updated_at)"
-            " VALUES (%s, %s, %s, %s, %s, %s)",
-            (session_key, name, head, metadata, created, updated or created),
-        )
+        branch = {"s": session_key, "name": name, "head": head, "metadata": metadata, "created": created}
+        self.write(_INSERT_BRANCH, {**branch, "updated": updated or created})
 
     def set_head(self, session_key: int, name: str, head: int | None, when: str) -> None:
         self.claim(session_key)

@@ -166,6 +166,26 @@ HAVING coalesce(max(n.created_at), s.created_at) < :cutoff
 ORDER BY s.id
 """
 
+# The branch or checkpoint :name of session :s: ('branch' | 'checkpoint', node key, node id);
+# an empty branch has no node (key and id NULL). Read for every append and every ref.
+REF = """
+SELECT 'branch', b.head, n.id FROM branches b LEFT JOIN nodes n ON n.key = b.head
+WHERE b.session = :s AND b.name = :name
+UNION ALL SELECT 'checkpoint', c.node, n.id FROM checkpoints c JOIN nodes n ON n.key = c.node
+WHERE c.session = :s AND c.name = :name
+"""
+
+# The head of branch :name of session :s: (key, id, depth, kind), NULLs for an empty branch.
+BRANCH_HEAD = """
+SELECT b.head, n.id, n.depth, n.kind FROM branches b LEFT JOIN nodes n ON n.key = b.head
+WHERE b.session = :s AND b.name = :name
+"""
+
+INSERT_BRANCH = """
+INSERT INTO branches (session, name, head, metadata, created_at, updated_at)
+VALUES (:s, :name, :head, :metadata, :created, :updated)
+"""
+
 # Every recorded redaction (of session :s, when not NULL), oldest first, as the columns
 # of ``REDACTION_FIELDS``.
 REDACTIONS = """

@@ -39,7 +39,7 @@ from .cache import DEFAULT_MAX_BYTES, PathCache
 from .paths import CachedPaths, PathRow
 from .reads import RUN_COLUMNS, SharedReads
 from .rows import BranchHead, Neighbour, RefTarget, SessionRow, StoredNode
-from .shared_sql import TREE
+from .shared_sql import BRANCH_HEAD, INSERT_BRANCH, REF, TREE
 from .sqlite_retention import SQLiteRetention
 from .sqlite_search import SEARCH_BATCH, SQLiteSearch
 from .sqlite_threads import Connections, Slot
@@ -389,21 +389,11 @@ class SQLiteStorage(SQLiteRetention, SharedReads):
     # -- branches and checkpoints -------------------------------------------
 
     def ref(self, session_key: int, name: str) -> RefTarget | None:
-        row = self.conn.execute(
-            "SELECT 'branch', b.head, n.id FROM branches b LEFT JOIN nodes n ON n.key = b.head"
-            " WHERE b.session = ? AND b.name = ?"
-            " UNION ALL SELECT 'checkpoint', c.node, n.id FROM checkpoints c JOIN nodes n ON n.key = c.node"
-            " WHERE c.session = ? AND c.name = ?",
-            (session_key, name, session_key, name),
-        ).fetchone()
+        row = self.conn.execute(REF, {"s": session_key, "name": name}).fetchone()
         return None if row is None else RefTarget(row[0], row[1], row[2])
 
     def branch_head(self, session_key: int, name: str) -> BranchHead | None:
-        row = self.conn.execute(
-            "SELECT b.head, n.id, n.depth, n.kind FROM branches b LEFT JOIN nodes n ON n.key = b.head"
-            " WHERE b.session = ? AND b.name = ?",
-            (session_key, name),
-        ).fetchone()
+        row = self.conn.execute(BRANCH_HEAD, {"s": session_key, "name": name}).fetchone()
         if row is None:
             return None
         return BranchHead(row[0], row[1], -1 if row[2] is None else row[2], row[3])
@@ -417,11 +407,8 @@ class SQLiteStorage(SQLiteRetention, SharedReads):
         created: str,
         updated: str | None = None,
     ) -> None:
-        self.conn.execute(
-            "INSERT INTO branches (session, name, head, metadata, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (session_key, name, head, metadata, created, updated or created),
-        )
+        branch = {"s": session_key, "name": name, "head": head, "metadata": metadata, "created": created}
+        self.conn.execute(INSERT_BRANCH, {**branch, "updated": updated or created})
 
     def set_head(self, session_key: int, name: str, head: int | None, when: str) -> None:
         self.conn.execute(
