@@ -1,6 +1,8 @@
-"""The SQLite backend: every SQL statement of the store, sessions, maintenance and bulk I/O.
+"""The SQLite backend: its tree (sessions, nodes, refs, runs) and the parts it holds.
 
-Contract: ``SQLiteStorage(path)`` opens (and migrates, see ``db``) one file.
+Contract: ``SQLiteStorage(path)`` opens (and migrates, see ``sqlite_db``) one file;
+its trash comes from ``sqlite_retention``, and it holds ``search``
+(``sqlite_search``), ``upkeep`` (``sqlite_upkeep``) and ``paths``.
 Public ids (UUIDv7 text) go in and come out; inside the file every link is an
 integer row key (schema step 3). Methods on hot paths take and return those
 keys as opaque handles, valid inside one transaction or read (a session's key,
