@@ -40,6 +40,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 
 from ..errors import Busy, DiskFull, InvalidPayload, NotOurs, ReadOnly, SchemaTooNew, SessionTreeError
 from .migrations import Migration, schema_steps
@@ -386,24 +387,25 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         conn.execute("RELEASE nested")
         return
     _wait_for_lock(conn, "BEGIN IMMEDIATE")
-    with _rolled_back_on_error(conn):
-        yield conn
-    with _rolled_back_on_error(conn):
-        conn.execute("COMMIT")
-
-
-@contextmanager
-def _rolled_back_on_error(conn: sqlite3.Connection) -> Iterator[None]:
-    """Roll the open transaction back on any error, and raise it as ``storage_error`` says."""
     try:
-        yield
+        yield conn
     except BaseException as e:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        clear = storage_error(e)
-        if clear is not e:
-            raise clear from None
-        raise
+        _roll_back(conn, e)
+    try:
+        conn.execute("COMMIT")
+    except BaseException as e:
+        _roll_back(conn, e)
+
+
+def _roll_back(conn: sqlite3.Connection, error: BaseException) -> NoReturn:
+    """Roll the open transaction back after ``error``, and raise it as ``storage_error``
+    says (a plain call in the ``except``: nothing on the path of a commit that works)."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+    clear = storage_error(error)
+    if clear is not error:
+        raise clear from None
+    raise error
 
 
 def storage_error(error: BaseException) -> BaseException:
