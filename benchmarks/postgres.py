@@ -37,10 +37,12 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import statistics
 import sys
 import time
 import uuid
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -286,6 +288,387 @@ def round_trips(server: str, repeat: int) -> None:
         print(f"{name:34} {trips:>11} {at_0 * 1000:8.2f}  {at_1 * 1000:8.2f}")
 
 
+# -- across a network: sessiontree beside LangGraph's PostgresSaver and the Agents SDK ----------
+
+PEERS_PACKAGES = (
+    "pip install -e '.[bench]'  (langgraph-checkpoint-postgres, openai-agents[sqlalchemy], asyncpg)"
+)
+POINTS = (10, 50, 100, 200, 300, 400, 500)
+NETWORK_DELAYS = (None, 0.0, 1.0, 2.0)  # ms added to a round trip; None: straight to the server
+
+
+def mode_name(delay: float | None) -> str:
+    return "direct" if delay is None else f"D={delay:g}ms"
+
+
+def make_schema(server: str, schema: str) -> None:
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+
+
+def with_search_path(url: str, schema: str) -> str:
+    """A libpq URL whose connections use ``schema`` (the peers take no schema of their own)."""
+    return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+
+
+def peer_classes() -> dict[str, Any]:
+    """The three systems, each on a URL and a schema, through peers.py's classes."""
+    import peers
+
+    class SessionTreePg(peers.SessionTree):
+        def __init__(self, url: str, schema: str) -> None:
+            super().__init__(f"{url}{'&' if '?' in url else '?'}schema={schema}")  # type: ignore[arg-type]
+
+    class LangGraphPg(peers.LangGraph):
+        package = "langgraph-checkpoint-postgres"
+
+        def __init__(self, url: str, schema: str) -> None:
+            from langgraph.checkpoint.postgres import PostgresSaver
+
+            class Runtime(PostgresSaver):
+                """Checkpoints as the LangGraph runtime writes them (format v4): below v4
+                ``get_tuple`` runs one more query for the parent's pending sends."""
+
+                def put(self, config, checkpoint, metadata, new_versions):  # type: ignore[no-untyped-def]
+                    return super().put(config, {**checkpoint, "v": 4}, metadata, new_versions)
+
+            self.path = url  # type: ignore[assignment]
+            make_schema(url.split("?")[0], schema)
+            self._opened = Runtime.from_conn_string(with_search_path(url, schema))
+            self.saver = self._opened.__enter__()
+            self.saver.setup()  # as its docs show
+            self.config = {"configurable": {"thread_id": "bench", "checkpoint_ns": ""}}
+            self.latest: Any = None
+            self.step = 0
+
+        def close(self) -> None:
+            self._opened.__exit__(None, None, None)
+
+    class AgentsPg(peers.AgentsSQLite):
+        package = "openai-agents"
+        caveat = "async API driven from one event loop (as peers.py does); no fork on this backend"
+
+        def __init__(self, url: str, schema: str) -> None:
+            self.schema = schema
+            make_schema(url.split("?")[0], schema)
+            super().__init__(url)  # type: ignore[arg-type]
+
+        def open(self, create: bool) -> Any:
+            from agents.extensions.memory import SQLAlchemySession
+
+            parts = str(self.path).split("?")[0].replace("postgresql://", "postgresql+asyncpg://")
+            return SQLAlchemySession.from_url(
+                "bench",
+                url=parts,
+                create_tables=create,
+                engine_kwargs={"connect_args": {"server_settings": {"search_path": self.schema}}},
+            )
+
+        def close(self) -> None:
+            peers.wait(self.session._engine.dispose())
+
+    return {"sessiontree": SessionTreePg, "langgraph": LangGraphPg, "agents-sqlalchemy": AgentsPg}
+
+
+def select_one_ms(url: str, n: int = 300) -> float:
+    """The median ms of a ``SELECT 1`` round trip on one connection to ``url``."""
+    with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:
+        for _ in range(20):
+            conn.execute("SELECT 1")
+        runs = []
+        for _ in range(n):
+            start = time.perf_counter()
+            conn.execute("SELECT 1")
+            runs.append(time.perf_counter() - start)
+    return statistics.median(runs) * 1000
+
+
+def calibrate(proxies: Any, index: int, url: str, added_ms: float) -> tuple[float, float]:
+    """The one-way delay (s) that makes a round trip ``added_ms`` longer than through the
+    proxy at no delay, found by the secant method on listener ``index``; (delay, added)."""
+    proxies.call(index, "set_delay", 0.0)
+    base = select_one_ms(url)
+    guess, previous = added_ms / 2000, None
+    for _ in range(5):
+        proxies.call(index, "set_delay", guess)
+        got = select_one_ms(url) - base
+        if abs(got - added_ms) < 0.01:
+            break
+        if previous is None or previous[1] == got:
+            nxt = guess - (got - added_ms) / 2000  # a round trip holds two delays
+        else:
+            slope = (got - previous[1]) / (guess - previous[0])
+            nxt = guess - (got - added_ms) / slope
+        previous, guess = (guess, got), max(0.0, nxt)
+    proxies.call(index, "set_delay", 0.0)
+    return guess, got
+
+
+def analyze(server: str, schemas: list[str]) -> None:
+    """What autovacuum does on a server whose turns take seconds (outside the timing)."""
+    with psycopg.connect(server, autocommit=True) as conn:
+        for schema in schemas:
+            tables = conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+            ).fetchall()
+            for (table,) in tables:
+                conn.execute(f"ANALYZE {schema}.{table}")
+
+
+def schema_bytes(server: str, schema: str, vacuum: bool = True) -> int:
+    with psycopg.connect(server, autocommit=True) as conn:
+        tables = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)).fetchall()
+        if vacuum:
+            for (table,) in tables:
+                conn.execute(f"VACUUM {schema}.{table}")
+        row = conn.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
+            " JOIN pg_namespace ns ON ns.oid = c.relnamespace WHERE ns.nspname = %s AND c.relkind = 'r'",
+            (schema,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def drop_schemas(server: str, schemas: list[str]) -> None:
+    with psycopg.connect(server, autocommit=True) as conn:
+        for schema in schemas:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+class Cell:
+    """One system at one delay, on a schema of its own, through a listener of its own."""
+
+    def __init__(self, name: str, cls: Any, delay: float | None, url: str, listener: int | None) -> None:
+        self.name, self.delay, self.listener = name, delay, listener
+        self.schema = f"net_{name.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
+        self.system = cls(url, self.schema)
+        self.key = (name, mode_name(delay))
+
+
+def network(server: str, turns: int, reps: int, out_json: str | None) -> None:
+    import peers
+
+    from pg_proxy import ProxyProcess
+
+    try:
+        classes = peer_classes()
+        __import__("langgraph.checkpoint.postgres")
+        __import__("agents.extensions.memory.sqlalchemy_session")
+        __import__("asyncpg")
+    except ImportError as e:
+        raise SystemExit(f"a peer is missing ({e}): {PEERS_PACKAGES}") from None
+    delays = [d for d in NETWORK_DELAYS if d is not None]
+    proxies = ProxyProcess(server, len(classes) * len(delays) + 1)
+    calib_index = len(proxies.urls) - 1
+    calib_url = proxies.urls[calib_index].split("?")[0]
+    try:
+        result = _network_run(server, turns, reps, proxies, calib_index, calib_url, classes, delays, peers)
+    finally:
+        proxies.stop()
+    print_network(result)
+    if out_json:
+        Path(out_json).write_text(json.dumps(result, indent=1))
+
+
+def _network_run(server, turns, reps, proxies, calib_index, calib_url, classes, delays, peers) -> dict:  # type: ignore[no-untyped-def]
+    samples: dict[tuple[str, str], dict[int, list[tuple[float, float]]]] = {}
+    trips: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    wire: dict[tuple[str, str], dict[int, tuple[int, int]]] = {}
+    forks: dict[tuple[str, str], list[tuple[float, int]]] = {}
+    calibration: list[dict[str, float]] = []
+    fork_turn = min(100, turns // 2)
+    for rep in range(reps):
+        direct = select_one_ms(server.split("?")[0])
+        at_zero = select_one_ms(calib_url)
+        set_to = {d: calibrate(proxies, calib_index, calib_url, d) for d in delays if d}
+        calibration.append(
+            {"direct": direct, "proxy0": at_zero, **{f"set{d:g}": s for d, (s, _) in set_to.items()}}
+            | {f"added{d:g}": a for d, (_, a) in set_to.items()}
+        )
+        cells: list[Cell] = []
+        listener = 0
+        for name, cls in classes.items():
+            for delay in NETWORK_DELAYS:
+                if delay is None:
+                    cells.append(Cell(name, cls, None, server.split("?")[0], None))
+                    continue
+                proxies.call(listener, "set_delay", set_to[delay][0] if delay else 0.0)
+                cells.append(Cell(name, cls, delay, proxies.urls[listener].split("?")[0], listener))
+                listener += 1
+        for cell in cells:
+            cell.system.read()  # a lazy peer creates its tables now
+            if cell.listener is not None:
+                proxies.call(cell.listener, "counted")
+                proxies.call(cell.listener, "traffic")
+        for turn in range(1, turns + 1):
+            shift = turn % len(cells)
+            for cell in cells[shift:] + cells[:shift]:
+                system = cell.system
+                messages = system.shape(turn)
+                start = time.perf_counter()
+                context = system.read()
+                middle = time.perf_counter()
+                system.write(messages, context)
+                end = time.perf_counter()
+                assert len(context) == 4 * (turn - 1), (cell.key, len(context))
+                del context
+                freed = time.perf_counter() - end
+                samples.setdefault(cell.key, {}).setdefault(turn, []).append(
+                    (middle - start + freed, end - middle)
+                )
+                if cell.delay == 0.0:  # counted outside the timing, on the wire
+                    trips.setdefault(cell.key, []).append((turn, proxies.call(cell.listener, "counted")))
+                    if turn in POINTS:
+                        wire.setdefault(cell.key, {})[turn] = proxies.call(cell.listener, "traffic")
+                    elif turn + 1 in POINTS:
+                        proxies.call(cell.listener, "traffic")
+                if turn == fork_turn - 1:
+                    system.mark()
+            if turn % 50 == 0:
+                analyze(server, [c.schema for c in cells])
+        for i in range(5):  # forks from the head after turn fork_turn - 1, once the turns are done
+            for cell in cells:
+                if not cell.system.can_fork:
+                    continue
+                if cell.listener is not None:
+                    proxies.call(cell.listener, "counted")
+                took = peers.timed(lambda c=cell, n=f"fork-{i}": c.system.fork(n))
+                counted = proxies.call(cell.listener, "counted") if cell.listener is not None else -1
+                forks.setdefault(cell.key, []).append((took, counted))
+        calibration[-1] |= {
+            f"after{d:g}": select_one_ms_with(proxies, calib_index, calib_url, set_to[d][0]) - at_zero
+            for d in delays
+            if d
+        }
+        for cell in cells:
+            cell.system.close()
+        drop_schemas(server, [c.schema for c in cells])
+        print(f"rep {rep + 1} of {reps} done", file=sys.stderr)
+    return summarize_network(samples, trips, wire, forks, calibration, turns, reps, classes)
+
+
+def select_one_ms_with(proxies: Any, index: int, url: str, delay: float) -> float:
+    proxies.call(index, "set_delay", delay)
+    try:
+        return select_one_ms(url)
+    finally:
+        proxies.call(index, "set_delay", 0.0)
+
+
+def summarize_network(samples, trips, wire, forks, calibration, turns, reps, classes) -> dict:  # type: ignore[no-untyped-def]
+    points = [p for p in POINTS if p <= turns]
+
+    def around(per_turn: dict[int, list[tuple[float, float]]], point: int) -> list[tuple[float, float]]:
+        return [t for turn in range(point - 5, point + 6) for t in per_turn.get(turn, [])]
+
+    figures: dict[str, dict[str, Any]] = {}
+    for (name, mode), per_turn in samples.items():
+        cell: dict[str, Any] = {
+            "turn_ms": {p: statistics.median(r + w for r, w in around(per_turn, p)) * 1e3 for p in points},
+            "read_ms": {p: statistics.median(r for r, _ in around(per_turn, p)) * 1e3 for p in points},
+            "write_ms": {p: statistics.median(w for _, w in around(per_turn, p)) * 1e3 for p in points},
+            # a whole conversation of 200 turns (or all of them): each rep's sum, the median of those
+            "total_s": statistics.median(
+                sum(per_turn[t][rep][0] + per_turn[t][rep][1] for t in range(1, min(200, turns) + 1))
+                for rep in range(reps)
+            ),
+        }
+        if (name, mode) in trips:
+            counts = [c for t, c in trips[(name, mode)] if t > 5]
+            cell["round_trips"] = {"median": statistics.median(counts), "mean": statistics.fmean(counts)}
+            cell["wire_kb"] = {p: [b / 1024 for b in v] for p, v in wire[(name, mode)].items()}
+        if (name, mode) in forks:
+            cell["fork_ms"] = statistics.median(t for t, _ in forks[(name, mode)]) * 1e3
+            cell["fork_round_trips"] = statistics.median(c for _, c in forks[(name, mode)])
+        figures.setdefault(name, {})[mode] = cell
+    versions = {}
+    for name, cls in classes.items():
+        versions[name] = metadata.version(cls.package) if cls.package else ""
+    calib = {k: statistics.median(c[k] for c in calibration) for k in calibration[0]}
+    return {
+        "turns": turns,
+        "reps": reps,
+        "points": points,
+        "figures": figures,
+        "calibration": calib,
+        "versions": versions,
+        "load": os.getloadavg(),
+    }
+
+
+def print_network(r: dict) -> None:
+    figures, points = r["figures"], r["points"]
+    modes = [mode_name(d) for d in NETWORK_DELAYS]
+    print(
+        f"{r['turns']} turns x 4 messages, {r['reps']} reps interleaved; ms per turn (read + append),"
+        f" median of turns +-5 around each point, all reps pooled"
+    )
+    print("| mode | system | " + " | ".join(f"@{p}" for p in points) + " | 200 turns, s |")
+    print("|---|---|" + "---:|" * (len(points) + 1))
+    for mode in modes:
+        for name, by_mode in figures.items():
+            cell = by_mode[mode]
+            print(
+                f"| {mode} | {name} | "
+                + " | ".join(f"{cell['turn_ms'][p]:.2f}" for p in points)
+                + f" | {cell['total_s']:.2f} |"
+            )
+    print("\nsessiontree ÷ peer (below 1: sessiontree is faster)")
+    print("| mode | peer | " + " | ".join(f"@{p}" for p in points) + " | 200 turns |")
+    print("|---|---|" + "---:|" * (len(points) + 1))
+    ours = figures["sessiontree"]
+    for mode in modes:
+        for name, by_mode in figures.items():
+            if name == "sessiontree":
+                continue
+            cell = by_mode[mode]
+            print(
+                f"| {mode} | {name} | "
+                + " | ".join(f"{ours[mode]['turn_ms'][p] / cell['turn_ms'][p]:.2f}" for p in points)
+                + f" | {ours[mode]['total_s'] / cell['total_s']:.2f} |"
+            )
+    print("\nthe proxy's own cost: D=0 through it minus direct, ms per turn")
+    print("| system | " + " | ".join(f"@{p}" for p in points) + " |")
+    print("|---|" + "---:|" * len(points))
+    for name, by_mode in figures.items():
+        print(
+            f"| {name} | "
+            + " | ".join(
+                f"{by_mode['D=0ms']['turn_ms'][p] - by_mode['direct']['turn_ms'][p]:+.2f}" for p in points
+            )
+            + " |"
+        )
+    print("\nround trips per turn and KB on the wire (counted in the proxy at D=0)")
+    last = points[-1]
+    print(
+        f"| system | round trips (median; mean) | KB up @{last} | KB down @{last} | fork ms (D=0/1/2) | fork RT |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, by_mode in figures.items():
+        cell = by_mode["D=0ms"]
+        up, down = cell["wire_kb"][last]
+        fork = "n/a"
+        if "fork_ms" in cell:
+            fork = " / ".join(f"{by_mode[m]['fork_ms']:.2f}" for m in modes[1:])
+        print(
+            f"| {name} | {cell['round_trips']['median']:g}; {cell['round_trips']['mean']:.2f} | {up:.1f}"
+            f" | {down:.1f} | {fork} | {cell.get('fork_round_trips', 'n/a')} |"
+        )
+    c = r["calibration"]
+    print(
+        f"\ncalibration (median of reps): SELECT 1 direct {c['direct']:.3f} ms, through the proxy at D=0"
+        f" {c['proxy0']:.3f} ms; "
+        + "; ".join(
+            f"D={d:g}: one-way delay set {c[f'set{d:g}'] * 1000:.3f} ms, added {c[f'added{d:g}']:.3f} ms"
+            f" (after the turns {c[f'after{d:g}']:.3f})"
+            for d in NETWORK_DELAYS
+            if d
+        )
+    )
+    print("versions: " + ", ".join(f"{n} {v}" for n, v in r["versions"].items()) + f"; load {r['load']}")
+
+
 def drop(server: str, url: str) -> None:
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {url.partition('?schema=')[2]} CASCADE")
@@ -298,6 +681,10 @@ def main() -> None:
     parser.add_argument("--plans", action="store_true", help="plans without ANALYZE (see the docstring)")
     parser.add_argument("--storage", action="store_true", help="bytes per message (see the docstring)")
     parser.add_argument("--round-trips", action="store_true", help="round trips per operation")
+    parser.add_argument("--network", action="store_true", help="beside the peers across a network")
+    parser.add_argument("--turns", type=int, default=500, help="--network: turns per conversation")
+    parser.add_argument("--reps", type=int, default=3, help="--network: repetitions, interleaved")
+    parser.add_argument("--json", help="--network: also write the figures to this file")
     args = parser.parse_args()
     server, why = pg_cluster.server_url()
     if server is None:
@@ -310,6 +697,9 @@ def main() -> None:
         return
     if args.round_trips:
         round_trips(server, args.repeat)
+        return
+    if args.network:
+        network(server, args.turns, args.reps, args.json)
         return
     url = f"{server}?schema=bench_{uuid.uuid4().hex[:8]}"
     store, floor = Store(url), RawFloor(server)
