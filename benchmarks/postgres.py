@@ -35,6 +35,7 @@ Uses ``SESSIONTREE_TEST_POSTGRES`` when set, else starts a throwaway cluster
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import multiprocessing
 import os
@@ -62,24 +63,26 @@ class RawFloor:
     def __init__(self, server: str) -> None:
         self.schema = f"floor_{uuid.uuid4().hex[:8]}"
         self.conn = psycopg.connect(server, autocommit=True)
-        self.conn.execute(f"CREATE SCHEMA {self.schema}; SET search_path TO {self.schema}")
+        # names qualified with the schema, not a search_path: a pooler in transaction mode keeps none
+        self.nodes, self.heads = f"{self.schema}.nodes", f"{self.schema}.heads"
+        self.conn.execute(f"CREATE SCHEMA {self.schema}")
         self.conn.execute(
-            "CREATE TABLE nodes (id bigserial PRIMARY KEY, parent_id bigint, payload text);"
-            " CREATE INDEX nodes_parent ON nodes(parent_id);"
-            " CREATE TABLE heads (name text PRIMARY KEY, node_id bigint)"
+            f"CREATE TABLE {self.nodes} (id bigserial PRIMARY KEY, parent_id bigint, payload text);"
+            f" CREATE INDEX nodes_parent ON {self.nodes}(parent_id);"
+            f" CREATE TABLE {self.heads} (name text PRIMARY KEY, node_id bigint)"
         )
         self.head: int | None = None
 
     def append(self, name: str, payload: dict[str, Any]) -> None:
         with self.conn.transaction():
             row = self.conn.execute(
-                "INSERT INTO nodes (parent_id, payload) VALUES (%s, %s) RETURNING id",
+                f"INSERT INTO {self.nodes} (parent_id, payload) VALUES (%s, %s) RETURNING id",
                 (self.head, json.dumps(payload)),
             ).fetchone()
             assert row is not None
             self.head = row[0]
             self.conn.execute(
-                "INSERT INTO heads VALUES (%s, %s)"
+                f"INSERT INTO {self.heads} VALUES (%s, %s)"
                 " ON CONFLICT (name) DO UPDATE SET node_id = excluded.node_id",
                 (name, self.head),
             )
@@ -87,17 +90,18 @@ class RawFloor:
     def read(self, name: str) -> list[dict[str, Any]]:
         rows = self.conn.execute(
             "WITH RECURSIVE p(id, parent_id, payload, depth) AS ("
-            " SELECT id, parent_id, payload, 0 FROM nodes"
-            " WHERE id = (SELECT node_id FROM heads WHERE name = %s)"
+            f" SELECT id, parent_id, payload, 0 FROM {self.nodes}"
+            f" WHERE id = (SELECT node_id FROM {self.heads} WHERE name = %s)"
             " UNION ALL SELECT n.id, n.parent_id, n.payload, p.depth + 1"
-            " FROM nodes n JOIN p ON n.id = p.parent_id)"
+            f" FROM {self.nodes} n JOIN p ON n.id = p.parent_id)"
             " SELECT payload FROM p ORDER BY depth DESC",
             (name,),
         ).fetchall()
         return [json.loads(r[0]) for r in rows]
 
     def fork(self, name: str, at: str) -> None:
-        self.conn.execute("INSERT INTO heads SELECT %s, node_id FROM heads WHERE name = %s", (name, at))
+        copy = f"INSERT INTO {self.heads} SELECT %s, node_id FROM {self.heads} WHERE name = %s"
+        self.conn.execute(copy, (name, at))
 
     def close(self) -> None:
         self.conn.execute(f"DROP SCHEMA {self.schema} CASCADE")
@@ -576,7 +580,11 @@ def summarize_network(samples, trips, wire, forks, calibration, turns, reps, cla
         }
         if (name, mode) in trips:
             counts = [c for t, c in trips[(name, mode)] if t > 5]
-            cell["round_trips"] = {"median": statistics.median(counts), "mean": statistics.fmean(counts)}
+            cell["round_trips"] = {
+                "median": statistics.median(counts),
+                "mean": statistics.fmean(counts),
+                "histogram": dict(sorted(collections.Counter(counts).items())),
+            }
             cell["wire_kb"] = {p: [b / 1024 for b in v] for p, v in wire[(name, mode)].items()}
         if (name, mode) in forks:
             cell["fork_ms"] = statistics.median(t for t, _ in forks[(name, mode)]) * 1e3
@@ -642,7 +650,8 @@ def print_network(r: dict) -> None:
     print("\nround trips per turn and KB on the wire (counted in the proxy at D=0)")
     last = points[-1]
     print(
-        f"| system | round trips (median; mean) | KB up @{last} | KB down @{last} | fork ms (D=0/1/2) | fork RT |"
+        f"| system | round trips (median; mean; turns with each count) | KB up @{last}"
+        f" | KB down @{last} | fork ms (D=0/1/2) | fork RT |"
     )
     print("|---|---:|---:|---:|---:|---:|")
     for name, by_mode in figures.items():
@@ -652,7 +661,8 @@ def print_network(r: dict) -> None:
         if "fork_ms" in cell:
             fork = " / ".join(f"{by_mode[m]['fork_ms']:.2f}" for m in modes[1:])
         print(
-            f"| {name} | {cell['round_trips']['median']:g}; {cell['round_trips']['mean']:.2f} | {up:.1f}"
+            f"| {name} | {cell['round_trips']['median']:g}; {cell['round_trips']['mean']:.2f};"
+            f" {cell['round_trips']['histogram']} | {up:.1f}"
             f" | {down:.1f} | {fork} | {cell.get('fork_round_trips', 'n/a')} |"
         )
     c = r["calibration"]

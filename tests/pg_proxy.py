@@ -6,7 +6,9 @@ connection to the server; ``proxy.url(schema)`` is the URL to give ``Store``.
 that holds ``pattern`` (say ``b"COMMIT\\x00"``) ends that client's connection, either
 before the server sees it (``forward=False``) or once the server has answered it,
 without passing the answer on (``forward=True``: the server did the work, the client
-never hears so). ``proxy.dropped`` is set then. ``proxy.stop()`` ends it.
+never hears so). ``proxy.dropped`` is set then. ``proxy.stop()`` ends it. With
+``after=other``, it is armed only once a client message holding ``other`` went by (the
+COMMIT of a write, not of a read before it).
 
 ``DroppingProxy(server_url, delay=seconds)`` holds every chunk that long before passing
 it on, each way: a network's round trip of twice that. It is a propagation delay: each
@@ -54,6 +56,7 @@ class DroppingProxy:
         self.port = self.listener.getsockname()[1]
         self.pattern: bytes | None = None
         self.forward = False
+        self.after: bytes | None = None
         self.dropped = threading.Event()
         self._lock = threading.Lock()
         self._open: list[socket.socket] = []
@@ -69,9 +72,9 @@ class DroppingProxy:
             f"postgresql://{self.user}@127.0.0.1:{self.port}/{self.database}?sslmode=disable&schema={schema}"
         )
 
-    def drop_at(self, pattern: bytes, *, forward: bool) -> None:
+    def drop_at(self, pattern: bytes, *, forward: bool, after: bytes | None = None) -> None:
         with self._lock:
-            self.pattern, self.forward = pattern, forward
+            self.pattern, self.forward, self.after = pattern, forward, after
             self.dropped.clear()
 
     def counted(self) -> int:
@@ -112,7 +115,10 @@ class DroppingProxy:
     def _armed(self, data: bytes) -> bool | None:
         """The forward setting when ``data`` holds the pattern (disarming it), else None."""
         with self._lock:
-            if self.pattern is None or self.pattern not in data:
+            if self.after is not None and self.after in data:
+                self.after = None
+                return None
+            if self.pattern is None or self.after is not None or self.pattern not in data:
                 return None
             self.pattern = None
             return self.forward
