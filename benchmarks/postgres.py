@@ -50,8 +50,6 @@ from typing import Any
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from peers import chat_turn  # noqa: E402
-
 import pg_cluster  # noqa: E402
 from sessiontree import Store  # noqa: E402
 
@@ -198,62 +196,72 @@ def prose(rng: Any, words: list[str], weights: list[float], size: int = 1000) ->
     return " ".join(out)[:size]
 
 
-def storage_bytes(server: str) -> None:
+def prose_texts(turns: int) -> dict[tuple[str, int], str]:
+    """Every text of ``turns`` turns of peers.py's workload as prose-like pseudo-words
+    (drawn Zipf-like from 5,000, seeded; ~1 KB each): pglz compresses it about 2x, as
+    prose, where peers.py's repeated lorem line compresses 50x."""
     import random
-
-    from sessiontree import db
-    from sessiontree.storage import postgres_db
 
     rng = random.Random(15)
     letters = "etaoinshrdlucmfwypvbgkqjxz"
     words = sorted({"".join(rng.choices(letters, k=rng.randint(2, 10))) for _ in range(5_500)})[:5_000]
     rng.shuffle(words)
     weights = [1 / (rank + 1) for rank in range(len(words))]
+    return {
+        (what, turn): prose(rng, words, weights)
+        for turn in range(1, turns + 1)
+        for what in ("question", "query", "result", "answer")
+    }
+
+
+def storage_bytes(server: str) -> None:
+    """Bytes on the server per message, every system on the same prose-like text."""
+    import peers
+
+    from sessiontree import db
+    from sessiontree.storage import postgres_db
+
     turns = 200
+    texts = prose_texts(turns)
+    lorem, peers.text = peers.text, lambda what, turn: texts[(what, turn)]
     every_step, every_pg_step = db.migrations, postgres_db.steps
     all_steps, all_pg_steps = db.migrations(), postgres_db.steps()
 
-    def per_message(label: str, step: int | None, index: bool) -> None:
-        url = f"{server}?schema=bench_{uuid.uuid4().hex[:8]}"
+    def per_message(label: str, cls: Any, step: int | None = None, index: bool = True) -> None:
+        schema = f"bench_{uuid.uuid4().hex[:8]}"
         if step is not None:  # a store as that schema step made it
             db.migrations = lambda: all_steps[:step]  # type: ignore[assignment]
             postgres_db.steps = lambda: [s for s in all_pg_steps if s.version <= step]  # type: ignore[assignment]
         try:
-            store = Store(url)
+            system = cls(server, schema)
             if not index:
-                store.set_search_index(False)
-            with psycopg.connect(server, autocommit=True) as conn:
-                schema = url.partition("?schema=")[2]
-                total = (
-                    "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c"
-                    " JOIN pg_namespace ns ON ns.oid = c.relnamespace"
-                    " WHERE ns.nspname = %s AND c.relkind = 'r'"
-                )
-                empty = conn.execute(total, (schema,)).fetchone()[0]  # type: ignore[index]
-                session = store.create_session("prose")
-                for turn in range(turns):
-                    messages = json.loads(json.dumps(chat_turn(turn)))
-                    for m in messages:
-                        if isinstance(m.get("content"), str):
-                            m["content"] = prose(rng, words, weights)
-                    args = json.loads(messages[1]["tool_calls"][0]["function"]["arguments"])
-                    args["query"] = prose(rng, words, weights)
-                    messages[1]["tool_calls"][0]["function"]["arguments"] = json.dumps(args)
-                    session.append_many(messages)
-                conn.execute(f"SET search_path TO {schema}")
-                for table in ("nodes", "branches", "sessions", "runs"):
-                    conn.execute(f"VACUUM {table}")
-                full = conn.execute(total, (schema,)).fetchone()[0]  # type: ignore[index]
-            store.close()
-            print(f"{label:44} {(full - empty) / (turns * 4):8,.0f} bytes per message")
+                system.store.set_search_index(False)
+            system.read()  # a lazy peer creates its tables now
+            empty = schema_bytes(server, schema, vacuum=False)
+            for turn in range(1, turns + 1):  # step 11 has no read functions; sessiontree writes without
+                system.write(system.shape(turn), system.read() if step is None else [])
+            full = schema_bytes(server, schema)
+            system.close()
+            print(f"{label:52} {(full - empty) / (turns * 4):8,.0f} bytes per message")
         finally:
             db.migrations, postgres_db.steps = every_step, every_pg_step  # type: ignore[assignment]
-            drop(server, url)
+            drop_schemas(server, [schema])
 
-    print(f"{turns} turns of 4 messages, prose-like text (~1 KB a message)")
-    per_message("schema step 11 (two search indexes)", 11, True)
-    per_message("now (one search index)", None, True)
-    per_message("now, search index off", None, False)
+    print(
+        f"{turns} turns of 4 messages, prose-like text (~1 KB a message); after VACUUM, less the empty schema"
+    )
+    classes = peer_classes()
+    try:
+        per_message("sessiontree at schema step 11 (two search indexes)", classes["sessiontree"], 11)
+        per_message("sessiontree now (one search index)", classes["sessiontree"])
+        per_message("sessiontree now, search index off", classes["sessiontree"], index=False)
+        for name in ("langgraph", "agents-sqlalchemy"):
+            try:
+                per_message(f"{name} ({classes[name].package})", classes[name])
+            except ImportError as e:
+                print(f"{name}: not installed ({e}): {PEERS_PACKAGES}")
+    finally:
+        peers.text = lorem
 
 
 def round_trips(server: str, repeat: int) -> None:
@@ -679,6 +687,156 @@ def print_network(r: dict) -> None:
     print("versions: " + ", ".join(f"{n} {v}" for n, v in r["versions"].items()) + f"; load {r['load']}")
 
 
+# -- many processes: workers carrying decided pauses on, writers appending ------------------
+
+
+def pause_worker(url: str, out_dir: str, tool_log: str, ready: Any, start: Any) -> None:
+    """A ``work`` loop until idle; writes (pause id, s resuming began, s it ended) per pause."""
+    import reliability_workers as workers
+    from sessiontree import Final, Resuming, work
+
+    os.environ[workers.TOOL_LOG_ENV] = tool_log
+    carried: list[tuple[str, float, float]] = []
+    with Store(url) as store:
+        ready.put(os.getpid())
+        start.wait(120)
+        began: tuple[str, float] | None = None
+        for step in work(
+            store,
+            poll=0.2,
+            until_idle=True,
+            call=lambda m, t: workers.reply("done"),
+            tools=[workers.transfer],
+        ):
+            if isinstance(step, Resuming):
+                began = (step.pause_id, time.time())
+            elif isinstance(step, Final) and began is not None:
+                carried.append((began[0], began[1], time.time()))
+                began = None
+    Path(out_dir, f"{os.getpid()}.json").write_text(json.dumps(carried))
+
+
+def p99(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[98] if len(values) > 1 else values[0]
+
+
+def carry_pauses(server: str, processes: int, pauses: int) -> dict[str, Any]:
+    import tempfile
+
+    from sessiontree import Approve, decide
+    from test_reliability_pauses import make_pauses
+
+    url = f"{server}?schema=bench_{uuid.uuid4().hex[:8]}"
+    with tempfile.TemporaryDirectory(prefix="sessiontree-bench-") as out, Store(url) as store:
+        tool_log = Path(out, "executions.log")
+        tool_log.touch()
+        made = make_pauses(store, pauses)
+        for pause_id in made:
+            decide(store, pause_id, {"e": Approve()}, by="bench")
+        ready, start = CTX.Queue(), CTX.Event()
+        procs = [
+            CTX.Process(target=pause_worker, args=(url, out, str(tool_log), ready, start))
+            for _ in range(processes)
+        ]
+        for proc in procs:
+            proc.start()
+        for _ in procs:
+            ready.get(timeout=120)
+        began = time.time()
+        start.set()
+        for proc in procs:
+            proc.join(300)
+        assert [proc.exitcode for proc in procs] == [0] * processes
+        carried = [c for f in Path(out).glob("*.json") for c in json.loads(f.read_text())]
+        # each pause carried on by exactly one worker, its unsafe tool run exactly once
+        assert collections.Counter(c[0] for c in carried) == collections.Counter(made), "lost or twice"
+        runs = collections.Counter(int(line.split()[1]) for line in tool_log.read_text().splitlines())
+        assert runs == collections.Counter(range(pauses)), "a tool ran twice or never"
+        assert store.storage.resumable() == [] and store.verify().ok
+        took = max(c[2] for c in carried) - began
+        latencies = [c[2] - c[1] for c in carried]
+    drop(server, url)
+    return {
+        "per_s": pauses / took,
+        "p99_ms": p99(latencies) * 1e3,
+        "median_ms": statistics.median(latencies) * 1e3,
+    }
+
+
+def append_writer(url: str, session_id: str | None, seconds: float, ready: Any, start: Any, out: Any) -> None:
+    """Appends a turn of 4 messages for ``seconds``; sends (the ids it was told, latencies)."""
+    from peers import chat_turn
+
+    with Store(url) as store:
+        session = store.session(session_id) if session_id else store.create_session("writer")
+        ready.put(session.id)
+        start.wait(120)
+        ids, latencies, turn = [], [], 0
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            turn += 1
+            begun = time.perf_counter()
+            nodes = session.append_many(chat_turn(turn))
+            latencies.append(time.perf_counter() - begun)
+            ids += [n.id for n in nodes]
+        out.put((session.id, ids, latencies))
+
+
+def write_at_once(server: str, processes: int, seconds: float, shared: bool) -> dict[str, Any]:
+    url = f"{server}?schema=bench_{uuid.uuid4().hex[:8]}"
+    with Store(url) as store:
+        one = store.create_session("shared").id if shared else None
+        ready, start, out = CTX.Queue(), CTX.Event(), CTX.Queue()
+        procs = [
+            CTX.Process(target=append_writer, args=(url, one, seconds, ready, start, out))
+            for _ in range(processes)
+        ]
+        for proc in procs:
+            proc.start()
+        for _ in procs:
+            ready.get(timeout=120)
+        start.set()
+        results = [out.get(timeout=seconds + 120) for _ in procs]
+        for proc in procs:
+            proc.join(60)
+        told: dict[str, list[str]] = {}
+        for session_id, ids, _ in results:
+            told.setdefault(session_id, []).extend(ids)
+        for session_id, ids in told.items():  # every acknowledged append there, once; nothing else
+            stored = [n.id for n in store.session(session_id).path("main")]
+            assert len(stored) == len(ids) and set(stored) == set(ids), "lost or written twice"
+        assert store.verify().ok
+    drop(server, url)
+    latencies = [t for _, _, ts in results for t in ts]
+    return {
+        "turns_per_s": len(latencies) / seconds,
+        "p99_ms": p99(latencies) * 1e3,
+        "median_ms": statistics.median(latencies) * 1e3,
+    }
+
+
+def concurrency(server: str, seconds: float, pauses: int) -> None:
+    print(f"workers carrying {pauses} decided pauses on (each its own process and pool), until idle")
+    print("| workers | pauses/s | median ms | p99 ms | lost or run twice |")
+    print("|---:|---:|---:|---:|---|")
+    for processes in (1, 4, 16):
+        r = carry_pauses(server, processes, pauses)
+        print(
+            f"| {processes} | {r['per_s']:.1f} | {r['median_ms']:.1f} | {r['p99_ms']:.1f} | none (asserted) |"
+        )
+    print(f"\nwriters appending a turn of 4 messages for {seconds:g} s (each its own process and pool)")
+    print("| writers | sessions | turns/s | median ms | p99 ms | lost or twice |")
+    print("|---:|---|---:|---:|---:|---|")
+    for shared in (False, True):
+        for processes in (1, 2, 4, 8, 16):
+            r = write_at_once(server, processes, seconds, shared)
+            where = "one, one branch" if shared else "one each"
+            print(
+                f"| {processes} | {where} | {r['turns_per_s']:.0f} | {r['median_ms']:.1f} | {r['p99_ms']:.1f}"
+                " | none (asserted) |"
+            )
+
+
 def drop(server: str, url: str) -> None:
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {url.partition('?schema=')[2]} CASCADE")
@@ -695,6 +853,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=500, help="--network: turns per conversation")
     parser.add_argument("--reps", type=int, default=3, help="--network: repetitions, interleaved")
     parser.add_argument("--json", help="--network: also write the figures to this file")
+    parser.add_argument("--concurrency", action="store_true", help="workers and writers at once")
+    parser.add_argument("--pauses", type=int, default=64, help="--concurrency: decided pauses to carry on")
     args = parser.parse_args()
     server, why = pg_cluster.server_url()
     if server is None:
@@ -710,6 +870,9 @@ def main() -> None:
         return
     if args.network:
         network(server, args.turns, args.reps, args.json)
+        return
+    if args.concurrency:
+        concurrency(server, args.seconds, args.pauses)
         return
     url = f"{server}?schema=bench_{uuid.uuid4().hex[:8]}"
     store, floor = Store(url), RawFloor(server)
