@@ -243,6 +243,15 @@ def storage_bytes(server: str) -> None:
             full = schema_bytes(server, schema)
             system.close()
             print(f"{label:52} {(full - empty) / (turns * 4):8,.0f} bytes per message")
+            if cls.__name__ == "AgentsPg":  # what search would add to its plain table
+                with psycopg.connect(server, autocommit=True) as conn:
+                    conn.execute(
+                        f"CREATE INDEX agent_messages_search ON {schema}.agent_messages"
+                        " USING gin (to_tsvector('simple', message_data))"
+                    )
+                full = schema_bytes(server, schema)
+                label = "  the same plus a GIN index of its text (as ours)"
+                print(f"{label:52} {(full - empty) / (turns * 4):8,.0f} bytes per message")
         finally:
             db.migrations, postgres_db.steps = every_step, every_pg_step  # type: ignore[assignment]
             drop_schemas(server, [schema])
