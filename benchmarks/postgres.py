@@ -227,7 +227,9 @@ def storage_bytes(server: str) -> None:
     every_step, every_pg_step = db.migrations, postgres_db.steps
     all_steps, all_pg_steps = db.migrations(), postgres_db.steps()
 
-    def per_message(label: str, cls: Any, step: int | None = None, index: bool = True) -> None:
+    def per_message(
+        label: str, cls: Any, step: int | None = None, index: bool = True, extra: str = ""
+    ) -> None:
         schema = f"bench_{uuid.uuid4().hex[:8]}"
         if step is not None:  # a store as that schema step made it
             db.migrations = lambda: all_steps[:step]  # type: ignore[assignment]
@@ -237,21 +239,15 @@ def storage_bytes(server: str) -> None:
             if not index:
                 system.store.set_search_index(False)
             system.read()  # a lazy peer creates its tables now
+            if extra:
+                with psycopg.connect(server, autocommit=True) as conn:
+                    conn.execute(extra.format(schema=schema))
             empty = schema_bytes(server, schema, vacuum=False)
             for turn in range(1, turns + 1):  # step 11 has no read functions; sessiontree writes without
                 system.write(system.shape(turn), system.read() if step is None else [])
             full = schema_bytes(server, schema)
             system.close()
             print(f"{label:52} {(full - empty) / (turns * 4):8,.0f} bytes per message")
-            if cls.__name__ == "AgentsPg":  # what search would add to its plain table
-                with psycopg.connect(server, autocommit=True) as conn:
-                    conn.execute(
-                        f"CREATE INDEX agent_messages_search ON {schema}.agent_messages"
-                        " USING gin (to_tsvector('simple', message_data))"
-                    )
-                full = schema_bytes(server, schema)
-                label = "  the same plus a GIN index of its text (as ours)"
-                print(f"{label:52} {(full - empty) / (turns * 4):8,.0f} bytes per message")
         finally:
             db.migrations, postgres_db.steps = every_step, every_pg_step  # type: ignore[assignment]
             drop_schemas(server, [schema])
@@ -269,6 +265,14 @@ def storage_bytes(server: str) -> None:
                 per_message(f"{name} ({classes[name].package})", classes[name])
             except ImportError as e:
                 print(f"{name}: not installed ({e}): {PEERS_PACKAGES}")
+        # what search would add to the Agents SDK's plain table: a GIN index of its items'
+        # text, kept as rows come (as ours is), over the whole item JSON
+        per_message(
+            "agents-sqlalchemy plus a GIN index of its text",
+            classes["agents-sqlalchemy"],
+            extra="CREATE INDEX agent_messages_search ON {schema}.agent_messages"
+            " USING gin (to_tsvector('simple', message_data))",
+        )
     finally:
         peers.text = lorem
 
