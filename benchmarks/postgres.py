@@ -319,6 +319,10 @@ PEERS_PACKAGES = (
     "pip install -e '.[bench]'  (langgraph-checkpoint-postgres, openai-agents[sqlalchemy], asyncpg)"
 )
 POINTS = (10, 50, 100, 200, 300, 400, 500)
+PEER_MODULES = {
+    "langgraph": ["langgraph.checkpoint.postgres"],
+    "agents-sqlalchemy": ["agents.extensions.memory.sqlalchemy_session", "asyncpg"],
+}
 NETWORK_DELAYS = (None, 0.0, 1.0, 2.0)  # ms added to a round trip; None: straight to the server
 
 
@@ -476,13 +480,14 @@ def network(server: str, turns: int, reps: int, out_json: str | None) -> None:
 
     from pg_proxy import ProxyProcess
 
-    try:
-        classes = peer_classes()
-        __import__("langgraph.checkpoint.postgres")
-        __import__("agents.extensions.memory.sqlalchemy_session")
-        __import__("asyncpg")
-    except ImportError as e:
-        raise SystemExit(f"a peer is missing ({e}): {PEERS_PACKAGES}") from None
+    classes, skipped = peer_classes(), []
+    for name, modules in PEER_MODULES.items():
+        try:
+            for module in modules:
+                __import__(module)
+        except ImportError as e:  # sessiontree runs alone, or with the peer that is there
+            del classes[name]
+            skipped.append(f"skipped, {name}: {e} ({PEERS_PACKAGES})")
     delays = [d for d in NETWORK_DELAYS if d is not None]
     proxies = ProxyProcess(server, len(classes) * len(delays) + 1)
     calib_index = len(proxies.urls) - 1
@@ -492,6 +497,7 @@ def network(server: str, turns: int, reps: int, out_json: str | None) -> None:
     finally:
         proxies.stop()
     print_network(result)
+    print("\n".join(skipped))
     if out_json:
         Path(out_json).write_text(json.dumps(result, indent=1))
 
@@ -530,18 +536,7 @@ def _network_run(server, turns, reps, proxies, calib_index, calib_url, classes, 
             shift = turn % len(cells)
             for cell in cells[shift:] + cells[:shift]:
                 system = cell.system
-                messages = system.shape(turn)
-                start = time.perf_counter()
-                context = system.read()
-                middle = time.perf_counter()
-                system.write(messages, context)
-                end = time.perf_counter()
-                assert len(context) == 4 * (turn - 1), (cell.key, len(context))
-                del context
-                freed = time.perf_counter() - end
-                samples.setdefault(cell.key, {}).setdefault(turn, []).append(
-                    (middle - start + freed, end - middle)
-                )
+                samples.setdefault(cell.key, {}).setdefault(turn, []).append(peers.one_turn(system, turn))
                 if cell.delay == 0.0:  # counted outside the timing, on the wire
                     trips.setdefault(cell.key, []).append((turn, proxies.call(cell.listener, "counted")))
                     if turn in POINTS:
@@ -626,6 +621,17 @@ def summarize_network(samples, trips, wire, forks, calibration, turns, reps, cla
     }
 
 
+def ratio_of(ours: dict[str, Any]) -> Any:
+    """(per-turn ratios, the whole conversation's ratio) of sessiontree over a peer's cell."""
+
+    def ratios(cell: dict[str, Any], mode: str) -> tuple[dict[int, float], float]:
+        mine = ours[mode]
+        per_turn = {p: mine["turn_ms"][p] / v for p, v in cell["turn_ms"].items()}
+        return per_turn, mine["total_s"] / cell["total_s"]
+
+    return ratios
+
+
 def print_network(r: dict) -> None:
     figures, points = r["figures"], r["points"]
     modes = [mode_name(d) for d in NETWORK_DELAYS]
@@ -633,30 +639,25 @@ def print_network(r: dict) -> None:
         f"{r['turns']} turns x 4 messages, {r['reps']} reps interleaved; ms per turn (read + append),"
         f" median of turns +-5 around each point, all reps pooled"
     )
-    print("| mode | system | " + " | ".join(f"@{p}" for p in points) + " | 200 turns, s |")
-    print("|---|---|" + "---:|" * (len(points) + 1))
-    for mode in modes:
-        for name, by_mode in figures.items():
-            cell = by_mode[mode]
-            print(
-                f"| {mode} | {name} | "
-                + " | ".join(f"{cell['turn_ms'][p]:.2f}" for p in points)
-                + f" | {cell['total_s']:.2f} |"
-            )
-    print("\nsessiontree ÷ peer (below 1: sessiontree is faster)")
-    print("| mode | peer | " + " | ".join(f"@{p}" for p in points) + " | 200 turns |")
-    print("|---|---|" + "---:|" * (len(points) + 1))
     ours = figures["sessiontree"]
-    for mode in modes:
-        for name, by_mode in figures.items():
-            if name == "sessiontree":
-                continue
-            cell = by_mode[mode]
-            print(
-                f"| {mode} | {name} | "
-                + " | ".join(f"{ours[mode]['turn_ms'][p] / cell['turn_ms'][p]:.2f}" for p in points)
-                + f" | {ours[mode]['total_s'] / cell['total_s']:.2f} |"
-            )
+    for title, label, shown in (
+        ("", "system", lambda cell, _: (cell["turn_ms"], cell["total_s"])),
+        ("\nsessiontree ÷ peer (below 1: sessiontree is faster)", "peer", ratio_of(ours)),
+    ):
+        if title:
+            print(title)
+        print(f"| mode | {label} | " + " | ".join(f"@{p}" for p in points) + " | 200 turns |")
+        print("|---|---|" + "---:|" * (len(points) + 1))
+        for mode in modes:
+            for name, by_mode in figures.items():
+                if label == "peer" and name == "sessiontree":
+                    continue
+                per_turn, total = shown(by_mode[mode], mode)
+                print(
+                    f"| {mode} | {name} | "
+                    + " | ".join(f"{per_turn[p]:.2f}" for p in points)
+                    + f" | {total:.2f} |"
+                )
     print("\nthe proxy's own cost: D=0 through it minus direct, ms per turn")
     print("| system | " + " | ".join(f"@{p}" for p in points) + " |")
     print("|---|" + "---:|" * len(points))
@@ -828,11 +829,11 @@ def write_at_once(server: str, processes: int, seconds: float, shared: bool) -> 
     }
 
 
-def concurrency(server: str, seconds: float, pauses: int) -> None:
+def concurrency(server: str, seconds: float, pauses: int, most: int) -> None:
     print(f"workers carrying {pauses} decided pauses on (each its own process and pool), until idle")
     print("| workers | pauses/s | median ms | p99 ms | lost or run twice |")
     print("|---:|---:|---:|---:|---|")
-    for processes in (1, 4, 16):
+    for processes in [n for n in (1, 4, 16) if n <= most]:
         r = carry_pauses(server, processes, pauses)
         print(
             f"| {processes} | {r['per_s']:.1f} | {r['median_ms']:.1f} | {r['p99_ms']:.1f} | none (asserted) |"
@@ -841,7 +842,7 @@ def concurrency(server: str, seconds: float, pauses: int) -> None:
     print("| writers | sessions | turns/s | median ms | p99 ms | lost or twice |")
     print("|---:|---|---:|---:|---:|---|")
     for shared in (False, True):
-        for processes in (1, 2, 4, 8, 16):
+        for processes in [n for n in (1, 2, 4, 8, 16) if n <= most]:
             r = write_at_once(server, processes, seconds, shared)
             where = "one, one branch" if shared else "one each"
             print(
@@ -868,6 +869,7 @@ def main() -> None:
     parser.add_argument("--json", help="--network: also write the figures to this file")
     parser.add_argument("--concurrency", action="store_true", help="workers and writers at once")
     parser.add_argument("--pauses", type=int, default=64, help="--concurrency: decided pauses to carry on")
+    parser.add_argument("--most", type=int, default=16, help="--concurrency: at most this many processes")
     args = parser.parse_args()
     server, why = pg_cluster.server_url()
     if server is None:
@@ -885,7 +887,7 @@ def main() -> None:
         network(server, args.turns, args.reps, args.json)
         return
     if args.concurrency:
-        concurrency(server, args.seconds, args.pauses)
+        concurrency(server, args.seconds, args.pauses, args.most)
         return
     url = f"{server}?schema=bench_{uuid.uuid4().hex[:8]}"
     store, floor = Store(url), RawFloor(server)
