@@ -4,7 +4,8 @@ A test uses it when its module is one of the ``test_postgres*`` files, when it a
 the ``pg_url`` fixture, when one of its parameters is the ``postgres`` backend
 (``db_target``, ``any_store``, ``every_store``), or when its module reaches the test
 server itself (``postgres_server()``, listed below). ``.ci/run`` runs them again through
-PgBouncer in transaction mode (tests/pg_bouncer.py).
+PgBouncer in transaction mode (tests/pg_bouncer.py). The benchmarks' smoke tests are left
+out: they check the scripts (minutes of them), not the store, and run directly in CI.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 # modules outside the test_postgres* files whose tests open the server by other means
-REACHING = {"test_benchmarks_smoke.py", "test_copy_redactions.py", "test_threads.py"}
+REACHING = {"test_copy_redactions.py", "test_threads.py"}
 
 
 def uses_postgres(item: pytest.Item) -> bool:
