@@ -738,7 +738,7 @@ def carry_pauses(server: str, processes: int, pauses: int) -> dict[str, Any]:
     import tempfile
 
     from sessiontree import Approve, decide
-    from test_reliability_pauses import make_pauses
+    from test_pause_races import make_pauses
 
     url = f"{server}?schema=bench_{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory(prefix="sessiontree-bench-") as out, Store(url) as store:
