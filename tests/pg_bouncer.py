@@ -2,8 +2,7 @@
 
 ``start(server_url, directory)`` writes an ini (trust auth, a free port of 127.0.0.1,
 ``pool_mode = transaction``; a role the tests create logs in too: PgBouncer looks it up
-on the server as ``auth_user``; ``server_round_robin``, so that consecutive transactions
-land on different server connections) into ``directory``, starts ``pgbouncer`` as a daemon and
+on the server as ``auth_user``) into ``directory``, starts ``pgbouncer`` as a daemon and
 returns (its URL, a function that stops it); ``None`` and why
 when ``pgbouncer`` is not installed. It runs as ``nobody`` when started by root (it
 refuses to run as root).
@@ -56,9 +55,6 @@ def start(server_url: str, directory: Path) -> tuple[str, Callable[[], None]] | 
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
         f"auth_type = trust\nauth_file = {directory}/userlist.txt\nauth_user = {user}\n"
         "pool_mode = transaction\nmax_client_conn = 500\ndefault_pool_size = 20\n"
-        # the idle server connections in turn, not the last one used: what leans on a
-        # setting that outlives its transaction fails every time, not by chance
-        "server_round_robin = 1\n"
         f"logfile = {directory}/pgbouncer.log\npidfile = {directory}/pgbouncer.pid\n"
         + ("user = nobody\n" if os.geteuid() == 0 else "")
     )
