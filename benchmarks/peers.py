@@ -467,6 +467,23 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def one_turn(system: System, turn: int) -> tuple[float, float]:
+    """Read the branch, append the turn's 4 messages: (s reading, s appending)."""
+    messages = system.shape(turn)
+    start = time.perf_counter()
+    context = system.read()
+    middle = time.perf_counter()
+    system.write(messages, context)
+    end = time.perf_counter()
+    assert len(context) == 4 * (turn - 1), (system.name, len(context))
+    # Each system pays for dropping its own context (thousands of freshly decoded
+    # objects for a system that decodes on every read), timed here: left to the
+    # next ``context = ...``, it would be charged to the next system's read.
+    del context
+    freed = time.perf_counter() - end
+    return middle - start + freed, end - middle
+
+
 def one_rep(classes: list[type[System]], tmp: Path, turns: int, forks: int, cold: int, samples: dict) -> None:
     systems = [cls(tmp / f"{cls.name}.db") for cls in classes]
     empty = {}
@@ -477,19 +494,7 @@ def one_rep(classes: list[type[System]], tmp: Path, turns: int, forks: int, cold
     for turn in range(1, turns + 1):
         shift = turn % len(systems)
         for system in systems[shift:] + systems[:shift]:
-            messages = system.shape(turn)
-            start = time.perf_counter()
-            context = system.read()
-            middle = time.perf_counter()
-            system.write(messages, context)
-            end = time.perf_counter()
-            assert len(context) == 4 * (turn - 1), (system.name, len(context))
-            # Each system pays for dropping its own context (thousands of freshly decoded
-            # objects for a system that decodes on every read), timed here: left to the
-            # next ``context = ...``, it would be charged to the next system's read.
-            del context
-            freed = time.perf_counter() - end
-            samples[system.name]["turns"].setdefault(turn, []).append((middle - start + freed, end - middle))
+            samples[system.name]["turns"].setdefault(turn, []).append(one_turn(system, turn))
             if turn == fork_turn - 1:
                 system.mark()
     for system in systems:

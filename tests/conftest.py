@@ -355,6 +355,27 @@ def every_store(request):
         yield s
 
 
+PGBOUNCER = os.environ.get("SESSIONTREE_PGBOUNCER", "").lower() in ("true", "1", "yes", "on")
+"""The PostgreSQL tests run through PgBouncer in transaction mode (tests/pg_bouncer.py)."""
+
+
+def without_pgbouncer(limit: str) -> pytest.MarkDecorator:
+    """Skip where PgBouncer's transaction mode cannot give what the test needs: ``limit``
+    says what (the same list is in docs/postgres.md, *Pooling and PgBouncer*)."""
+    return pytest.mark.skipif(PGBOUNCER, reason=f"behind PgBouncer in transaction mode, {limit}")
+
+
+@contextmanager
+def server_transaction(store: Store) -> Iterator:
+    """A transaction on one of a server store's connections, with the store's settings
+    (``search_path`` to its schema...): behind PgBouncer they last one transaction."""
+    storage = store.storage
+    with storage.pool.connection() as conn, conn.transaction():  # type: ignore[attr-defined]
+        if storage.target.pgbouncer:  # type: ignore[attr-defined]
+            conn.execute(storage._local_settings)  # type: ignore[attr-defined]
+        yield conn
+
+
 def raw(store: Store, sql: str, params: tuple = ()) -> list[tuple]:
     """Run SQL on the store's database behind the API's back (``?`` placeholders on both
     backends): how tests play another program, or check what the schema refuses."""
@@ -363,14 +384,13 @@ def raw(store: Store, sql: str, params: tuple = ()) -> list[tuple]:
     if isinstance(store.storage, SQLiteStorage):
         return store.conn.execute(sql, params).fetchall()
     storage = store.storage
+    if storage.target.pgbouncer:  # type: ignore[attr-defined]
+        with server_transaction(store) as conn:  # the store's settings last one transaction there
+            cursor = conn.execute(sql.replace("?", "%s"), params)
+            return cursor.fetchall() if cursor.description else []
     with storage.pool.connection() as conn:  # type: ignore[attr-defined]
-        if not storage.target.pgbouncer:  # type: ignore[attr-defined]
-            cursor = conn.execute(sql.replace("?", "%s"), params)
-            return cursor.fetchall() if cursor.description else []
-        with conn.transaction():  # behind PgBouncer: the store's settings last one transaction
-            conn.execute(storage._local_settings)  # type: ignore[attr-defined]
-            cursor = conn.execute(sql.replace("?", "%s"), params)
-            return cursor.fetchall() if cursor.description else []
+        cursor = conn.execute(sql.replace("?", "%s"), params)
+        return cursor.fetchall() if cursor.description else []
 
 
 def schema_refusals() -> tuple[type[Exception], ...]:

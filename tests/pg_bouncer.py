@@ -1,7 +1,8 @@
 """Debian's PgBouncer in transaction mode, in front of the test server, for the tests.
 
 ``start(server_url, directory)`` writes an ini (trust auth, a free port of 127.0.0.1,
-``pool_mode = transaction``) into ``directory``, starts ``pgbouncer`` as a daemon and
+``pool_mode = transaction``; a role the tests create logs in too: PgBouncer looks it up
+on the server as ``auth_user``) into ``directory``, starts ``pgbouncer`` as a daemon and
 returns (its URL, a function that stops it); ``None`` and why
 when ``pgbouncer`` is not installed. It runs as ``nobody`` when started by root (it
 refuses to run as root).
@@ -9,7 +10,7 @@ refuses to run as root).
 Run the PostgreSQL tests through it (``.ci/run`` does)::
 
     eval "$(python tests/pg_bouncer.py)"   # exports SESSIONTREE_TEST_POSTGRES, SESSIONTREE_PGBOUNCER=true
-    pytest tests/test_postgres.py tests/test_postgres_pools.py
+    PYTHONPATH=tests pytest -p pg_only   # every test that uses PostgreSQL (tests/pg_only.py)
     kill "$(cat "$SESSIONTREE_PGBOUNCER_PIDFILE")"
 
 (the flag comes from the environment: the tests add ``?schema=`` to the server's URL).
@@ -52,7 +53,7 @@ def start(server_url: str, directory: Path) -> tuple[str, Callable[[], None]] | 
         f"* = host={parts.hostname or '127.0.0.1'} port={parts.port or 5432}\n"
         "[pgbouncer]\n"
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
-        f"auth_type = trust\nauth_file = {directory}/userlist.txt\n"
+        f"auth_type = trust\nauth_file = {directory}/userlist.txt\nauth_user = {user}\n"
         "pool_mode = transaction\nmax_client_conn = 500\ndefault_pool_size = 20\n"
         f"logfile = {directory}/pgbouncer.log\npidfile = {directory}/pgbouncer.pid\n"
         + ("user = nobody\n" if os.geteuid() == 0 else "")

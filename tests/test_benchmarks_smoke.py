@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import postgres_server
+from conftest import PGBOUNCER, postgres_server
 
 pytestmark = pytest.mark.slow  # runs the benchmark scripts
 
@@ -208,7 +208,36 @@ def test_postgres_round_trips_benchmark_reports_one_round_trip_an_operation():
     )
     assert out.returncode == 0, out.stderr
     rows = [line.split() for line in out.stdout.splitlines() if line.startswith(("read", "append", "fork"))]
-    assert len(rows) == 5 and all(row[-3] == "1" for row in rows), out.stdout
+    one = "3" if PGBOUNCER else "1"  # behind PgBouncer: BEGIN with the settings, the statement, COMMIT
+    assert len(rows) == 5 and all(row[-3] == one for row in rows), out.stdout
+
+
+def postgres_benchmark(*args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT.parent / "postgres.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "SESSIONTREE_TEST_POSTGRES": postgres_server()},
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_postgres_network_benchmark_reports_every_cell_and_two_round_trips_a_turn():
+    out = postgres_benchmark("--network", "--turns", "12", "--reps", "1")
+    for mode in ("direct", "D=0ms", "D=1ms", "D=2ms"):
+        assert f"| {mode} | sessiontree | " in out, out
+    assert "calibration" in out and "one-way delay set" in out
+    (trips,) = [line for line in out.splitlines() if line.startswith("| sessiontree | ") and ";" in line]
+    # behind PgBouncer: BEGIN with the settings, the statement, COMMIT for each of the two
+    assert trips.split("|")[2].strip().startswith("6;" if PGBOUNCER else "2;"), trips
+
+
+def test_postgres_concurrency_benchmark_loses_nothing_and_runs_nothing_twice():
+    out = postgres_benchmark("--concurrency", "--seconds", "0.3", "--pauses", "4", "--most", "4")
+    rows = [line for line in out.splitlines() if line.endswith("none (asserted) |")]
+    assert len(rows) == 2 + 6, out  # 1 and 4 workers; 1, 2 and 4 writers, on one session or each its own
 
 
 def test_view_benchmark_quick_json_reports_every_figure():

@@ -46,6 +46,8 @@ from sessiontree.testing import ScriptedModel, reply, tool_call
 from sessiontree.view.data import inbox, session_data
 from sessiontree.worker import cut_off
 
+from conftest import without_pgbouncer
+
 CTX = multiprocessing.get_context("spawn")
 
 
@@ -386,6 +388,7 @@ def _terminate(pg_url: str, pid: int) -> None:
         assert conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]
 
 
+@without_pgbouncer("there is no LISTEN (it lasts one transaction): workers poll")
 def test_a_listener_the_server_terminates_is_opened_again(pg_url):
     with Store(pg_url) as store, Store(pg_url) as human:
         session, pause = paused(store)
@@ -402,6 +405,7 @@ def test_a_listener_the_server_terminates_is_opened_again(pg_url):
 
 
 @pytest.mark.slow
+@without_pgbouncer("there is no LISTEN (it lasts one transaction): workers poll")
 def test_a_worker_whose_listener_is_terminated_still_wakes_for_the_next_decision(tmp_path, pg_url):
     tool_log = tmp_path / "executions.log"
     tool_log.touch()

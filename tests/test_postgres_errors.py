@@ -26,12 +26,19 @@ from sessiontree import (
 from sessiontree.storage import postgres_db as pgdb
 from test_pause_races import make_pauses
 
-from conftest import drop_schema, postgres_server, user
+from conftest import PGBOUNCER, drop_schema, postgres_server, user, without_pgbouncer
 
 COMMIT = b"COMMIT\x00"
 APPEND = b"sessiontree_append("
 """An append under a branch head is one statement, its own transaction: sending it is
 sending its COMMIT."""
+
+
+def an_appends_commit() -> dict[str, bytes]:
+    """``drop_at``'s pattern for the message that commits an append under a head: the one
+    call, or behind PgBouncer (``pgbouncer=true``: BEGIN and the settings first) the COMMIT
+    after it."""
+    return {"pattern": COMMIT, "after": APPEND} if PGBOUNCER else {"pattern": APPEND}
 
 
 @pytest.fixture
@@ -61,7 +68,7 @@ def test_a_connection_lost_once_commit_was_sent_is_outcome_unknown_and_it_did_co
     with Store(url) as store:
         s = store.create_session("lost")
         s.append(user("first"))
-        proxy.drop_at(APPEND, forward=True)  # the server commits; the client never hears
+        proxy.drop_at(**an_appends_commit(), forward=True)  # the server commits; the client never hears
         with pytest.raises(OutcomeUnknown) as lost:
             s.append(user("second"))
         assert proxy.dropped.is_set()
@@ -80,7 +87,7 @@ def test_a_commit_that_never_reached_the_server_is_outcome_unknown_then_found_ab
     with Store(url) as store:
         s = store.create_session("lost")
         s.append(user("first"))
-        proxy.drop_at(APPEND, forward=False)
+        proxy.drop_at(**an_appends_commit(), forward=False)
         with pytest.raises(OutcomeUnknown) as lost:
             s.append_many([user("a"), user("b")])
     assert lost.value.backend_pid is not None and f"process {lost.value.backend_pid}" in str(lost.value)
@@ -107,11 +114,30 @@ def test_a_connection_lost_before_commit_is_unavailable_and_nothing_is_written(p
         assert [m["content"] for m in store.session(s.id).messages()] == ["first", "second"]
 
 
+def test_behind_pgbouncer_an_append_lost_before_its_commit_is_unavailable_and_not_written(proxied):
+    """With ``pgbouncer=true`` the one call runs inside BEGIN (the settings go with it), so
+    its COMMIT, not the call, is the point of no return: a connection lost after the call
+    was sent and before COMMIT was rolled back. (It said OutcomeUnknown, "may or may not".)"""
+    url, direct, proxy = proxied
+    with Store(f"{url}&pgbouncer=true") as store:
+        s = store.create_session("lost")
+        s.append(user("first"))
+        proxy.drop_at(APPEND, forward=True)  # the server ran the call; COMMIT is never sent
+        with pytest.raises(Unavailable) as lost:
+            s.append(user("second"))
+        assert proxy.dropped.is_set() and not isinstance(lost.value, OutcomeUnknown)
+        assert str(lost.value).endswith("nothing was written")
+        assert s.append(user("third")).depth == 1  # the store carries on, and "second" is not there
+    with Store(direct) as store:
+        assert [m["content"] for m in store.session(s.id).messages()] == ["first", "third"]
+
+
 def test_a_decision_whose_commit_was_lost_is_found_by_the_id_the_error_carries(proxied):
     url, direct, proxy = proxied
     with Store(url) as store:
         (pause,) = make_pauses(store, 1)
-        proxy.drop_at(COMMIT, forward=True)
+        # the decision's COMMIT (behind PgBouncer a read before it ends with one too)
+        proxy.drop_at(COMMIT, forward=True, after=b"INSERT INTO nodes")
         with pytest.raises(OutcomeUnknown) as lost:
             decide(store, pause, {"e": Approve()}, by="alice")
     with Store(direct) as store:  # it is the decision, not someone else's
@@ -119,6 +145,10 @@ def test_a_decision_whose_commit_was_lost_is_found_by_the_id_the_error_carries(p
         assert (decision.kind, decision.parent_id) == ("decision", pause)
 
 
+@without_pgbouncer(
+    "a client's backend pid is PgBouncer's, not a server process's: there is none to end by it"
+    " (test_postgres_pools.py ends them by application_name there)"
+)
 def test_a_terminated_server_process_is_replaced_unseen(pg_url):
     with Store(f"{pg_url}&pool_size=1") as store:
         s = store.create_session("kill")
@@ -134,6 +164,7 @@ def test_a_terminated_server_process_is_replaced_unseen(pg_url):
         assert pool.get_stats().get("connections_num", 0) >= 2
 
 
+@without_pgbouncer("PgBouncer refuses the `options` startup parameter")
 def test_a_statement_timeout_says_so(pg_url):
     with Store(pg_url) as store:
         s = store.create_session("slow")
@@ -150,6 +181,7 @@ def test_a_statement_timeout_says_so(pg_url):
         assert store.session(s.id).branches() == []  # the append left nothing
 
 
+@without_pgbouncer("PgBouncer refuses the `options` startup parameter")
 def test_a_bad_server_option_is_named_not_unreachable(pg_url):
     server, _, schema = pg_url.partition("?schema=")
     for option, said in [

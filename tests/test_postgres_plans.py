@@ -17,7 +17,7 @@ import pytest
 
 from sessiontree import Store
 
-from conftest import raw, user
+from conftest import raw, user, without_pgbouncer
 
 DEEP = 2_100
 TOTAL = 20_000
@@ -55,6 +55,9 @@ def nested_plans(store: Store, statement: str) -> list[str]:
 
 
 @pytest.mark.slow
+@without_pgbouncer(
+    "the store prepares no statement on the server (prepare_threshold none): no prepared plan can go stale"
+)
 def test_a_store_filled_fast_without_analyze_keeps_reading_paths_by_index(pg_url):
     with Store(pg_url + "&pool_size=1", cache_bytes=0) as store:
         raw(store, "ALTER TABLE nodes SET (autovacuum_enabled = false)")

@@ -23,7 +23,7 @@ from sessiontree.storage import postgres_db as pgdb
 from sessiontree.testing import reply
 from test_pause_races import make_pauses
 
-from conftest import drop_schema, postgres_server, raw, user
+from conftest import drop_schema, postgres_server, raw, user, without_pgbouncer
 
 
 @pytest.fixture
@@ -198,6 +198,7 @@ def test_lock_classes_differ_per_schema_and_never_change():
 # -- long schema names --------------------------------------------------------------------
 
 
+@without_pgbouncer("there is no LISTEN (it lasts one transaction): workers poll")
 @pytest.mark.parametrize("length", [52, 63])
 def test_a_long_schema_name_still_wakes_its_workers(schemas, length):
     """'sessiontree:' and a schema of 52 characters or more made a channel name past
@@ -211,6 +212,7 @@ def test_a_long_schema_name_still_wakes_its_workers(schemas, length):
         assert store.storage.wait_for_decisions(30) is True
 
 
+@without_pgbouncer("there is no LISTEN (it lasts one transaction): workers poll")
 def test_a_worker_on_a_long_schema_is_woken_by_a_decision_not_by_its_poll(schemas, tmp_path, monkeypatch):
     monkeypatch.setenv(workers.TOOL_LOG_ENV, str(tmp_path / "executions.log"))
     url = schemas("t_" + "x" * 49)
@@ -262,6 +264,7 @@ def test_channel_names_fit_and_stay_unique_per_schema(schemas):
 # -- libpq's own parameters -----------------------------------------------------------------
 
 
+@without_pgbouncer("PgBouncer refuses the `options` startup parameter")
 def test_libpq_url_parameters_reach_the_server_as_written(schemas):
     """They were decoded and re-encoded with + for a space, which libpq reads as a plus:
     the connection failed (unrecognized configuration parameter "+statement_timeout")."""

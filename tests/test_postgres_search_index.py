@@ -12,7 +12,7 @@ import pytest
 
 from sessiontree import Store
 
-from conftest import assistant, raw, user
+from conftest import assistant, raw, server_transaction, user
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"city": "oslo"}'}}
 
@@ -63,7 +63,7 @@ def test_one_index_serves_both_searches(pg_url):
             ("%USING gin%",),
         )
         assert indexes == [("nodes_search_all",)]
-        with store.storage.pool.connection() as conn, conn.transaction():  # type: ignore[attr-defined]
+        with server_transaction(store) as conn:
             conn.execute("SET LOCAL enable_seqscan = off")  # a table this small is scanned
             for query in ("'paris'::tsquery", "sessiontree_text_query('paris'::tsquery)"):
                 plan = conn.execute(f"EXPLAIN SELECT 1 FROM nodes n WHERE {ALL_VECTOR} @@ {query}")

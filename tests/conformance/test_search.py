@@ -9,7 +9,7 @@ import pytest
 from conformance.sample import fill, found
 from sessiontree import InvalidQuery, Store
 
-from conftest import raw, user
+from conftest import raw, server_transaction, user
 
 
 def test_words_phrases_filters_and_where_a_hit_lives(store):
@@ -147,7 +147,7 @@ def test_a_step_8_server_store_is_searchable_after_step_9(pg_url, monkeypatch):
         assert found(store, "lookup bergen") == ["hail in Bergen"]
         assert found(store, "lookup", tools=False) == []
         # the query's expression is the index's: the planner can use it
-        with store.storage.pool.connection() as conn, conn.transaction():  # type: ignore[attr-defined]
+        with server_transaction(store) as conn:
             conn.execute("SET LOCAL enable_seqscan = off")  # a table this small is scanned
             plan = conn.execute(f"EXPLAIN SELECT 1 FROM nodes n WHERE {ALL_VECTOR} @@ 'oslo'::tsquery")
             assert "nodes_search_all" in " ".join(line for (line,) in plan.fetchall())

@@ -9,7 +9,7 @@ import pytest
 
 from sessiontree import Completion, Conflict, NotFound, Store
 
-from conftest import assistant, raw, user
+from conftest import assistant, raw, server_transaction, user
 
 
 def node_count(store: Store) -> int:
@@ -78,7 +78,7 @@ def test_verify_reports_broken_invariants(db_target):
         "INSERT INTO branches VALUES (?, 'dangling', 999998, '{}', 'now', 'now')",
     ]
     if postgres:  # one transaction with triggers and foreign keys off
-        with store.storage.pool.connection() as conn, conn.transaction():  # type: ignore[attr-defined]
+        with server_transaction(store) as conn:
             conn.execute("SET LOCAL session_replication_role = replica")
             for statement in breakage:
                 conn.execute(statement.replace("?", "%s"), (key,))

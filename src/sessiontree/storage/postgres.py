@@ -548,14 +548,15 @@ class PostgresStorage(PostgresTrash, SharedReads):
             return None  # the long way says it is read-only, or joins the open transaction
         with pgdb.clear_errors(self.url), postgres_pool.borrow(self.pool) as conn:
             backend = conn.info.backend_pid  # read now: a lost connection forgets it
-            sent = False  # behind PgBouncer: BEGIN and the settings first, then the call
+            sent = False  # whether what commits was sent: the call, or behind PgBouncer its COMMIT
             try:
-                if self._local_settings:
-                    conn.execute(self._begin_write)
-                sent = True
+                if not self._local_settings:
+                    sent = True
+                    return conn.execute(statement, params).fetchone()
+                conn.execute(self._begin_write)  # behind PgBouncer: BEGIN and the settings first
                 row = conn.execute(statement, params).fetchone()
-                if self._local_settings:
-                    conn.execute("COMMIT")
+                sent = True
+                conn.execute("COMMIT")
                 return row
             except psycopg.IntegrityError:
                 return None

@@ -63,8 +63,9 @@ class PostgresUpkeep(Upkeep):
     def vacuum(self) -> int | None:
         """VACUUM ANALYZE sessiontree's tables; PostgreSQL keeps the space for reuse, so the
         bytes freed are not known (None)."""
-        for table in TABLES:
-            self._all_autocommit(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(table)))
+        for table in TABLES:  # with its schema: behind PgBouncer no search_path outlives a statement
+            name = sql.Identifier(self.target.schema, table)
+            self._all_autocommit(sql.SQL("VACUUM (ANALYZE) {}").format(name))
         return None
 
     def _all_autocommit(self, query: Any) -> None:
