@@ -64,7 +64,7 @@ class PostgresUpkeep(Upkeep):
         """VACUUM ANALYZE sessiontree's tables; PostgreSQL keeps the space for reuse, so the
         bytes freed are not known (None)."""
         for table in TABLES:  # with its schema: behind PgBouncer no search_path outlives a statement
-            name = sql.Identifier(self.target.schema, table)
+            name = sql.Identifier(self.storage.target.schema, table)
             self._all_autocommit(sql.SQL("VACUUM (ANALYZE) {}").format(name))
         return None
 
