@@ -55,6 +55,8 @@ from .names import (
 from .storage import Storage
 
 Ref = str | Node
+PIN_PREFIX = "pin-"
+"""A pin is the checkpoint ``pin-<node id>`` (``Session.pin``)."""
 RunLike = str | Completion | dict[str, Any] | None
 
 
@@ -658,6 +660,40 @@ class Session:
                 if found is not None and found[0] == "branch":
                     raise Conflict(f"{shown(name)} is a branch, not a checkpoint; use delete_branch")
                 raise NotFound(f"no checkpoint {shown(name)} in session {self.id}")
+
+    # -- pins ------------------------------------------------------------
+
+    def pin(self, node: Ref) -> Checkpoint:
+        """Keep ``node`` (and its ancestors) from ``prune`` while it is on no branch's path:
+        a checkpoint named ``pin-<node id>``, so it is kept, listed, exported and imported
+        as every checkpoint is. Pinning a pinned node returns the pin it has."""
+        with self.storage.transaction():
+            # The session's lock first (on a server; prune takes the store's): a prune
+            # then either ended before the node is looked up, or waits for the pin.
+            self.storage.lock_sessions([self.id])
+            key, node_id = self._locate(node)
+            name = PIN_PREFIX + node_id
+            found = self.storage.ref(self._key, name)
+            if found is None:
+                created = now()
+                self.storage.insert_checkpoint(self._key, name, key, created)
+                return Checkpoint(self.id, name, node_id, created)
+            if found[0] != "checkpoint" or found[2] != node_id:
+                raise Conflict(f"{shown(name)} is taken by a {found[0]} that is not a pin of node {node_id}")
+        return next(c for c in self.checkpoints() if c.name == name)
+
+    def unpin(self, node: Ref) -> None:
+        """Remove ``node``'s pin (``NotFound`` when it has none); ``prune`` may then remove
+        it, if nothing else keeps it."""
+        node_id = node.id if isinstance(node, Node) else self.resolve(node)
+        try:
+            self.delete_checkpoint(PIN_PREFIX + node_id)
+        except NotFound:
+            raise NotFound(f"node {node_id} is not pinned in session {self.id}") from None
+
+    def pins(self) -> list[Checkpoint]:
+        """The pins of this session (the checkpoints ``pin`` made), oldest first."""
+        return [c for c in self.checkpoints() if c.name == PIN_PREFIX + c.node_id]
 
     # -- whole-session operations ----------------------------------------
 
