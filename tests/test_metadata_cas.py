@@ -22,7 +22,10 @@ ROUNDS = 5
 
 def test_session_metadata_is_replaced_and_a_stale_writer_refused(every_store):
     s = every_store.create_session(metadata={"owner": "ana"})
-    assert s.set_metadata({"owner": "ana", "usage": 1}, expect={"owner": "ana"}) == {"owner": "ana", "usage": 1}
+    assert s.set_metadata({"owner": "ana", "usage": 1}, expect={"owner": "ana"}) == {
+        "owner": "ana",
+        "usage": 1,
+    }
     assert every_store.session(s.id).metadata == {"owner": "ana", "usage": 1}
     with pytest.raises(MetadataChanged, match=f"session {s.id} metadata changed: expected") as e:
         s.set_metadata({"owner": "bob"}, expect={"owner": "ana"})

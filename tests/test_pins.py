@@ -133,35 +133,40 @@ def test_prune_racing_a_pin_either_keeps_the_node_or_the_pin_says_it_is_gone(db_
         assert pruner.verify().ok
 
 
+def pin_against_prune(a: Store, b: Store) -> None:
+    """One round: ``b`` pins an off-path node while ``a`` prunes, started together."""
+    s, side, _ = off_path(a)
+    start = threading.Barrier(2)
+    outcome: dict[str, Any] = {}
+
+    def pin() -> None:
+        start.wait()
+        try:
+            outcome["pin"] = b.session(s.id).pin(side)
+        except NotFound as e:
+            outcome["pin"] = e
+
+    def prune() -> None:
+        start.wait()
+        outcome["prune"] = a.prune(dry_run=False, grace=0).node_ids
+
+    threads = [threading.Thread(target=pin), threading.Thread(target=prune)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    if isinstance(outcome["pin"], NotFound):
+        assert side in outcome["prune"]
+        assert b.session(s.id).pins() == []
+    else:
+        assert side not in outcome["prune"]
+        assert a.session(s.id).node(side).id == side
+
+
 def test_many_pins_racing_prunes_lose_nothing_they_kept(db_target):
     """Threads on two stores: one pins off-path nodes while the other prunes; every pin
     that succeeded keeps its node, every one that failed says the node is gone."""
     with Store(db_target) as a, Store(db_target) as b:
         for _ in range(5):
-            s, side, _ = off_path(a)
-            start = threading.Barrier(2)
-            outcome: dict[str, Any] = {}
-
-            def pin() -> None:
-                start.wait()
-                try:
-                    outcome["pin"] = b.session(s.id).pin(side)
-                except NotFound as e:
-                    outcome["pin"] = e
-
-            def prune() -> None:
-                start.wait()
-                outcome["prune"] = a.prune(dry_run=False, grace=0).node_ids
-
-            threads = [threading.Thread(target=pin), threading.Thread(target=prune)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(30)
-            if isinstance(outcome["pin"], NotFound):
-                assert side in outcome["prune"]
-                assert b.session(s.id).pins() == []
-            else:
-                assert side not in outcome["prune"]
-                assert a.session(s.id).node(side).id == side
+            pin_against_prune(a, b)
         assert a.verify().ok

@@ -697,7 +697,9 @@ class Session:
 
     # -- metadata ----------------------------------------------------------
 
-    def set_metadata(self, metadata: dict[str, Any], *, expect: dict[str, Any] | None = None) -> dict[str, Any]:
+    def set_metadata(
+        self, metadata: dict[str, Any], *, expect: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Replace the session's metadata, in one transaction; with ``expect`` (the metadata
         as the caller last read it) a compare-and-set that raises ``MetadataChanged`` when
         another writer changed it since. Returns the metadata as stored."""

@@ -803,5 +803,6 @@ class PostgresStorage(PostgresFind, PostgresUpkeep, SharedReads):
     def set_branch_metadata(self, session_key: int, name: str, metadata: str) -> None:
         self._claim(session_key)
         self._write(
-            "UPDATE branches SET metadata = %s WHERE session = %s AND name = %s", (metadata, session_key, name)
+            "UPDATE branches SET metadata = %s WHERE session = %s AND name = %s",
+            (metadata, session_key, name),
         )
