@@ -419,3 +419,54 @@ def test_a_trashed_session_is_not_written_to_until_restored(any_store):
         run(SessiontreeSession("chat", any_store).add_items([ANSWER]))
     any_store.restore_session(session_uuid("chat"))
     assert run(SessiontreeSession("chat", any_store).get_items()) == [USER]
+
+
+def test_concurrent_runs_share_one_store_from_several_threads(db_target):
+    """The framework's own concurrency on one Store: runs gathered in one event loop (the
+    session's calls go to worker threads) and runs in threads of their own, each with a
+    tool call and an answer; every run's items land on its own session, and verify is clean."""
+
+    def agent_for(n: int) -> Agent:
+        @function_tool
+        def weather(city: str) -> str:
+            """The weather in a city."""
+            return f"sunny in {city}"
+
+        model = ScriptedModel([[(f"c{n}", "weather", {"city": f"city-{n}"})], f"answer {n}"])
+        return Agent(name="weather", model=model, tools=[weather])
+
+    async def gathered(store: Store, numbers: range) -> list[Any]:
+        runs = [
+            Runner.run(agent_for(n), f"weather {n}?", session=SessiontreeSession(f"s{n}", store))
+            for n in numbers
+        ]
+        return await asyncio.gather(*runs)
+
+    with Store(db_target) as store:
+        start = threading.Barrier(3)
+        errors: list[BaseException] = []
+
+        def in_a_thread(numbers: range) -> None:
+            try:
+                start.wait(30)
+                run(gathered(store, numbers))
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=in_a_thread, args=(range(k * 4, k * 4 + 4),)) for k in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert errors == []
+        for n in range(12):
+            items = run(SessiontreeSession(f"s{n}", store).get_items())
+            assert [i.get("type", "message") for i in items] == [
+                "message",
+                "function_call",
+                "function_call_output",
+                "message",
+            ]
+            assert items[2]["output"] == f"sunny in city-{n}"
+            assert items[-1]["content"][0]["text"] == f"answer {n}"
+        assert store.verify().ok

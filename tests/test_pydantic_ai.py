@@ -7,6 +7,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -241,3 +242,50 @@ def test_a_conversation_id_that_names_a_session_of_its_own_is_refused(any_store)
     with pytest.raises(ConversationConflict):
         asyncio.run(go())
     assert [n.payload["content"] for n in theirs.path()] == ["not pydantic-ai's"]
+
+
+def test_concurrent_runs_share_one_store_from_several_threads(db_target):
+    """pydantic-ai's own concurrency on one Store: runs gathered in an event loop (the store's
+    calls go to worker threads) on one ConversationStore, and in threads with a
+    ConversationStore each; every conversation is saved whole, the approvals are pauses."""
+    with Store(db_target) as st:
+
+        async def runs(store: SessiontreeConversationStore, names: list[str]) -> None:
+            async def one(name: str) -> None:
+                prompt = f"email {name}" if name.endswith("0") else f"hello {name}"
+                result = await make_agent().run(prompt, conversation=Conversation(conversation_id=name))
+                await store.save(result)
+                again = (
+                    await make_agent().run("more", conversation=await store.load(name))
+                    if not name.endswith("0")
+                    else None
+                )
+                if again is not None:
+                    await store.save(again)
+
+            await asyncio.gather(*(one(n) for n in names))
+
+        start = threading.Barrier(3)
+        errors: list[BaseException] = []
+
+        def in_a_thread(k: int) -> None:
+            try:
+                start.wait(30)
+                asyncio.run(runs(SessiontreeConversationStore(st), [f"t{k}-{i}" for i in range(4)]))
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=in_a_thread, args=(k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert errors == []
+        store = SessiontreeConversationStore(st)
+        for k in range(3):
+            for i in range(4):
+                loaded = asyncio.run(store.load(f"t{k}-{i}"))
+                # a request and a response per run: one run when it paused, two otherwise
+                assert len(loaded.messages) == (2 if i == 0 else 4), (k, i, loaded.messages)
+        assert sorted(p.session_id for p in st.pending()) == [f"t{k}-0" for k in range(3)]
+        assert st.verify().ok

@@ -51,7 +51,9 @@ def test_chat_completions_over_http_defer_decide_continue(llmock, db_target):
 
             with Store(db_target) as st:
                 store = SessiontreeConversationStore(st)
-                result = await agent.run("send an email to bob", conversation=Conversation(conversation_id="m1"))
+                result = await agent.run(
+                    "send an email to bob", conversation=Conversation(conversation_id="m1")
+                )
                 assert isinstance(result.output, DeferredToolRequests) and sent == []
                 (call,) = result.output.approvals
                 await store.save(result)
