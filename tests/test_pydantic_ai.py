@@ -289,3 +289,33 @@ def test_concurrent_runs_share_one_store_from_several_threads(db_target):
                 assert len(loaded.messages) == (2 if i == 0 else 4), (k, i, loaded.messages)
         assert sorted(p.session_id for p in st.pending()) == [f"t{k}-0" for k in range(3)]
         assert st.verify().ok
+
+
+def test_the_branches_a_conversation_left_survive_prune_and_can_be_branched_back_to(any_store):
+    """A record's ``branches`` are tips on no branch's path: pinned, so ``prune`` keeps them
+    and pydantic-ai's ``branch(from_entry=tip)`` still works; deleting the conversation
+    gives them up (before: prune removed the left tip, and branching back failed)."""
+
+    async def main() -> None:
+        store, agent = SessiontreeConversationStore(any_store), make_agent()
+        await store.save(await agent.run("hi", conversation=Conversation(conversation_id="c1")))
+        await store.save(await agent.run("again", conversation=await store.load("c1")))
+        current = await store.load("c1")
+        branched = await store.branch("c1", at=2, expected_revision=current.revision)
+        await store.save(await agent.run("other", conversation=branched))
+        (tip,) = (await store.read_record("c1")).branches
+        pruned = any_store.prune(dry_run=False, grace=0).node_ids  # superseded records only
+        assert tip not in pruned
+        assert [n.kind for n in any_store.session("c1").path(tip)] == ["message"] * 4  # hi, echo, again, echo
+        record = await store.read_record("c1")
+        back = await store.branch("c1", from_entry=tip, expected_revision=record.revision)
+        assert shown(back.messages)[-1]["parts"][0]["content"].startswith("echo again")
+        await store.save(await agent.run("and on", conversation=back))
+        # Now the "other" turn is the branch left; the "again" tip is on the path again.
+        (left,) = (await store.read_record("c1")).branches
+        assert left != tip and [p.node_id for p in any_store.session("c1").pins()] == [left]
+        await store.delete("c1")
+        assert any_store.session("c1").pins() == []
+        assert tip in any_store.prune(dry_run=False, grace=0).node_ids  # given up with the conversation
+
+    asyncio.run(main())

@@ -1,21 +1,24 @@
 """The OpenAI Agents SDK's own runner tests, on its reference session and then on ours.
 
-Contract: ``python tests/peer_suites/agents_sdk.py [--work DIR]`` takes the released sdist of
-``openai-agents`` (``VERSION``) from ``DIR`` or downloads it there with pip (``pip
-download --no-binary :all: --no-deps``: PyPI or the configured index, so pip's cache
-serves a second run), unpacks it, and runs every test file of its ``tests/`` that uses
-the reference session (``SimpleListSession``, ``CountingSession``,
-``IdStrippingSession``) twice: as released (the baseline), then with that session
-replaced by ``SessiontreeSession`` (the plugin ``agents_sdk_swap``). It prints both
-runs' counts and exits non-zero when a test that passed on the baseline did not pass on
-sessiontree, or when the swap built no session (it would prove nothing). The SDK's tests
-are never copied into this repository.
+Contract: ``python tests/peer_suites/agents_sdk.py [--work DIR] [--install]`` takes the
+released sdist of ``openai-agents`` (``VERSION``) from ``DIR`` or downloads it there with
+pip (``pip download --no-binary :all: --no-deps``: PyPI or the configured index, so pip's
+cache serves a second run), unpacks it, and runs every test file of its ``tests/`` that
+uses the reference session (``SimpleListSession``, ``CountingSession``,
+``IdStrippingSession``) twice, both runs at once: as released (the baseline), and with
+that session replaced by ``SessiontreeSession`` (the plugin ``agents_sdk_swap``). Each
+run spreads over ``--workers`` pytest-xdist processes (default: half the cores, so the
+two runs use them all; 1 means no xdist). It prints both runs' counts and exits non-zero
+when a test that passed on the baseline did not pass on sessiontree, when the baseline
+passed fewer than ``MIN_BASELINE_PASSES`` (a broken environment proves nothing), or when
+the swap built no session (it was not active). The SDK's tests are never copied into this
+repository. ``.ci/run`` runs it (``--install --work .ci-peers``).
 
-The interpreter running it needs sessiontree, ``openai-agents==VERSION`` and the SDK
-tests' own needs::
+The interpreter running it needs sessiontree with ``openai-agents==VERSION`` (the
+``openai-agents`` extra) and the SDK tests' own needs, ``NEEDS``, which ``--install``
+installs with pip first (with ``openai-agents==VERSION``, the release its tests are of)::
 
-    pip install -e '.[openai-agents]' pytest pytest-asyncio pytest-mock inline-snapshot \\
-        fastapi websockets aiosqlite
+    pip install -e '.[openai-agents]' && python tests/peer_suites/agents_sdk.py --install
 """
 
 from __future__ import annotations
@@ -32,6 +35,17 @@ import time
 from pathlib import Path
 
 VERSION = "0.24.0"
+NEEDS = [  # what the SDK's tests import or load as plugins, at the versions verified with VERSION
+    "pytest-asyncio==1.5.0",
+    "pytest-mock==3.17.0",
+    "inline-snapshot==0.36.1",
+    "fastapi==0.165.0",
+    "websockets==16.1.1",
+    "aiosqlite==0.22.1",
+    "pytest-xdist>=3.5",
+]
+MIN_BASELINE_PASSES = 1700
+"""VERSION's baseline passes 1,798 of 1,838 tests; far fewer means the environment is broken."""
 REFERENCE = re.compile(r"\b(SimpleListSession|CountingSession|IdStrippingSession)\b")
 HERE = Path(__file__).resolve().parent
 
@@ -59,7 +73,8 @@ def test_files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in found)
 
 
-def run(root: Path, files: list[str], *, swap: bool, out: Path) -> dict:
+def start(root: Path, files: list[str], *, swap: bool, out: Path, workers: int) -> subprocess.Popen[bytes]:
+    """One run of ``files`` under pytest, started (``finish`` collects it)."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
@@ -67,11 +82,26 @@ def run(root: Path, files: list[str], *, swap: bool, out: Path) -> dict:
         "AGENTS_SDK_OUTCOMES": str(out),
         "AGENTS_SDK_SWAP": "1" if swap else "0",
     }
+    for stale in out.parent.glob(out.name + "*"):
+        stale.unlink()
     # Tracing stays on (its tests expect it); the SDK's conftest installs a local processor.
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "agents_sdk_swap", *files]
-    started = time.monotonic()
-    subprocess.run(argv, cwd=root, env=env, stdout=subprocess.DEVNULL, check=False)
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "agents_sdk_swap"]
+    argv += ["-n", str(workers)] if workers > 1 else ["-p", "no:xdist"]
+    log = open(out.with_suffix(".log"), "wb")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen([*argv, *files], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def finish(process: subprocess.Popen[bytes], out: Path, started: float) -> dict:
+    """The outcomes of a started run, once it ended, with its time and the sessiontree
+    sessions its processes built (each xdist worker counts its own)."""
+    process.wait()
+    if not out.exists():
+        log = out.with_suffix(".log")
+        tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+        raise SystemExit(f"pytest wrote no outcomes ({out}); its output ends:\n{tail}")
     found = json.loads(out.read_text())
+    for counted in out.parent.glob(out.name + ".*.built"):
+        found["sessiontree_sessions"] += json.loads(counted.read_text())
     found["seconds"] = round(time.monotonic() - started, 1)
     return found
 
@@ -86,13 +116,25 @@ def main() -> int:
     parser.add_argument(
         "--work", type=Path, default=None, help="where the sdist is kept (default: a temp dir)"
     )
+    parser.add_argument("--install", action="store_true", help="pip install NEEDS first")
+    parser.add_argument(
+        "--workers", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="xdist processes per run"
+    )
     args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="agents-sdk-peer-"))
+    if args.install:
+        pip = [sys.executable, "-m", "pip", "install", "--quiet"]
+        subprocess.run([*pip, f"openai-agents=={VERSION}", *NEEDS], check=True)  # the tests' own release
+    work = (args.work or Path(tempfile.mkdtemp(prefix="agents-sdk-peer-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     root = sdist(work)
     files = test_files(root)
-    base = run(root, files, swap=False, out=work / "baseline.json")
-    ours = run(root, files, swap=True, out=work / "sessiontree.json")
+    started = time.monotonic()
+    runs = {
+        swap: start(root, files, swap=swap, out=work / f"{name}.json", workers=args.workers)
+        for swap, name in ((False, "baseline"), (True, "sessiontree"))
+    }
+    base = finish(runs[False], work / "baseline.json", started)
+    ours = finish(runs[True], work / "sessiontree.json", started)
     print(f"openai-agents {VERSION}: {len(files)} test files using the reference session")
     print(f"baseline (its reference session): {counts(base['outcomes'])} in {base['seconds']} s")
     print(
@@ -106,6 +148,11 @@ def main() -> int:
         print(f"REGRESSION: {name}: {ours['outcomes'].get(name, 'not run')}")
     if better:
         print(f"{len(better)} test(s) pass on sessiontree only: {', '.join(better[:5])}")
+    if len(passed) < MIN_BASELINE_PASSES:
+        print(
+            f"the baseline passed {len(passed)} tests, fewer than {MIN_BASELINE_PASSES}: see {work}/baseline.log"
+        )
+        return 1
     if not ours["sessiontree_sessions"]:
         print("the swap built no SessiontreeSession: it was not active")
         return 1
