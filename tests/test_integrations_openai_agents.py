@@ -36,6 +36,8 @@ from sessiontree.integrations.openai_agents import (  # noqa: E402
 )
 from sessiontree.model import sendable  # noqa: E402
 
+from conftest import together  # noqa: E402
+
 set_tracing_disabled(True)
 
 USER = {"role": "user", "content": "weather in Paris?"}
@@ -443,22 +445,7 @@ def test_concurrent_runs_share_one_store_from_several_threads(db_target):
         return await asyncio.gather(*runs)
 
     with Store(db_target) as store:
-        start = threading.Barrier(3)
-        errors: list[BaseException] = []
-
-        def in_a_thread(numbers: range) -> None:
-            try:
-                start.wait(30)
-                run(gathered(store, numbers))
-            except BaseException as e:  # noqa: BLE001 - reported below
-                errors.append(e)
-
-        threads = [threading.Thread(target=in_a_thread, args=(range(k * 4, k * 4 + 4),)) for k in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-        assert errors == []
+        together(lambda k: run(gathered(store, range(k * 4, k * 4 + 4))), [0, 1, 2])
         for n in range(12):
             items = run(SessiontreeSession(f"s{n}", store).get_items())
             assert [i.get("type", "message") for i in items] == [

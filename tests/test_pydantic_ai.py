@@ -7,7 +7,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import threading
 
 import pytest
 
@@ -21,6 +20,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
 
 from sessiontree import Store  # noqa: E402
 from sessiontree.integrations.pydantic_ai import SessiontreeConversationStore, deferred_tool_results  # noqa: E402
+
+from conftest import together  # noqa: E402
 
 
 def reply(messages, info: AgentInfo) -> ModelResponse:
@@ -265,22 +266,10 @@ def test_concurrent_runs_share_one_store_from_several_threads(db_target):
 
             await asyncio.gather(*(one(n) for n in names))
 
-        start = threading.Barrier(3)
-        errors: list[BaseException] = []
-
-        def in_a_thread(k: int) -> None:
-            try:
-                start.wait(30)
-                asyncio.run(runs(SessiontreeConversationStore(st), [f"t{k}-{i}" for i in range(4)]))
-            except BaseException as e:  # noqa: BLE001 - reported below
-                errors.append(e)
-
-        threads = [threading.Thread(target=in_a_thread, args=(k,)) for k in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-        assert errors == []
+        together(
+            lambda k: asyncio.run(runs(SessiontreeConversationStore(st), [f"t{k}-{i}" for i in range(4)])),
+            [0, 1, 2],
+        )
         store = SessiontreeConversationStore(st)
         for k in range(3):
             for i in range(4):

@@ -28,27 +28,33 @@ pytestmark = pytest.mark.slow  # starts llmock
 
 @pytest.fixture(scope="module")
 def llmock(tmp_path_factory):
-    server = servers.start_llmock(tmp_path_factory.mktemp("llmock-pydantic-ai"), "--response-style", "static")
-    yield server
-    server.stop()
+    with servers.llmock_static(tmp_path_factory.mktemp("llmock-pydantic-ai")) as server:
+        yield server
+
+
+def mail_agent(client: AsyncOpenAI, sent: list[str]) -> Agent:
+    """An agent on pydantic-ai's own chat-completions model class, whose one tool (which
+    requires approval) records who it emailed in ``sent``."""
+    model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=client))
+    agent = Agent(model, output_type=[str, DeferredToolRequests], instructions="Use the tools.")
+
+    @agent.tool_plain(requires_approval=True)
+    def send_email(to: str) -> str:
+        """Send an email to someone."""
+        sent.append(to)
+        return f"sent to {to}"
+
+    return agent
 
 
 def test_chat_completions_over_http_defer_decide_continue(llmock, db_target):
-    servers.llmock_reset(llmock)
     sent: list[str] = []
+    servers.llmock_reset(llmock)
 
     async def main() -> None:
         client = AsyncOpenAI(base_url=llmock.url + "/v1", api_key="sk-llmock", max_retries=0)
         try:
-            model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=client))
-            agent = Agent(model, output_type=[str, DeferredToolRequests], instructions="Use the tools.")
-
-            @agent.tool_plain(requires_approval=True)
-            def send_email(to: str) -> str:
-                """Send an email to someone."""
-                sent.append(to)
-                return f"sent to {to}"
-
+            agent = mail_agent(client, sent)
             with Store(db_target) as st:
                 store = SessiontreeConversationStore(st)
                 result = await agent.run(
