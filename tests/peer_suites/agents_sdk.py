@@ -16,9 +16,14 @@ repository. ``.ci/run`` runs it (``--install --work .ci-peers``).
 
 The interpreter running it needs sessiontree with ``openai-agents==VERSION`` (the
 ``openai-agents`` extra) and the SDK tests' own needs, ``NEEDS``, which ``--install``
-installs with pip first (with ``openai-agents==VERSION``, the release its tests are of)::
+installs (see below); without it::
 
-    pip install -e '.[openai-agents]' && python tests/peer_suites/agents_sdk.py --install
+    pip install -e '.[openai-agents]' && python tests/peer_suites/agents_sdk.py
+
+or, with ``--install``, it makes a virtual environment of its own, ``DIR/venv``, installs
+into it this checkout (editable, with that extra), ``openai-agents==VERSION`` (the release
+its tests are of) and ``NEEDS``, and runs both runs there: the SDK tests' pytest plugins
+never enter the environment that runs sessiontree's own tests.
 """
 
 from __future__ import annotations
@@ -73,7 +78,22 @@ def test_files(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in found)
 
 
-def start(root: Path, files: list[str], *, swap: bool, out: Path, workers: int) -> subprocess.Popen[bytes]:
+def installed(work: Path) -> str:
+    """The interpreter of ``work/venv`` (made on first use), with this checkout, the SDK's
+    release ``VERSION`` and ``NEEDS`` installed (pip's cache serves a second run)."""
+    env = work / "venv"
+    python = env / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
+    checkout = f"{HERE.parent.parent}[openai-agents]"
+    pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run([*pip, "-e", checkout, f"openai-agents=={VERSION}", *NEEDS], check=True)
+    return str(python)
+
+
+def start(
+    root: Path, files: list[str], *, swap: bool, out: Path, workers: int, python: str
+) -> subprocess.Popen[bytes]:
     """One run of ``files`` under pytest, started (``finish`` collects it)."""
     env = {
         **os.environ,
@@ -85,7 +105,7 @@ def start(root: Path, files: list[str], *, swap: bool, out: Path, workers: int) 
     for stale in out.parent.glob(out.name + "*"):
         stale.unlink()
     # Tracing stays on (its tests expect it); the SDK's conftest installs a local processor.
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "agents_sdk_swap"]
+    argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "agents_sdk_swap"]
     argv += ["-n", str(workers)] if workers > 1 else ["-p", "no:xdist"]
     log = open(out.with_suffix(".log"), "wb")  # noqa: SIM115 - closed with the process
     return subprocess.Popen([*argv, *files], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -116,21 +136,23 @@ def main() -> int:
     parser.add_argument(
         "--work", type=Path, default=None, help="where the sdist is kept (default: a temp dir)"
     )
-    parser.add_argument("--install", action="store_true", help="pip install NEEDS first")
+    parser.add_argument(
+        "--install",
+        action="store_true",
+        help="run in a virtual environment of its own, DIR/venv, made and filled first",
+    )
     parser.add_argument(
         "--workers", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="xdist processes per run"
     )
     args = parser.parse_args()
-    if args.install:
-        pip = [sys.executable, "-m", "pip", "install", "--quiet"]
-        subprocess.run([*pip, f"openai-agents=={VERSION}", *NEEDS], check=True)  # the tests' own release
     work = (args.work or Path(tempfile.mkdtemp(prefix="agents-sdk-peer-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
+    python = installed(work) if args.install else sys.executable
     root = sdist(work)
     files = test_files(root)
     started = time.monotonic()
     runs = {
-        swap: start(root, files, swap=swap, out=work / f"{name}.json", workers=args.workers)
+        swap: start(root, files, swap=swap, out=work / f"{name}.json", workers=args.workers, python=python)
         for swap, name in ((False, "baseline"), (True, "sessiontree"))
     }
     base = finish(runs[False], work / "baseline.json", started)
