@@ -111,10 +111,20 @@ def start(
     return subprocess.Popen([*argv, *files], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def finish(process: subprocess.Popen[bytes], out: Path, started: float) -> dict:
-    """The outcomes of a started run, once it ended, with its time and the sessiontree
-    sessions its processes built (each xdist worker counts its own)."""
-    process.wait()
+def wait_all(processes: dict[bool, subprocess.Popen[bytes]]) -> dict[bool, float]:
+    """When each of the processes started together ended (``time.monotonic``)."""
+    ended: dict[bool, float] = {}
+    while len(ended) < len(processes):
+        for key, process in processes.items():
+            if key not in ended and process.poll() is not None:
+                ended[key] = time.monotonic()
+        time.sleep(0.2)
+    return ended
+
+
+def finish(out: Path, seconds: float) -> dict:
+    """The outcomes of a run that ended, with its time and the sessiontree sessions its
+    processes built (each xdist worker counts its own)."""
     if not out.exists():
         log = out.with_suffix(".log")
         tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
@@ -122,7 +132,7 @@ def finish(process: subprocess.Popen[bytes], out: Path, started: float) -> dict:
     found = json.loads(out.read_text())
     for counted in out.parent.glob(out.name + ".*.built"):
         found["sessiontree_sessions"] += json.loads(counted.read_text())
-    found["seconds"] = round(time.monotonic() - started, 1)
+    found["seconds"] = round(seconds, 1)
     return found
 
 
@@ -155,8 +165,9 @@ def main() -> int:
         swap: start(root, files, swap=swap, out=work / f"{name}.json", workers=args.workers, python=python)
         for swap, name in ((False, "baseline"), (True, "sessiontree"))
     }
-    base = finish(runs[False], work / "baseline.json", started)
-    ours = finish(runs[True], work / "sessiontree.json", started)
+    ended = wait_all(runs)
+    base = finish(work / "baseline.json", ended[False] - started)
+    ours = finish(work / "sessiontree.json", ended[True] - started)
     print(f"openai-agents {VERSION}: {len(files)} test files using the reference session")
     print(f"baseline (its reference session): {counts(base['outcomes'])} in {base['seconds']} s")
     print(
