@@ -522,3 +522,29 @@ def app_client():
     yield make
     for c in made:
         c.close()
+
+
+def together(work, args: list, timeout: float = 120) -> None:
+    """``work(arg)`` for each of ``args``, each in a thread of its own, all started at one
+    barrier; raises the first error a thread raised (an uncaught one would only be logged)."""
+    import threading
+
+    start = threading.Barrier(len(args))
+    errors: list[BaseException] = []
+
+    def run(arg) -> None:
+        try:
+            start.wait(30)
+            work(arg)
+        except BaseException as e:  # noqa: BLE001 - raised below, in the test's thread
+            errors.append(e)
+            start.abort()
+
+    threads = [threading.Thread(target=run, args=(arg,)) for arg in args]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in threads), f"a thread is still running after {timeout} s"
+    if errors:
+        raise errors[0]

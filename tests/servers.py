@@ -14,6 +14,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,6 +137,17 @@ def start_llmock(log_dir: Path, *extra: str) -> ServerProcess:
     # Settings reach llmock's app through LLMOCK_* variables: drop any inherited ones.
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMOCK_")}
     return start("llmock", argv, port, log_dir, cwd=log_dir, env=env)
+
+
+@contextmanager
+def llmock_static(log_dir: Path) -> Iterator[ServerProcess]:
+    """llmock with ``--response-style static`` (the same replies on every run: what the
+    frameworks' end-to-end tests read back), stopped afterwards."""
+    server = start_llmock(log_dir, "--response-style", "static")
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def llmock_script(server: ServerProcess, *behaviors: dict) -> None:

@@ -36,6 +36,8 @@ from sessiontree.integrations.openai_agents import (  # noqa: E402
 )
 from sessiontree.model import sendable  # noqa: E402
 
+from conftest import together  # noqa: E402
+
 set_tracing_disabled(True)
 
 USER = {"role": "user", "content": "weather in Paris?"}
@@ -419,3 +421,39 @@ def test_a_trashed_session_is_not_written_to_until_restored(any_store):
         run(SessiontreeSession("chat", any_store).add_items([ANSWER]))
     any_store.restore_session(session_uuid("chat"))
     assert run(SessiontreeSession("chat", any_store).get_items()) == [USER]
+
+
+def test_concurrent_runs_share_one_store_from_several_threads(db_target):
+    """The framework's own concurrency on one Store: runs gathered in one event loop (the
+    session's calls go to worker threads) and runs in threads of their own, each with a
+    tool call and an answer; every run's items land on its own session, and verify is clean."""
+
+    def agent_for(n: int) -> Agent:
+        @function_tool
+        def weather(city: str) -> str:
+            """The weather in a city."""
+            return f"sunny in {city}"
+
+        model = ScriptedModel([[(f"c{n}", "weather", {"city": f"city-{n}"})], f"answer {n}"])
+        return Agent(name="weather", model=model, tools=[weather])
+
+    async def gathered(store: Store, numbers: range) -> list[Any]:
+        runs = [
+            Runner.run(agent_for(n), f"weather {n}?", session=SessiontreeSession(f"s{n}", store))
+            for n in numbers
+        ]
+        return await asyncio.gather(*runs)
+
+    with Store(db_target) as store:
+        together(lambda k: run(gathered(store, range(k * 4, k * 4 + 4))), [0, 1, 2])
+        for n in range(12):
+            items = run(SessiontreeSession(f"s{n}", store).get_items())
+            assert [i.get("type", "message") for i in items] == [
+                "message",
+                "function_call",
+                "function_call_output",
+                "message",
+            ]
+            assert items[2]["output"] == f"sunny in city-{n}"
+            assert items[-1]["content"][0]["text"] == f"answer {n}"
+        assert store.verify().ok

@@ -28,9 +28,8 @@ set_tracing_disabled(True)
 
 @pytest.fixture(scope="module")
 def llmock(tmp_path_factory):
-    server = servers.start_llmock(tmp_path_factory.mktemp("llmock-agents"), "--response-style", "static")
-    yield server
-    server.stop()
+    with servers.llmock_static(tmp_path_factory.mktemp("llmock-agents")) as server:
+        yield server
 
 
 def test_responses_over_http_pause_approve_elsewhere_resume(llmock, db_target):

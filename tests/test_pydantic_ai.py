@@ -21,6 +21,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
 from sessiontree import Store  # noqa: E402
 from sessiontree.integrations.pydantic_ai import SessiontreeConversationStore, deferred_tool_results  # noqa: E402
 
+from conftest import together  # noqa: E402
+
 
 def reply(messages, info: AgentInfo) -> ModelResponse:
     """A model that asks for send_email when told to, else answers with what it was sent."""
@@ -241,3 +243,68 @@ def test_a_conversation_id_that_names_a_session_of_its_own_is_refused(any_store)
     with pytest.raises(ConversationConflict):
         asyncio.run(go())
     assert [n.payload["content"] for n in theirs.path()] == ["not pydantic-ai's"]
+
+
+def test_concurrent_runs_share_one_store_from_several_threads(db_target):
+    """pydantic-ai's own concurrency on one Store: runs gathered in an event loop (the store's
+    calls go to worker threads) on one ConversationStore, and in threads with a
+    ConversationStore each; every conversation is saved whole, the approvals are pauses."""
+    with Store(db_target) as st:
+
+        async def runs(store: SessiontreeConversationStore, names: list[str]) -> None:
+            async def one(name: str) -> None:
+                prompt = f"email {name}" if name.endswith("0") else f"hello {name}"
+                result = await make_agent().run(prompt, conversation=Conversation(conversation_id=name))
+                await store.save(result)
+                again = (
+                    await make_agent().run("more", conversation=await store.load(name))
+                    if not name.endswith("0")
+                    else None
+                )
+                if again is not None:
+                    await store.save(again)
+
+            await asyncio.gather(*(one(n) for n in names))
+
+        together(
+            lambda k: asyncio.run(runs(SessiontreeConversationStore(st), [f"t{k}-{i}" for i in range(4)])),
+            [0, 1, 2],
+        )
+        store = SessiontreeConversationStore(st)
+        for k in range(3):
+            for i in range(4):
+                loaded = asyncio.run(store.load(f"t{k}-{i}"))
+                # a request and a response per run: one run when it paused, two otherwise
+                assert len(loaded.messages) == (2 if i == 0 else 4), (k, i, loaded.messages)
+        assert sorted(p.session_id for p in st.pending()) == [f"t{k}-0" for k in range(3)]
+        assert st.verify().ok
+
+
+def test_the_branches_a_conversation_left_survive_prune_and_can_be_branched_back_to(any_store):
+    """A record's ``branches`` are tips on no branch's path: pinned, so ``prune`` keeps them
+    and pydantic-ai's ``branch(from_entry=tip)`` still works; deleting the conversation
+    gives them up (before: prune removed the left tip, and branching back failed)."""
+
+    async def main() -> None:
+        store, agent = SessiontreeConversationStore(any_store), make_agent()
+        await store.save(await agent.run("hi", conversation=Conversation(conversation_id="c1")))
+        await store.save(await agent.run("again", conversation=await store.load("c1")))
+        current = await store.load("c1")
+        branched = await store.branch("c1", at=2, expected_revision=current.revision)
+        await store.save(await agent.run("other", conversation=branched))
+        (tip,) = (await store.read_record("c1")).branches
+        pruned = any_store.prune(dry_run=False, grace=0).node_ids  # superseded records only
+        assert tip not in pruned
+        assert [n.kind for n in any_store.session("c1").path(tip)] == ["message"] * 4  # hi, echo, again, echo
+        record = await store.read_record("c1")
+        back = await store.branch("c1", from_entry=tip, expected_revision=record.revision)
+        assert shown(back.messages)[-1]["parts"][0]["content"].startswith("echo again")
+        await store.save(await agent.run("and on", conversation=back))
+        # Now the "other" turn is the branch left; the "again" tip is on the path again.
+        (left,) = (await store.read_record("c1")).branches
+        assert left != tip and [p.node_id for p in any_store.session("c1").pins()] == [left]
+        await store.delete("c1")
+        assert any_store.session("c1").pins() == []
+        assert tip in any_store.prune(dry_run=False, grace=0).node_ids  # given up with the conversation
+
+    asyncio.run(main())

@@ -9,6 +9,8 @@ sessiontree raises is defined here; ``docs/api.md`` draws the hierarchy.
 
 from __future__ import annotations
 
+import json
+
 
 class SessionTreeError(Exception):
     """Base class of sessiontree's errors."""
@@ -37,6 +39,22 @@ class BranchMoved(Conflict):
         super().__init__(
             f"branch {branch!r} moved: expected head {expected or '(empty)'}, found {actual or '(empty)'}"
         )
+
+
+class MetadataChanged(Conflict):
+    """A compare-and-set on session or branch metadata failed: someone else wrote it first."""
+
+    def __init__(self, what: str, expected: object, actual: object) -> None:
+        self.what, self.expected, self.actual = what, expected, actual
+        super().__init__(
+            f"{what} metadata changed: expected {_brief(expected)}, found {_brief(actual)};"
+            " read it again and retry"
+        )
+
+
+def _brief(value: object, width: int = 80) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 class CheckpointImmutable(Conflict):

@@ -26,7 +26,7 @@ from contextlib import AbstractContextManager
 from typing import Any, NamedTuple, TypeGuard
 
 from . import compaction, maintenance
-from .errors import BranchMoved, CheckpointImmutable, Conflict, InvalidPayload, NotFound
+from .errors import BranchMoved, CheckpointImmutable, Conflict, InvalidPayload, MetadataChanged, NotFound
 from .ids import is_stamp, new_id, new_ids, now
 from .model import (
     Branch,
@@ -56,6 +56,8 @@ from .storage import Storage
 from .storage.rows import SessionRow
 
 Ref = str | Node
+PIN_PREFIX = "pin-"
+"""A pin is the checkpoint ``pin-<node id>`` (``Session.pin``)."""
 RunLike = str | Completion | dict[str, Any] | None
 
 
@@ -667,6 +669,69 @@ class Session:
                     raise Conflict(f"{shown(name)} is a branch, not a checkpoint; use delete_branch")
                 raise NotFound(f"no checkpoint {shown(name)} in session {self.id}")
 
+    # -- pins ------------------------------------------------------------
+
+    def pin(self, node: Ref) -> Checkpoint:
+        """Keep ``node`` (and its ancestors) from ``prune`` while it is on no branch's path:
+        a checkpoint named ``pin-<node id>``, so it is kept, listed, exported and imported
+        as every checkpoint is. Pinning a pinned node returns the pin it has."""
+        with self.storage.transaction():
+            # The session's lock first (on a server; prune takes the store's): a prune
+            # then either ended before the node is looked up, or waits for the pin.
+            self.storage.lock_sessions([self.id])
+            key, node_id = self._locate(node)
+            name = PIN_PREFIX + node_id
+            found = self.storage.ref(self._key, name)
+            if found is None:
+                created = now()
+                self.storage.insert_checkpoint(self._key, name, key, created)
+                return Checkpoint(self.id, name, node_id, created)
+            if found[0] != "checkpoint" or found[2] != node_id:
+                raise Conflict(f"{shown(name)} is taken by a {found[0]} that is not a pin of node {node_id}")
+        return next(c for c in self.checkpoints() if c.name == name)
+
+    def unpin(self, node: Ref) -> None:
+        """Remove ``node``'s pin (``NotFound`` when it has none); ``prune`` may then remove
+        it, if nothing else keeps it."""
+        node_id = node.id if isinstance(node, Node) else self.resolve(node)
+        try:
+            self.delete_checkpoint(PIN_PREFIX + node_id)
+        except NotFound:
+            raise NotFound(f"node {node_id} is not pinned in session {self.id}") from None
+
+    def pins(self) -> list[Checkpoint]:
+        """The pins of this session (the checkpoints ``pin`` made), oldest first."""
+        return [c for c in self.checkpoints() if c.name == PIN_PREFIX + c.node_id]
+
+    # -- metadata ----------------------------------------------------------
+
+    def set_metadata(
+        self, metadata: dict[str, Any], *, expect: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Replace the session's metadata, in one transaction; with ``expect`` (the metadata
+        as the caller last read it) a compare-and-set that raises ``MetadataChanged`` when
+        another writer changed it since. Returns the metadata as stored."""
+        encoded = encode_json(metadata, "session metadata")
+        with self.storage.transaction():
+            self.storage.lock_sessions([self.id])  # on a server: the next writer waits
+            current = self.storage.session_row(self.id)[3]
+            _compare(f"session {self.id}", expect, current)
+            self.storage.set_session_metadata(self._key, encoded)
+        self.metadata = json.loads(encoded)
+        return self.metadata
+
+    def set_branch_metadata(
+        self, name: str, metadata: dict[str, Any], *, expect: dict[str, Any] | None = None
+    ) -> Branch:
+        """``set_metadata`` for the branch ``name``: its metadata replaced in one
+        transaction, compare-and-set with ``expect`` (``MetadataChanged``)."""
+        encoded = encode_json(metadata, "branch metadata")
+        with self.storage.transaction():
+            self._existing_branch_head(name, "set the metadata of")  # on a server: the session's lock
+            _compare(f"branch {shown(name)}", expect, self.branch(name).metadata)
+            self.storage.set_branch_metadata(self._key, name, encoded)
+            return self.branch(name)
+
     # -- whole-session operations ----------------------------------------
 
     def archive(self, archived: bool = True) -> None:
@@ -698,6 +763,17 @@ class Session:
     def verify(self) -> VerifyReport:
         """``Store.verify`` for this session only."""
         return maintenance.verify(self.storage, session_key=self._key)
+
+
+def _compare(what: str, expect: dict[str, Any] | None, current: dict[str, Any]) -> None:
+    """``MetadataChanged`` unless ``expect`` is None (no compare-and-set) or equals
+    ``current`` as JSON reads it back."""
+    if expect is None:
+        return
+    if not isinstance(expect, dict):
+        raise TypeError(f"expect must be a dict of metadata or None, not {type(expect).__name__}")
+    if json.loads(encode_json(expect, "expected metadata")) != current:
+        raise MetadataChanged(what, expect, current)
 
 
 def _run_fields(run: Completion | dict[str, Any], when: str | None = None) -> tuple[Any, ...]:

@@ -10,7 +10,9 @@ Contract:
   (``saved_items``, ``_items``, ``pop_calls``, ``_ignore_ids_for_matching``). Every
   session lives in one SQLite ``Store`` of the process, each under its own key, so the
   many sessions called "test" stay apart; its ``session_id`` is still what the test gave.
-  The count of sessions built goes into the outcomes file (``sessiontree_sessions``).
+  The count of sessions built goes into the outcomes file (``sessiontree_sessions``);
+  under pytest-xdist the controller writes the outcomes (every worker's reports reach it)
+  and each worker its own count, to ``$AGENTS_SDK_OUTCOMES.<worker id>.built``.
 
 Loaded by ``tests/peer_suites/agents_sdk.py``; the SDK's tests themselves are never copied here.
 """
@@ -95,6 +97,12 @@ def pytest_runtest_logreport(report: Any) -> None:
 
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
     target = os.environ.get("AGENTS_SDK_OUTCOMES")
-    if target:
-        with open(target, "w") as f:
-            json.dump({"outcomes": _outcomes, "sessiontree_sessions": _built[0]}, f)
+    if not target:
+        return
+    worker = getattr(session.config, "workerinput", None)
+    if worker is not None:  # an xdist worker: its reports reach the controller, its count does not
+        with open(f"{target}.{worker['workerid']}.built", "w") as f:
+            json.dump(_built[0], f)
+        return
+    with open(target, "w") as f:
+        json.dump({"outcomes": _outcomes, "sessiontree_sessions": _built[0]}, f)

@@ -17,14 +17,19 @@ Contract:
   ``expected_revision`` is the branch's compare-and-set, and ``sessiontree pending`` /
   ``approve`` / the inbox see pydantic-ai approvals; ``deferred_tool_results`` turns a
   decision into pydantic-ai's ``DeferredToolResults``, and the next save continues under it.
-- ``delete_record`` deletes the branch (and a fork's empty session): the entries stay in
-  the tree until ``prune`` finds them on no branch, as pydantic-ai lets a backend decide.
+- The tips a record lists in ``branches`` (histories the conversation left, which
+  pydantic-ai's ``branch(from_entry=)`` may go back to) are on no branch's path: each is
+  pinned (``Session.pin``) while a record of the session lists it, so ``prune`` keeps it.
+- ``delete_record`` deletes the branch (and a fork's empty session) and gives up its pins:
+  the entries stay in the tree until ``prune`` finds them on no branch, as pydantic-ai lets
+  a backend decide.
 The core never imports this module.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from collections.abc import Sequence
@@ -129,7 +134,7 @@ class SessiontreeConversationStore(ConversationStore):
         node = self._record_node(*located)
         if node is None:
             return None
-        return _records.validate_python(node.payload[RAW][KIND]["record"])
+        return _record_of(node)
 
     def _st_records(self, scope: str | None, limit: int | None) -> list[ConversationRecord]:
         found = []
@@ -171,6 +176,8 @@ class SessiontreeConversationStore(ConversationStore):
                         under = head.id
                     self._append(session, _projection(entry), under)
                 self._append(session, [_record_payload(record)], record.head_id, kind=_record_kind(record))
+                left = _record_of(current).branches if current is not None else []
+                self._repin(session, branch, left, record.branches)
                 if located is not None:
                     session.move(branch, record.revision, expect_head=head)
                 else:
@@ -218,6 +225,23 @@ class SessiontreeConversationStore(ConversationStore):
         session.append_many(payloads, branch=scratch, kind=kind, ids=ids)
         session.delete_branch(scratch)
 
+    def _repin(self, session: Session, branch: str, before: list[str], now: list[str]) -> None:
+        """Pin the tips a conversation's record lists in ``branches`` (on no branch's path,
+        but pydantic-ai may branch back to them), and unpin those it no longer lists
+        unless another conversation of the session still does."""
+        for tip in set(now) - set(before):
+            session.pin(tip)
+        gone = set(before) - set(now)
+        if not gone:
+            return
+        for other in session.branches():
+            node = self._record_node(session, other.name) if other.name != branch else None
+            if node is not None and RAW in node.payload and KIND in node.payload[RAW]:
+                gone -= set(_record_of(node).branches)
+        for tip in gone:
+            with contextlib.suppress(NotFound):
+                session.unpin(tip)
+
     def _st_delete(self, conversation_id: str, expected: str) -> None:
         with self.store.transaction():
             located = self._locate(conversation_id)
@@ -225,6 +249,7 @@ class SessiontreeConversationStore(ConversationStore):
             if current is None or current.id != expected:
                 raise ConversationConflict(conversation_id)
             session, branch = located  # type: ignore[misc]
+            self._repin(session, branch, _record_of(current).branches, [])
             session.delete_branch(branch)
             if session.id != conversation_id:  # a fork's empty session
                 self.store.delete_session(conversation_id, permanently=True)
@@ -285,6 +310,10 @@ def _entry(node: Node) -> ConversationEntry | None:
     return ConversationEntry(
         id=node.id, parent_id=kept["parent_id"], message=_message.validate_python(kept["message"])
     )
+
+
+def _record_of(node: Node) -> ConversationRecord:
+    return _records.validate_python(node.payload[RAW][KIND]["record"])
 
 
 def _record_kind(record: ConversationRecord) -> str:

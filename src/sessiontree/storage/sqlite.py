@@ -471,3 +471,13 @@ class SQLiteStorage(SQLiteRetention, SharedReads):
             ):
                 found[r[0]] = StoredNode(r[1], r[2], r[3], r[4], r[5], r[6])
         return found
+
+    # -- metadata ----------------------------------------------------------------
+
+    def set_session_metadata(self, session_key: int, metadata: str) -> None:
+        self.conn.execute("UPDATE sessions SET metadata = ? WHERE key = ?", (metadata, session_key))
+
+    def set_branch_metadata(self, session_key: int, name: str, metadata: str) -> None:
+        self.conn.execute(
+            "UPDATE branches SET metadata = ? WHERE session = ? AND name = ?", (metadata, session_key, name)
+        )
