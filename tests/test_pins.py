@@ -77,11 +77,12 @@ def test_pins_keep_the_session_from_the_drop_policy_and_travel_with_native_expor
         assert copy.prune(dry_run=True, grace=0).node_ids == []
 
 
-def interleave(store: Store, method: str, act: Callable[[], Any]) -> dict[str, Any]:
-    """Run ``act`` in another thread right after the first call of ``store.storage.<method>``
+def interleave(part: Any, method: str, act: Callable[[], Any]) -> dict[str, Any]:
+    """Run ``act`` in another thread right after the first call of ``part.<method>`` (a
+    store's storage or one of its parts)
     returns; the caller goes on after 0.5 s (when ``act`` waits for the caller's lock) or
     once it finished. The dict gets ``result`` or ``error`` once joined."""
-    original = getattr(store.storage, method)
+    original = getattr(part, method)
     outcome: dict[str, Any] = {}
 
     def run() -> None:
@@ -99,7 +100,7 @@ def interleave(store: Store, method: str, act: Callable[[], Any]) -> dict[str, A
             thread.join(0.5)
         return value
 
-    setattr(store.storage, method, then_act)
+    setattr(part, method, then_act)
     outcome["thread"] = thread
     return outcome
 
@@ -108,11 +109,11 @@ def test_prune_racing_a_pin_either_keeps_the_node_or_the_pin_says_it_is_gone(db_
     with Store(db_target) as pruner, Store(db_target) as pinner:
         # The pin arrives while the prune has listed what it removes.
         s, side, _ = off_path(pruner)
-        outcome = interleave(pruner, "unreachable", lambda: pinner.session(s.id).pin(side))
+        outcome = interleave(pruner.storage.upkeep, "unreachable", lambda: pinner.session(s.id).pin(side))
         try:
             gone = pruner.prune(dry_run=False, grace=0).node_ids
         finally:
-            del pruner.storage.unreachable
+            del pruner.storage.upkeep.unreachable
         outcome["thread"].join(30)
         # Both backends: the prune's transaction runs first; the pin then finds no node.
         assert gone == [side]
@@ -120,7 +121,7 @@ def test_prune_racing_a_pin_either_keeps_the_node_or_the_pin_says_it_is_gone(db_
         assert pinner.session(s.id).pins() == []
         # The prune arrives while the pin has taken the session: it waits, and keeps the node.
         s, side, _ = off_path(pinner)
-        outcome = interleave(pinner, "lock_sessions", lambda: pruner.prune(dry_run=False, grace=0))
+        outcome = interleave(pinner.storage, "lock_sessions", lambda: pruner.prune(dry_run=False, grace=0))
         try:
             pin = pinner.session(s.id).pin(side)
         finally:

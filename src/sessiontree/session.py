@@ -686,8 +686,9 @@ class Session:
                 created = now()
                 self.storage.insert_checkpoint(self._key, name, key, created)
                 return Checkpoint(self.id, name, node_id, created)
-            if found[0] != "checkpoint" or found[2] != node_id:
-                raise Conflict(f"{shown(name)} is taken by a {found[0]} that is not a pin of node {node_id}")
+            if found.kind != "checkpoint" or found.id != node_id:
+                taken = f"{shown(name)} is taken by a {found.kind}"
+                raise Conflict(f"{taken} that is not a pin of node {node_id}")
         return next(c for c in self.checkpoints() if c.name == name)
 
     def unpin(self, node: Ref) -> None:
@@ -714,7 +715,7 @@ class Session:
         encoded = encode_json(metadata, "session metadata")
         with self.storage.transaction():
             self.storage.lock_sessions([self.id])  # on a server: the next writer waits
-            current = self.storage.session_row(self.id)[3]
+            current = self.storage.session_row(self.id).metadata
             _compare(f"session {self.id}", expect, current)
             self.storage.set_session_metadata(self._key, encoded)
         self.metadata = json.loads(encoded)

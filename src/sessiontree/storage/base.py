@@ -90,16 +90,6 @@ class Storage(Tree, Trash):
         """``upkeep.unreachable``, under the name it had before the parts (for one release)."""
         return self.upkeep.unreachable(session_key, delete=delete, cutoff=cutoff)
 
-    # -- metadata (``Session.set_metadata``, ``Session.set_branch_metadata``) -------
-
-    @abstractmethod
-    def set_session_metadata(self, session_key: int, metadata: str) -> None:
-        """Replace a session's metadata (JSON text), inside a transaction that holds its lock."""
-
-    @abstractmethod
-    def set_branch_metadata(self, session_key: int, name: str, metadata: str) -> None:
-        """Replace a branch's metadata (JSON text), inside a transaction that holds its lock."""
-
 
 def decode_run(row: Sequence[Any]) -> Run:
     """A Run from (id, session id, *RUN_FIELDS) with params and usage as JSON text."""

@@ -791,12 +791,12 @@ class PostgresStorage(PostgresTrash, SharedReads):
     # -- metadata ----------------------------------------------------------------
 
     def set_session_metadata(self, session_key: int, metadata: str) -> None:
-        self._claim(session_key)
-        self._write("UPDATE sessions SET metadata = %s WHERE key = %s", (metadata, session_key))
+        self.claim(session_key)
+        self.write("UPDATE sessions SET metadata = %s WHERE key = %s", (metadata, session_key))
 
     def set_branch_metadata(self, session_key: int, name: str, metadata: str) -> None:
-        self._claim(session_key)
-        self._write(
+        self.claim(session_key)
+        self.write(
             "UPDATE branches SET metadata = %s WHERE session = %s AND name = %s",
             (metadata, session_key, name),
         )

@@ -80,6 +80,14 @@ class Tree(ABC):
     def set_title(self, session_key: int, title: str | None) -> None: ...
 
     @abstractmethod
+    def set_session_metadata(self, session_key: int, metadata: str) -> None:
+        """Replace a session's metadata (JSON text), inside a transaction that holds its lock."""
+
+    @abstractmethod
+    def set_branch_metadata(self, session_key: int, name: str, metadata: str) -> None:
+        """Replace a branch's metadata (JSON text), inside a transaction that holds its lock."""
+
+    @abstractmethod
     def delete_session(self, session_key: int) -> int:
         """Delete a session and everything in it; the number of nodes removed."""
 
