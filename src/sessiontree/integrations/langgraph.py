@@ -1,0 +1,812 @@
+"""LangGraph's checkpoint saver on a sessiontree store (``langgraph-checkpoint`` 4.3).
+
+Contract:
+- ``SessiontreeSaver(store, *, cas=True, serde=None)`` is a ``BaseCheckpointSaver``, sync
+  and async (the async methods run the sync ones on a worker thread; one ``Store`` is
+  shared by every thread LangGraph writes from).
+- A thread is a session: its id is ``thread_session_id(thread_id)`` (a UUIDv5 of it, one
+  exact lookup, never a prefix match), its title the thread id, its metadata
+  ``{"langgraph": {"thread_id": ...}}``. A checkpoint namespace is a branch: ``main`` for
+  the root graph, ``ns:<namespace>`` for a subgraph (whose first checkpoint hangs under
+  the parent graph's checkpoint, so a subgraph call is a subtree). The branch follows the
+  newest checkpoint put, which is what LangGraph calls the latest.
+- A checkpoint is a ``note`` node whose id is ``checkpoint_node_id(session, ns,
+  checkpoint_id)``; its nearest checkpoint ancestor of the same namespace is its parent
+  checkpoint. Only the channels in ``new_versions`` are stored on it; a list channel that
+  only grew since the parent is stored as what it appended. Messages a message channel
+  appended (lists of LangChain messages) are ``message`` nodes just before the checkpoint
+  (chat-shaped, the LangChain message kept in ``payload["raw"]["langgraph"]``), so
+  ``messages()``, search, ``compare`` and the view read a LangGraph thread as a chat.
+- Pending writes are ``note`` nodes after their checkpoint, on the branch while the
+  checkpoint is the latest. An interrupt of the root graph is a ``pause`` at the branch
+  head, which ``sessiontree pending``, ``approve`` and the inbox see; ``resume(store,
+  pause, graph)`` (and ``aresume``) claims the decision once and runs the graph on with
+  ``Command(resume={interrupt id: decision})``.
+- ``cas=True``: a write (``put`` or ``put_writes``) for a checkpoint that is no longer the
+  branch's latest (another worker moved the thread on: langgraph#8796) raises
+  ``BranchMoved`` before anything is written. ``cas=False`` keeps LangGraph's own
+  semantics: such a write forks (a sibling in the tree) and the branch follows the newest.
+- Nothing LangGraph can still ask for is garbage to ``prune``: a node that leaves a
+  branch's path (a fork's old head, writes to an older checkpoint) gets a sessiontree
+  checkpoint ``langgraph-keep-<node id>``.
+- Blobs are LangGraph's own ``serde`` bytes (base64 in the payload), decoded only through
+  ``serde`` with its msgpack allowlist (strict by default; ``saver.with_allowlist`` adds
+  types); a pickle is never loaded, and a serde that would write one is refused.
+The core never imports this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, NamedTuple
+
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from ..errors import BranchMoved, Conflict, NotFound
+from ..model import RAW, Node
+from ..session import Ref, Session
+from ..steps import Approve, Edit, Reject, decision_from_dict
+from ..store import Store
+
+KIND = "langgraph"
+"""The key of LangGraph's data under a payload's ``raw``, and of the session metadata."""
+
+NAMESPACE = uuid.UUID("0b5f8a3e-6c2d-4f7a-9e41-3d8c2b7a5f10")
+"""The UUIDv5 namespace of the ids here: fixed, so every process maps a thread alike."""
+
+INTERRUPT, RESUME = "__interrupt__", "__resume__"
+_CHECKPOINT, _WRITES = "checkpoint", "writes"
+_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "developer": "developer"}
+
+
+def thread_session_id(thread_id: str) -> str:
+    """The sessiontree session id a LangGraph ``thread_id`` names."""
+    return str(uuid.uuid5(NAMESPACE, f"thread\0{thread_id}"))
+
+
+def checkpoint_node_id(session_id: str, checkpoint_ns: str, checkpoint_id: str) -> str:
+    """The node id of a checkpoint: one lookup finds it (and a copied thread's ids differ)."""
+    return str(uuid.uuid5(NAMESPACE, f"{session_id}\0{checkpoint_ns}\0{checkpoint_id}"))
+
+
+def branch_name(checkpoint_ns: str) -> str:
+    """The branch a checkpoint namespace is: ``main`` for the root graph."""
+    if not checkpoint_ns:
+        return "main"
+    name = f"ns:{checkpoint_ns}"
+    return name if len(name) <= 120 else f"ns:{uuid.uuid5(NAMESPACE, checkpoint_ns)}"
+
+
+class _Channel(NamedTuple):
+    """What a checkpoint holds of one channel: its version, and for a list its length and
+    the running hash of its items' serialised bytes (how a later put tells "only grew")."""
+
+    version: Any
+    length: int | None = None
+    digest: str | None = None
+
+
+Summary = dict[str, _Channel]
+
+
+class SessiontreeSaver(BaseCheckpointSaver[int]):
+    """LangGraph checkpoints as a sessiontree tree on ``store`` (SQLite or PostgreSQL)."""
+
+    def __init__(self, store: Store, *, cas: bool = True, serde: SerializerProtocol | None = None) -> None:
+        # Strict by default: only LangGraph's safe types (messages among them) and what
+        # ``with_allowlist`` adds are rebuilt from msgpack; never a pickle.
+        super().__init__(serde=serde or JsonPlusSerializer(allowed_msgpack_modules=None))
+        if getattr(self.serde, "pickle_fallback", False):
+            raise Conflict("SessiontreeSaver never stores pickles: give a serde without pickle_fallback")
+        self.store = store
+        self.cas = cas
+        # Channel summaries of recent checkpoints (node id -> Summary): a put reads its
+        # parent's from here instead of the parent's path. Any thread may fill it.
+        self._summaries: OrderedDict[str, Summary] = OrderedDict()
+        self._summaries_lock = threading.Lock()
+
+    # -- serialisation -------------------------------------------------------
+
+    def _dump(self, value: Any) -> list[str]:
+        kind, data = self.serde.dumps_typed(value)
+        if kind == "pickle":
+            raise Conflict("SessiontreeSaver never stores pickles: the serde produced one")
+        return [kind, base64.b64encode(data).decode("ascii")]
+
+    def _load(self, blob: Sequence[str]) -> Any:
+        kind, data = blob
+        if kind == "pickle":  # written by something else: refused, never unpickled
+            raise Conflict("refusing to load a pickled LangGraph value (SessiontreeSaver never unpickles)")
+        return self.serde.loads_typed((kind, base64.b64decode(data)))
+
+    # -- finding things --------------------------------------------------------
+
+    def _session(self, thread_id: str, *, create: bool = False) -> Session | None:
+        sid = thread_session_id(str(thread_id))
+        try:
+            found = self.store.session(sid)
+        except NotFound:
+            found = None
+        if found is not None and found.id == sid:
+            return found
+        if not create:
+            return None
+        try:
+            return self.store.create_session(
+                title=str(thread_id), metadata={KIND: {"thread_id": str(thread_id)}}, id=sid
+            )
+        except Conflict:  # another writer created it first
+            return self.store.session(sid)
+
+    def _checkpoint_node(self, session: Session, ns: str, checkpoint_id: str) -> Node | None:
+        try:
+            node = self.store.node(checkpoint_node_id(session.id, ns, checkpoint_id))
+        except NotFound:
+            return None
+        return node if node.session_id == session.id and _lg(node).get("type") == _CHECKPOINT else None
+
+    def _head(self, session: Session, ns: str) -> Node | None:
+        try:
+            return session.head(branch_name(ns))
+        except NotFound:
+            return None
+
+    def _owner(self, session: Session, node: Node | None) -> str | None:
+        """The checkpoint id whose segment ``node`` (a branch head) is in: a checkpoint's
+        own, a write's, or, for a human's decision, its pause's."""
+        while node is not None:
+            raw = _lg(node)
+            if raw:
+                return raw.get("of") if raw.get("type") != _CHECKPOINT else raw["id"]
+            if node.parent_id is None:
+                return None
+            node = session.node(node.parent_id)
+        return None
+
+    # -- put ---------------------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        conf = config["configurable"]
+        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
+        parent_id = conf.get("checkpoint_id")
+        values = dict(checkpoint.get("channel_values") or {})
+        stored = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        meta = get_checkpoint_metadata(config, metadata)
+        session = self._session(thread_id, create=True)
+        assert session is not None
+        branch = branch_name(ns)
+        node_id = checkpoint_node_id(session.id, ns, checkpoint["id"])
+        for _ in range(50):  # a concurrent write in the parent's segment moved the head: again
+            try:
+                with self.store.transaction():
+                    head = self._head(session, ns)
+                    parent = self._checkpoint_node(session, ns, parent_id) if parent_id else None
+                    if parent is None:  # a new thread (or namespace): a new root, or a subtree
+                        under = self._subgraph_parent(session, ns, meta)
+                    elif head is not None and self._owner(session, head) == parent_id:
+                        under = head
+                    elif self.cas:
+                        raise BranchMoved(branch, parent.id, head.id if head else None)
+                    else:
+                        under = parent  # LangGraph's fork: a sibling of what followed the parent
+                    base = self._summary(session, parent) if parent is not None else {}
+                    chain, entries, summary = self._encode(checkpoint["id"], values, new_versions, base)
+                    payload = {
+                        "type": "langgraph.checkpoint",
+                        "text": f"checkpoint step {meta.get('step')} ({meta.get('source')})",
+                        RAW: {
+                            KIND: {
+                                "type": _CHECKPOINT,
+                                "ns": ns,
+                                "id": checkpoint["id"],
+                                "parent": parent_id,
+                                "checkpoint": self._dump(stored),
+                                "metadata": self._dump(meta),
+                                "channels": entries,
+                            }
+                        },
+                    }
+                    self._write_chain(session, branch, head, under, chain, payload, node_id)
+                break
+            except BranchMoved:
+                if parent_id is None or self._owner(session, self._head(session, ns)) != parent_id:
+                    raise
+        else:
+            raise BranchMoved(branch, None, None)
+        self._remember(node_id, summary)
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
+
+    def _subgraph_parent(self, session: Session, ns: str, meta: dict[str, Any]) -> Node | None:
+        """A subgraph's first checkpoint hangs under the parent graph's checkpoint."""
+        if not ns:
+            return None
+        parents = meta.get("parents") or {}
+        outer = ns.rsplit("|", 1)[0] if "|" in ns else ""
+        parent_id = parents.get(outer) if isinstance(parents, dict) else None
+        return self._checkpoint_node(session, outer, parent_id) if isinstance(parent_id, str) else None
+
+    def _write_chain(
+        self,
+        session: Session,
+        branch: str,
+        head: Node | None,
+        under: Node | None,
+        messages: list[dict[str, Any]],
+        payload: dict[str, Any],
+        node_id: str,
+    ) -> None:
+        """Append ``messages`` then the checkpoint ``payload`` under ``under`` and move the
+        branch to it; a head the branch leaves behind off its new path is kept."""
+        extends = head is not None and under is not None and under.id == head.id
+        if under is None:
+            # A new root needs a branch to stand on: a scratch one, gone before the end.
+            scratch = f"langgraph-root-{node_id}"
+            if messages:
+                session.append_many(messages, branch=scratch)
+            session.append(payload, kind="note", branch=scratch, id=node_id)
+            target: Ref = scratch
+        elif extends:
+            if messages:
+                session.append_many(messages, branch=branch, expect_head=head)
+                head = None
+            session.append(payload, kind="note", branch=branch, id=node_id, expect_head=head)
+            return
+        else:
+            parent: Ref = under
+            if messages:
+                parent = session.append_many(messages, branch=None, parent=under)[-1]
+            session.append(payload, kind="note", branch=None, parent=parent, id=node_id)
+            target = node_id
+        if head is None:
+            try:
+                session.branch(branch)
+                exists = True
+            except NotFound:
+                exists = False
+            if exists:
+                session.move(branch, target)
+            else:
+                session.fork(branch, target)
+        else:
+            _keep(session, head)
+            session.move(branch, target, expect_head=head)
+        if under is None:
+            session.delete_branch(scratch)
+
+    def _encode(
+        self,
+        checkpoint_id: str,
+        values: dict[str, Any],
+        new_versions: ChannelVersions,
+        base: Summary,
+    ) -> tuple[list[dict[str, Any]], dict[str, Any], Summary]:
+        """(message payloads, channel entries, the new checkpoint's summary)."""
+        summary = dict(base)
+        entries: dict[str, Any] = {}
+        chain: list[dict[str, Any]] = []
+        for channel, version in new_versions.items():
+            if channel not in values:
+                entries[channel] = {"v": version, "empty": True}
+                summary[channel] = _Channel(version)
+                continue
+            value = values[channel]
+            if type(value) is not list:
+                entries[channel] = {"v": version, "blob": self._dump(value)}
+                summary[channel] = _Channel(version)
+                continue
+            blobs = [self._dump(item) for item in value]
+            digests = _running(blobs)
+            before = base.get(channel)
+            entry: dict[str, Any] = {"v": version, "len": len(blobs), "h": digests[-1] if digests else ""}
+            start = 0
+            if before is None:  # new since the parent: it grew from nothing
+                entry["base"] = None
+            elif (
+                before.length is not None
+                and before.length <= len(blobs)
+                and (digests[before.length - 1] if before.length else "") == before.digest
+            ):
+                start = before.length
+                entry["base"] = before.version
+            added = blobs[start:]
+            if added and all(isinstance(item, BaseMessage) for item in value[start:]):
+                entry["n"] = len(added)
+                entry["at"] = len(chain)  # the first of its message nodes, in the chain
+                for item, blob in zip(value[start:], added, strict=True):
+                    chain.append(_chat(item, {"type": "message", "of": checkpoint_id, "ch": channel, "blob": blob}))
+            elif "base" in entry:
+                entry["items"] = added
+            else:
+                entry["blob"] = self._dump(value)
+            entries[channel] = entry
+            summary[channel] = _Channel(version, len(blobs), entry["h"])
+        for entry in entries.values():  # offsets back from the checkpoint node, once the chain is known
+            if "at" in entry:
+                entry["at"] = len(chain) - entry["at"]
+        return chain, entries, summary
+
+    # -- put_writes ----------------------------------------------------------------
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        conf = config["configurable"]
+        thread_id, ns, checkpoint_id = str(conf["thread_id"]), conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
+        session = self._session(thread_id)
+        node = self._checkpoint_node(session, ns, checkpoint_id) if session is not None else None
+        if session is None or node is None:
+            raise NotFound(f"no LangGraph checkpoint {checkpoint_id} in thread {thread_id!r} to write for")
+        encoded = [[channel, WRITES_IDX_MAP.get(channel, i), *self._dump(v)] for i, (channel, v) in enumerate(writes)]
+        interrupts = _interrupt_calls(writes) if not ns else []
+        resumed = any(channel == RESUME for channel, _ in writes)
+        payload = {
+            "type": "langgraph.writes",
+            "text": f"task {task_path or task_id} wrote {', '.join(sorted({w[0] for w in encoded})) or 'nothing'}",
+            RAW: {KIND: {"type": _WRITES, "of": checkpoint_id, "task": task_id, "path": task_path, "writes": encoded}},
+        }
+        branch = branch_name(ns)
+        for _ in range(50):
+            try:
+                with self.store.transaction():
+                    head = self._head(session, ns)
+                    if self._owner(session, head) != checkpoint_id:
+                        if self.cas:
+                            raise BranchMoved(branch, node.id, head.id if head else None)
+                        # An older checkpoint's writes: off the path, and kept.
+                        written = session.append(payload, kind="note", branch=None, parent=node)
+                        _keep(session, written)
+                        return
+                    assert head is not None
+                    waiting = head.payload.get("calls", []) if head.kind == "pause" else []
+                    calls = _merged(waiting, interrupts)
+                    if interrupts:
+                        reason = "; ".join(c["reason"] for c in interrupts)
+                        pause = {**payload, "reason": reason, "calls": [_call(c) for c in calls]}
+                        session.append(pause, kind="pause", branch=branch, expect_head=head)
+                        return
+                    written = session.append(payload, kind="note", branch=branch, expect_head=head)
+                    if waiting and not resumed:  # the interrupt still waits: its pause stays the head
+                        again = {
+                            "type": "langgraph.interrupt",
+                            "reason": head.payload.get("reason", "interrupted"),
+                            "calls": waiting,
+                            RAW: {KIND: {"type": "pause", "of": checkpoint_id}},
+                        }
+                        session.append(again, kind="pause", branch=branch, expect_head=written)
+                    return
+            except BranchMoved:
+                if self._owner(session, self._head(session, ns)) != checkpoint_id:
+                    raise
+        raise BranchMoved(branch, node.id, None)
+
+    # -- reading ---------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        conf = config["configurable"]
+        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
+        session = self._session(thread_id)
+        if session is None:
+            return None
+        head = self._head(session, ns)
+        owner = self._owner(session, head)
+        checkpoint_id = get_checkpoint_id(config) or owner
+        node = self._checkpoint_node(session, ns, checkpoint_id) if checkpoint_id else None
+        if node is None:
+            return None
+        if head is not None and owner == checkpoint_id:  # the latest: its writes are on the path
+            path = session.path(head)
+            at = next(i for i, n in enumerate(path) if n.id == node.id)
+            writes = [n for n in path[at + 1 :] if _lg(n).get("type") == _WRITES]
+        else:
+            path = session.path(node)
+            at = len(path) - 1
+            writes = self._segment_writes(session, node)
+        return self._tuple(thread_id, path, at, writes)
+
+    def _segment_writes(self, session: Session, node: Node) -> list[Node]:
+        """The writes for ``node``'s checkpoint, on any path through its segment."""
+        owner = _lg(node)["id"]
+        found, todo = [], [node]
+        while todo:
+            for child in session.children(todo.pop()):
+                raw = _lg(child)
+                if raw.get("of") == owner and raw.get("type") != "message":
+                    todo.append(child)
+                    if raw.get("type") == _WRITES:
+                        found.append(child)
+                elif child.kind == "decision":
+                    todo.append(child)
+        return sorted(found, key=lambda n: (n.created_at, n.depth))
+
+    def _tuple(self, thread_id: str, path: list[Node], at: int, writes: list[Node]) -> CheckpointTuple:
+        raw = _lg(path[at])
+        ns = raw["ns"]
+        checkpoint: dict[str, Any] = self._load(raw["checkpoint"])
+        checkpoint["channel_values"] = self._values(path, at, ns, checkpoint.get("channel_versions") or {})
+        parent = raw.get("parent")
+        return CheckpointTuple(
+            config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": raw["id"]}},
+            checkpoint=checkpoint,  # type: ignore[arg-type]
+            metadata=self._load(raw["metadata"]),
+            parent_config=(
+                {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}}
+                if parent
+                else None
+            ),
+            pending_writes=self._pending(writes),
+        )
+
+    def _pending(self, nodes: list[Node]) -> list[tuple[str, str, Any]]:
+        kept: dict[tuple[str, int], tuple[str, str, str, list[str]]] = {}
+        for node in nodes:
+            raw = _lg(node)
+            for channel, idx, kind, data in raw["writes"]:
+                key = (raw["task"], idx)
+                if idx >= 0 and key in kept:  # a regular write: the first one stays
+                    continue
+                kept[key] = (raw["path"], raw["task"], channel, [kind, data])
+        order = sorted(kept, key=lambda k: writes_sort_key(kept[k][0], k[0], k[1]))
+        return [(kept[k][1], kept[k][2], self._load(kept[k][3])) for k in order]
+
+    def _values(self, path: list[Node], at: int, ns: str, versions: dict[str, Any]) -> dict[str, Any]:
+        """Each channel at its version, from the nearest checkpoint up the path storing it."""
+        stored: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        for i in range(at, -1, -1):
+            raw = _lg(path[i])
+            if raw.get("type") == _CHECKPOINT and raw.get("ns") == ns:
+                for channel, entry in raw["channels"].items():
+                    stored.setdefault(channel, []).append((i, entry))
+        values: dict[str, Any] = {}
+        for channel, version in versions.items():
+            found = self._value(path, stored.get(channel, []), version)
+            if found is not _MISSING:
+                values[channel] = found
+        return values
+
+    def _value(self, path: list[Node], entries: list[tuple[int, dict[str, Any]]], version: Any) -> Any:
+        chunks: list[list[Any]] = []
+        want, below = version, len(path)
+        while True:
+            hit = next(((i, e) for i, e in entries if i < below and e["v"] == want), None)
+            if hit is None:
+                if chunks:  # an append whose base is gone: the saver never writes one
+                    raise Conflict(f"a LangGraph list value's base version {want!r} is missing from the path")
+                return _MISSING
+            i, entry = hit
+            if entry.get("empty"):
+                return _MISSING
+            if "blob" in entry:
+                whole = self._load(entry["blob"])
+                if not chunks:
+                    return whole
+                return list(whole) + [x for chunk in reversed(chunks) for x in chunk]
+            if "n" in entry:
+                first = i - entry["at"]
+                items = [self._load(_lg(path[first + k])["blob"]) for k in range(entry["n"])]
+            else:
+                items = [self._load(b) for b in entry.get("items", [])]
+            chunks.append(items)
+            if entry.get("base") is None:
+                return [x for chunk in reversed(chunks) for x in chunk]
+            want, below = entry["base"], i
+
+    def _summary(self, session: Session, node: Node) -> Summary:
+        """The channel summary of a checkpoint node: remembered, or read off its path."""
+        with self._summaries_lock:
+            found = self._summaries.get(node.id)
+        if found is not None:
+            return found
+        path = session.path(node)
+        raw = _lg(node)
+        summary: Summary = {}
+        for i in range(len(path) - 1, -1, -1):
+            up = _lg(path[i])
+            if up.get("type") != _CHECKPOINT or up.get("ns") != raw["ns"]:
+                continue
+            for channel, entry in up["channels"].items():
+                if channel not in summary:
+                    summary[channel] = _Channel(entry["v"], entry.get("len"), entry.get("h"))
+        self._remember(node.id, summary)
+        return summary
+
+    def _remember(self, node_id: str, summary: Summary) -> None:
+        with self._summaries_lock:
+            self._summaries[node_id] = summary
+            self._summaries.move_to_end(node_id)
+            while len(self._summaries) > 256:
+                self._summaries.popitem(last=False)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        conf = (config or {}).get("configurable") or {}
+        if "thread_id" in conf:
+            threads = [str(conf["thread_id"])]
+        else:
+            threads = [
+                info.metadata[KIND]["thread_id"]
+                for info in self.store.sessions(include_archived=True)
+                if isinstance(info.metadata.get(KIND), dict) and "thread_id" in info.metadata[KIND]
+            ]
+        want_ns = conf.get("checkpoint_ns")
+        want_id = conf.get("checkpoint_id")
+        before_id = get_checkpoint_id(before) if before else None
+        for thread_id in threads:
+            session = self._session(thread_id)
+            if session is None:
+                continue
+            nodes = session.tree()
+            by_id = {n.id: n for n in nodes}
+            children: dict[str | None, list[Node]] = {}
+            for n in nodes:
+                children.setdefault(n.parent_id, []).append(n)
+            found = [n for n in nodes if _lg(n).get("type") == _CHECKPOINT]
+            found.sort(key=lambda n: _lg(n)["id"], reverse=True)
+            for node in found:
+                raw = _lg(node)
+                if want_ns is not None and raw["ns"] != want_ns:
+                    continue
+                if want_id and raw["id"] != want_id:
+                    continue
+                if before_id and raw["id"] >= before_id:
+                    continue
+                if filter:
+                    meta = self._load(raw["metadata"])
+                    if not all(meta.get(k) == v for k, v in filter.items()):
+                        continue
+                if limit is not None and limit <= 0:
+                    return
+                if limit is not None:
+                    limit -= 1
+                path = _path_in(by_id, node)
+                yield self._tuple(thread_id, path, len(path) - 1, _writes_in(children, node))
+
+    # -- deleting --------------------------------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> None:
+        session = self._session(str(thread_id))
+        if session is not None:
+            session.delete(permanently=True)
+
+    # -- async twins -------------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        found = await asyncio.to_thread(lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
+        for item in found:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+
+# -- resuming an interrupt --------------------------------------------------------
+
+
+def decision_value(decision: Approve | Edit | Reject) -> dict[str, Any]:
+    """What an interrupted node gets back by default: the human's decision as a dict,
+    ``{"action": "approve"}``, ``{"action": "edit", "arguments": {...}}`` or
+    ``{"action": "reject", "reason": ...}``."""
+    if isinstance(decision, Edit):
+        return {"action": "edit", "arguments": decision.arguments}
+    if isinstance(decision, Reject):
+        return {"action": "reject", "reason": decision.reason}
+    return {"action": "approve"}
+
+
+def resume_command(
+    store: Store, pause: Ref, *, value: Callable[[Approve | Edit | Reject], Any] = decision_value
+) -> tuple[RunnableConfig, Any]:
+    """Claim a decided LangGraph pause (once: a second claim, in any process, is refused)
+    and return ``(config, Command(resume={interrupt id: value(decision)}))`` to run the
+    graph on with. ``Conflict`` (nothing written) when the node is not a LangGraph pause,
+    is undecided, was resumed already, or no branch stands at its decision."""
+    from langgraph.types import Command
+
+    node = store.node(pause)
+    raw = _lg(node) if node.kind == "pause" else {}
+    if not raw:
+        raise Conflict(f"node {node.id} is not a LangGraph interrupt (no LangGraph data on it)")
+    session = store.session(node.session_id)
+    decision = next((n for n in session.children(node) if n.kind == "decision"), None)
+    if decision is None:
+        raise Conflict(f"pause {node.id} has no decision yet: decide it first")
+    branches = session.branches_at(decision)
+    if session.children(decision):
+        raise Conflict(f"pause {node.id} was already resumed: its decision {decision.id} has been acted on")
+    if not branches:
+        raise Conflict(f"pause {node.id}: no branch stands at its decision {decision.id} any more")
+    answers = {
+        call_id: value(decision_from_dict(d)) for call_id, d in (decision.payload.get("decisions") or {}).items()
+    }
+    try:  # the claim: one resume per decision, whichever process is first
+        session.append(
+            {"type": "langgraph.resume", "text": "resumed by LangGraph", RAW: {KIND: {"type": "resume", "of": raw["of"]}}},
+            kind="note",
+            branch=branches[0],
+            expect_head=decision.id,
+        )
+    except BranchMoved:
+        raise Conflict(f"pause {node.id} was already resumed: its decision {decision.id} has been acted on") from None
+    thread_id = (session.metadata.get(KIND) or {}).get("thread_id", session.title)
+    return {"configurable": {"thread_id": thread_id}}, Command(resume=answers)
+
+
+def resume(store: Store, pause: Ref, graph: Any, **invoke_kwargs: Any) -> Any:
+    """Carry a decided LangGraph pause on: ``graph.invoke`` of ``resume_command``'s Command."""
+    value = invoke_kwargs.pop("value", decision_value)
+    config, command = resume_command(store, pause, value=value)
+    return graph.invoke(command, config, **invoke_kwargs)
+
+
+async def aresume(store: Store, pause: Ref, graph: Any, **invoke_kwargs: Any) -> Any:
+    """``resume`` with ``graph.ainvoke``."""
+    value = invoke_kwargs.pop("value", decision_value)
+    config, command = await asyncio.to_thread(resume_command, store, pause, value=value)
+    return await graph.ainvoke(command, config, **invoke_kwargs)
+
+
+# -- the mapping ----------------------------------------------------------------------
+
+_MISSING = object()
+
+
+def _lg(node: Node) -> dict[str, Any]:
+    """The LangGraph data a node carries (empty for a node of sessiontree's own)."""
+    raw = node.payload.get(RAW)
+    kept = raw.get(KIND) if isinstance(raw, dict) else None
+    return kept if isinstance(kept, dict) else {}
+
+
+def _keep(session: Session, node: Node) -> None:
+    """A ref at a node that is leaving every branch's path, so that ``prune`` keeps it."""
+    name = f"langgraph-keep-{node.id}"
+    try:
+        session.checkpoint(name, node)
+    except Conflict:  # kept already
+        pass
+
+
+def _running(blobs: list[list[str]]) -> list[str]:
+    """The running hash of a list's items: entry i covers items 0..i."""
+    out, digest = [], b""
+    for kind, data in blobs:
+        digest = hashlib.blake2b(digest + kind.encode() + b"\0" + data.encode(), digest_size=16).digest()
+        out.append(digest.hex())
+    return out
+
+
+def _chat(message: BaseMessage, raw: dict[str, Any]) -> dict[str, Any]:
+    """A LangChain message as the chat message sessiontree's readers take."""
+    role = _ROLES.get(message.type) or (getattr(message, "role", None) if message.type == "chat" else None)
+    if role not in _ROLES.values():
+        role = "user"
+    content: Any = message.content
+    if not isinstance(content, str):
+        content = message.text if hasattr(message, "text") else json.dumps(content, default=str)
+        content = content() if callable(content) else content
+    payload: dict[str, Any] = {"role": role, "content": content}
+    if message.name:
+        payload["name"] = message.name
+    calls = getattr(message, "tool_calls", None) or []
+    if role == "assistant" and calls:
+        payload["tool_calls"] = [
+            {
+                "id": str(c.get("id") or f"call_{i}"),
+                "type": "function",
+                "function": {"name": str(c.get("name") or ""), "arguments": json.dumps(c.get("args") or {})},
+            }
+            for i, c in enumerate(calls)
+        ]
+    if role == "tool":
+        payload["tool_call_id"] = str(getattr(message, "tool_call_id", "") or "")
+    payload[RAW] = {KIND: raw}
+    return payload
+
+
+def _interrupt_calls(writes: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
+    calls = []
+    for channel, value in writes:
+        if channel != INTERRUPT:
+            continue
+        for item in value if isinstance(value, list | tuple) else [value]:
+            shown = getattr(item, "value", item)
+            try:
+                arguments = json.dumps(shown)
+            except (TypeError, ValueError):
+                arguments = json.dumps(str(shown))
+            reason = shown if isinstance(shown, str) else arguments
+            calls.append({"id": str(getattr(item, "id", "")), "arguments": arguments, "reason": reason[:500]})
+    return calls
+
+
+def _call(call: dict[str, Any]) -> dict[str, Any]:
+    return {"id": call["id"], "name": "interrupt", "arguments": call["arguments"]}
+
+
+def _merged(waiting: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen = {c["id"] for c in new}
+    return [c for c in waiting if c["id"] not in seen] + new
+
+
+def _path_in(by_id: dict[str, Node], node: Node) -> list[Node]:
+    path = [node]
+    while path[-1].parent_id is not None:
+        path.append(by_id[path[-1].parent_id])
+    return path[::-1]
+
+
+def _writes_in(children: dict[str | None, list[Node]], node: Node) -> list[Node]:
+    owner = _lg(node)["id"]
+    found, todo = [], [node]
+    while todo:
+        for child in children.get(todo.pop().id, []):
+            raw = _lg(child)
+            if (raw.get("of") == owner and raw.get("type") != "message") or child.kind == "decision":
+                todo.append(child)
+                if raw.get("type") == _WRITES:
+                    found.append(child)
+    return sorted(found, key=lambda n: (n.created_at, n.depth))
