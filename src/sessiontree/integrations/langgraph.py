@@ -42,6 +42,7 @@ import base64
 import hashlib
 import json
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -74,6 +75,9 @@ KIND = "langgraph"
 
 NAMESPACE = uuid.UUID("0b5f8a3e-6c2d-4f7a-9e41-3d8c2b7a5f10")
 """The UUIDv5 namespace of the ids here: fixed, so every process maps a thread alike."""
+
+WAIT_FOR_CHECKPOINT_S = 30.0
+"""How long writes wait for their checkpoint's put (LangGraph runs both concurrently)."""
 
 INTERRUPT, RESUME = "__interrupt__", "__resume__"
 _CHECKPOINT, _WRITES = "checkpoint", "writes"
@@ -125,6 +129,7 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         # parent's from here instead of the parent's path. Any thread may fill it.
         self._summaries: OrderedDict[str, Summary] = OrderedDict()
         self._summaries_lock = threading.Lock()
+        self._stored = threading.Condition()  # notified after each put
 
     # -- serialisation -------------------------------------------------------
 
@@ -178,7 +183,7 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         while node is not None:
             raw = _lg(node)
             if raw:
-                return raw.get("of") if raw.get("type") != _CHECKPOINT else raw["id"]
+                return raw["id"] if raw.get("type") == _CHECKPOINT else raw.get("seg", raw.get("of"))
             if node.parent_id is None:
                 return None
             node = session.node(node.parent_id)
@@ -241,6 +246,8 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         else:
             raise BranchMoved(branch, None, None)
         self._remember(node_id, summary)
+        with self._stored:
+            self._stored.notify_all()
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
     def _subgraph_parent(self, session: Session, ns: str, meta: dict[str, Any]) -> Node | None:
@@ -363,52 +370,101 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
     ) -> None:
         conf = config["configurable"]
         thread_id, ns, checkpoint_id = str(conf["thread_id"]), conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
-        session = self._session(thread_id)
-        node = self._checkpoint_node(session, ns, checkpoint_id) if session is not None else None
-        if session is None or node is None:
-            raise NotFound(f"no LangGraph checkpoint {checkpoint_id} in thread {thread_id!r} to write for")
+        session, node = self._wait_for(thread_id, ns, checkpoint_id)
         encoded = [[channel, WRITES_IDX_MAP.get(channel, i), *self._dump(v)] for i, (channel, v) in enumerate(writes)]
         interrupts = _interrupt_calls(writes) if not ns else []
         resumed = any(channel == RESUME for channel, _ in writes)
+        raw = {"type": _WRITES, "ns": ns, "of": checkpoint_id, "task": task_id, "path": task_path, "writes": encoded}
         payload = {
             "type": "langgraph.writes",
             "text": f"task {task_path or task_id} wrote {', '.join(sorted({w[0] for w in encoded})) or 'nothing'}",
-            RAW: {KIND: {"type": _WRITES, "of": checkpoint_id, "task": task_id, "path": task_path, "writes": encoded}},
+            RAW: {KIND: raw},
         }
         branch = branch_name(ns)
-        for _ in range(50):
+        for _ in range(50):  # a concurrent write for the same checkpoint moved the head: again
             try:
                 with self.store.transaction():
                     head = self._head(session, ns)
-                    if self._owner(session, head) != checkpoint_id:
-                        if self.cas:
-                            raise BranchMoved(branch, node.id, head.id if head else None)
-                        # An older checkpoint's writes: off the path, and kept.
-                        written = session.append(payload, kind="note", branch=None, parent=node)
-                        _keep(session, written)
+                    owner = self._owner(session, head)
+                    if owner == checkpoint_id:
+                        assert head is not None
+                        self._on_head(session, branch, head, payload, interrupts, resumed)
                         return
-                    assert head is not None
-                    waiting = head.payload.get("calls", []) if head.kind == "pause" else []
-                    calls = _merged(waiting, interrupts)
-                    if interrupts:
-                        reason = "; ".join(c["reason"] for c in interrupts)
-                        pause = {**payload, "reason": reason, "calls": [_call(c) for c in calls]}
-                        session.append(pause, kind="pause", branch=branch, expect_head=head)
+                    # LangGraph stores a step's writes and the next checkpoint concurrently, so
+                    # the checkpoint after this one may be stored first: then this is a late
+                    # write of the run that stored it, unless that task's writes are there
+                    # already (another worker ran it: a stale writer).
+                    late = head is not None and owner is not None and self._parent_of(session, ns, owner) == checkpoint_id
+                    if late:
+                        assert head is not None
+                        if self.cas and self._task_wrote(session, head, checkpoint_id, task_id):
+                            raise BranchMoved(branch, node.id, head.id)
+                        late_raw = {**raw, "seg": owner}  # in the later checkpoint's segment
+                        session.append({**payload, RAW: {KIND: late_raw}}, kind="note", branch=branch, expect_head=head)
                         return
-                    written = session.append(payload, kind="note", branch=branch, expect_head=head)
-                    if waiting and not resumed:  # the interrupt still waits: its pause stays the head
-                        again = {
-                            "type": "langgraph.interrupt",
-                            "reason": head.payload.get("reason", "interrupted"),
-                            "calls": waiting,
-                            RAW: {KIND: {"type": "pause", "of": checkpoint_id}},
-                        }
-                        session.append(again, kind="pause", branch=branch, expect_head=written)
+                    if self.cas:
+                        raise BranchMoved(branch, node.id, head.id if head else None)
+                    # An older checkpoint's writes (LangGraph's fork): off the path, and kept.
+                    _keep(session, session.append(payload, kind="note", branch=None, parent=node))
                     return
             except BranchMoved:
-                if self._owner(session, self._head(session, ns)) != checkpoint_id:
+                owner = self._owner(session, self._head(session, ns))
+                if owner != checkpoint_id and self._parent_of(session, ns, owner) != checkpoint_id:
                     raise
         raise BranchMoved(branch, node.id, None)
+
+    def _on_head(
+        self,
+        session: Session,
+        branch: str,
+        head: Node,
+        payload: dict[str, Any],
+        interrupts: list[dict[str, Any]],
+        resumed: bool,
+    ) -> None:
+        """Writes for the latest checkpoint: on the branch. An interrupt makes them a pause
+        (listing every interrupt still waiting); a waiting pause stays the head."""
+        waiting = head.payload.get("calls", []) if head.kind == "pause" else []
+        if interrupts:
+            calls = [_call(c) for c in _merged(waiting, interrupts)]
+            reason = "; ".join(c["reason"] for c in interrupts)
+            session.append({**payload, "reason": reason, "calls": calls}, kind="pause", branch=branch, expect_head=head)
+            return
+        written = session.append(payload, kind="note", branch=branch, expect_head=head)
+        if waiting and not resumed:
+            again = {
+                "type": "langgraph.interrupt",
+                "reason": head.payload.get("reason", "interrupted"),
+                "calls": waiting,
+                RAW: {KIND: {"type": "pause", "ns": _lg(head).get("ns", ""), "of": _lg(head).get("of")}},
+            }
+            session.append(again, kind="pause", branch=branch, expect_head=written)
+
+    def _wait_for(self, thread_id: str, ns: str, checkpoint_id: str) -> tuple[Session, Node]:
+        """The checkpoint's session and node. LangGraph may hand a checkpoint's writes over
+        before that checkpoint's own put has finished: wait for it (a while)."""
+        deadline = time.monotonic() + WAIT_FOR_CHECKPOINT_S
+        while True:
+            session = self._session(thread_id)
+            node = self._checkpoint_node(session, ns, checkpoint_id) if session is not None else None
+            if session is not None and node is not None:
+                return session, node
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise NotFound(f"no LangGraph checkpoint {checkpoint_id} in thread {thread_id!r} to write for")
+            with self._stored:
+                self._stored.wait(min(left, 0.05))
+
+    def _parent_of(self, session: Session, ns: str, checkpoint_id: str | None) -> str | None:
+        node = self._checkpoint_node(session, ns, checkpoint_id) if checkpoint_id else None
+        return _lg(node).get("parent") if node is not None else None
+
+    def _task_wrote(self, session: Session, head: Node, checkpoint_id: str, task_id: str) -> bool:
+        """Whether ``task_id`` has writes for ``checkpoint_id`` on the head's path."""
+        return any(
+            (raw := _lg(n)).get("type") == _WRITES and raw.get("of") == checkpoint_id and raw.get("task") == task_id
+            for n in session.path(head)
+        )
 
     # -- reading ---------------------------------------------------------------------
 
@@ -427,27 +483,12 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         if head is not None and owner == checkpoint_id:  # the latest: its writes are on the path
             path = session.path(head)
             at = next(i for i, n in enumerate(path) if n.id == node.id)
-            writes = [n for n in path[at + 1 :] if _lg(n).get("type") == _WRITES]
-        else:
+            writes = _writes_for(path[at + 1 :], ns, checkpoint_id)
+        else:  # an older one: its writes may be anywhere after it (forks, late writes)
             path = session.path(node)
             at = len(path) - 1
-            writes = self._segment_writes(session, node)
+            writes = _writes_for(session.tree(), ns, checkpoint_id)
         return self._tuple(thread_id, path, at, writes)
-
-    def _segment_writes(self, session: Session, node: Node) -> list[Node]:
-        """The writes for ``node``'s checkpoint, on any path through its segment."""
-        owner = _lg(node)["id"]
-        found, todo = [], [node]
-        while todo:
-            for child in session.children(todo.pop()):
-                raw = _lg(child)
-                if raw.get("of") == owner and raw.get("type") != "message":
-                    todo.append(child)
-                    if raw.get("type") == _WRITES:
-                        found.append(child)
-                elif child.kind == "decision":
-                    todo.append(child)
-        return sorted(found, key=lambda n: (n.created_at, n.depth))
 
     def _tuple(self, thread_id: str, path: list[Node], at: int, writes: list[Node]) -> CheckpointTuple:
         raw = _lg(path[at])
@@ -573,9 +614,11 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                 continue
             nodes = session.tree()
             by_id = {n.id: n for n in nodes}
-            children: dict[str | None, list[Node]] = {}
+            writes: dict[tuple[str, str], list[Node]] = {}
             for n in nodes:
-                children.setdefault(n.parent_id, []).append(n)
+                raw = _lg(n)
+                if raw.get("type") == _WRITES:
+                    writes.setdefault((raw.get("ns", ""), raw["of"]), []).append(n)
             found = [n for n in nodes if _lg(n).get("type") == _CHECKPOINT]
             found.sort(key=lambda n: _lg(n)["id"], reverse=True)
             for node in found:
@@ -595,7 +638,7 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                 if limit is not None:
                     limit -= 1
                 path = _path_in(by_id, node)
-                yield self._tuple(thread_id, path, len(path) - 1, _writes_in(children, node))
+                yield self._tuple(thread_id, path, len(path) - 1, _ordered(writes.get((raw["ns"], raw["id"]), [])))
 
     # -- deleting --------------------------------------------------------------------
 
@@ -799,14 +842,12 @@ def _path_in(by_id: dict[str, Node], node: Node) -> list[Node]:
     return path[::-1]
 
 
-def _writes_in(children: dict[str | None, list[Node]], node: Node) -> list[Node]:
-    owner = _lg(node)["id"]
-    found, todo = [], [node]
-    while todo:
-        for child in children.get(todo.pop().id, []):
-            raw = _lg(child)
-            if (raw.get("of") == owner and raw.get("type") != "message") or child.kind == "decision":
-                todo.append(child)
-                if raw.get("type") == _WRITES:
-                    found.append(child)
-    return sorted(found, key=lambda n: (n.created_at, n.depth))
+def _writes_for(nodes: list[Node], ns: str, checkpoint_id: str) -> list[Node]:
+    """The write nodes among ``nodes`` for one checkpoint, in the order they were written."""
+    return _ordered(
+        [n for n in nodes if (raw := _lg(n)).get("type") == _WRITES and raw.get("of") == checkpoint_id and raw.get("ns", "") == ns]
+    )
+
+
+def _ordered(nodes: list[Node]) -> list[Node]:
+    return sorted(nodes, key=lambda n: (n.created_at, n.depth))
