@@ -646,6 +646,107 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         session = self._session(str(thread_id))
         if session is not None:
             session.delete(permanently=True)
+        with self._summaries_lock:  # a thread made again under the same ids starts afresh
+            self._summaries.clear()
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Every node of the source thread (checkpoints, writes, pauses and decisions,
+        branches and kept refs) into a new thread: the same tree, with its own ids."""
+        source = self._session(str(source_thread_id))
+        if source is None:
+            return
+        with self.store.transaction():
+            if self._session(str(target_thread_id)) is not None:
+                raise Conflict(f"thread {target_thread_id!r} already exists: copy_thread makes a new one")
+            target = self._session(str(target_thread_id), create=True)
+            assert target is not None
+            made: dict[str, str] = {}
+            for node in sorted(source.tree(), key=lambda n: n.depth):
+                raw = _lg(node)
+                chosen = (
+                    checkpoint_node_id(target.id, raw["ns"], raw["id"])
+                    if raw.get("type") == _CHECKPOINT
+                    else str(uuid.uuid4())
+                )
+                if node.parent_id is None:
+                    scratch = f"langgraph-root-{chosen}"
+                    target.append(node.payload, kind=node.kind, branch=scratch, id=chosen, created_at=node.created_at)
+                    target.delete_branch(scratch)
+                else:
+                    target.append(
+                        node.payload,
+                        kind=node.kind,
+                        branch=None,
+                        parent=made[node.parent_id],
+                        id=chosen,
+                        created_at=node.created_at,
+                    )
+                made[node.id] = chosen
+            for branch in source.branches():
+                if branch.head_id is not None:
+                    target.fork(branch.name, made[branch.head_id])
+            for ref in source.checkpoints():
+                name = f"langgraph-keep-{made[ref.node_id]}" if ref.name.startswith("langgraph-keep-") else ref.name
+                target.checkpoint(name, made[ref.node_id])
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: each thread keeps only the latest checkpoint of each namespace
+        (its values whole, its pending writes), rebuilt as a new tree; ``delete``: the
+        threads go. A thread whose channels are LangGraph ``DeltaChannel``s is refused
+        (``Conflict``): their values live in the history that keep_latest would drop."""
+        if strategy not in ("keep_latest", "delete"):
+            raise Conflict(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                self.delete_thread(thread_id)
+                continue
+            self._rebuild(str(thread_id), _latest_per_namespace)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Every checkpoint whose metadata names one of ``run_ids`` goes, with its writes;
+        the threads they were in are rebuilt from what is left (a checkpoint whose parent
+        went becomes a root)."""
+        gone = {str(r) for r in run_ids}
+        if not gone:
+            return
+        for info in self.store.sessions(include_archived=True):
+            meta = info.metadata.get(KIND)
+            if isinstance(meta, dict) and "thread_id" in meta:
+                self._rebuild(
+                    meta["thread_id"], lambda tuples: [t for t in tuples if str(t.metadata.get("run_id")) not in gone]
+                )
+
+    def _rebuild(self, thread_id: str, keep: Callable[[list[CheckpointTuple]], list[CheckpointTuple]]) -> None:
+        """The thread again with only the checkpoints ``keep`` chooses (oldest first), each
+        put whole under its parent if kept (else as a root), with its pending writes."""
+        with self.store.transaction():
+            tuples = sorted(self.list({"configurable": {"thread_id": thread_id}}), key=lambda t: t.checkpoint["id"])
+            if not tuples:
+                return
+            kept = keep(tuples)
+            if len(kept) == len(tuples):
+                return
+            for t in kept:
+                if t.metadata.get("counters_since_delta_snapshot"):
+                    raise Conflict(
+                        f"thread {thread_id!r} has DeltaChannel history, which rebuilding it would lose; nothing changed"
+                    )
+            self.delete_thread(thread_id)
+            rebuilt = SessiontreeSaver(self.store, cas=False, serde=self.serde)
+            for t in kept:
+                checkpoint = dict(t.checkpoint)
+                versions = dict(checkpoint.get("channel_versions") or {})
+                config = dict(t.config["configurable"])
+                if t.parent_config is not None:
+                    config["checkpoint_id"] = t.parent_config["configurable"]["checkpoint_id"]
+                else:
+                    config.pop("checkpoint_id", None)
+                rebuilt.put({"configurable": config}, checkpoint, t.metadata, versions)  # type: ignore[arg-type]
+                by_task: dict[str, list[tuple[str, Any]]] = {}
+                for task_id, channel, value in t.pending_writes or []:
+                    by_task.setdefault(task_id, []).append((channel, value))
+                for task_id, writes in by_task.items():
+                    rebuilt.put_writes(t.config, writes, task_id)
 
     # -- async twins -------------------------------------------------------------------
 
@@ -684,6 +785,15 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
 
     async def adelete_thread(self, thread_id: str) -> None:
         await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
 
 
 # -- resuming an interrupt --------------------------------------------------------
@@ -840,6 +950,14 @@ def _path_in(by_id: dict[str, Node], node: Node) -> list[Node]:
     while path[-1].parent_id is not None:
         path.append(by_id[path[-1].parent_id])
     return path[::-1]
+
+
+def _latest_per_namespace(tuples: list[CheckpointTuple]) -> list[CheckpointTuple]:
+    latest: dict[str, CheckpointTuple] = {}
+    for t in tuples:  # oldest first: the last one of a namespace stays
+        latest[t.config["configurable"].get("checkpoint_ns", "")] = t
+    kept = {id(t) for t in latest.values()}
+    return [t for t in tuples if id(t) in kept]
 
 
 def _writes_for(nodes: list[Node], ns: str, checkpoint_id: str) -> list[Node]:
