@@ -390,26 +390,29 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                         assert head is not None
                         self._on_head(session, branch, head, payload, interrupts, resumed)
                         return
-                    # LangGraph stores a step's writes and the next checkpoint concurrently, so
-                    # the checkpoint after this one may be stored first: then this is a late
-                    # write of the run that stored it, unless that task's writes are there
-                    # already (another worker ran it: a stale writer).
-                    late = head is not None and owner is not None and self._parent_of(session, ns, owner) == checkpoint_id
-                    if late:
+                    # LangGraph stores a step's writes and the checkpoints after it concurrently,
+                    # so later checkpoints of the same run may be stored first: then this is a
+                    # late write of that run, unless a write of the same task and index is there
+                    # already for this checkpoint (another worker ran the task: a stale writer).
+                    path = session.path(head) if head is not None else []
+                    if any(n.id == node.id for n in path):
                         assert head is not None
-                        if self.cas and self._task_wrote(session, head, checkpoint_id, task_id):
-                            raise BranchMoved(branch, node.id, head.id)
+                        regular = {w[1] for w in encoded if w[1] >= 0}
+                        if self.cas and _task_wrote(path, checkpoint_id, task_id, regular):
+                            raise _Refused(BranchMoved(branch, node.id, head.id))
                         late_raw = {**raw, "seg": owner}  # in the later checkpoint's segment
-                        session.append({**payload, RAW: {KIND: late_raw}}, kind="note", branch=branch, expect_head=head)
+                        self._on_head(session, branch, head, {**payload, RAW: {KIND: late_raw}}, [], resumed)
                         return
                     if self.cas:
-                        raise BranchMoved(branch, node.id, head.id if head else None)
+                        raise _Refused(BranchMoved(branch, node.id, head.id if head else None))
                     # An older checkpoint's writes (LangGraph's fork): off the path, and kept.
                     _keep(session, session.append(payload, kind="note", branch=None, parent=node))
                     return
+            except _Refused as refused:
+                raise refused.moved from None
             except BranchMoved:
-                owner = self._owner(session, self._head(session, ns))
-                if owner != checkpoint_id and self._parent_of(session, ns, owner) != checkpoint_id:
+                head = self._head(session, ns)
+                if head is None or not any(n.id == node.id for n in session.path(head)):
                     raise
         raise BranchMoved(branch, node.id, None)
 
@@ -454,17 +457,6 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                 raise NotFound(f"no LangGraph checkpoint {checkpoint_id} in thread {thread_id!r} to write for")
             with self._stored:
                 self._stored.wait(min(left, 0.05))
-
-    def _parent_of(self, session: Session, ns: str, checkpoint_id: str | None) -> str | None:
-        node = self._checkpoint_node(session, ns, checkpoint_id) if checkpoint_id else None
-        return _lg(node).get("parent") if node is not None else None
-
-    def _task_wrote(self, session: Session, head: Node, checkpoint_id: str, task_id: str) -> bool:
-        """Whether ``task_id`` has writes for ``checkpoint_id`` on the head's path."""
-        return any(
-            (raw := _lg(n)).get("type") == _WRITES and raw.get("of") == checkpoint_id and raw.get("task") == task_id
-            for n in session.path(head)
-        )
 
     # -- reading ---------------------------------------------------------------------
 
@@ -958,6 +950,23 @@ def _latest_per_namespace(tuples: list[CheckpointTuple]) -> list[CheckpointTuple
         latest[t.config["configurable"].get("checkpoint_ns", "")] = t
     kept = {id(t) for t in latest.values()}
     return [t for t in tuples if id(t) in kept]
+
+
+def _task_wrote(path: list[Node], checkpoint_id: str, task_id: str, indexes: set[int]) -> bool:
+    """Whether ``path`` has a write of ``task_id`` for ``checkpoint_id`` at one of ``indexes``."""
+    for node in path:
+        raw = _lg(node)
+        if raw.get("type") == _WRITES and raw.get("of") == checkpoint_id and raw.get("task") == task_id:
+            if any(w[1] in indexes for w in raw["writes"]):
+                return True
+    return False
+
+
+class _Refused(Exception):
+    """A refusal decided inside a write's transaction: not retried."""
+
+    def __init__(self, moved: BranchMoved) -> None:
+        self.moved = moved
 
 
 def _writes_for(nodes: list[Node], ns: str, checkpoint_id: str) -> list[Node]:
