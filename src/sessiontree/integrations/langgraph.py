@@ -112,6 +112,10 @@ class _Channel(NamedTuple):
 
 
 Summary = dict[str, _Channel]
+Stored = dict[str, tuple[list[str] | None, list[list[str]] | None]]
+"""A checkpoint's values serialised: channel -> (a whole blob, appended item blobs)."""
+
+CACHED_CHECKPOINTS = 64
 
 
 class SessiontreeSaver(BaseCheckpointSaver[int]):
@@ -125,10 +129,11 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
             raise Conflict("SessiontreeSaver never stores pickles: give a serde without pickle_fallback")
         self.store = store
         self.cas = cas
-        # Channel summaries of recent checkpoints (node id -> Summary): a put reads its
-        # parent's from here instead of the parent's path. Any thread may fill it.
-        self._summaries: OrderedDict[str, Summary] = OrderedDict()
-        self._summaries_lock = threading.Lock()
+        # Recent checkpoints' channel summaries and serialised values (node id -> both): a
+        # put reads its parent's, a read of the latest its own, from here instead of the
+        # path. Nodes never change, so an entry never goes stale. Any thread may fill it.
+        self._cache: OrderedDict[str, tuple[Summary, Stored]] = OrderedDict()
+        self._cache_lock = threading.Lock()
         self._stored = threading.Condition()  # notified after each put
 
     # -- serialisation -------------------------------------------------------
@@ -221,8 +226,8 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                         raise BranchMoved(branch, parent.id, head.id if head else None)
                     else:
                         under = parent  # LangGraph's fork: a sibling of what followed the parent
-                    base = self._summary(session, parent) if parent is not None else {}
-                    chain, entries, summary = self._encode(checkpoint["id"], values, new_versions, base)
+                    base, known = self._known(session, parent) if parent is not None else ({}, {})
+                    chain, entries, summary, forms = self._encode(checkpoint["id"], values, new_versions, base)
                     payload = {
                         "type": "langgraph.checkpoint",
                         "text": f"checkpoint step {meta.get('step')} ({meta.get('source')})",
@@ -245,7 +250,10 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                     raise
         else:
             raise BranchMoved(branch, None, None)
-        self._remember(node_id, summary)
+        # Its values, when they are the parent's with this put's changes (always, from LangGraph).
+        versions = checkpoint.get("channel_versions") or {}
+        if all(c in new_versions or (c in base and base[c].version == v) for c, v in versions.items()):
+            self._remember(node_id, summary, {c: f for c, f in {**known, **forms}.items() if c in versions and f})
         with self._stored:
             self._stored.notify_all()
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
@@ -313,22 +321,27 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         values: dict[str, Any],
         new_versions: ChannelVersions,
         base: Summary,
-    ) -> tuple[list[dict[str, Any]], dict[str, Any], Summary]:
-        """(message payloads, channel entries, the new checkpoint's summary)."""
+    ) -> tuple[list[dict[str, Any]], dict[str, Any], Summary, dict[str, Any]]:
+        """(message payloads, channel entries, the new checkpoint's summary, the changed
+        channels serialised: None for an empty one)."""
         summary = dict(base)
+        forms: dict[str, Any] = {}
         entries: dict[str, Any] = {}
         chain: list[dict[str, Any]] = []
         for channel, version in new_versions.items():
             if channel not in values:
                 entries[channel] = {"v": version, "empty": True}
                 summary[channel] = _Channel(version)
+                forms[channel] = None
                 continue
             value = values[channel]
             if type(value) is not list:
                 entries[channel] = {"v": version, "blob": self._dump(value)}
                 summary[channel] = _Channel(version)
+                forms[channel] = (entries[channel]["blob"], None)
                 continue
             blobs = [self._dump(item) for item in value]
+            forms[channel] = (None, blobs)
             digests = _running(blobs)
             before = base.get(channel)
             entry: dict[str, Any] = {"v": version, "len": len(blobs), "h": digests[-1] if digests else ""}
@@ -357,7 +370,7 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         for entry in entries.values():  # offsets back from the checkpoint node, once the chain is known
             if "at" in entry:
                 entry["at"] = len(chain) - entry["at"]
-        return chain, entries, summary
+        return chain, entries, summary, forms
 
     # -- put_writes ----------------------------------------------------------------
 
@@ -394,11 +407,11 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                     # so later checkpoints of the same run may be stored first: then this is a
                     # late write of that run, unless a write of the same task and index is there
                     # already for this checkpoint (another worker ran the task: a stale writer).
-                    path = session.path(head) if head is not None else []
-                    if any(n.id == node.id for n in path):
+                    since = self._since(session, head, node) if head is not None else None
+                    if since is not None:
                         assert head is not None
                         regular = {w[1] for w in encoded if w[1] >= 0}
-                        if self.cas and _task_wrote(path, checkpoint_id, task_id, regular):
+                        if self.cas and _task_wrote(since, checkpoint_id, task_id, regular):
                             raise _Refused(BranchMoved(branch, node.id, head.id))
                         late_raw = {**raw, "seg": owner}  # in the later checkpoint's segment
                         self._on_head(session, branch, head, {**payload, RAW: {KIND: late_raw}}, [], resumed)
@@ -412,7 +425,7 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                 raise refused.moved from None
             except BranchMoved:
                 head = self._head(session, ns)
-                if head is None or not any(n.id == node.id for n in session.path(head)):
+                if head is None or self._since(session, head, node) is None:
                     raise
         raise BranchMoved(branch, node.id, None)
 
@@ -472,21 +485,28 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         node = self._checkpoint_node(session, ns, checkpoint_id) if checkpoint_id else None
         if node is None:
             return None
-        if head is not None and owner == checkpoint_id:  # the latest: its writes are on the path
-            path = session.path(head)
-            at = next(i for i, n in enumerate(path) if n.id == node.id)
-            writes = _writes_for(path[at + 1 :], ns, checkpoint_id)
+        since = self._since(session, head, node) if head is not None and owner == checkpoint_id else None
+        if since is not None:  # the latest: its writes are on the path after it
+            writes = _writes_for(since, ns, checkpoint_id)
         else:  # an older one: its writes may be anywhere after it (forks, late writes)
-            path = session.path(node)
-            at = len(path) - 1
             writes = _writes_for(session.tree(), ns, checkpoint_id)
-        return self._tuple(thread_id, path, at, writes)
+        return self._tuple(thread_id, node, self._known(session, node)[1], writes)
 
-    def _tuple(self, thread_id: str, path: list[Node], at: int, writes: list[Node]) -> CheckpointTuple:
-        raw = _lg(path[at])
+    def _since(self, session: Session, head: Node, node: Node) -> list[Node] | None:
+        """The nodes after ``node`` on the path to ``head`` (oldest first), or None when
+        ``node`` is not on that path. Walks up from the head: a step or a few, usually."""
+        found: list[Node] = []
+        at: Node | None = head
+        while at is not None and at.depth > node.depth:
+            found.append(at)
+            at = session.node(at.parent_id) if at.parent_id else None
+        return found[::-1] if at is not None and at.id == node.id else None
+
+    def _tuple(self, thread_id: str, node: Node, values: Stored, writes: list[Node]) -> CheckpointTuple:
+        raw = _lg(node)
         ns = raw["ns"]
         checkpoint: dict[str, Any] = self._load(raw["checkpoint"])
-        checkpoint["channel_values"] = self._values(path, at, ns, checkpoint.get("channel_versions") or {})
+        checkpoint["channel_values"] = {channel: self._decode(form) for channel, form in values.items()}
         parent = raw.get("parent")
         return CheckpointTuple(
             config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": raw["id"]}},
@@ -500,6 +520,13 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
             pending_writes=self._pending(writes),
         )
 
+    def _decode(self, form: tuple[list[str] | None, list[list[str]] | None]) -> Any:
+        whole, items = form
+        if items is None:
+            assert whole is not None
+            return self._load(whole)
+        return (list(self._load(whole)) if whole is not None else []) + [self._load(b) for b in items]
+
     def _pending(self, nodes: list[Node]) -> list[tuple[str, str, Any]]:
         kept: dict[tuple[str, int], tuple[str, str, str, list[str]]] = {}
         for node in nodes:
@@ -512,73 +539,41 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         order = sorted(kept, key=lambda k: writes_sort_key(kept[k][0], k[0], k[1]))
         return [(kept[k][1], kept[k][2], self._load(kept[k][3])) for k in order]
 
-    def _values(self, path: list[Node], at: int, ns: str, versions: dict[str, Any]) -> dict[str, Any]:
-        """Each channel at its version, from the nearest checkpoint up the path storing it."""
-        stored: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-        for i in range(at, -1, -1):
-            raw = _lg(path[i])
-            if raw.get("type") == _CHECKPOINT and raw.get("ns") == ns:
-                for channel, entry in raw["channels"].items():
-                    stored.setdefault(channel, []).append((i, entry))
-        values: dict[str, Any] = {}
-        for channel, version in versions.items():
-            found = self._value(path, stored.get(channel, []), version)
-            if found is not _MISSING:
-                values[channel] = found
-        return values
-
-    def _value(self, path: list[Node], entries: list[tuple[int, dict[str, Any]]], version: Any) -> Any:
-        chunks: list[list[Any]] = []
-        want, below = version, len(path)
-        while True:
-            hit = next(((i, e) for i, e in entries if i < below and e["v"] == want), None)
-            if hit is None:
-                if chunks:  # an append whose base is gone: the saver never writes one
-                    raise Conflict(f"a LangGraph list value's base version {want!r} is missing from the path")
-                return _MISSING
-            i, entry = hit
-            if entry.get("empty"):
-                return _MISSING
-            if "blob" in entry:
-                whole = self._load(entry["blob"])
-                if not chunks:
-                    return whole
-                return list(whole) + [x for chunk in reversed(chunks) for x in chunk]
-            if "n" in entry:
-                first = i - entry["at"]
-                items = [self._load(_lg(path[first + k])["blob"]) for k in range(entry["n"])]
-            else:
-                items = [self._load(b) for b in entry.get("items", [])]
-            chunks.append(items)
-            if entry.get("base") is None:
-                return [x for chunk in reversed(chunks) for x in chunk]
-            want, below = entry["base"], i
-
-    def _summary(self, session: Session, node: Node) -> Summary:
-        """The channel summary of a checkpoint node: remembered, or read off its path."""
-        with self._summaries_lock:
-            found = self._summaries.get(node.id)
+    def _known(self, session: Session, node: Node, path: list[Node] | None = None) -> tuple[Summary, Stored]:
+        """A checkpoint's channel summary and values (serialised): remembered, or read
+        off its path (one query; ``path``, root to ``node``, when the caller has it)."""
+        with self._cache_lock:
+            found = self._cache.get(node.id)
         if found is not None:
             return found
-        path = session.path(node)
+        path = path or session.path(node)
         raw = _lg(node)
-        summary: Summary = {}
+        versions = self._load(raw["checkpoint"]).get("channel_versions") or {}
+        stored: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         for i in range(len(path) - 1, -1, -1):
             up = _lg(path[i])
-            if up.get("type") != _CHECKPOINT or up.get("ns") != raw["ns"]:
-                continue
-            for channel, entry in up["channels"].items():
-                if channel not in summary:
-                    summary[channel] = _Channel(entry["v"], entry.get("len"), entry.get("h"))
-        self._remember(node.id, summary)
-        return summary
+            if up.get("type") == _CHECKPOINT and up.get("ns") == raw["ns"]:
+                for channel, entry in up["channels"].items():
+                    stored.setdefault(channel, []).append((i, entry))
+        summary: Summary = {}
+        values: Stored = {}
+        for channel, version in versions.items():
+            entries = stored.get(channel, [])
+            entry = next((e for _, e in entries if e["v"] == version), None)
+            if entry is not None:
+                summary[channel] = _Channel(version, entry.get("len"), entry.get("h"))
+            form = _serialised(path, entries, version)
+            if form is not None:
+                values[channel] = form
+        self._remember(node.id, summary, values)
+        return summary, values
 
-    def _remember(self, node_id: str, summary: Summary) -> None:
-        with self._summaries_lock:
-            self._summaries[node_id] = summary
-            self._summaries.move_to_end(node_id)
-            while len(self._summaries) > 256:
-                self._summaries.popitem(last=False)
+    def _remember(self, node_id: str, summary: Summary, values: Stored) -> None:
+        with self._cache_lock:
+            self._cache[node_id] = (summary, values)
+            self._cache.move_to_end(node_id)
+            while len(self._cache) > CACHED_CHECKPOINTS:
+                self._cache.popitem(last=False)
 
     def list(
         self,
@@ -629,8 +624,8 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                     return
                 if limit is not None:
                     limit -= 1
-                path = _path_in(by_id, node)
-                yield self._tuple(thread_id, path, len(path) - 1, _ordered(writes.get((raw["ns"], raw["id"]), [])))
+                values = self._known(session, node, _path_in(by_id, node))[1]
+                yield self._tuple(thread_id, node, values, _ordered(writes.get((raw["ns"], raw["id"]), [])))
 
     # -- deleting --------------------------------------------------------------------
 
@@ -638,8 +633,8 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         session = self._session(str(thread_id))
         if session is not None:
             session.delete(permanently=True)
-        with self._summaries_lock:  # a thread made again under the same ids starts afresh
-            self._summaries.clear()
+        with self._cache_lock:  # a thread made again under the same ids starts afresh
+            self._cache.clear()
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Every node of the source thread (checkpoints, writes, pauses and decisions,
@@ -944,6 +939,36 @@ def _path_in(by_id: dict[str, Node], node: Node) -> list[Node]:
     return path[::-1]
 
 
+def _serialised(
+    path: list[Node], entries: list[tuple[int, dict[str, Any]]], version: Any
+) -> tuple[list[str] | None, list[list[str]] | None] | None:
+    """A channel at ``version`` as (a whole blob, appended item blobs) from the nearest
+    entry up the path storing it (``entries``: (path index, entry), nearest first), or
+    None when it has no value (empty, or never stored)."""
+    chunks: list[list[list[str]]] = []
+    want, below = version, len(path)
+    while True:
+        hit = next(((i, e) for i, e in entries if i < below and e["v"] == want), None)
+        if hit is None:
+            if chunks:  # an append whose base is gone: the saver never writes one
+                raise Conflict(f"a LangGraph list value's base version {want!r} is missing from the path")
+            return None
+        i, entry = hit
+        if entry.get("empty"):
+            return None
+        appended = [b for chunk in reversed(chunks) for b in chunk]
+        if "blob" in entry:
+            return (entry["blob"], appended if chunks else None)
+        if "n" in entry:
+            first = i - entry["at"]
+            chunks.append([_lg(path[first + k])["blob"] for k in range(entry["n"])])
+        else:
+            chunks.append(entry.get("items", []))
+        if entry.get("base") is None:
+            return (None, [b for chunk in reversed(chunks) for b in chunk])
+        want, below = entry["base"], i
+
+
 def _latest_per_namespace(tuples: list[CheckpointTuple]) -> list[CheckpointTuple]:
     latest: dict[str, CheckpointTuple] = {}
     for t in tuples:  # oldest first: the last one of a namespace stays
@@ -952,9 +977,9 @@ def _latest_per_namespace(tuples: list[CheckpointTuple]) -> list[CheckpointTuple
     return [t for t in tuples if id(t) in kept]
 
 
-def _task_wrote(path: list[Node], checkpoint_id: str, task_id: str, indexes: set[int]) -> bool:
-    """Whether ``path`` has a write of ``task_id`` for ``checkpoint_id`` at one of ``indexes``."""
-    for node in path:
+def _task_wrote(nodes: list[Node], checkpoint_id: str, task_id: str, indexes: set[int]) -> bool:
+    """Whether ``nodes`` hold a write of ``task_id`` for ``checkpoint_id`` at one of ``indexes``."""
+    for node in nodes:
         raw = _lg(node)
         if raw.get("type") == _WRITES and raw.get("of") == checkpoint_id and raw.get("task") == task_id:
             if any(w[1] in indexes for w in raw["writes"]):
