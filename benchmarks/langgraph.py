@@ -164,7 +164,8 @@ async def run(steps: int) -> dict[str, Any]:
     ours, theirs = figures["sessiontree"], figures["sqlite"]
     bars = {
         "bytes vs SqliteSaver": ours["bytes"] / theirs["bytes"],
-        "ms per step vs AsyncSqliteSaver (sync saver)": ours["ms_per_step"] / figures["async-sqlite"]["ms_per_step"],
+        "ms per step vs AsyncSqliteSaver (sync saver)": ours["ms_per_step"]
+        / figures["async-sqlite"]["ms_per_step"],
         "ms per step vs AsyncSqliteSaver (async saver)": figures["sessiontree-async"]["ms_per_step"]
         / figures["async-sqlite"]["ms_per_step"],
     }

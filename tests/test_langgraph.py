@@ -94,7 +94,9 @@ def test_a_messages_graph_reads_back_as_a_chat(db_target):
         session = store.session(thread_session_id("chat-1"))
         assert session.title == "chat-1"
         chat = [(m["role"], m["content"]) for m in session.messages("main")]
-        assert chat == [("user" if i % 2 == 0 else "assistant", m.content) for i, m in enumerate(state["messages"])]
+        assert chat == [
+            ("user" if i % 2 == 0 else "assistant", m.content) for i, m in enumerate(state["messages"])
+        ]
         # every message is stored once: as a message node, never again inside a checkpoint
         assert sum(n.kind == "message" for n in session.tree()) == 6
         for node in session.tree():
@@ -154,7 +156,10 @@ def test_an_interrupt_is_a_pause_decided_by_the_cli_and_resumed(db_target):
         assert store.pending() == []
 
         state = resume(store, pause.id, graph)
-        assert state["messages"][-1].content == 'answer: {"action": "edit", "arguments": {"send": true, "to": "ann"}}'
+        assert (
+            state["messages"][-1].content
+            == 'answer: {"action": "edit", "arguments": {"send": true, "to": "ann"}}'
+        )
         assert state["log"] == ["ask"]
         with pytest.raises(Conflict, match="already resumed"):
             resume(store, pause.id, graph)
@@ -298,7 +303,9 @@ def test_pickles_are_never_written_or_loaded(db_target, monkeypatch):
         forged = json.loads(head.payload_json)
         raw = forged[RAW]["langgraph"]
         raw["id"], raw["parent"] = "1f1f0000-0000-6000-8000-000000000001", raw["id"]
-        raw["channels"] = {"log": {"v": 99, "blob": ["pickle", base64.b64encode(pickle.dumps(["x"])).decode()]}}
+        raw["channels"] = {
+            "log": {"v": 99, "blob": ["pickle", base64.b64encode(pickle.dumps(["x"])).decode()]}
+        }
         checkpoint = saver._load(raw["checkpoint"])
         checkpoint["channel_versions"] = {"log": 99}
         raw["checkpoint"] = saver._dump(checkpoint)

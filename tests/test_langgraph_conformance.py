@@ -17,6 +17,8 @@ from sessiontree.integrations.langgraph import SessiontreeSaver  # noqa: E402
 
 from conftest import drop_schema, fresh_schema_url, postgres_server  # noqa: E402
 
+pytestmark = pytest.mark.slow  # 81 clauses, a fresh store for each of 8 capabilities: 2 s (SQLite) to 15 s
+
 
 def targets(backend: str, tmp_path):
     """A fresh store target per capability suite (the suite makes a saver per capability)."""
@@ -61,4 +63,7 @@ def test_conformance_suite_passes_whole(backend, cas, tmp_path):
     detected = DetectedCapabilities.from_instance(SessiontreeSaver(Store(":memory:"))).detected
     for cap in detected:
         result = report.results[cap]
-        assert result.tests_passed > 0 and result.tests_failed == 0 and not result.tests_skipped, (cap, result)
+        assert result.tests_passed > 0 and result.tests_failed == 0 and not result.tests_skipped, (
+            cap,
+            result,
+        )

@@ -39,13 +39,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import builtins
+import contextlib
 import hashlib
 import json
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from langchain_core.messages import BaseMessage
@@ -227,7 +229,9 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                     else:
                         under = parent  # LangGraph's fork: a sibling of what followed the parent
                     base, known = self._known(session, parent) if parent is not None else ({}, {})
-                    chain, entries, summary, forms = self._encode(checkpoint["id"], values, new_versions, base)
+                    chain, entries, summary, forms = self._encode(
+                        checkpoint["id"], values, new_versions, base
+                    )
                     payload = {
                         "type": "langgraph.checkpoint",
                         "text": f"checkpoint step {meta.get('step')} ({meta.get('source')})",
@@ -253,12 +257,16 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         # Its values, when they are the parent's with this put's changes (always, from LangGraph).
         versions = checkpoint.get("channel_versions") or {}
         if all(c in new_versions or (c in base and base[c].version == v) for c, v in versions.items()):
-            self._remember(node_id, summary, {c: f for c, f in {**known, **forms}.items() if c in versions and f})
+            self._remember(
+                node_id, summary, {c: f for c, f in {**known, **forms}.items() if c in versions and f}
+            )
         with self._stored:
             self._stored.notify_all()
-        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
+        return {
+            "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
+        }
 
-    def _subgraph_parent(self, session: Session, ns: str, meta: dict[str, Any]) -> Node | None:
+    def _subgraph_parent(self, session: Session, ns: str, meta: Mapping[str, Any]) -> Node | None:
         """A subgraph's first checkpoint hangs under the parent graph's checkpoint."""
         if not ns:
             return None
@@ -360,7 +368,9 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                 entry["n"] = len(added)
                 entry["at"] = len(chain)  # the first of its message nodes, in the chain
                 for item, blob in zip(value[start:], added, strict=True):
-                    chain.append(_chat(item, {"type": "message", "of": checkpoint_id, "ch": channel, "blob": blob}))
+                    chain.append(
+                        _chat(item, {"type": "message", "of": checkpoint_id, "ch": channel, "blob": blob})
+                    )
             elif "base" in entry:
                 entry["items"] = added
             else:
@@ -382,15 +392,29 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         task_path: str = "",
     ) -> None:
         conf = config["configurable"]
-        thread_id, ns, checkpoint_id = str(conf["thread_id"]), conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
+        thread_id, ns, checkpoint_id = (
+            str(conf["thread_id"]),
+            conf.get("checkpoint_ns", ""),
+            conf["checkpoint_id"],
+        )
         session, node = self._wait_for(thread_id, ns, checkpoint_id)
-        encoded = [[channel, WRITES_IDX_MAP.get(channel, i), *self._dump(v)] for i, (channel, v) in enumerate(writes)]
+        encoded: list[list[Any]] = [
+            [channel, WRITES_IDX_MAP.get(channel, i), *self._dump(v)] for i, (channel, v) in enumerate(writes)
+        ]
         interrupts = _interrupt_calls(writes) if not ns else []
         resumed = any(channel == RESUME for channel, _ in writes)
-        raw = {"type": _WRITES, "ns": ns, "of": checkpoint_id, "task": task_id, "path": task_path, "writes": encoded}
+        raw = {
+            "type": _WRITES,
+            "ns": ns,
+            "of": checkpoint_id,
+            "task": task_id,
+            "path": task_path,
+            "writes": encoded,
+        }
+        channels = ", ".join(sorted({str(w[0]) for w in encoded})) or "nothing"
         payload = {
             "type": "langgraph.writes",
-            "text": f"task {task_path or task_id} wrote {', '.join(sorted({w[0] for w in encoded})) or 'nothing'}",
+            "text": f"task {task_path or task_id} wrote {channels}",
             RAW: {KIND: raw},
         }
         branch = branch_name(ns)
@@ -444,7 +468,9 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         if interrupts:
             calls = [_call(c) for c in _merged(waiting, interrupts)]
             reason = "; ".join(c["reason"] for c in interrupts)
-            session.append({**payload, "reason": reason, "calls": calls}, kind="pause", branch=branch, expect_head=head)
+            session.append(
+                {**payload, "reason": reason, "calls": calls}, kind="pause", branch=branch, expect_head=head
+            )
             return
         written = session.append(payload, kind="note", branch=branch, expect_head=head)
         if waiting and not resumed:
@@ -467,7 +493,9 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                 return session, node
             left = deadline - time.monotonic()
             if left <= 0:
-                raise NotFound(f"no LangGraph checkpoint {checkpoint_id} in thread {thread_id!r} to write for")
+                raise NotFound(
+                    f"no LangGraph checkpoint {checkpoint_id} in thread {thread_id!r} to write for"
+                )
             with self._stored:
                 self._stored.wait(min(left, 0.05))
 
@@ -483,7 +511,7 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         owner = self._owner(session, head)
         checkpoint_id = get_checkpoint_id(config) or owner
         node = self._checkpoint_node(session, ns, checkpoint_id) if checkpoint_id else None
-        if node is None:
+        if node is None or checkpoint_id is None:
             return None
         since = self._since(session, head, node) if head is not None and owner == checkpoint_id else None
         if since is not None:  # the latest: its writes are on the path after it
@@ -509,7 +537,9 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         checkpoint["channel_values"] = {channel: self._decode(form) for channel, form in values.items()}
         parent = raw.get("parent")
         return CheckpointTuple(
-            config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": raw["id"]}},
+            config={
+                "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": raw["id"]}
+            },
             checkpoint=checkpoint,  # type: ignore[arg-type]
             metadata=self._load(raw["metadata"]),
             parent_config=(
@@ -525,7 +555,18 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         if items is None:
             assert whole is not None
             return self._load(whole)
-        return (list(self._load(whole)) if whole is not None else []) + [self._load(b) for b in items]
+        head = list(self._load(whole)) if whole is not None else []
+        if items and all(kind == "msgpack" for kind, _ in items):
+            # One msgpack array of the items, decoded in one call (as a whole list would be).
+            count = len(items)
+            header = (
+                bytes([0xDC]) + count.to_bytes(2, "big")
+                if count < 1 << 16
+                else bytes([0xDD]) + count.to_bytes(4, "big")
+            )
+            packed = header + b"".join(base64.b64decode(data) for _, data in items)
+            return head + list(self.serde.loads_typed(("msgpack", packed)))
+        return head + [self._load(b) for b in items]
 
     def _pending(self, nodes: list[Node]) -> list[tuple[str, str, Any]]:
         kept: dict[tuple[str, int], tuple[str, str, str, list[str]]] = {}
@@ -601,7 +642,7 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                 continue
             nodes = session.tree()
             by_id = {n.id: n for n in nodes}
-            writes: dict[tuple[str, str], list[Node]] = {}
+            writes: dict[tuple[str, str], builtins.list[Node]] = {}
             for n in nodes:
                 raw = _lg(n)
                 if raw.get("type") == _WRITES:
@@ -657,7 +698,9 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                 )
                 if node.parent_id is None:
                     scratch = f"langgraph-root-{chosen}"
-                    target.append(node.payload, kind=node.kind, branch=scratch, id=chosen, created_at=node.created_at)
+                    target.append(
+                        node.payload, kind=node.kind, branch=scratch, id=chosen, created_at=node.created_at
+                    )
                     target.delete_branch(scratch)
                 else:
                     target.append(
@@ -673,7 +716,11 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                 if branch.head_id is not None:
                     target.fork(branch.name, made[branch.head_id])
             for ref in source.checkpoints():
-                name = f"langgraph-keep-{made[ref.node_id]}" if ref.name.startswith("langgraph-keep-") else ref.name
+                name = (
+                    f"langgraph-keep-{made[ref.node_id]}"
+                    if ref.name.startswith("langgraph-keep-")
+                    else ref.name
+                )
                 target.checkpoint(name, made[ref.node_id])
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -700,14 +747,19 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
             meta = info.metadata.get(KIND)
             if isinstance(meta, dict) and "thread_id" in meta:
                 self._rebuild(
-                    meta["thread_id"], lambda tuples: [t for t in tuples if str(t.metadata.get("run_id")) not in gone]
+                    meta["thread_id"],
+                    lambda tuples: [t for t in tuples if str(t.metadata.get("run_id")) not in gone],
                 )
 
-    def _rebuild(self, thread_id: str, keep: Callable[[list[CheckpointTuple]], list[CheckpointTuple]]) -> None:
+    def _rebuild(
+        self, thread_id: str, keep: Callable[[builtins.list[CheckpointTuple]], builtins.list[CheckpointTuple]]
+    ) -> None:
         """The thread again with only the checkpoints ``keep`` chooses (oldest first), each
         put whole under its parent if kept (else as a root), with its pending writes."""
         with self.store.transaction():
-            tuples = sorted(self.list({"configurable": {"thread_id": thread_id}}), key=lambda t: t.checkpoint["id"])
+            tuples = sorted(
+                self.list({"configurable": {"thread_id": thread_id}}), key=lambda t: t.checkpoint["id"]
+            )
             if not tuples:
                 return
             kept = keep(tuples)
@@ -716,20 +768,20 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
             for t in kept:
                 if t.metadata.get("counters_since_delta_snapshot"):
                     raise Conflict(
-                        f"thread {thread_id!r} has DeltaChannel history, which rebuilding it would lose; nothing changed"
+                        f"thread {thread_id!r} has DeltaChannel history, which rebuilding it would lose;"
+                        " nothing changed"
                     )
             self.delete_thread(thread_id)
             rebuilt = SessiontreeSaver(self.store, cas=False, serde=self.serde)
             for t in kept:
-                checkpoint = dict(t.checkpoint)
-                versions = dict(checkpoint.get("channel_versions") or {})
+                versions = dict(t.checkpoint.get("channel_versions") or {})
                 config = dict(t.config["configurable"])
                 if t.parent_config is not None:
                     config["checkpoint_id"] = t.parent_config["configurable"]["checkpoint_id"]
                 else:
                     config.pop("checkpoint_id", None)
-                rebuilt.put({"configurable": config}, checkpoint, t.metadata, versions)  # type: ignore[arg-type]
-                by_task: dict[str, list[tuple[str, Any]]] = {}
+                rebuilt.put({"configurable": config}, t.checkpoint, t.metadata, versions)
+                by_task: dict[str, builtins.list[tuple[str, Any]]] = {}
                 for task_id, channel, value in t.pending_writes or []:
                     by_task.setdefault(task_id, []).append((channel, value))
                 for task_id, writes in by_task.items():
@@ -748,7 +800,9 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        found = await asyncio.to_thread(lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
+        found = await asyncio.to_thread(
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
+        )
         for item in found:
             yield item
 
@@ -820,17 +874,24 @@ def resume_command(
     if not branches:
         raise Conflict(f"pause {node.id}: no branch stands at its decision {decision.id} any more")
     answers = {
-        call_id: value(decision_from_dict(d)) for call_id, d in (decision.payload.get("decisions") or {}).items()
+        call_id: value(decision_from_dict(d))
+        for call_id, d in (decision.payload.get("decisions") or {}).items()
     }
     try:  # the claim: one resume per decision, whichever process is first
         session.append(
-            {"type": "langgraph.resume", "text": "resumed by LangGraph", RAW: {KIND: {"type": "resume", "of": raw["of"]}}},
+            {
+                "type": "langgraph.resume",
+                "text": "resumed by LangGraph",
+                RAW: {KIND: {"type": "resume", "of": raw["of"]}},
+            },
             kind="note",
             branch=branches[0],
             expect_head=decision.id,
         )
     except BranchMoved:
-        raise Conflict(f"pause {node.id} was already resumed: its decision {decision.id} has been acted on") from None
+        raise Conflict(
+            f"pause {node.id} was already resumed: its decision {decision.id} has been acted on"
+        ) from None
     thread_id = (session.metadata.get(KIND) or {}).get("thread_id", session.title)
     return {"configurable": {"thread_id": thread_id}}, Command(resume=answers)
 
@@ -864,10 +925,8 @@ def _lg(node: Node) -> dict[str, Any]:
 def _keep(session: Session, node: Node) -> None:
     """A ref at a node that is leaving every branch's path, so that ``prune`` keeps it."""
     name = f"langgraph-keep-{node.id}"
-    try:
+    with contextlib.suppress(Conflict):  # kept already
         session.checkpoint(name, node)
-    except Conflict:  # kept already
-        pass
 
 
 def _running(blobs: list[list[str]]) -> list[str]:
@@ -981,9 +1040,9 @@ def _task_wrote(nodes: list[Node], checkpoint_id: str, task_id: str, indexes: se
     """Whether ``nodes`` hold a write of ``task_id`` for ``checkpoint_id`` at one of ``indexes``."""
     for node in nodes:
         raw = _lg(node)
-        if raw.get("type") == _WRITES and raw.get("of") == checkpoint_id and raw.get("task") == task_id:
-            if any(w[1] in indexes for w in raw["writes"]):
-                return True
+        mine = raw.get("type") == _WRITES and raw.get("of") == checkpoint_id and raw.get("task") == task_id
+        if mine and any(w[1] in indexes for w in raw["writes"]):
+            return True
     return False
 
 
@@ -997,7 +1056,13 @@ class _Refused(Exception):
 def _writes_for(nodes: list[Node], ns: str, checkpoint_id: str) -> list[Node]:
     """The write nodes among ``nodes`` for one checkpoint, in the order they were written."""
     return _ordered(
-        [n for n in nodes if (raw := _lg(n)).get("type") == _WRITES and raw.get("of") == checkpoint_id and raw.get("ns", "") == ns]
+        [
+            n
+            for n in nodes
+            if (raw := _lg(n)).get("type") == _WRITES
+            and raw.get("of") == checkpoint_id
+            and raw.get("ns", "") == ns
+        ]
     )
 
 
