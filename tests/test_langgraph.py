@@ -164,8 +164,9 @@ def test_an_interrupt_is_a_pause_decided_by_the_cli_and_resumed(db_target):
         with pytest.raises(Conflict, match="already resumed"):
             resume(store, pause.id, graph)
         session = store.session(thread_session_id("hitl"))
-        kinds = [n.kind for n in session.path("main")]
-        assert kinds[kinds.index("pause") :][:3] == ["pause", "decision", "note"]
+        path = session.path("main")
+        at = [n.id for n in path].index(pause.id)
+        assert [n.kind for n in path[at : at + 3]] == ["pause", "decision", "note"]  # decided, claimed
         assert store.verify().ok
         assert graph.get_state(config("hitl")).next == ()
 
@@ -317,3 +318,33 @@ def test_pickles_are_never_written_or_loaded(db_target, monkeypatch):
         monkeypatch.setattr(pickle, "loads", refuse)
         with pytest.raises(Conflict, match="never unpickles"):
             saver.get_tuple({"configurable": {"thread_id": "p", "checkpoint_id": raw["id"]}})
+
+
+def test_time_travel_forks_without_cas_and_is_refused_with_it(db_target):
+    with Store(db_target) as store:
+        graph = chat_graph(SessiontreeSaver(store))
+        for text in ["one", "two"]:
+            graph.invoke({"messages": [HumanMessage(text)]}, config("tt"))
+        first = [s for s in graph.get_state_history(config("tt")) if len(s.values.get("messages", [])) == 2][
+            0
+        ]
+        with pytest.raises(BranchMoved):  # an older checkpoint moved on: a stale writer, to cas
+            graph.update_state(first.config, {"messages": [HumanMessage("instead")]})
+
+        forking = chat_graph(SessiontreeSaver(store, cas=False))
+        with pytest.raises(BranchMoved):
+            graph.invoke({"messages": [HumanMessage("instead")]}, first.config)
+        state = forking.invoke({"messages": [HumanMessage("instead")]}, first.config)
+        assert [m.content for m in state["messages"]] == [
+            "one",
+            "echo one (1)",
+            "instead",
+            "echo instead (3)",
+        ]
+        # the newest is LangGraph's latest; the old line stays, and prune keeps every node
+        assert forking.get_state(config("tt")).values["messages"][-1].content == "echo instead (3)"
+        assert store.prune(dry_run=True, grace=0).node_ids == []
+        session = store.session(thread_session_id("tt"))
+        ends = sorted(m[-1]["content"] for m in (session.messages(leaf) for leaf in session.leaves()))
+        assert ends == ["echo instead (3)", "echo two (3)"]
+        assert store.verify().ok

@@ -81,6 +81,9 @@ NAMESPACE = uuid.UUID("0b5f8a3e-6c2d-4f7a-9e41-3d8c2b7a5f10")
 WAIT_FOR_CHECKPOINT_S = 30.0
 """How long writes wait for their checkpoint's put (LangGraph runs both concurrently)."""
 
+GIVE_UP_AFTER_FAILURE_S = 1.0
+"""After a put of the thread failed (a stale run refused), how long its writes still wait."""
+
 INTERRUPT, RESUME = "__interrupt__", "__resume__"
 _CHECKPOINT, _WRITES = "checkpoint", "writes"
 _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "developer": "developer"}
@@ -137,6 +140,8 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         self._cache: OrderedDict[str, tuple[Summary, Stored]] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._stored = threading.Condition()  # notified after each put
+        self._refused: dict[str, Exception] = {}  # checkpoint id -> why its put failed
+        self._failed: dict[tuple[str, str], tuple[float, Exception]] = {}  # (thread, ns) -> the last
 
     # -- serialisation -------------------------------------------------------
 
@@ -205,6 +210,28 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        try:
+            return self._put(config, checkpoint, metadata, new_versions)
+        except Exception as e:
+            # Its writes (on their way, maybe) are refused at once instead of waiting for it,
+            # and so, soon, are those of the checkpoints its run made after it in memory,
+            # whose puts (chained to this one) never come.
+            conf = config["configurable"]
+            with self._stored:
+                self._refused[checkpoint["id"]] = e
+                self._failed[(str(conf["thread_id"]), conf.get("checkpoint_ns", ""))] = (time.monotonic(), e)
+                while len(self._refused) > CACHED_CHECKPOINTS:
+                    del self._refused[next(iter(self._refused))]
+                self._stored.notify_all()
+            raise
+
+    def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
         parent_id = conf.get("checkpoint_id")
@@ -261,6 +288,7 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                 node_id, summary, {c: f for c, f in {**known, **forms}.items() if c in versions and f}
             )
         with self._stored:
+            self._failed.pop((thread_id, ns), None)
             self._stored.notify_all()
         return {
             "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
@@ -497,6 +525,12 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                     f"no LangGraph checkpoint {checkpoint_id} in thread {thread_id!r} to write for"
                 )
             with self._stored:
+                refused = self._refused.get(checkpoint_id)
+                if refused is not None:
+                    raise refused
+                failed = self._failed.get((thread_id, ns))
+                if failed is not None and time.monotonic() - failed[0] > GIVE_UP_AFTER_FAILURE_S:
+                    raise failed[1]
                 self._stored.wait(min(left, 0.05))
 
     # -- reading ---------------------------------------------------------------------
