@@ -276,8 +276,10 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                     }
                     self._write_chain(session, branch, head, under, chain, payload, node_id)
                 break
-            except BranchMoved:
-                if parent_id is None or self._owner(session, self._head(session, ns)) != parent_id:
+            except BranchMoved:  # another write moved the head meanwhile: place again
+                if self.cas and (
+                    parent_id is None or self._owner(session, self._head(session, ns)) != parent_id
+                ):
                     raise
         else:
             raise BranchMoved(branch, None, None)
@@ -475,9 +477,9 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                     return
             except _Refused as refused:
                 raise refused.moved from None
-            except BranchMoved:
+            except BranchMoved:  # another write moved the head meanwhile: place again
                 head = self._head(session, ns)
-                if head is None or self._since(session, head, node) is None:
+                if self.cas and (head is None or self._since(session, head, node) is None):
                     raise
         raise BranchMoved(branch, node.id, None)
 
