@@ -348,3 +348,37 @@ def test_time_travel_forks_without_cas_and_is_refused_with_it(db_target):
         ends = sorted(m[-1]["content"] for m in (session.messages(leaf) for leaf in session.leaves()))
         assert ends == ["echo instead (3)", "echo two (3)"]
         assert store.verify().ok
+
+
+def test_a_list_that_only_grew_stores_what_it_appended(db_target):
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    with Store(db_target) as store:
+        saver = SessiontreeSaver(store)
+        parent, stored = None, []
+        for step, value in enumerate([[1, 2], [1, 2, 3], [1, 2, 3], [9], [9, 10]]):
+            checkpoint = empty_checkpoint()
+            checkpoint["channel_values"] = {"items": value, "count": step}
+            checkpoint["channel_versions"] = {"items": step + 1, "count": step + 1}
+            conf = {"configurable": {"thread_id": "lists", "checkpoint_ns": ""}}
+            if parent is not None:
+                conf["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
+            parent = saver.put(conf, checkpoint, {"source": "loop", "step": step}, {"items": step + 1})
+            stored.append((parent, value))
+        entries = [
+            lg(n)["channels"]["items"]
+            for n in store.session(thread_session_id("lists")).path("main")
+            if lg(n).get("type") == "checkpoint"
+        ]
+        assert [sorted(set(e) & {"base", "items", "blob"}) for e in entries] == [
+            ["base", "items"],  # grew from nothing
+            ["base", "items"],  # [3] appended
+            ["base", "items"],  # nothing appended (the same list at a new version)
+            ["blob"],  # not a prefix: whole
+            ["base", "items"],  # [10] appended
+        ]
+        assert [len(e["items"]) if "items" in e else None for e in entries] == [2, 1, 0, None, 1]
+        for saver_ in (saver, SessiontreeSaver(store)):  # remembered, and read off the path
+            for config_, value in stored:
+                got = saver_.get_tuple(config_).checkpoint["channel_values"]
+                assert got["items"] == value

@@ -257,7 +257,7 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                         under = parent  # LangGraph's fork: a sibling of what followed the parent
                     base, known = self._known(session, parent) if parent is not None else ({}, {})
                     chain, entries, summary, forms = self._encode(
-                        checkpoint["id"], values, new_versions, base
+                        checkpoint["id"], values, new_versions, base, known
                     )
                     payload = {
                         "type": "langgraph.checkpoint",
@@ -359,6 +359,7 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         values: dict[str, Any],
         new_versions: ChannelVersions,
         base: Summary,
+        known: Stored,
     ) -> tuple[list[dict[str, Any]], dict[str, Any], Summary, dict[str, Any]]:
         """(message payloads, channel entries, the new checkpoint's summary, the changed
         channels serialised: None for an empty one)."""
@@ -380,19 +381,23 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                 continue
             blobs = [self._dump(item) for item in value]
             forms[channel] = (None, blobs)
-            digests = _running(blobs)
             before = base.get(channel)
-            entry: dict[str, Any] = {"v": version, "len": len(blobs), "h": digests[-1] if digests else ""}
-            start = 0
+            entry: dict[str, Any] = {"v": version, "len": len(blobs)}
+            start, digest = 0, ""
             if before is None:  # new since the parent: it grew from nothing
                 entry["base"] = None
-            elif (
-                before.length is not None
-                and before.length <= len(blobs)
-                and (digests[before.length - 1] if before.length else "") == before.digest
-            ):
-                start = before.length
-                entry["base"] = before.version
+            elif before.length is not None and before.length <= len(blobs):
+                prefix = blobs[: before.length]
+                held = known.get(channel)
+                grew = (
+                    held[1] == prefix  # the parent's items, remembered: compared as they are
+                    if held is not None and held[0] is None and held[1] is not None
+                    else _digest("", prefix) == before.digest
+                )
+                if grew:
+                    start, digest = before.length, before.digest or ""
+                    entry["base"] = before.version
+            entry["h"] = _digest(digest, blobs[start:])
             added = blobs[start:]
             if added and all(isinstance(item, BaseMessage) for item in value[start:]):
                 entry["n"] = len(added)
@@ -965,13 +970,13 @@ def _keep(session: Session, node: Node) -> None:
         session.checkpoint(name, node)
 
 
-def _running(blobs: list[list[str]]) -> list[str]:
-    """The running hash of a list's items: entry i covers items 0..i."""
-    out, digest = [], b""
+def _digest(start: str, blobs: list[list[str]]) -> str:
+    """The running hash of a list's items, on from ``start`` (the hash of the items before
+    them, "" for none): a list that grew has its parent's hash as the hash of its prefix."""
+    digest = bytes.fromhex(start)
     for kind, data in blobs:
         digest = hashlib.blake2b(digest + kind.encode() + b"\0" + data.encode(), digest_size=16).digest()
-        out.append(digest.hex())
-    return out
+    return digest.hex()
 
 
 def _chat(message: BaseMessage, raw: dict[str, Any]) -> dict[str, Any]:
