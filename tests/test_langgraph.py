@@ -40,16 +40,21 @@ class Chat(TypedDict):
     log: Annotated[list[str], operator.add]
 
 
+def one_node(saver, name, node):
+    """START -> ``name`` -> END, compiled with ``saver``."""
+    builder = StateGraph(Chat)
+    builder.add_node(name, node)
+    builder.add_edge(START, name)
+    builder.add_edge(name, END)
+    return builder.compile(checkpointer=saver)
+
+
 def chat_graph(saver):
     def model(state: Chat) -> dict[str, Any]:
         said = state["messages"][-1].content
         return {"messages": [AIMessage(f"echo {said} ({len(state['messages'])})")], "log": ["model"]}
 
-    builder = StateGraph(Chat)
-    builder.add_node("model", model)
-    builder.add_edge(START, "model")
-    builder.add_edge("model", END)
-    return builder.compile(checkpointer=saver)
+    return one_node(saver, "model", model)
 
 
 def asking_graph(saver, gate=None):
@@ -61,11 +66,7 @@ def asking_graph(saver, gate=None):
             gate()
         return {"messages": [AIMessage(f"answer: {json.dumps(answer, sort_keys=True)}")], "log": ["ask"]}
 
-    builder = StateGraph(Chat)
-    builder.add_node("ask", ask)
-    builder.add_edge(START, "ask")
-    builder.add_edge("ask", END)
-    return builder.compile(checkpointer=saver)
+    return one_node(saver, "ask", ask)
 
 
 def config(thread: str) -> dict:

@@ -71,6 +71,7 @@ from ..model import RAW, Node
 from ..session import Ref, Session
 from ..steps import Approve, Edit, Reject, decision_from_dict
 from ..store import Store
+from . import claim_decision, decision_at
 
 KIND = "langgraph"
 """The key of LangGraph's data under a payload's ``raw``, and of the session metadata."""
@@ -833,17 +834,8 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await asyncio.to_thread(self.get_tuple, config)
 
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        found = await asyncio.to_thread(
-            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
-        )
+    async def alist(self, config: RunnableConfig | None, **options: Any) -> AsyncIterator[CheckpointTuple]:
+        found = await asyncio.to_thread(lambda: builtins.list(self.list(config, **options)))
         for item in found:
             yield item
 
@@ -906,33 +898,18 @@ def resume_command(
     if not raw:
         raise Conflict(f"node {node.id} is not a LangGraph interrupt (no LangGraph data on it)")
     session = store.session(node.session_id)
-    decision = next((n for n in session.children(node) if n.kind == "decision"), None)
-    if decision is None:
-        raise Conflict(f"pause {node.id} has no decision yet: decide it first")
-    branches = session.branches_at(decision)
-    if session.children(decision):
-        raise Conflict(f"pause {node.id} was already resumed: its decision {decision.id} has been acted on")
-    if not branches:
-        raise Conflict(f"pause {node.id}: no branch stands at its decision {decision.id} any more")
+    decision, branches = decision_at(session, node)
     answers = {
         call_id: value(decision_from_dict(d))
         for call_id, d in (decision.payload.get("decisions") or {}).items()
     }
-    try:  # the claim: one resume per decision, whichever process is first
-        session.append(
-            {
-                "type": "langgraph.resume",
-                "text": "resumed by LangGraph",
-                RAW: {KIND: {"type": "resume", "of": raw["of"]}},
-            },
-            kind="note",
-            branch=branches[0],
-            expect_head=decision.id,
-        )
-    except BranchMoved:
-        raise Conflict(
-            f"pause {node.id} was already resumed: its decision {decision.id} has been acted on"
-        ) from None
+    # the claim: one resume per decision, whichever process is first
+    note = {
+        "type": "langgraph.resume",
+        "text": "resumed by LangGraph",
+        RAW: {KIND: {"type": "resume", "of": raw["of"]}},
+    }
+    claim_decision(session, node, decision, branches[0], note)
     thread_id = (session.metadata.get(KIND) or {}).get("thread_id", session.title)
     return {"configurable": {"thread_id": thread_id}}, Command(resume=answers)
 
