@@ -211,15 +211,20 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        try:
+        with self._refusing_writes(config, checkpoint["id"]):
             return self._put(config, checkpoint, metadata, new_versions)
+
+    @contextlib.contextmanager
+    def _refusing_writes(self, config: RunnableConfig, checkpoint_id: str) -> Iterator[None]:
+        """When the put of ``checkpoint_id`` fails, its writes (on their way, maybe) are
+        refused at once instead of waiting for it, and so, soon, are those of the
+        checkpoints its run made after it in memory, whose puts (chained to it) never come."""
+        try:
+            yield
         except Exception as e:
-            # Its writes (on their way, maybe) are refused at once instead of waiting for it,
-            # and so, soon, are those of the checkpoints its run made after it in memory,
-            # whose puts (chained to this one) never come.
             conf = config["configurable"]
             with self._stored:
-                self._refused[checkpoint["id"]] = e
+                self._refused[checkpoint_id] = e
                 self._failed[(str(conf["thread_id"]), conf.get("checkpoint_ns", ""))] = (time.monotonic(), e)
                 while len(self._refused) > CACHED_CHECKPOINTS:
                     del self._refused[next(iter(self._refused))]
@@ -227,11 +232,7 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
             raise
 
     def _put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: Any, new_versions: Any
     ) -> RunnableConfig:
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
@@ -829,7 +830,7 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
                 for task_id, writes in by_task.items():
                     rebuilt.put_writes(t.config, writes, task_id)
 
-    # -- async twins -------------------------------------------------------------------
+    # -- async twins: the sync methods, on a worker thread ------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await asyncio.to_thread(self.get_tuple, config)
@@ -839,23 +840,11 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         for item in found:
             yield item
 
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+    async def aput(self, *args: Any, **kwargs: Any) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, *args, **kwargs)
 
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+    async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
+        await asyncio.to_thread(self.put_writes, *args, **kwargs)
 
     async def adelete_thread(self, thread_id: str) -> None:
         await asyncio.to_thread(self.delete_thread, thread_id)
