@@ -383,3 +383,17 @@ def test_a_list_that_only_grew_stores_what_it_appended(db_target):
             for config_, value in stored:
                 got = saver_.get_tuple(config_).checkpoint["channel_values"]
                 assert got["items"] == value
+
+
+def test_a_put_retried_after_it_committed_writes_nothing_more(db_target):
+    with Store(db_target) as store:
+        graph = chat_graph(SessiontreeSaver(store))
+        graph.invoke({"messages": [HumanMessage("once")]}, config("again"))
+        latest = SessiontreeSaver(store).get_tuple(config("again"))
+        session = store.session(thread_session_id("again"))
+        before = len(session.tree())
+        parent = {"configurable": {**latest.config["configurable"], **latest.parent_config["configurable"]}}
+        saver = SessiontreeSaver(store)
+        again = saver.put(parent, latest.checkpoint, latest.metadata, {})
+        assert again == latest.config and len(session.tree()) == before
+        assert saver.get_tuple(config("again")).checkpoint == latest.checkpoint

@@ -244,9 +244,12 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
         assert session is not None
         branch = branch_name(ns)
         node_id = checkpoint_node_id(session.id, ns, checkpoint["id"])
+        summary: Summary | None = None
         for _ in range(50):  # a concurrent write in the parent's segment moved the head: again
             try:
                 with self.store.transaction():
+                    if self._checkpoint_node(session, ns, checkpoint["id"]) is not None:
+                        break  # put already (a retry of a put that did commit): nodes never change
                     head = self._head(session, ns)
                     parent = self._checkpoint_node(session, ns, parent_id) if parent_id else None
                     if parent is None:  # a new thread (or namespace): a new root, or a subtree
@@ -287,7 +290,9 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
             raise BranchMoved(branch, None, None)
         # Its values, when they are the parent's with this put's changes (always, from LangGraph).
         versions = checkpoint.get("channel_versions") or {}
-        if all(c in new_versions or (c in base and base[c].version == v) for c, v in versions.items()):
+        if summary is not None and all(
+            c in new_versions or (c in base and base[c].version == v) for c, v in versions.items()
+        ):
             self._remember(
                 node_id, summary, {c: f for c, f in {**known, **forms}.items() if c in versions and f}
             )
