@@ -18,14 +18,20 @@ Contract:
   (chat-shaped, the LangChain message kept in ``payload["raw"]["langgraph"]``), so
   ``messages()``, search, ``compare`` and the view read a LangGraph thread as a chat.
 - Pending writes are ``note`` nodes after their checkpoint, on the branch while the
-  checkpoint is the latest. An interrupt of the root graph is a ``pause`` at the branch
-  head, which ``sessiontree pending``, ``approve`` and the inbox see; ``resume(store,
+  checkpoint is the latest. LangGraph stores a step's writes and the next checkpoints
+  concurrently: writes wait (a while) for their checkpoint's put, and may land after a
+  later checkpoint of the same run. An interrupt of the root graph is a ``pause`` at the
+  branch head, which ``sessiontree pending``, ``approve`` and the inbox see; ``resume(store,
   pause, graph)`` (and ``aresume``) claims the decision once and runs the graph on with
   ``Command(resume={interrupt id: decision})``.
-- ``cas=True``: a write (``put`` or ``put_writes``) for a checkpoint that is no longer the
-  branch's latest (another worker moved the thread on: langgraph#8796) raises
-  ``BranchMoved`` before anything is written. ``cas=False`` keeps LangGraph's own
-  semantics: such a write forks (a sibling in the tree) and the branch follows the newest.
+- ``cas=True``: a stale worker (langgraph#8796: another one moved the thread on) gets
+  ``BranchMoved`` before it writes anything: a ``put`` whose parent is no longer the
+  latest, and writes for an older checkpoint, unless they are the late writes of the run
+  that moved on (a task's first writes there; a second set is another worker's).
+  ``cas=False`` keeps LangGraph's own semantics: such a write forks (a sibling in the
+  tree) and the branch follows the newest.
+- ``copy_thread`` copies the tree node by node; ``prune`` (``keep_latest``) and
+  ``delete_for_runs`` rebuild a thread from the checkpoints they keep.
 - Nothing LangGraph can still ask for is garbage to ``prune``: a node that leaves a
   branch's path (a fork's old head, writes to an older checkpoint) gets a sessiontree
   checkpoint ``langgraph-keep-<node id>``.
