@@ -72,10 +72,11 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from ..decisions import Approve, Edit, Reject, decided
 from ..errors import BranchMoved, Conflict, NotFound
+from ..kinds import MarkerCall, PausePayload
 from ..model import RAW, Node
 from ..session import Ref, Session
-from ..steps import Approve, Edit, Reject, decision_from_dict
 from ..store import Store
 from . import claim_decision, decision_at
 
@@ -512,22 +513,24 @@ class SessiontreeSaver(BaseCheckpointSaver[int]):
     ) -> None:
         """Writes for the latest checkpoint: on the branch. An interrupt makes them a pause
         (listing every interrupt still waiting); a waiting pause stays the head."""
-        waiting = head.payload.get("calls", []) if head.kind == "pause" else []
+        held = PausePayload.from_node(head) if head.kind == "pause" else None
+        waiting = [c.to_payload() for c in held.calls] if held is not None else []
         if interrupts:
-            calls = [_call(c) for c in _merged(waiting, interrupts)]
+            calls = tuple(MarkerCall.from_payload(_call(c)) for c in _merged(waiting, interrupts))
             reason = "; ".join(c["reason"] for c in interrupts)
-            session.append(
-                {**payload, "reason": reason, "calls": calls}, kind="pause", branch=branch, expect_head=head
-            )
+            pause = PausePayload(reason, None, calls, extra=payload).to_payload()
+            session.append(pause, kind="pause", branch=branch, expect_head=head)
             return
         written = session.append(payload, kind="note", branch=branch, expect_head=head)
         if waiting and not resumed:
-            again = {
-                "type": "langgraph.interrupt",
-                "reason": head.payload.get("reason", "interrupted"),
-                "calls": waiting,
-                RAW: {KIND: {"type": "pause", "ns": _lg(head).get("ns", ""), "of": _lg(head).get("of")}},
-            }
+            raw = {KIND: {"type": "pause", "ns": _lg(head).get("ns", ""), "of": _lg(head).get("of")}}
+            assert held is not None
+            again = PausePayload(
+                held.reason or "interrupted",
+                None,
+                held.calls,
+                extra={"type": "langgraph.interrupt", RAW: raw},
+            ).to_payload()
             session.append(again, kind="pause", branch=branch, expect_head=written)
 
     def _wait_for(self, thread_id: str, ns: str, checkpoint_id: str) -> tuple[Session, Node]:
@@ -899,10 +902,7 @@ def resume_command(
         raise Conflict(f"node {node.id} is not a LangGraph interrupt (no LangGraph data on it)")
     session = store.session(node.session_id)
     decision, branches = decision_at(session, node)
-    answers = {
-        call_id: value(decision_from_dict(d))
-        for call_id, d in (decision.payload.get("decisions") or {}).items()
-    }
+    answers = {call_id: value(d) for call_id, d in decided(decision).items()}
     # the claim: one resume per decision, whichever process is first
     note = {
         "type": "langgraph.resume",
