@@ -170,6 +170,16 @@ def test_agents_sdk_benchmark_quick_json_reports_every_figure():
     assert all(r["turn_ms@50"] > 0 for r in result["sessiontree_over_peer"].values())
 
 
+def test_langgraph_benchmark_quick_json_reports_every_figure():
+    pytest.importorskip("langgraph.checkpoint.sqlite")
+    result = quick_json("langgraph.py")
+    assert result["steps"] == 30
+    assert set(result["systems"]) == {"sessiontree", "sqlite", "sessiontree-async", "async-sqlite"}
+    for name, system in result["systems"].items():
+        assert system["ms_per_step"] > 0 and system["ms_per_step_last_30"] > 0 and system["bytes"] > 0, name
+    assert len(result["ratios"]) == 3 and all(r > 0 for r in result["ratios"].values())
+
+
 def test_import_memory_stays_under_three_times_the_file():
     result = quick_json("import_memory.py", "--mb", "20", timeout=600)
     assert set(result) == {"chatgpt", "librechat", "openwebui", "claude-code", "pi", "native"}

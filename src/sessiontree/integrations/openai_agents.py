@@ -60,6 +60,7 @@ from ..model import RAW, Node
 from ..names import check_name
 from ..session import Ref, Session
 from ..store import Store
+from . import claim_decision, decision_at
 
 KIND = "openai_agents"
 """The key of the SDK's own items under a payload's ``raw``, and of the session metadata."""
@@ -463,15 +464,7 @@ async def resume(store: Store, pause: Ref, agent: Agent[Any], **runner_kwargs: A
     if not isinstance(state_json, dict):
         raise Conflict(f"node {node.id} is not an Agents SDK pause (no RunState recorded on it)")
     session = store.session(node.session_id)
-    decision = next((n for n in session.children(node) if n.kind == "decision"), None)
-    if decision is None:
-        raise Conflict(f"pause {node.id} has no decision yet: decide it first")
-    branches = session.branches_at(decision)
-    if session.children(decision):  # read after the branches: a resume racing ours shows here
-        raise Conflict(f"pause {node.id} was already resumed: its decision {decision.id} has been acted on")
-    if not branches:
-        raise Conflict(f"pause {node.id}: no branch stands at its decision {decision.id} any more")
-    branches.sort(key=lambda name: session.branch(name).created_at)
+    decision, branches = decision_at(session, node)
     chosen = decided(decision)
     calls = {c.id: c for c in PausePayload.from_node(node).calls}
     for call_id, answer in chosen.items():
@@ -492,16 +485,7 @@ async def resume(store: Store, pause: Ref, agent: Agent[Any], **runner_kwargs: A
         if not isinstance(foreign, str):
             raise Conflict(f"session {session.id} was not made by SessiontreeSession: pass session=")
         runner_kwargs["session"] = SessiontreeSession(foreign, store, branch=branches[0])
-    claim = NotePayload(type=KIND, text="resumed by the Agents SDK", extra={"decision": decision.id})
-    try:  # the claim: one resume per decision, whichever process is first
-        session.append(
-            claim.to_payload(),
-            kind="note",
-            branch=branches[0],
-            expect_head=decision.id,
-        )
-    except BranchMoved:
-        raise Conflict(
-            f"pause {node.id} was already resumed: its decision {decision.id} has been acted on"
-        ) from None
+    # the claim: one resume per decision, whichever process is first
+    note = NotePayload(type=KIND, text="resumed by the Agents SDK", extra={"decision": decision.id})
+    claim_decision(session, node, decision, branches[0], note.to_payload())
     return await Runner.run(agent, state, **runner_kwargs)
