@@ -147,7 +147,6 @@ def test_a_decision_whose_commit_was_lost_is_found_by_the_id_the_error_carries(p
 
 @without_pgbouncer(
     "a client's backend pid is PgBouncer's, not a server process's: there is none to end by it"
-    " (test_postgres_pools.py ends them by application_name there)"
 )
 def test_a_terminated_server_process_is_replaced_unseen(pg_url):
     with Store(f"{pg_url}&pool_size=1") as store:
