@@ -172,7 +172,7 @@ def test_agents_sdk_benchmark_quick_json_reports_every_figure():
 
 def test_langgraph_benchmark_quick_json_reports_every_figure():
     pytest.importorskip("langgraph.checkpoint.sqlite")
-    result = quick_json("langgraph.py")
+    result = quick_json("langgraph_graph.py")
     assert result["steps"] == 30
     assert set(result["systems"]) == {"sessiontree", "sqlite", "sessiontree-async", "async-sqlite"}
     for name, system in result["systems"].items():

@@ -16,39 +16,29 @@ compiled with each, interleaved step by step in a rotating order in one process:
 Reported per system: ms per step (the median over all steps, and over the last 30), and
 bytes on disk after the last step (the pages in use after folding the WAL in, as
 ``peers.py`` counts them); the bars of issue 28: bytes <= 0.1x ``SqliteSaver``'s, time per
-step <= ``AsyncSqliteSaver``'s. Usage: ``python benchmarks/langgraph.py [--quick]
+step <= ``AsyncSqliteSaver``'s. Usage: ``python benchmarks/langgraph_graph.py [--quick]
 [--json] [--steps N]`` (needs the ``langgraph`` extra).
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
+import asyncio
+import json
+import sqlite3
+import statistics
+import tempfile
+import time
 from pathlib import Path
+from typing import Annotated, Any, TypedDict
 
-# Run as a script, this file's folder is on the path, and this file would be imported as
-# the ``langgraph`` package (a namespace package, which any module of its name shadows):
-# the folder is left off the path until LangGraph is imported.
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from peers import used_bytes  # this folder is on the path when run as a script
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import json  # noqa: E402
-import sqlite3  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from typing import Annotated, Any, TypedDict  # noqa: E402
-
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage  # noqa: E402
-from langgraph.graph import END, START, StateGraph  # noqa: E402
-from langgraph.graph.message import add_messages  # noqa: E402
-
-from sessiontree import Store  # noqa: E402
-from sessiontree.integrations.langgraph import SessiontreeSaver  # noqa: E402
-
-sys.path.append(str(HERE))
-from peers import used_bytes  # noqa: E402
+from sessiontree import Store
+from sessiontree.integrations.langgraph import SessiontreeSaver
 
 SIZE = 1000
 LOREM = "lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor. "
