@@ -355,6 +355,22 @@ def every_store(request):
         yield s
 
 
+@pytest.fixture
+def proxied():
+    """(a URL through a dropping proxy, the same schema's direct URL, the proxy). The
+    proxied URL names its connections after the schema (``application_name``), so a test
+    can find its own server processes on the shared server."""
+    from pg_proxy import DroppingProxy
+
+    server = postgres_server()
+    proxy = DroppingProxy(server)
+    schema = fresh_schema_url(server).partition("?schema=")[2]
+    direct = f"{server}?schema={schema}"
+    yield proxy.url(schema) + "&application_name=" + schema, direct, proxy
+    proxy.stop()
+    drop_schema(direct)
+
+
 PGBOUNCER = os.environ.get("SESSIONTREE_PGBOUNCER", "").lower() in ("true", "1", "yes", "on")
 """The PostgreSQL tests run through PgBouncer in transaction mode (tests/pg_bouncer.py)."""
 

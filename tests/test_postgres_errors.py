@@ -8,12 +8,10 @@ what it is. The connection is cut by a proxy (``pg_proxy``) at a chosen message,
 from __future__ import annotations
 
 import time
-import uuid
 
 import psycopg
 import pytest
 
-from pg_proxy import DroppingProxy
 from sessiontree import (
     Approve,
     NotFound,
@@ -26,7 +24,7 @@ from sessiontree import (
 from sessiontree.storage import postgres_db as pgdb
 from test_pause_races import make_pauses
 
-from conftest import PGBOUNCER, drop_schema, postgres_server, user, without_pgbouncer
+from conftest import PGBOUNCER, user, without_pgbouncer
 
 COMMIT = b"COMMIT\x00"
 APPEND = b"sessiontree_append("
@@ -39,18 +37,6 @@ def an_appends_commit() -> dict[str, bytes]:
     call, or behind PgBouncer (``pgbouncer=true``: BEGIN and the settings first) the COMMIT
     after it."""
     return {"pattern": COMMIT, "after": APPEND} if PGBOUNCER else {"pattern": APPEND}
-
-
-@pytest.fixture
-def proxied():
-    """(a URL through a dropping proxy, the same schema's direct URL, the proxy)."""
-    server = postgres_server()
-    proxy = DroppingProxy(server)
-    schema = f"t_{uuid.uuid4().hex[:16]}"
-    direct = f"{server}?schema={schema}"
-    yield proxy.url(schema), direct, proxy
-    proxy.stop()
-    drop_schema(direct)
 
 
 def server_process_ended(direct: str, pid: int) -> None:

@@ -10,27 +10,14 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 
 import psycopg
 import pytest
 
-from pg_proxy import DroppingProxy
 from sessiontree import Store
 
-from conftest import drop_schema, postgres_server, without_pgbouncer
+from conftest import without_pgbouncer
 from viewdata import demo_store
-
-
-@pytest.fixture
-def proxied():
-    server = postgres_server()
-    proxy = DroppingProxy(server)
-    schema = f"t_{uuid.uuid4().hex[:16]}"
-    direct = f"{server}?schema={schema}"
-    yield proxy.url(schema) + "&application_name=" + schema, direct, proxy
-    proxy.stop()
-    drop_schema(direct)
 
 
 def test_stores_on_one_url_share_one_pool_closed_with_the_last(proxied):
