@@ -573,3 +573,82 @@ def test_the_mcp_inspector_lists_and_calls_the_servers_tools(tmp_path):
     )
     assert called["isError"] is False
     assert {b["name"] for b in called["structuredContent"]["branches"]} == {"main", "retry"}
+
+
+# -- a pause outlives the connection: servers relaunched from the recipe --------------------
+
+
+def fixture_spec(tmp_path: Path, *extra: str) -> str:
+    """The fixture server as --mcp takes it, its effects (and process ids) in files, since a
+    server relaunched from a recipe gets none of the test's environment."""
+    effects, pids = tmp_path / "effects.log", tmp_path / "pids.log"
+    return f"{sys.executable} {FIXTURE_SERVER} --effects {effects} --pids {pids} {' '.join(extra)}".strip()
+
+
+def script_of(tmp_path: Path, name: str, *replies: dict) -> str:
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in replies))
+    return f"script:{path}"
+
+
+def cli_in(tmp_path: Path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONTREE_", "OPENAI_"))}
+    env["SESSIONTREE_DB"] = str(tmp_path / "store.db")
+
+    def shell(*args: str, code: int = 0) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            [SESSIONTREE, *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == code, done.stdout + done.stderr
+        return done
+
+    return shell
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow  # server processes
+def test_serve_work_carries_mcp_pauses_on_and_closes_each_pauses_server(tmp_path):
+    from sessiontree.cli.view import start_worker
+
+    shell = cli_in(tmp_path)
+    server = fixture_spec(tmp_path)
+    pauses = []
+    for value in (1, 2):
+        model = script_of(
+            tmp_path,
+            f"replies{value}.jsonl",
+            reply(None, tool_call("no_hints", {"value": value}, id=f"call_{value}")),
+            reply(f"done {value}"),
+        )
+        out = shell("run", "--new", f"go {value}", "--model", model, "--mcp", server, code=3).stdout
+        pauses.append(re.search(r"sessiontree approve (\S+)", out)[1])
+        shell("approve", pauses[-1])
+    effects, pids = tmp_path / "effects.log", tmp_path / "pids.log"
+    started = len(pids.read_text().split())  # one server a run
+    worker = start_worker(str(tmp_path / "store.db"), poll=0.05)  # serve --work's: a thread, no click
+    try:
+        with anyio.from_thread.start_blocking_portal() as portal:  # a deadline, not a guess
+
+            async def both_ran() -> None:
+                with anyio.fail_after(60):
+                    while not effects.exists() or len(effects.read_text().splitlines()) < 2:
+                        await anyio.sleep(0.05)
+
+            portal.call(both_ran)
+        relaunched = [int(p) for p in pids.read_text().split()[started:]]
+        assert len(relaunched) == 2  # one server a pause
+        assert not alive(relaunched[0])  # the first pause's server ended before the second ran
+    finally:
+        assert worker.stop()
+    assert sorted(effects.read_text().splitlines()) == ["no_hints 1", "no_hints 2"]  # each once
+    assert not any(alive(p) for p in relaunched)
+    with Store(str(tmp_path / "store.db")) as store:
+        finals = sorted(store.session(i.id).path("main")[-1].payload.get("content") for i in store.sessions())
+        assert finals == ["done 1", "done 2"] and store.verify().ok
