@@ -652,3 +652,52 @@ def test_serve_work_carries_mcp_pauses_on_and_closes_each_pauses_server(tmp_path
     with Store(str(tmp_path / "store.db")) as store:
         finals = sorted(store.session(i.id).path("main")[-1].payload.get("content") for i in store.sessions())
         assert finals == ["done 1", "done 2"] and store.verify().ok
+
+
+@pytest.mark.slow  # server processes
+def test_a_resume_asks_again_when_the_approved_tools_hints_changed(tmp_path):
+    shell = cli_in(tmp_path)
+    hints = tmp_path / "hints.json"
+    hints.write_text(json.dumps({"destructiveHint": True}))
+    server = fixture_spec(tmp_path, "--hints", str(hints))
+    model = script_of(
+        tmp_path, "replies.jsonl", reply(None, tool_call("tunable", {"value": 7}, id="call_t")), reply("tuned")
+    )
+    out = shell("run", "--new", "tune it", "--model", model, "--mcp", server, code=3).stdout
+    pause = re.search(r"sessiontree approve (\S+)", out)[1]
+    shell("approve", pause)
+    # The server, relaunched, now says something else of the approved tool (here: that it
+    # is safe to repeat), which is not what the human saw when approving.
+    hints.write_text(json.dumps({"destructiveHint": True, "idempotentHint": True}))
+    refused = shell("resume", pause, code=1)
+    assert "the tool 'tunable' of the decided call call_t has changed since the pause" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    effects = tmp_path / "effects.log"
+    assert not effects.exists()  # nothing ran
+    hints.write_text(json.dumps({"destructiveHint": True}))  # as it was: the decision still stands
+    assert "ok tunable: tuned 7" in shell("resume", pause).stdout
+    assert effects.read_text() == "tunable 7\n"
+    assert len((tmp_path / "pids.log").read_text().split()) == 3  # run, refused resume, resume
+
+
+@pytest.mark.slow  # a server process
+def test_mcp_server_git_hints_run_status_and_add_and_pause_commit_and_reset(tmp_path):
+    git(tmp_path, "init", "-q")
+    with mcp_tools([sys.executable, "-m", "mcp_server_git", "--repository", str(tmp_path)]) as tools:
+        asks = {t.name: t.requires_approval for t in tools}
+    assert {name: asks[name] for name in ("git_status", "git_add", "git_commit", "git_reset")} == {
+        "git_status": False,
+        "git_add": False,
+        "git_commit": True,
+        "git_reset": True,
+    }
+
+
+@pytest.mark.slow  # a server process
+def test_structured_content_beyond_the_text_is_kept_in_raw(tmp_path):
+    with mcp_tools([sys.executable, FIXTURE_SERVER], env={"EFFECTS_LOG": str(tmp_path / "e")}) as tools:
+        forecast = next(t for t in tools if t.name == "forecast")
+        said = anyio.run(forecast.invoke, {"city": "Oslo"})
+    assert said.content == "Oslo: 21/12, then 19/11"
+    assert said.raw["mcp"]["structuredContent"]["days"][1] == {"high": 19, "low": 11}
+    assert said.raw["mcp"]["isError"] is False
