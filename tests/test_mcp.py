@@ -661,7 +661,10 @@ def test_a_resume_asks_again_when_the_approved_tools_hints_changed(tmp_path):
     hints.write_text(json.dumps({"destructiveHint": True}))
     server = fixture_spec(tmp_path, "--hints", str(hints))
     model = script_of(
-        tmp_path, "replies.jsonl", reply(None, tool_call("tunable", {"value": 7}, id="call_t")), reply("tuned")
+        tmp_path,
+        "replies.jsonl",
+        reply(None, tool_call("tunable", {"value": 7}, id="call_t")),
+        reply("tuned"),
     )
     out = shell("run", "--new", "tune it", "--model", model, "--mcp", server, code=3).stdout
     pause = re.search(r"sessiontree approve (\S+)", out)[1]
@@ -701,3 +704,44 @@ def test_structured_content_beyond_the_text_is_kept_in_raw(tmp_path):
     assert said.content == "Oslo: 21/12, then 19/11"
     assert said.raw["mcp"]["structuredContent"]["days"][1] == {"high": 19, "low": 11}
     assert said.raw["mcp"]["isError"] is False
+
+
+@pytest.mark.slow  # server processes
+def test_a_credential_in_a_launch_spec_is_never_recorded_and_resume_asks_for_it(tmp_path):
+    shell = cli_in(tmp_path)
+    server = fixture_spec(tmp_path, "--api-key", "sk-live-123", "GITHUB_TOKEN=ghp-456")
+    model = script_of(
+        tmp_path, "replies.jsonl", reply(None, tool_call("no_hints", {"value": 3}, id="call_n")), reply("ok")
+    )
+    done = shell("run", "--new", "go", "--model", model, "--mcp", server, code=3)
+    assert "--mcp: the server's arguments hold a credential (--api-key)" in done.stderr
+    pause = re.search(r"sessiontree approve (\S+)", done.stdout)[1]
+    shell("approve", pause)
+    with Store(str(tmp_path / "store.db")) as store:
+        stored = json.dumps(public_rows_of(store))
+    assert "sk-live-123" not in stored and "ghp-456" not in stored
+    refused = shell("resume", pause, code=1)
+    assert refused.stderr.count("\n") == 1
+    assert "give --mcp again" in refused.stderr and "--api-key ***" in refused.stderr
+    assert not (tmp_path / "effects.log").exists()
+    assert "ok no_hints: 6" in shell("resume", pause, "--mcp", server).stdout
+    assert (tmp_path / "effects.log").read_text() == "no_hints 3\n"
+
+
+@pytest.mark.parametrize(
+    "spec, recorded",
+    [
+        ("mcp-server-git --repository /r", "mcp:mcp-server-git --repository /r"),
+        ("srv --api-key sk-1 --port 8", "mcp-withheld:srv --api-key *** --port 8"),
+        ("srv --token=abc", "mcp-withheld:srv --token=***"),
+        ("GITHUB_TOKEN=ghp srv", "mcp-withheld:GITHUB_TOKEN=*** srv"),
+        ("https://me:pw@host:8443/mcp", "mcp-withheld:https://me:***@host:8443/mcp"),
+        ("https://host/mcp?api_key=1&x=2", "mcp-withheld:https://host/mcp?api_key=***&x=2"),
+        ("https://host/mcp?x=2", "mcp:https://host/mcp?x=2"),
+        ("srv --max-tokens 100", "mcp:srv --max-tokens 100"),
+    ],
+)
+def test_a_recipe_never_holds_a_launch_specs_credentials(spec, recorded):
+    from sessiontree.recipe import Recipe
+
+    assert Recipe(tools=("tools.py", f"mcp:{spec}")).tools == ("tools.py", recorded)

@@ -163,7 +163,7 @@ tools_option = click.option(
     help="Tools to offer: module, module:attribute or file.py (repeatable).",
 )
 MCP_META = "sessiontree.mcp"
-MCP_SOURCE = "mcp:"  # how a recipe names an MCP server among its tools (see recorded_tools)
+MCP_SOURCE = recipes.MCP  # how a recipe names an MCP server among its tools (see recorded_tools)
 
 
 def _remember_mcp(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:
@@ -679,8 +679,14 @@ def recorded_tools(recipe: Recipe, *, recorded: bool, held: list[Any] | None = N
     replaces the recorded servers); every other entry is a ``--tools`` spec."""
     ctx = click.get_current_context(silent=True)
     given = tuple(ctx.meta.get(MCP_META, ())) if ctx is not None else ()
+    hidden = [t[len(recipes.MCP_WITHHELD) :] for t in recipe.tools if t.startswith(recipes.MCP_WITHHELD)]
+    if hidden and not given:
+        raise click.ClickException(
+            f"the recorded MCP server {hidden[0]} was recorded without its credentials,"
+            " which a recipe never holds: give --mcp again (all of the run's servers)"
+        )
     servers = given or tuple(t[len(MCP_SOURCE) :] for t in recipe.tools if t.startswith(MCP_SOURCE))
-    specs = tuple(t for t in recipe.tools if not t.startswith(MCP_SOURCE))
+    specs = tuple(t for t in recipe.tools if not t.startswith((MCP_SOURCE, recipes.MCP_WITHHELD)))
     try:
         return load_tools(specs) + mcp_tools_for(servers, held)
     except click.BadParameter as e:
@@ -790,6 +796,13 @@ def run(
     tools = offered_tools(ctx, tool_specs)
     recipe = recipe_from_flags(ctx.params, call)  # recorded on the run's pauses: resume needs no flags
     servers = tuple(MCP_SOURCE + spec for spec in ctx.meta.get(MCP_META, ()))
+    for spec in ctx.meta.get(MCP_META, ()):
+        if (credential := recipes.withheld(spec)[1]) is not None:
+            click.echo(
+                f"--mcp: the server's arguments hold a credential ({credential}), which a recipe never"
+                " holds: a resume of this run needs --mcp again",
+                err=True,
+            )
     recipe = recipe.replace(tools=(*recipe.tools, *servers))
     options = options_of(recipe)  # the flags' run options, the one object the run is given
     hook = make_webhook(webhook_url, webhook_secret_env)
