@@ -4,6 +4,7 @@ here wrote: a commit pauses, is approved in another process, and happens once)."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -68,16 +69,34 @@ def call(client, name: str, **arguments):
     return client.call_tool(name, arguments)
 
 
-# -- the server, over stdio ---------------------------------------------------------
+# -- the server, over stdio and HTTP ---------------------------------------------------------
+
+
+@contextlib.contextmanager
+def served(transport: str, target: str, *args: str):
+    """What the SDK's ``Client`` connects to: ``sessiontree mcp ARGS`` over stdio (launched
+    by the client) or over streamable HTTP (a process of its own, stopped after)."""
+    if transport == "stdio":
+        yield stdio(target, *args)
+        return
+    process, url = http_server(target, *args)
+    try:
+        yield url
+    finally:
+        stop(process)
+
+
+TRANSPORTS = ["stdio", "http"]
 
 
 @pytest.mark.slow  # a server process
-def test_every_tool_answers_with_structured_content_and_decide_takes_one_decision(db_target):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_every_tool_answers_with_structured_content_and_decide_takes_one_decision(db_target, transport):
     seed = seeded(db_target)
     found: dict[str, object] = {}
 
-    async def main() -> None:
-        async with Client(stdio(db_target, "--allow-decide", "--by", "alice")) as client:
+    async def main(server) -> None:
+        async with Client(server) as client:
             listed = {t.name: t for t in (await client.list_tools()).tools}
             found["tools"] = listed
             for name in ("list_sessions", "pending"):
@@ -98,6 +117,9 @@ def test_every_tool_answers_with_structured_content_and_decide_takes_one_decisio
             ).structured_content
             pending = found["pending"]
             call_id = pending["pauses"][0]["calls"][0]["id"]
+            found["bad_edit"] = await call(  # the rules of approve and the inbox: the schema
+                client, "decide", pause=seed["pause"], call=call_id, action="edit", arguments={"to": 3}
+            )
             found["decide"] = await call(
                 client, "decide", pause=seed["pause"], call=call_id, action="approve"
             )
@@ -112,7 +134,8 @@ def test_every_tool_answers_with_structured_content_and_decide_takes_one_decisio
             )
             found["templates"] = await client.list_resource_templates()
 
-    anyio.run(main)
+    with served(transport, db_target, "--allow-decide", "--by", "alice") as server:
+        anyio.run(main, server)
     tools = found["tools"]
     assert set(tools) == READ_ONLY_TOOLS | {"decide"}
     for name in READ_ONLY_TOOLS:  # on the wire, as every client reads them
@@ -135,6 +158,9 @@ def test_every_tool_answers_with_structured_content_and_decide_takes_one_decisio
     (pause,) = found["pending"]["pauses"]
     assert pause["pause"] == seed["pause"] and pause["state"] == "pending" and pause["expires_at"] is None
     assert pause["calls"][0]["name"] == "send_email"
+    bad_edit = found["bad_edit"]
+    assert bad_edit.is_error and "\n" not in bad_edit.content[0].text
+    assert "edit of call call_send_email (send_email):" in bad_edit.content[0].text
     assert found["decide"].is_error is False
     assert found["decide"].structured_content["by"] == "alice"
     again = found["again"]
@@ -156,14 +182,15 @@ def test_every_tool_answers_with_structured_content_and_decide_takes_one_decisio
 
 
 @pytest.mark.slow  # a server process
-def test_without_allow_decide_nothing_a_client_sends_writes(db_target):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_without_allow_decide_nothing_a_client_sends_writes(db_target, transport):
     seed = seeded(db_target)
     with Store(db_target) as store:
         before = public_rows_of(store)
     said: dict[str, object] = {}
 
-    async def main() -> None:
-        async with Client(stdio(db_target)) as client:
+    async def main(server) -> None:
+        async with Client(server) as client:
             said["tools"] = {t.name for t in (await client.list_tools()).tools}
             said["decide"] = await call(
                 client, "decide", pause=seed["pause"], call="call_send_email", action="approve"
@@ -172,7 +199,8 @@ def test_without_allow_decide_nothing_a_client_sends_writes(db_target):
             said["limit"] = await call(client, "list_sessions", limit=10**9)
             said["pending"] = (await call(client, "pending")).structured_content
 
-    anyio.run(main)
+    with served(transport, db_target) as server:
+        anyio.run(main, server)
     assert said["tools"] == READ_ONLY_TOOLS
     for name in ("decide", "path", "limit"):
         result = said[name]
@@ -185,15 +213,16 @@ def test_without_allow_decide_nothing_a_client_sends_writes(db_target):
 
 
 @pytest.mark.slow  # a server process
-def test_a_client_listening_to_a_branch_is_told_when_it_moves(tmp_path):
-    db = str(tmp_path / "store.db")
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_client_listening_to_a_branch_is_told_when_it_moves(db_target, transport):
+    db = db_target
     seed = seeded(db)
     uri = f"sessiontree://session/{seed['session']}/branch/retry"
     told: list[str] = []
 
-    async def main() -> None:
+    async def main(server) -> None:
         async with (
-            Client(stdio(db, "--poll", "0.05")) as client,
+            Client(server) as client,
             client.listen(resource_subscriptions=[uri]) as subscription,
         ):
             with Store(db) as store:
@@ -205,7 +234,8 @@ def test_a_client_listening_to_a_branch_is_told_when_it_moves(tmp_path):
                     told.append(event.uri)
                     break
 
-    anyio.run(main)
+    with served(transport, db, "--poll", "0.05") as server:
+        anyio.run(main, server)
     assert told == [uri]
 
 
@@ -247,7 +277,7 @@ def test_http_beyond_loopback_needs_a_token(tmp_path, monkeypatch):
     )
     assert "--token-env NO_SUCH_TOKEN: the variable is not set or empty" in result.output
     result = CliRunner().invoke(cli, ["--db", db, "mcp", "--http", "nonsense"])
-    assert "'nonsense' is not HOST:PORT" in result.output
+    assert "'nonsense' is not HOST:PORT or PORT" in result.output
     result = CliRunner().invoke(cli, ["--db", db, "mcp", "--by", "alice"])
     assert "--by names who decides: it needs --allow-decide" in result.output
 
@@ -255,10 +285,12 @@ def test_http_beyond_loopback_needs_a_token(tmp_path, monkeypatch):
 # -- the server, over streamable HTTP ------------------------------------------------
 
 
-def http_server(db: str, *args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+def http_server(
+    db: str, *args: str, env: dict[str, str] | None = None, address: str = "127.0.0.1:0"
+) -> tuple[subprocess.Popen, str]:
     """`sessiontree mcp --http 127.0.0.1:0` and the URL it prints once it listens."""
     process = subprocess.Popen(
-        [SESSIONTREE, "--db", db, "mcp", "--http", "127.0.0.1:0", *args],
+        [SESSIONTREE, "--db", db, "mcp", "--http", address, *args],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -283,35 +315,13 @@ def stop(process: subprocess.Popen) -> None:
 
 
 @pytest.mark.slow  # a server process
-def test_over_http_the_same_tools_answer_and_decide_is_once(db_target):
-    seed = seeded(db_target)
-    process, url = http_server(db_target, "--allow-decide", "--by", "bob")
-    said: dict[str, object] = {}
-
-    async def main() -> None:
-        async with Client(url) as client:
-            tools = (await client.list_tools()).tools
-            said["tools"] = {t.name: t.annotations.read_only_hint for t in tools}
-            said["pending"] = (await call(client, "pending")).structured_content
-            call_id = said["pending"]["pauses"][0]["calls"][0]["id"]
-            said["first"] = await call(client, "decide", pause=seed["pause"], call=call_id, action="approve")
-            said["second"] = await call(client, "decide", pause=seed["pause"], call=call_id, action="approve")
-
-    try:
-        anyio.run(main)
-    finally:
-        stop(process)
-    assert said["tools"] == {**dict.fromkeys(READ_ONLY_TOOLS, True), "decide": False}
-    assert said["pending"]["pauses"][0]["pause"] == seed["pause"]
-    assert said["first"].is_error is False and said["first"].structured_content["by"] == "bob"
-    assert said["second"].is_error and "already" in said["second"].content[0].text
-
-
-@pytest.mark.slow  # a server process
 def test_over_http_a_token_is_required_when_given(tmp_path):
     db = str(tmp_path / "s.db")
     seeded(db)
-    process, url = http_server(db, "--token-env", "MCP_TOKEN_FOR_TEST", env={"MCP_TOKEN_FOR_TEST": "s3cret"})
+    process, url = http_server(
+        db, "--token-env", "MCP_TOKEN_FOR_TEST", env={"MCP_TOKEN_FOR_TEST": "s3cret"}, address="0"
+    )
+    assert url.startswith("http://127.0.0.1:")  # a port alone is on loopback
     try:
         import httpx
 
