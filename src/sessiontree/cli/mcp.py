@@ -18,7 +18,6 @@ from .common import import_extra, open_store
 from .params import Seconds
 from .view import is_loopback
 
-
 LOOPBACK = "127.0.0.1"
 
 
