@@ -755,3 +755,23 @@ def test_a_recipe_never_holds_a_launch_specs_credentials(spec, recorded):
     from sessiontree.recipe import Recipe
 
     assert Recipe(tools=("tools.py", f"mcp:{spec}")).tools == ("tools.py", recorded)
+
+
+@pytest.mark.slow  # server processes
+def test_replay_runs_an_mcp_servers_tools_again_with_tool_results_live(tmp_path):
+    shell = cli_in(tmp_path)
+    server = fixture_spec(tmp_path)
+    model = script_of(
+        tmp_path,
+        "replies.jsonl",
+        reply(None, tool_call("upsert_note", {"key": "k", "text": "t"}, id="call_u")),
+        reply("noted"),
+    )
+    shell("run", "--new", "note it", "--model", model, "--mcp", server)
+    effects = tmp_path / "effects.log"
+    assert effects.read_text() == "upsert k\n"
+    refused = shell("replay", "main", "--mcp", server, code=1)
+    assert refused.stderr == "Error: --mcp only applies with --tool-results live\n"
+    out = shell("replay", "main", "--tool-results", "live", "--mcp", server).stdout
+    assert "matched" in out
+    assert effects.read_text() == "upsert k\nupsert k\n"  # run again, through the server
