@@ -239,6 +239,38 @@ def test_a_client_listening_to_a_branch_is_told_when_it_moves(db_target, transpo
     assert told == [uri]
 
 
+def test_pending_shows_a_deadline_and_decide_refuses_an_expired_pause(any_store):
+    from sessiontree.clock import frozen
+    from sessiontree.integrations.mcp_server import build_server
+
+    store = any_store
+    with frozen() as clock:
+        s = store.create_session("deadline")
+        s.append({"role": "user", "content": "Email bob."})
+        model = ScriptedModel([reply(None, tool_call("send_email", {"to": "bob", "body": "hi"}))])
+        steps = list(run(store, s, call=model, tools=[send_email], pause_expires=60))
+        pause = steps[-1].node
+        said: dict[str, object] = {}
+
+        async def main() -> None:
+            async with Client(build_server(store, allow_decide=True)) as client:  # in process
+                said["before"] = (await call(client, "pending")).structured_content
+                clock.advance(61)
+                said["after"] = (await call(client, "pending")).structured_content
+                said["decide"] = await call(
+                    client, "decide", pause=pause.id, call="call_send_email", action="approve"
+                )
+
+        anyio.run(main)
+    (before,) = said["before"]["pauses"]
+    assert before["state"] == "pending" and before["expires_at"] is not None
+    assert said["after"]["pauses"][0]["state"] == "expired"
+    refused = said["decide"]
+    assert refused.is_error and f"pause {pause.id} expired at" in refused.content[0].text
+    assert "\n" not in refused.content[0].text
+    assert [n.kind for n in s.children(pause)] == []
+
+
 def test_sessiontree_mcp_without_the_extra_says_how_to_install_it(tmp_path, monkeypatch):
     for name in [n for n in sys.modules if n == "mcp" or n.startswith("mcp.")] + ["mcp"]:
         monkeypatch.setitem(sys.modules, name, None)  # importing it raises ImportError
