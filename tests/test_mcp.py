@@ -271,6 +271,34 @@ def test_pending_shows_a_deadline_and_decide_refuses_an_expired_pause(any_store)
     assert [n.kind for n in s.children(pause)] == []
 
 
+def test_list_branches_is_bounded_and_pages(any_store):
+    from sessiontree.integrations.mcp_server import build_server
+
+    s = any_store.create_session("many")
+    first = s.append({"role": "user", "content": "hi"})
+    for i in range(3):
+        s.fork(f"b{i}", at=first)
+    said = {}
+
+    async def main() -> None:
+        async with Client(build_server(any_store)) as client:
+            said["page"] = (await call(client, "list_branches", session=s.id, limit=2)).structured_content
+            said["next"] = (
+                await call(client, "list_branches", session=s.id, limit=2, offset=2)
+            ).structured_content
+            said["huge"] = await call(client, "list_branches", session=s.id, limit=10**6)
+
+    anyio.run(main)
+    assert len(said["page"]["branches"]) == 2 and said["page"]["branches_total"] == 4
+    assert said["page"]["next_offset"] == 2
+    assert len(said["next"]["branches"]) == 2 and said["next"]["next_offset"] is None
+    names = {b["name"] for b in said["page"]["branches"] + said["next"]["branches"]}
+    assert names == {"main", "b0", "b1", "b2"}
+    assert (
+        said["huge"].is_error and "limit must be a whole number from 1 to 200" in said["huge"].content[0].text
+    )
+
+
 def test_sessiontree_mcp_without_the_extra_says_how_to_install_it(tmp_path, monkeypatch):
     for name in [n for n in sys.modules if n == "mcp" or n.startswith("mcp.")] + ["mcp"]:
         monkeypatch.setitem(sys.modules, name, None)  # importing it raises ImportError
