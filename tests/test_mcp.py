@@ -835,3 +835,22 @@ def test_replay_runs_an_mcp_servers_tools_again_with_tool_results_live(tmp_path)
     out = shell("replay", "main", "--tool-results", "live", "--mcp", server).stdout
     assert "matched" in out
     assert effects.read_text() == "upsert k\nupsert k\n"  # run again, through the server
+
+
+@pytest.mark.slow  # server processes
+def test_worker_relaunches_the_recorded_server_of_each_pause(tmp_path):
+    shell = cli_in(tmp_path)
+    server = fixture_spec(tmp_path)
+    model = script_of(
+        tmp_path,
+        "replies.jsonl",
+        reply(None, tool_call("no_hints", {"value": 5}, id="call_w")),
+        reply("done"),
+    )
+    out = shell("run", "--new", "go", "--model", model, "--mcp", server, code=3).stdout
+    shell("approve", re.search(r"sessiontree approve (\S+)", out)[1])
+    done = shell("worker", "--until-idle")
+    assert "ok no_hints: 10" in done.stdout
+    assert (tmp_path / "effects.log").read_text() == "no_hints 5\n"
+    pids = [int(p) for p in (tmp_path / "pids.log").read_text().split()]
+    assert len(pids) == 2 and not any(alive(p) for p in pids)
