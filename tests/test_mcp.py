@@ -655,10 +655,15 @@ def fixture_spec(tmp_path: Path, *extra: str) -> str:
     return f"{sys.executable} {FIXTURE_SERVER} --effects {effects} --pids {pids} {' '.join(extra)}".strip()
 
 
-def script_of(tmp_path: Path, name: str, *replies: dict) -> str:
-    path = tmp_path / name
-    path.write_text("".join(json.dumps(r) + "\n" for r in replies))
-    return f"script:{path}"
+def paused_run(shell, tmp_path: Path, server: str, name: str, value: int) -> tuple[str, str]:
+    """`run --new` on the server's tool NAME called with VALUE, approved; (pause, stderr)."""
+    script = tmp_path / f"replies-{name}-{value}.jsonl"
+    replies = [reply(None, tool_call(name, {"value": value}, id=f"call_{value}")), reply(f"done {value}")]
+    script.write_text("".join(json.dumps(r) + "\n" for r in replies))
+    done = shell("run", "--new", f"go {value}", "--model", f"script:{script}", "--mcp", server, code=3)
+    pause = re.search(r"sessiontree approve (\S+)", done.stdout)[1]
+    shell("approve", pause)
+    return pause, done.stderr
 
 
 def cli_in(tmp_path: Path):
@@ -689,17 +694,8 @@ def test_serve_work_carries_mcp_pauses_on_and_closes_each_pauses_server(tmp_path
 
     shell = cli_in(tmp_path)
     server = fixture_spec(tmp_path)
-    pauses = []
     for value in (1, 2):
-        model = script_of(
-            tmp_path,
-            f"replies{value}.jsonl",
-            reply(None, tool_call("no_hints", {"value": value}, id=f"call_{value}")),
-            reply(f"done {value}"),
-        )
-        out = shell("run", "--new", f"go {value}", "--model", model, "--mcp", server, code=3).stdout
-        pauses.append(re.search(r"sessiontree approve (\S+)", out)[1])
-        shell("approve", pauses[-1])
+        paused_run(shell, tmp_path, server, "no_hints", value)
     effects, pids = tmp_path / "effects.log", tmp_path / "pids.log"
     started = len(pids.read_text().split())  # one server a run
     worker = start_worker(str(tmp_path / "store.db"), poll=0.05)  # serve --work's: a thread, no click
@@ -730,20 +726,12 @@ def test_a_resume_asks_again_when_the_approved_tools_hints_changed(tmp_path):
     hints = tmp_path / "hints.json"
     hints.write_text(json.dumps({"destructiveHint": True}))
     server = fixture_spec(tmp_path, "--hints", str(hints))
-    model = script_of(
-        tmp_path,
-        "replies.jsonl",
-        reply(None, tool_call("tunable", {"value": 7}, id="call_t")),
-        reply("tuned"),
-    )
-    out = shell("run", "--new", "tune it", "--model", model, "--mcp", server, code=3).stdout
-    pause = re.search(r"sessiontree approve (\S+)", out)[1]
-    shell("approve", pause)
+    pause, _ = paused_run(shell, tmp_path, server, "tunable", 7)
     # The server, relaunched, now says something else of the approved tool (here: that it
     # is safe to repeat), which is not what the human saw when approving.
     hints.write_text(json.dumps({"destructiveHint": True, "idempotentHint": True}))
     refused = shell("resume", pause, code=1)
-    assert "the tool 'tunable' of the decided call call_t has changed since the pause" in refused.stderr
+    assert "the tool 'tunable' of the decided call call_7 has changed since the pause" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
     effects = tmp_path / "effects.log"
     assert not effects.exists()  # nothing ran
@@ -780,13 +768,8 @@ def test_structured_content_beyond_the_text_is_kept_in_raw(tmp_path):
 def test_a_credential_in_a_launch_spec_is_never_recorded_and_resume_asks_for_it(tmp_path):
     shell = cli_in(tmp_path)
     server = fixture_spec(tmp_path, "--api-key", "sk-live-123", "GITHUB_TOKEN=ghp-456")
-    model = script_of(
-        tmp_path, "replies.jsonl", reply(None, tool_call("no_hints", {"value": 3}, id="call_n")), reply("ok")
-    )
-    done = shell("run", "--new", "go", "--model", model, "--mcp", server, code=3)
-    assert "--mcp: the server's arguments hold a credential (--api-key)" in done.stderr
-    pause = re.search(r"sessiontree approve (\S+)", done.stdout)[1]
-    shell("approve", pause)
+    pause, said = paused_run(shell, tmp_path, server, "no_hints", 3)
+    assert "--mcp: the server's arguments hold a credential (--api-key)" in said
     with Store(str(tmp_path / "store.db")) as store:
         stored = json.dumps(public_rows_of(store))
     assert "sk-live-123" not in stored and "ghp-456" not in stored
@@ -821,13 +804,10 @@ def test_a_recipe_never_holds_a_launch_specs_credentials(spec, recorded):
 def test_replay_runs_an_mcp_servers_tools_again_with_tool_results_live(tmp_path):
     shell = cli_in(tmp_path)
     server = fixture_spec(tmp_path)
-    model = script_of(
-        tmp_path,
-        "replies.jsonl",
-        reply(None, tool_call("upsert_note", {"key": "k", "text": "t"}, id="call_u")),
-        reply("noted"),
-    )
-    shell("run", "--new", "note it", "--model", model, "--mcp", server)
+    script = tmp_path / "replies.jsonl"
+    replies = [reply(None, tool_call("upsert_note", {"key": "k", "text": "t"})), reply("noted")]
+    script.write_text("".join(json.dumps(r) + "\n" for r in replies))
+    shell("run", "--new", "note it", "--model", f"script:{script}", "--mcp", server)
     effects = tmp_path / "effects.log"
     assert effects.read_text() == "upsert k\n"
     refused = shell("replay", "main", "--mcp", server, code=1)
@@ -841,14 +821,7 @@ def test_replay_runs_an_mcp_servers_tools_again_with_tool_results_live(tmp_path)
 def test_worker_relaunches_the_recorded_server_of_each_pause(tmp_path):
     shell = cli_in(tmp_path)
     server = fixture_spec(tmp_path)
-    model = script_of(
-        tmp_path,
-        "replies.jsonl",
-        reply(None, tool_call("no_hints", {"value": 5}, id="call_w")),
-        reply("done"),
-    )
-    out = shell("run", "--new", "go", "--model", model, "--mcp", server, code=3).stdout
-    shell("approve", re.search(r"sessiontree approve (\S+)", out)[1])
+    paused_run(shell, tmp_path, server, "no_hints", 5)
     done = shell("worker", "--until-idle")
     assert "ok no_hints: 10" in done.stdout
     assert (tmp_path / "effects.log").read_text() == "no_hints 5\n"
