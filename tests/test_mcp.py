@@ -827,3 +827,29 @@ def test_worker_relaunches_the_recorded_server_of_each_pause(tmp_path):
     assert (tmp_path / "effects.log").read_text() == "no_hints 5\n"
     pids = [int(p) for p in (tmp_path / "pids.log").read_text().split()]
     assert len(pids) == 2 and not any(alive(p) for p in pids)
+
+
+@pytest.mark.slow  # server processes
+def test_a_resume_given_mcp_records_the_server_it_used(tmp_path):
+    from sessiontree import recipe as recipes
+
+    shell = cli_in(tmp_path)
+    script = tmp_path / "replies.jsonl"
+    replies = [
+        reply(None, tool_call("no_hints", {"value": 1}, id="call_1")),
+        reply(None, tool_call("no_hints", {"value": 2}, id="call_2")),
+        reply("done"),
+    ]
+    script.write_text("".join(json.dumps(r) + "\n" for r in replies))
+    old, new = fixture_spec(tmp_path), fixture_spec(tmp_path, "--variant", "new")
+    out = shell("run", "--new", "go", "--model", f"script:{script}", "--mcp", old, code=3).stdout
+    first = re.search(r"sessiontree approve (\S+)", out)[1]
+    shell("approve", first)
+    out = shell("resume", first, "--mcp", new, code=3).stdout  # pauses again, on the second call
+    second = re.search(r"sessiontree approve (\S+)", out)[1]
+    with Store(str(tmp_path / "store.db")) as store:
+        assert recipes.of(store.node(first)).tools == (f"mcp:{old}",)
+        assert recipes.of(store.node(second)).tools == (f"mcp:{new}",)  # what that run used
+    shell("approve", second)
+    shell("resume", second)  # with no flags: the server the last run recorded
+    assert (tmp_path / "effects.log").read_text() == "no_hints 1\nno_hints 2\n"

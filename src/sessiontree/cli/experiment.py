@@ -30,6 +30,7 @@ from .running import (
     base_url_option,
     continue_from,
     given_flags,
+    given_servers,
     key_variable,
     limits_of,
     make_call,
@@ -227,6 +228,7 @@ def rerun(
         )
     specs = variant_specs or (f"{AGAIN}={chosen.model}",)
     tools = recorded_tools(chosen, recorded=recorded is not None and "tool_specs" not in given)
+    chosen = given_servers(chosen)  # the variants' runs record the servers they use
     variants: list[Variant] = []
     for spec in specs:
         name, variant_model, variant_params = parse_variant(spec)

@@ -198,16 +198,43 @@ def mcp_tools_for(specs: Sequence[str], held: list[Any] | None = None) -> list[T
     if not specs:
         return []
     mcp_tools = import_extra("..integrations.mcp_tools", "mcp_tools", "mcp", "--mcp")
-    on_close = held.append if held is not None else click.get_current_context().call_on_close
     tools: list[Tool] = []
     for spec in specs:
         try:
             connection = mcp_tools(spec)
         except ToolsUnavailable as e:
             raise click.BadParameter(str(e), param_hint="--mcp") from None
-        on_close(connection if held is not None else connection.close)
+        if held is not None:
+            held.append(connection)
+        else:
+            click.get_current_context().call_on_close(connection.close)
         tools += connection.tools
     return tools
+
+
+def mcp_given() -> tuple[str, ...]:
+    """The ``--mcp`` specs on this command line (none outside a command: ``serve --work``)."""
+    ctx = click.get_current_context(silent=True)
+    return tuple(ctx.meta.get(MCP_META, ())) if ctx is not None else ()
+
+
+def given_servers(recipe: Recipe) -> Recipe:
+    """``recipe`` with the MCP servers given with ``--mcp`` on this command line in place
+    of those it names (none given: as it is), so that a run records the servers it used.
+    A server whose spec holds a credential is said on stderr: the recipe keeps it withheld
+    (``recipe.withheld``), and a later resume needs ``--mcp`` again."""
+    given = mcp_given()
+    if not given:
+        return recipe
+    for spec in given:
+        if (credential := recipes.withheld(spec)[1]) is not None:
+            click.echo(
+                f"--mcp: the server's arguments hold a credential ({credential}), which a recipe never"
+                " holds: a resume of this run needs --mcp again",
+                err=True,
+            )
+    kept = tuple(t for t in recipe.tools if not t.startswith((MCP_SOURCE, recipes.MCP_WITHHELD)))
+    return recipe.replace(tools=(*kept, *(MCP_SOURCE + spec for spec in given)))
 
 
 def close_held(held: list[Any]) -> None:
@@ -662,6 +689,7 @@ def run_arguments(recipe: Recipe, *, recorded: bool, held: list[Any] | None = No
     if recipe.system is not None:  # a rerun variant's system prompt, put back
         call = Variant("recorded", call, {}, recipe.system).model_call()
     tools = recorded_tools(recipe, recorded=recorded, held=held)
+    recipe = given_servers(recipe)  # what this run records: the servers it was given
     return {"call": call, "tools": tools, "options": options_of(recipe), "recipe": recipe}
 
 
@@ -676,9 +704,9 @@ def recorded_tools(recipe: Recipe, *, recorded: bool, held: list[Any] | None = N
     """The tools ``recipe`` names, loaded; when they come from a recording, a failure says so.
 
     An ``mcp:SPEC`` entry relaunches that MCP server (``--mcp`` given on this command line
-    replaces the recorded servers); every other entry is a ``--tools`` spec."""
-    ctx = click.get_current_context(silent=True)
-    given = tuple(ctx.meta.get(MCP_META, ())) if ctx is not None else ()
+    replaces the recorded servers, as ``given_servers`` records); every other entry is a
+    ``--tools`` spec."""
+    given = mcp_given()
     hidden = [t[len(recipes.MCP_WITHHELD) :] for t in recipe.tools if t.startswith(recipes.MCP_WITHHELD)]
     if hidden and not given:
         raise click.ClickException(
@@ -794,16 +822,8 @@ def run(
         raise click.ClickException("give -s SESSION or --new, not both")
     call = make_call(base_url, model, api_key_env, not no_stream, params)
     tools = offered_tools(ctx, tool_specs)
-    recipe = recipe_from_flags(ctx.params, call)  # recorded on the run's pauses: resume needs no flags
-    servers = tuple(MCP_SOURCE + spec for spec in ctx.meta.get(MCP_META, ()))
-    for spec in ctx.meta.get(MCP_META, ()):
-        if (credential := recipes.withheld(spec)[1]) is not None:
-            click.echo(
-                f"--mcp: the server's arguments hold a credential ({credential}), which a recipe never"
-                " holds: a resume of this run needs --mcp again",
-                err=True,
-            )
-    recipe = recipe.replace(tools=(*recipe.tools, *servers))
+    # Recorded on the run's pauses (its --mcp servers too): resume needs no flags.
+    recipe = given_servers(recipe_from_flags(ctx.params, call))
     options = options_of(recipe)  # the flags' run options, the one object the run is given
     hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
