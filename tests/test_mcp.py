@@ -4,6 +4,7 @@ here wrote: a commit pauses, is approved in another process, and happens once)."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -68,16 +69,34 @@ def call(client, name: str, **arguments):
     return client.call_tool(name, arguments)
 
 
-# -- the server, over stdio ---------------------------------------------------------
+# -- the server, over stdio and HTTP ---------------------------------------------------------
+
+
+@contextlib.contextmanager
+def served(transport: str, target: str, *args: str):
+    """What the SDK's ``Client`` connects to: ``sessiontree mcp ARGS`` over stdio (launched
+    by the client) or over streamable HTTP (a process of its own, stopped after)."""
+    if transport == "stdio":
+        yield stdio(target, *args)
+        return
+    process, url = http_server(target, *args)
+    try:
+        yield url
+    finally:
+        stop(process)
+
+
+TRANSPORTS = ["stdio", "http"]
 
 
 @pytest.mark.slow  # a server process
-def test_every_tool_answers_with_structured_content_and_decide_takes_one_decision(db_target):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_every_tool_answers_with_structured_content_and_decide_takes_one_decision(db_target, transport):
     seed = seeded(db_target)
     found: dict[str, object] = {}
 
-    async def main() -> None:
-        async with Client(stdio(db_target, "--allow-decide", "--by", "alice")) as client:
+    async def main(server) -> None:
+        async with Client(server) as client:
             listed = {t.name: t for t in (await client.list_tools()).tools}
             found["tools"] = listed
             for name in ("list_sessions", "pending"):
@@ -98,6 +117,9 @@ def test_every_tool_answers_with_structured_content_and_decide_takes_one_decisio
             ).structured_content
             pending = found["pending"]
             call_id = pending["pauses"][0]["calls"][0]["id"]
+            found["bad_edit"] = await call(  # the rules of approve and the inbox: the schema
+                client, "decide", pause=seed["pause"], call=call_id, action="edit", arguments={"to": 3}
+            )
             found["decide"] = await call(
                 client, "decide", pause=seed["pause"], call=call_id, action="approve"
             )
@@ -112,7 +134,8 @@ def test_every_tool_answers_with_structured_content_and_decide_takes_one_decisio
             )
             found["templates"] = await client.list_resource_templates()
 
-    anyio.run(main)
+    with served(transport, db_target, "--allow-decide", "--by", "alice") as server:
+        anyio.run(main, server)
     tools = found["tools"]
     assert set(tools) == READ_ONLY_TOOLS | {"decide"}
     for name in READ_ONLY_TOOLS:  # on the wire, as every client reads them
@@ -135,6 +158,9 @@ def test_every_tool_answers_with_structured_content_and_decide_takes_one_decisio
     (pause,) = found["pending"]["pauses"]
     assert pause["pause"] == seed["pause"] and pause["state"] == "pending" and pause["expires_at"] is None
     assert pause["calls"][0]["name"] == "send_email"
+    bad_edit = found["bad_edit"]
+    assert bad_edit.is_error and "\n" not in bad_edit.content[0].text
+    assert "edit of call call_send_email (send_email):" in bad_edit.content[0].text
     assert found["decide"].is_error is False
     assert found["decide"].structured_content["by"] == "alice"
     again = found["again"]
@@ -156,14 +182,15 @@ def test_every_tool_answers_with_structured_content_and_decide_takes_one_decisio
 
 
 @pytest.mark.slow  # a server process
-def test_without_allow_decide_nothing_a_client_sends_writes(db_target):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_without_allow_decide_nothing_a_client_sends_writes(db_target, transport):
     seed = seeded(db_target)
     with Store(db_target) as store:
         before = public_rows_of(store)
     said: dict[str, object] = {}
 
-    async def main() -> None:
-        async with Client(stdio(db_target)) as client:
+    async def main(server) -> None:
+        async with Client(server) as client:
             said["tools"] = {t.name for t in (await client.list_tools()).tools}
             said["decide"] = await call(
                 client, "decide", pause=seed["pause"], call="call_send_email", action="approve"
@@ -172,7 +199,8 @@ def test_without_allow_decide_nothing_a_client_sends_writes(db_target):
             said["limit"] = await call(client, "list_sessions", limit=10**9)
             said["pending"] = (await call(client, "pending")).structured_content
 
-    anyio.run(main)
+    with served(transport, db_target) as server:
+        anyio.run(main, server)
     assert said["tools"] == READ_ONLY_TOOLS
     for name in ("decide", "path", "limit"):
         result = said[name]
@@ -185,15 +213,16 @@ def test_without_allow_decide_nothing_a_client_sends_writes(db_target):
 
 
 @pytest.mark.slow  # a server process
-def test_a_client_listening_to_a_branch_is_told_when_it_moves(tmp_path):
-    db = str(tmp_path / "store.db")
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_client_listening_to_a_branch_is_told_when_it_moves(db_target, transport):
+    db = db_target
     seed = seeded(db)
     uri = f"sessiontree://session/{seed['session']}/branch/retry"
     told: list[str] = []
 
-    async def main() -> None:
+    async def main(server) -> None:
         async with (
-            Client(stdio(db, "--poll", "0.05")) as client,
+            Client(server) as client,
             client.listen(resource_subscriptions=[uri]) as subscription,
         ):
             with Store(db) as store:
@@ -205,8 +234,69 @@ def test_a_client_listening_to_a_branch_is_told_when_it_moves(tmp_path):
                     told.append(event.uri)
                     break
 
-    anyio.run(main)
+    with served(transport, db, "--poll", "0.05") as server:
+        anyio.run(main, server)
     assert told == [uri]
+
+
+def test_pending_shows_a_deadline_and_decide_refuses_an_expired_pause(any_store):
+    from sessiontree.clock import frozen
+    from sessiontree.integrations.mcp_server import build_server
+
+    store = any_store
+    with frozen() as clock:
+        s = store.create_session("deadline")
+        s.append({"role": "user", "content": "Email bob."})
+        model = ScriptedModel([reply(None, tool_call("send_email", {"to": "bob", "body": "hi"}))])
+        steps = list(run(store, s, call=model, tools=[send_email], pause_expires=60))
+        pause = steps[-1].node
+        said: dict[str, object] = {}
+
+        async def main() -> None:
+            async with Client(build_server(store, allow_decide=True)) as client:  # in process
+                said["before"] = (await call(client, "pending")).structured_content
+                clock.advance(61)
+                said["after"] = (await call(client, "pending")).structured_content
+                said["decide"] = await call(
+                    client, "decide", pause=pause.id, call="call_send_email", action="approve"
+                )
+
+        anyio.run(main)
+    (before,) = said["before"]["pauses"]
+    assert before["state"] == "pending" and before["expires_at"] is not None
+    assert said["after"]["pauses"][0]["state"] == "expired"
+    refused = said["decide"]
+    assert refused.is_error and f"pause {pause.id} expired at" in refused.content[0].text
+    assert "\n" not in refused.content[0].text
+    assert [n.kind for n in s.children(pause)] == []
+
+
+def test_list_branches_is_bounded_and_pages(any_store):
+    from sessiontree.integrations.mcp_server import build_server
+
+    s = any_store.create_session("many")
+    first = s.append({"role": "user", "content": "hi"})
+    for i in range(3):
+        s.fork(f"b{i}", at=first)
+    said = {}
+
+    async def main() -> None:
+        async with Client(build_server(any_store)) as client:
+            said["page"] = (await call(client, "list_branches", session=s.id, limit=2)).structured_content
+            said["next"] = (
+                await call(client, "list_branches", session=s.id, limit=2, offset=2)
+            ).structured_content
+            said["huge"] = await call(client, "list_branches", session=s.id, limit=10**6)
+
+    anyio.run(main)
+    assert len(said["page"]["branches"]) == 2 and said["page"]["branches_total"] == 4
+    assert said["page"]["next_offset"] == 2
+    assert len(said["next"]["branches"]) == 2 and said["next"]["next_offset"] is None
+    names = {b["name"] for b in said["page"]["branches"] + said["next"]["branches"]}
+    assert names == {"main", "b0", "b1", "b2"}
+    assert (
+        said["huge"].is_error and "limit must be a whole number from 1 to 200" in said["huge"].content[0].text
+    )
 
 
 def test_sessiontree_mcp_without_the_extra_says_how_to_install_it(tmp_path, monkeypatch):
@@ -247,7 +337,7 @@ def test_http_beyond_loopback_needs_a_token(tmp_path, monkeypatch):
     )
     assert "--token-env NO_SUCH_TOKEN: the variable is not set or empty" in result.output
     result = CliRunner().invoke(cli, ["--db", db, "mcp", "--http", "nonsense"])
-    assert "'nonsense' is not HOST:PORT" in result.output
+    assert "'nonsense' is not HOST:PORT or PORT" in result.output
     result = CliRunner().invoke(cli, ["--db", db, "mcp", "--by", "alice"])
     assert "--by names who decides: it needs --allow-decide" in result.output
 
@@ -255,10 +345,12 @@ def test_http_beyond_loopback_needs_a_token(tmp_path, monkeypatch):
 # -- the server, over streamable HTTP ------------------------------------------------
 
 
-def http_server(db: str, *args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+def http_server(
+    db: str, *args: str, env: dict[str, str] | None = None, address: str = "127.0.0.1:0"
+) -> tuple[subprocess.Popen, str]:
     """`sessiontree mcp --http 127.0.0.1:0` and the URL it prints once it listens."""
     process = subprocess.Popen(
-        [SESSIONTREE, "--db", db, "mcp", "--http", "127.0.0.1:0", *args],
+        [SESSIONTREE, "--db", db, "mcp", "--http", address, *args],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -283,35 +375,13 @@ def stop(process: subprocess.Popen) -> None:
 
 
 @pytest.mark.slow  # a server process
-def test_over_http_the_same_tools_answer_and_decide_is_once(db_target):
-    seed = seeded(db_target)
-    process, url = http_server(db_target, "--allow-decide", "--by", "bob")
-    said: dict[str, object] = {}
-
-    async def main() -> None:
-        async with Client(url) as client:
-            tools = (await client.list_tools()).tools
-            said["tools"] = {t.name: t.annotations.read_only_hint for t in tools}
-            said["pending"] = (await call(client, "pending")).structured_content
-            call_id = said["pending"]["pauses"][0]["calls"][0]["id"]
-            said["first"] = await call(client, "decide", pause=seed["pause"], call=call_id, action="approve")
-            said["second"] = await call(client, "decide", pause=seed["pause"], call=call_id, action="approve")
-
-    try:
-        anyio.run(main)
-    finally:
-        stop(process)
-    assert said["tools"] == {**dict.fromkeys(READ_ONLY_TOOLS, True), "decide": False}
-    assert said["pending"]["pauses"][0]["pause"] == seed["pause"]
-    assert said["first"].is_error is False and said["first"].structured_content["by"] == "bob"
-    assert said["second"].is_error and "already" in said["second"].content[0].text
-
-
-@pytest.mark.slow  # a server process
 def test_over_http_a_token_is_required_when_given(tmp_path):
     db = str(tmp_path / "s.db")
     seeded(db)
-    process, url = http_server(db, "--token-env", "MCP_TOKEN_FOR_TEST", env={"MCP_TOKEN_FOR_TEST": "s3cret"})
+    process, url = http_server(
+        db, "--token-env", "MCP_TOKEN_FOR_TEST", env={"MCP_TOKEN_FOR_TEST": "s3cret"}, address="0"
+    )
+    assert url.startswith("http://127.0.0.1:")  # a port alone is on loopback
     try:
         import httpx
 
@@ -573,3 +643,213 @@ def test_the_mcp_inspector_lists_and_calls_the_servers_tools(tmp_path):
     )
     assert called["isError"] is False
     assert {b["name"] for b in called["structuredContent"]["branches"]} == {"main", "retry"}
+
+
+# -- a pause outlives the connection: servers relaunched from the recipe --------------------
+
+
+def fixture_spec(tmp_path: Path, *extra: str) -> str:
+    """The fixture server as --mcp takes it, its effects (and process ids) in files, since a
+    server relaunched from a recipe gets none of the test's environment."""
+    effects, pids = tmp_path / "effects.log", tmp_path / "pids.log"
+    return f"{sys.executable} {FIXTURE_SERVER} --effects {effects} --pids {pids} {' '.join(extra)}".strip()
+
+
+def paused_run(shell, tmp_path: Path, server: str, name: str, value: int) -> tuple[str, str]:
+    """`run --new` on the server's tool NAME called with VALUE, approved; (pause, stderr)."""
+    script = tmp_path / f"replies-{name}-{value}.jsonl"
+    replies = [reply(None, tool_call(name, {"value": value}, id=f"call_{value}")), reply(f"done {value}")]
+    script.write_text("".join(json.dumps(r) + "\n" for r in replies))
+    done = shell("run", "--new", f"go {value}", "--model", f"script:{script}", "--mcp", server, code=3)
+    pause = re.search(r"sessiontree approve (\S+)", done.stdout)[1]
+    shell("approve", pause)
+    return pause, done.stderr
+
+
+def cli_in(tmp_path: Path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONTREE_", "OPENAI_"))}
+    env["SESSIONTREE_DB"] = str(tmp_path / "store.db")
+
+    def shell(*args: str, code: int = 0) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            [SESSIONTREE, *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == code, done.stdout + done.stderr
+        return done
+
+    return shell
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow  # server processes
+def test_serve_work_carries_mcp_pauses_on_and_closes_each_pauses_server(tmp_path):
+    from sessiontree.cli.view import start_worker
+
+    shell = cli_in(tmp_path)
+    server = fixture_spec(tmp_path)
+    for value in (1, 2):
+        paused_run(shell, tmp_path, server, "no_hints", value)
+    effects, pids = tmp_path / "effects.log", tmp_path / "pids.log"
+    started = len(pids.read_text().split())  # one server a run
+    worker = start_worker(str(tmp_path / "store.db"), poll=0.05)  # serve --work's: a thread, no click
+    try:
+        with anyio.from_thread.start_blocking_portal() as portal:  # a deadline, not a guess
+
+            async def both_ran() -> None:
+                with anyio.fail_after(60):
+                    while not effects.exists() or len(effects.read_text().splitlines()) < 2:
+                        await anyio.sleep(0.05)
+
+            portal.call(both_ran)
+        relaunched = [int(p) for p in pids.read_text().split()[started:]]
+        assert len(relaunched) == 2  # one server a pause
+        assert not alive(relaunched[0])  # the first pause's server ended before the second ran
+    finally:
+        assert worker.stop()
+    assert sorted(effects.read_text().splitlines()) == ["no_hints 1", "no_hints 2"]  # each once
+    assert not any(alive(p) for p in relaunched)
+    with Store(str(tmp_path / "store.db")) as store:
+        finals = sorted(store.session(i.id).path("main")[-1].payload.get("content") for i in store.sessions())
+        assert finals == ["done 1", "done 2"] and store.verify().ok
+
+
+@pytest.mark.slow  # server processes
+def test_a_resume_asks_again_when_the_approved_tools_hints_changed(tmp_path):
+    shell = cli_in(tmp_path)
+    hints = tmp_path / "hints.json"
+    hints.write_text(json.dumps({"destructiveHint": True}))
+    server = fixture_spec(tmp_path, "--hints", str(hints))
+    pause, _ = paused_run(shell, tmp_path, server, "tunable", 7)
+    # The server, relaunched, now says something else of the approved tool (here: that it
+    # is safe to repeat), which is not what the human saw when approving.
+    hints.write_text(json.dumps({"destructiveHint": True, "idempotentHint": True}))
+    refused = shell("resume", pause, code=1)
+    assert "the tool 'tunable' of the decided call call_7 has changed since the pause" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    effects = tmp_path / "effects.log"
+    assert not effects.exists()  # nothing ran
+    hints.write_text(json.dumps({"destructiveHint": True}))  # as it was: the decision still stands
+    assert "ok tunable: tuned 7" in shell("resume", pause).stdout
+    assert effects.read_text() == "tunable 7\n"
+    assert len((tmp_path / "pids.log").read_text().split()) == 3  # run, refused resume, resume
+
+
+@pytest.mark.slow  # a server process
+def test_mcp_server_git_hints_run_status_and_add_and_pause_commit_and_reset(tmp_path):
+    git(tmp_path, "init", "-q")
+    with mcp_tools([sys.executable, "-m", "mcp_server_git", "--repository", str(tmp_path)]) as tools:
+        asks = {t.name: t.requires_approval for t in tools}
+    assert {name: asks[name] for name in ("git_status", "git_add", "git_commit", "git_reset")} == {
+        "git_status": False,
+        "git_add": False,
+        "git_commit": True,
+        "git_reset": True,
+    }
+
+
+@pytest.mark.slow  # a server process
+def test_structured_content_beyond_the_text_is_kept_in_raw(tmp_path):
+    with mcp_tools([sys.executable, FIXTURE_SERVER], env={"EFFECTS_LOG": str(tmp_path / "e")}) as tools:
+        forecast = next(t for t in tools if t.name == "forecast")
+        said = anyio.run(forecast.invoke, {"city": "Oslo"})
+    assert said.content == "Oslo: 21/12, then 19/11"
+    assert said.raw["mcp"]["structuredContent"]["days"][1] == {"high": 19, "low": 11}
+    assert said.raw["mcp"]["isError"] is False
+
+
+@pytest.mark.slow  # server processes
+def test_a_credential_in_a_launch_spec_is_never_recorded_and_resume_asks_for_it(tmp_path):
+    shell = cli_in(tmp_path)
+    server = fixture_spec(tmp_path, "--api-key", "sk-live-123", "GITHUB_TOKEN=ghp-456")
+    pause, said = paused_run(shell, tmp_path, server, "no_hints", 3)
+    assert "--mcp: the server's arguments hold a credential (--api-key)" in said
+    with Store(str(tmp_path / "store.db")) as store:
+        stored = json.dumps(public_rows_of(store))
+    assert "sk-live-123" not in stored and "ghp-456" not in stored
+    refused = shell("resume", pause, code=1)
+    assert refused.stderr.count("\n") == 1
+    assert "give --mcp again" in refused.stderr and "--api-key ***" in refused.stderr
+    assert not (tmp_path / "effects.log").exists()
+    assert "ok no_hints: 6" in shell("resume", pause, "--mcp", server).stdout
+    assert (tmp_path / "effects.log").read_text() == "no_hints 3\n"
+
+
+@pytest.mark.parametrize(
+    "spec, recorded",
+    [
+        ("mcp-server-git --repository /r", "mcp:mcp-server-git --repository /r"),
+        ("srv --api-key sk-1 --port 8", "mcp-withheld:srv --api-key *** --port 8"),
+        ("srv --token=abc", "mcp-withheld:srv --token=***"),
+        ("GITHUB_TOKEN=ghp srv", "mcp-withheld:GITHUB_TOKEN=*** srv"),
+        ("https://me:pw@host:8443/mcp", "mcp-withheld:https://me:***@host:8443/mcp"),
+        ("https://host/mcp?api_key=1&x=2", "mcp-withheld:https://host/mcp?api_key=***&x=2"),
+        ("https://host/mcp?x=2", "mcp:https://host/mcp?x=2"),
+        ("srv --max-tokens 100", "mcp:srv --max-tokens 100"),
+    ],
+)
+def test_a_recipe_never_holds_a_launch_specs_credentials(spec, recorded):
+    from sessiontree.recipe import Recipe
+
+    assert Recipe(tools=("tools.py", f"mcp:{spec}")).tools == ("tools.py", recorded)
+
+
+@pytest.mark.slow  # server processes
+def test_replay_runs_an_mcp_servers_tools_again_with_tool_results_live(tmp_path):
+    shell = cli_in(tmp_path)
+    server = fixture_spec(tmp_path)
+    script = tmp_path / "replies.jsonl"
+    replies = [reply(None, tool_call("upsert_note", {"key": "k", "text": "t"})), reply("noted")]
+    script.write_text("".join(json.dumps(r) + "\n" for r in replies))
+    shell("run", "--new", "note it", "--model", f"script:{script}", "--mcp", server)
+    effects = tmp_path / "effects.log"
+    assert effects.read_text() == "upsert k\n"
+    refused = shell("replay", "main", "--mcp", server, code=1)
+    assert refused.stderr == "Error: --mcp only applies with --tool-results live\n"
+    out = shell("replay", "main", "--tool-results", "live", "--mcp", server).stdout
+    assert "matched" in out
+    assert effects.read_text() == "upsert k\nupsert k\n"  # run again, through the server
+
+
+@pytest.mark.slow  # server processes
+def test_worker_relaunches_the_recorded_server_of_each_pause(tmp_path):
+    shell = cli_in(tmp_path)
+    server = fixture_spec(tmp_path)
+    paused_run(shell, tmp_path, server, "no_hints", 5)
+    done = shell("worker", "--until-idle")
+    assert "ok no_hints: 10" in done.stdout
+    assert (tmp_path / "effects.log").read_text() == "no_hints 5\n"
+    pids = [int(p) for p in (tmp_path / "pids.log").read_text().split()]
+    assert len(pids) == 2 and not any(alive(p) for p in pids)
+
+
+@pytest.mark.slow  # server processes
+def test_a_resume_given_mcp_records_the_server_it_used(tmp_path):
+    from sessiontree import recipe as recipes
+
+    shell = cli_in(tmp_path)
+    script = tmp_path / "replies.jsonl"
+    replies = [
+        reply(None, tool_call("no_hints", {"value": 1}, id="call_1")),
+        reply(None, tool_call("no_hints", {"value": 2}, id="call_2")),
+        reply("done"),
+    ]
+    script.write_text("".join(json.dumps(r) + "\n" for r in replies))
+    old, new = fixture_spec(tmp_path), fixture_spec(tmp_path, "--variant", "new")
+    out = shell("run", "--new", "go", "--model", f"script:{script}", "--mcp", old, code=3).stdout
+    first = re.search(r"sessiontree approve (\S+)", out)[1]
+    shell("approve", first)
+    out = shell("resume", first, "--mcp", new, code=3).stdout  # pauses again, on the second call
+    second = re.search(r"sessiontree approve (\S+)", out)[1]
+    with Store(str(tmp_path / "store.db")) as store:
+        assert recipes.of(store.node(first)).tools == (f"mcp:{old}",)
+        assert recipes.of(store.node(second)).tools == (f"mcp:{new}",)  # what that run used
+    shell("approve", second)
+    shell("resume", second)  # with no flags: the server the last run recorded
+    assert (tmp_path / "effects.log").read_text() == "no_hints 1\nno_hints 2\n"

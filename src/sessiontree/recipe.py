@@ -22,6 +22,11 @@ Contract:
 - Request parameters whose name looks like a credential (key, token, secret, password,
   authorization, headers), and a call object's parameters JSON cannot hold, are left out
   and named in ``left_out``, so a resume can say they must be given again.
+- An MCP server among the tools is its launch spec (``mcp:COMMAND ARGS`` or ``mcp:URL``),
+  never its environment. A spec whose words carry a credential (``--api-key VALUE``,
+  ``--token=VALUE``, ``GITHUB_TOKEN=VALUE``, a URL's password or ``?token=``) is kept
+  with the values as ``***`` under ``mcp-withheld:``, so that a resume asks for ``--mcp``
+  again rather than launching something else (``withheld``).
 - ``missing()`` names what a recipe cannot rebuild (a model call no known adapter made,
   tools no reference names), which a continuation must then be given.
 - ``recorded(path)`` is the latest recipe on a path; ``near(session, node)`` also looks
@@ -34,10 +39,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlsplit
 
 from .kinds import PausePayload, ToolStartPayload
 
@@ -56,6 +63,55 @@ APPROVE_RULES = ("default", "all", "none", "custom")
 _SECRET = re.compile(
     r"(?i)(^|_|-)(api_?key|key|token|secret|password|passwd|authorization|auth|headers?|cookies?|credentials?)$"
 )
+
+
+MCP = "mcp:"
+"""How a recipe names an MCP server among its tools: ``mcp:`` and its launch spec."""
+MCP_WITHHELD = "mcp-withheld:"
+"""An MCP server whose launch spec carried a credential: the spec with its values hidden."""
+
+
+def withheld(spec: str) -> tuple[str, str | None]:
+    """``spec`` (an MCP server's launch spec) with every credential's value as ``***``, and
+    the name of the first one found (None: nothing to hide). A credential is a word
+    ``NAME=VALUE``, or an option ``--NAME`` and the word after it, whose name says so (the
+    rule of request parameters: key, token, secret, password, auth, ...); a URL's password;
+    a URL's query parameter of such a name."""
+    try:
+        words = shlex.split(spec)
+    except ValueError:
+        words = spec.split()
+    found: str | None = None
+    hidden = list(words)
+    for i, word in enumerate(words):
+        if word.startswith(("http://", "https://")):
+            url = urlsplit(word)
+            names = [k for k, _ in parse_qsl(url.query) if _SECRET.search(k)]
+            if url.password or names:
+                found = found or ("the URL's password" if url.password else names[0])
+                netloc = f"{url.username}:***@{url.hostname}" if url.password else url.netloc
+                netloc += f":{url.port}" if url.password and url.port else ""
+                query = "&".join(f"{k}={'***' if _SECRET.search(k) else v}" for k, v in parse_qsl(url.query))
+                hidden[i] = url._replace(netloc=netloc, query=query).geturl()
+            continue
+        name, eq, value = word.partition("=")
+        if not _SECRET.search(name.lstrip("-")):
+            continue
+        if eq and value:
+            found, hidden[i] = found or name, f"{name}=***"
+        elif name.startswith("-") and not eq and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            found, hidden[i + 1] = found or name, "***"
+    if found is None:
+        return spec, None
+    shown = (shlex.quote(w) if w == h else h for w, h in zip(words, hidden, strict=True))
+    return " ".join(shown), found  # (a hidden value unquoted: it is never run, only read)
+
+
+def _without_credentials(tool: str) -> str:
+    if not tool.startswith(MCP):
+        return tool
+    spec, found = withheld(tool[len(MCP) :])
+    return tool if found is None else MCP_WITHHELD + spec
 
 
 def schema_hash(tool: Tool) -> str:
@@ -100,7 +156,7 @@ class Recipe:
         dropped = tuple(sorted(set(self.left_out) | (set(self.params) - set(kept))))
         object.__setattr__(self, "params", kept)
         object.__setattr__(self, "left_out", dropped)
-        object.__setattr__(self, "tools", tuple(self.tools))
+        object.__setattr__(self, "tools", tuple(_without_credentials(t) for t in self.tools))
         object.__setattr__(self, "schema_hashes", dict(self.schema_hashes))
 
     def to_dict(self) -> dict[str, Any]:

@@ -24,16 +24,19 @@ from .inspect import diff_lines, json_option, session_json, session_option
 from .params import parse_price
 from .render import one_line, table
 from .running import (
+    MCP_META,
     api_key_option,
     approver,
     base_url_option,
     continue_from,
     given_flags,
+    given_servers,
     key_variable,
     limits_of,
-    load_tools,
     make_call,
+    mcp_option,
     model_spelling,
+    offered_tools,
     provider_of,
     recorded_tools,
     rerun_options,
@@ -49,7 +52,7 @@ from .running import (
     type=click.Choice(["recorded", "live"]),
     default="recorded",
     show_default=True,
-    help="Play back the recorded tool results, or run the tools given with --tools again.",
+    help="Play back the recorded tool results, or run the tools given with --tools and --mcp again.",
 )
 @click.option(
     "--tools",
@@ -57,6 +60,7 @@ from .running import (
     multiple=True,
     help="With --tool-results live: the tools, as module, module:attribute or file.py (repeatable).",
 )
+@mcp_option
 @click.option("--into", help="Name of the new branch (default: BRANCH-replay).")
 @click.option(
     "-m",
@@ -85,13 +89,13 @@ def replay(
     The recorded user messages are fed back as the branch had them, and each turn's
     agent run is compared with the recording's.
     """
-    if tool_specs and mode != "live":
-        raise click.ClickException("--tools only applies with --tool-results live")
+    for flag, given in (("--tools", tool_specs), ("--mcp", ctx.meta.get(MCP_META))):
+        if given and mode != "live":
+            raise click.ClickException(f"{flag} only applies with --tool-results live")
     call = make_call(base_url, model, api_key_env, False, ()) if model else None
     store, s, ref = open_target(ctx, branch, session)
-    report = replay_branch(
-        store, ref, session=s, tools=mode, implementations=load_tools(tool_specs), into=into, call=call
-    )
+    tools = offered_tools(ctx, tool_specs)
+    report = replay_branch(store, ref, session=s, tools=mode, implementations=tools, into=into, call=call)
     if as_json:
         echo_json(report.to_dict())
     else:
@@ -224,6 +228,7 @@ def rerun(
         )
     specs = variant_specs or (f"{AGAIN}={chosen.model}",)
     tools = recorded_tools(chosen, recorded=recorded is not None and "tool_specs" not in given)
+    chosen = given_servers(chosen)  # the variants' runs record the servers they use
     variants: list[Variant] = []
     for spec in specs:
         name, variant_model, variant_params = parse_variant(spec)

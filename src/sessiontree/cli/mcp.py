@@ -18,12 +18,18 @@ from .common import import_extra, open_store
 from .params import Seconds
 from .view import is_loopback
 
+LOOPBACK = "127.0.0.1"
+
 
 def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; port 0 picks a free one)."""
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; port 0 picks a free one); ``PORT`` or
+    ``:PORT`` alone is on loopback."""
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise click.BadParameter(f"{text!r} is not HOST:PORT, e.g. 127.0.0.1:8766", param_hint="--http")
+    host = host or LOOPBACK
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise click.BadParameter(
+            f"{text!r} is not HOST:PORT or PORT, e.g. 127.0.0.1:8766", param_hint="--http"
+        )
     return host.removeprefix("[").removesuffix("]"), int(port)
 
 
@@ -57,9 +63,9 @@ class BearerGate:
 @click.option(
     "--http",
     "address",
-    metavar="HOST:PORT",
-    help="Serve streamable HTTP on HOST:PORT (at /mcp) instead of stdio; beyond loopback it needs "
-    "--token-env.",
+    metavar="[HOST:]PORT",
+    help="Serve streamable HTTP on HOST:PORT (at /mcp) instead of stdio; HOST is 127.0.0.1 unless "
+    "given, and beyond loopback it needs --token-env.",
 )
 @click.option(
     "--token-env",

@@ -163,7 +163,7 @@ tools_option = click.option(
     help="Tools to offer: module, module:attribute or file.py (repeatable).",
 )
 MCP_META = "sessiontree.mcp"
-MCP_SOURCE = "mcp:"  # how a recipe names an MCP server among its tools (see recorded_tools)
+MCP_SOURCE = recipes.MCP  # how a recipe names an MCP server among its tools (see recorded_tools)
 
 
 def _remember_mcp(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:
@@ -190,22 +190,57 @@ def offered_tools(ctx: click.Context, tool_specs: tuple[str, ...]) -> list[Tool]
     return load_tools(tool_specs) + mcp_tools_for(ctx.meta.get(MCP_META, ()))
 
 
-def mcp_tools_for(specs: Sequence[str]) -> list[Tool]:
-    """The tools of each ``--mcp`` server (see docs/mcp.md), connected until the command
-    ends; the mcp extra is imported only when one is given."""
+def mcp_tools_for(specs: Sequence[str], held: list[Any] | None = None) -> list[Tool]:
+    """The tools of each ``--mcp`` server (see docs/mcp.md); the mcp extra is imported
+    only when one is given. Each connection stays open until the command ends or, given
+    ``held``, is added there for the caller to close (``close_held``): a worker ends a
+    pause's servers once its run has ended, and one on a thread has no command at all."""
     if not specs:
         return []
     mcp_tools = import_extra("..integrations.mcp_tools", "mcp_tools", "mcp", "--mcp")
-    ctx = click.get_current_context()
     tools: list[Tool] = []
     for spec in specs:
         try:
             connection = mcp_tools(spec)
         except ToolsUnavailable as e:
             raise click.BadParameter(str(e), param_hint="--mcp") from None
-        ctx.call_on_close(connection.close)
+        if held is not None:
+            held.append(connection)
+        else:
+            click.get_current_context().call_on_close(connection.close)
         tools += connection.tools
     return tools
+
+
+def mcp_given() -> tuple[str, ...]:
+    """The ``--mcp`` specs on this command line (none outside a command: ``serve --work``)."""
+    ctx = click.get_current_context(silent=True)
+    return tuple(ctx.meta.get(MCP_META, ())) if ctx is not None else ()
+
+
+def given_servers(recipe: Recipe) -> Recipe:
+    """``recipe`` with the MCP servers given with ``--mcp`` on this command line in place
+    of those it names (none given: as it is), so that a run records the servers it used.
+    A server whose spec holds a credential is said on stderr: the recipe keeps it withheld
+    (``recipe.withheld``), and a later resume needs ``--mcp`` again."""
+    given = mcp_given()
+    if not given:
+        return recipe
+    for spec in given:
+        if (credential := recipes.withheld(spec)[1]) is not None:
+            click.echo(
+                f"--mcp: the server's arguments hold a credential ({credential}), which a recipe never"
+                " holds: a resume of this run needs --mcp again",
+                err=True,
+            )
+    kept = tuple(t for t in recipe.tools if not t.startswith((MCP_SOURCE, recipes.MCP_WITHHELD)))
+    return recipe.replace(tools=(*kept, *(MCP_SOURCE + spec for spec in given)))
+
+
+def close_held(held: list[Any]) -> None:
+    """Close the MCP connections ``mcp_tools_for`` added to ``held``, and forget them."""
+    while held:
+        held.pop().close()
 
 
 approve_option = click.option(
@@ -634,7 +669,7 @@ def options_of(recipe: Recipe) -> RunOptions:
         raise click.ClickException(f"the recorded options cannot be used: {e}") from None
 
 
-def run_arguments(recipe: Recipe, *, recorded: bool) -> dict[str, Any]:
+def run_arguments(recipe: Recipe, *, recorded: bool, held: list[Any] | None = None) -> dict[str, Any]:
     """``arun`` keyword arguments for a run following ``recipe``: its call, tools and
     ``options`` (``options_of``), and the recipe itself, so the run records it again;
     ``recorded`` says the tools come from a recording, which a failure to load them names."""
@@ -653,7 +688,8 @@ def run_arguments(recipe: Recipe, *, recorded: bool) -> dict[str, Any]:
     )
     if recipe.system is not None:  # a rerun variant's system prompt, put back
         call = Variant("recorded", call, {}, recipe.system).model_call()
-    tools = recorded_tools(recipe, recorded=recorded)
+    tools = recorded_tools(recipe, recorded=recorded, held=held)
+    recipe = given_servers(recipe)  # what this run records: the servers it was given
     return {"call": call, "tools": tools, "options": options_of(recipe), "recipe": recipe}
 
 
@@ -664,17 +700,23 @@ def run_options(recipe: Recipe, *, recorded: bool) -> dict[str, Any]:
     return {**arguments, **{f.name: getattr(options, f.name) for f in fields(options)}}
 
 
-def recorded_tools(recipe: Recipe, *, recorded: bool) -> list[Tool]:
+def recorded_tools(recipe: Recipe, *, recorded: bool, held: list[Any] | None = None) -> list[Tool]:
     """The tools ``recipe`` names, loaded; when they come from a recording, a failure says so.
 
     An ``mcp:SPEC`` entry relaunches that MCP server (``--mcp`` given on this command line
-    replaces the recorded servers); every other entry is a ``--tools`` spec."""
-    ctx = click.get_current_context(silent=True)
-    given = tuple(ctx.meta.get(MCP_META, ())) if ctx is not None else ()
+    replaces the recorded servers, as ``given_servers`` records); every other entry is a
+    ``--tools`` spec."""
+    given = mcp_given()
+    hidden = [t[len(recipes.MCP_WITHHELD) :] for t in recipe.tools if t.startswith(recipes.MCP_WITHHELD)]
+    if hidden and not given:
+        raise click.ClickException(
+            f"the recorded MCP server {hidden[0]} was recorded without its credentials,"
+            " which a recipe never holds: give --mcp again (all of the run's servers)"
+        )
     servers = given or tuple(t[len(MCP_SOURCE) :] for t in recipe.tools if t.startswith(MCP_SOURCE))
-    specs = tuple(t for t in recipe.tools if not t.startswith(MCP_SOURCE))
+    specs = tuple(t for t in recipe.tools if not t.startswith((MCP_SOURCE, recipes.MCP_WITHHELD)))
     try:
-        return load_tools(specs) + mcp_tools_for(servers)
+        return load_tools(specs) + mcp_tools_for(servers, held)
     except click.BadParameter as e:
         if not recorded:
             raise
@@ -780,9 +822,8 @@ def run(
         raise click.ClickException("give -s SESSION or --new, not both")
     call = make_call(base_url, model, api_key_env, not no_stream, params)
     tools = offered_tools(ctx, tool_specs)
-    recipe = recipe_from_flags(ctx.params, call)  # recorded on the run's pauses: resume needs no flags
-    servers = tuple(MCP_SOURCE + spec for spec in ctx.meta.get(MCP_META, ()))
-    recipe = recipe.replace(tools=(*recipe.tools, *servers))
+    # Recorded on the run's pauses (its --mcp servers too): resume needs no flags.
+    recipe = given_servers(recipe_from_flags(ctx.params, call))
     options = options_of(recipe)  # the flags' run options, the one object the run is given
     hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
@@ -903,19 +944,22 @@ def resume(
 
 
 def recipe_preparer(
-    defaults: dict[str, Any], given: dict[str, Any], say: Callable[[str], None]
+    defaults: dict[str, Any], given: dict[str, Any], say: Callable[[str], None], held: list[Any]
 ) -> Callable[[Recipe | None], dict[str, Any]]:
     """``awork``'s ``prepare``: each pause's run options from its own recipe, with the flags
-    ``given`` in place of their items; each thing to say is said once."""
+    ``given`` in place of their items; each thing to say is said once. The MCP servers a
+    pause's run needs are launched for it and kept in ``held``: the next pause's prepare
+    closes them (``awork`` runs one pause at a time), the caller closes the last."""
     said: set[str] = set()
 
     def prepare(recorded: Recipe | None) -> dict[str, Any]:
+        close_held(held)  # the previous pause's run has ended: so have its servers
         chosen, lines = continue_from(recorded, defaults, given)
         for line in lines:
             if line not in said:
                 said.add(line)
                 say(line)
-        return run_arguments(chosen, recorded=recorded is not None and "tool_specs" not in given)
+        return run_arguments(chosen, recorded=recorded is not None and "tool_specs" not in given, held=held)
 
     return prepare
 
@@ -1002,7 +1046,9 @@ def worker(
     if "tool_specs" in given:  # a mistake in a flag is refused now, not at each pause
         load_tools(given["tool_specs"])
     _fold_limits(flag_values(given))  # --max-cost without --price too (pauses' prices differ)
-    prepare = recipe_preparer(dict(ctx.params), given, lambda line: click.echo(line, err=True))
+    held: list[Any] = []
+    ctx.call_on_close(lambda: close_held(held))
+    prepare = recipe_preparer(dict(ctx.params), given, lambda line: click.echo(line, err=True), held)
     hook = make_webhook(webhook_url, webhook_secret_env)
     store = open_store(ctx, write=True)
     stopped_by = signal.SIGINT

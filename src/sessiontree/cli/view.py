@@ -42,7 +42,7 @@ from .common import (
 )
 from .inspect import session_argument
 from .params import Seconds, parse_price
-from .running import recipe_preparer, worker_defaults
+from .running import close_held, recipe_preparer, worker_defaults
 from .stepview import print_steps
 
 MAX_CONNECTIONS = 100
@@ -255,6 +255,7 @@ class Worker:
 
     def _run(self) -> None:
         say = lambda line: click.echo(line, err=True)  # noqa: E731
+        held: list[Any] = []  # the MCP servers of the pause under way: no command closes them here
         try:
             with Store(self.db) as store:
                 print_steps(
@@ -262,12 +263,14 @@ class Worker:
                         store,
                         poll=self.poll,
                         stop=self.stopping,
-                        prepare=recipe_preparer(worker_defaults(), {}, say),
+                        prepare=recipe_preparer(worker_defaults(), {}, say, held),
                     ),
                     hints=False,  # a pause it reaches is in the inbox, to decide there
                 )
         except SessionTreeError as e:  # the server goes on; what it cannot do is said once
             click.echo(f"worker stopped: {e}", err=True)
+        finally:
+            close_held(held)
 
     def stop(self, timeout: float = STOP_WAIT) -> bool:
         """Stop between two pauses and wait up to ``timeout`` seconds; whether it ended."""

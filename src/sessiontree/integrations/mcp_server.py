@@ -215,10 +215,14 @@ def build_server(
             }
 
     @server.tool(annotations=READ_ONLY)
-    def list_branches(session: str) -> dict[str, Any]:
-        """The branches (name, head node) and checkpoints of a session (an id or unique prefix)."""
+    def list_branches(session: str, limit: int = 100, offset: int = 0) -> dict[str, Any]:
+        """The branches (name, head node) and checkpoints of a session (an id or unique
+        prefix), LIMIT of each at a time from OFFSET."""
         with _one_line():
+            limit, offset = _bounded(limit), _offset(offset)
             s = store.session(session)
+            branches, checkpoints = s.branches(), s.checkpoints()
+            longest = max(len(branches), len(checkpoints))
             return {
                 "session": s.id,
                 "title": s.title,
@@ -229,9 +233,14 @@ def build_server(
                         "created_at": b.created_at,
                         "updated_at": b.updated_at,
                     }
-                    for b in s.branches()
+                    for b in branches[offset : offset + limit]
                 ],
-                "checkpoints": [{"name": c.name, "node": c.node_id} for c in s.checkpoints()],
+                "checkpoints": [
+                    {"name": c.name, "node": c.node_id} for c in checkpoints[offset : offset + limit]
+                ],
+                "branches_total": len(branches),
+                "checkpoints_total": len(checkpoints),
+                "next_offset": offset + limit if offset + limit < longest else None,
             }
 
     @server.tool(annotations=READ_ONLY)
