@@ -24,8 +24,8 @@ Contract:
   dict is used as the ``cache_control`` value, ``False`` sends none.
 - With ``stream=True`` the call is an async iterator of text deltas ending with
   one ``Completion``; every event type is folded (``MessageStream``), and a
-  stream without ``message_stop`` is a ``ProviderError`` (truncated), as is an
-  ``error`` event.
+  stream without ``message_stop``, or without a ``stop_reason`` before it, is a
+  ``ProviderError`` (truncated), as is an ``error`` event.
 - HTTP, retries (429 with ``retry-after-ms``/``Retry-After``, 529 overloaded,
   every 5xx), the deadline, the size limits and redaction are ``http.Endpoint``'s,
   shared with ``openai_compatible``. The key goes in ``x-api-key`` and never in
@@ -196,6 +196,10 @@ class Anthropic(HTTPAdapter):
             if not state.done:
                 raise self._error(
                     f"stream ended without message_stop after {len(state.text)} text chunks: truncated"
+                )
+            if not isinstance(state.stop_reason, str):  # message_stop, but no message_delta said why
+                raise self._error(
+                    f"stream ended without a stop_reason after {len(state.text)} text chunks: truncated"
                 )
             blocks, arguments = state.content()
             reply.add(blocks, arguments, state.usage, state.model)
