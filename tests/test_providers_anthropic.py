@@ -186,7 +186,8 @@ def test_an_edited_call_keeps_the_thinking_and_sends_the_call_as_it_is_now():
 # -- recorded streams on the hostile server ----------------------------------------------
 
 
-def test_signed_thinking_is_kept_and_sent_back_verbatim_in_the_tool_loop(hostile, tmp_path):
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_signed_thinking_is_kept_and_sent_back_verbatim_in_the_tool_loop(hostile, tmp_path, stream):
     store = Store(tmp_path / "s.db")
     session = store.create_session("think")
     session.append({"role": "user", "content": "weather in Paris?"})
@@ -201,7 +202,7 @@ def test_signed_thinking_is_kept_and_sent_back_verbatim_in_the_tool_loop(hostile
     call = anthropic(
         "claude-sonnet-4-5",
         base_url=hostile.url("anthropic-thinking-tool"),
-        stream=True,
+        stream=stream,
         thinking={"type": "enabled", "budget_tokens": 1024},
     )
     hostile.bodies.clear()
@@ -304,7 +305,8 @@ def test_a_flood_stops_at_max_response_bytes(hostile):
     assert "larger than max_response_bytes (1048576 bytes)" in str(error)
 
 
-def test_an_echoed_key_reaches_neither_the_error_nor_the_file(hostile, tmp_path):
+def test_an_echoed_key_reaches_neither_the_error_nor_the_file_nor_a_log(hostile, tmp_path, caplog):
+    caplog.set_level("DEBUG")  # every logger, httpx's and httpcore's included
     store = Store(tmp_path / "s.db")
     session = store.create_session("leak")
     session.append({"role": "user", "content": "hi"})
@@ -317,6 +319,7 @@ def test_an_echoed_key_reaches_neither_the_error_nor_the_file(hostile, tmp_path)
     store.close()
     raw = b"".join(p.read_bytes() for p in tmp_path.iterdir()).decode("latin-1")
     assert [KEY[i : i + 8] for i in range(len(KEY) - 7) if KEY[i : i + 8] in raw] == []
+    assert "HTTP Request: POST" in caplog.text and KEY[:12] not in caplog.text  # logged, never the key
 
 
 def test_a_key_echoed_into_a_reply_is_never_stored():
