@@ -419,7 +419,9 @@ def test_llmock_a_retry_after_past_the_deadline_fails_at_once(lm, sleeps, stream
     started = time.monotonic()
     _, error = fails(lm_call(lm, stream=stream, deadline=2), [{"role": "user", "content": "Say hello"}])
     assert time.monotonic() - started < 2 and sleeps == []
-    assert "deadline of 2s for the whole call exceeded" in str(error) and "next wait would be 30.0s" in str(error)
+    assert "deadline of 2s for the whole call exceeded" in str(error) and "next wait would be 30.0s" in str(
+        error
+    )
     assert "HTTP 529" in str(error) and [r["status"] for r in servers.llmock_requests(lm)] == [529]
 
 
@@ -525,7 +527,12 @@ def test_cache_tokens_are_summed_and_priced_on_both_backends(any_store):
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 @pytest.mark.parametrize(
     ("stop_reason", "finish"),
-    [("end_turn", "stop"), ("max_tokens", "length"), ("stop_sequence", "stop"), ("refusal", "content_filter")],
+    [
+        ("end_turn", "stop"),
+        ("max_tokens", "length"),
+        ("stop_sequence", "stop"),
+        ("refusal", "content_filter"),
+    ],
 )
 def test_llmock_stop_reasons_are_mapped_and_the_original_kept(lm, stream, stop_reason, finish):
     servers.llmock_script(lm, {"type": "reply", "text": "Partly", "finish_reason": stop_reason})
