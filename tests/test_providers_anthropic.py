@@ -280,6 +280,18 @@ def test_a_mid_stream_error_event_is_a_provider_error(hostile, sleeps):
     assert seen == ["Partial"] and "Overloaded" in str(error) and sleeps == []  # text was out: no retry
 
 
+def test_an_overloaded_error_event_before_any_text_is_retried(hostile, sleeps):
+    # The API may answer 200 and then overloaded_error as the stream's first event: nothing
+    # was shown yet, so the call is made again (here the server always says it, so it gives up).
+    hostile.bodies.clear()
+    _, error = fails(
+        anthropic("m", base_url=hostile.url("anthropic-overloaded-at-start"), stream=True, max_retries=2),
+        [{"role": "user", "content": "hi"}],
+    )
+    assert len(hostile.bodies) == 3 and len(sleeps) == 2
+    assert "Overloaded" in str(error) and "gave up after 3 attempt(s)" in str(error) and error.retryable
+
+
 def test_a_stream_that_stops_without_a_stop_reason_is_refused(hostile, sleeps):
     # message_stop came, but no message_delta with the stop reason: what the official SDK
     # returns as stop_reason=None is an error here, never a reply that looks finished.

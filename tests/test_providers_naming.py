@@ -353,6 +353,7 @@ def test_a_rerun_with_an_anthropic_and_a_chat_completions_variant_prices_the_cac
     assert shown[0].split()[4:10] == ["IN", "OUT", "CACHE-W", "CACHE-R", "MS", "COST"]
     assert shown[1].split()[4:7] == ["12", "14", "2048"] and shown[1].split()[7] == "4096"
     assert shown[1].split()[9] == "0.009155" and shown[2].split()[9] == "-"  # gpt-4o-mini: no price
+    assert invoke(db, "verify").startswith("ok: 1 session(s)") and "0 problem(s)" in invoke(db, "verify")
     with Store(db) as store:
         session = store.session(store.sessions()[0].id)
         for name, provider in (("claude", "anthropic"), ("gpt", "openai-compatible")):
