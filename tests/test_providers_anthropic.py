@@ -183,6 +183,54 @@ def test_an_edited_call_keeps_the_thinking_and_sends_the_call_as_it_is_now():
     ]
 
 
+def test_merged_assistant_messages_keep_their_thinking_blocks_first():
+    signed = {"type": "thinking", "thinking": "hmm", "signature": "sig"}
+    said = {"role": "assistant", "content": "One moment."}  # another provider's, say
+    thought = {"role": "assistant", "content": "Sunny.", "raw": {"anthropic": {"content": [signed, TEXT]}}}
+    _, messages, _ = request_parts([{"role": "user", "content": "q"}, said, thought], None)
+    assert messages[1]["content"] == [signed, {"type": "text", "text": "One moment."}, TEXT]
+
+
+TEXT = {"type": "text", "text": "Sunny."}
+THINK = {"type": "enabled", "budget_tokens": 1024}
+FOREIGN_CALL = {  # a tool call another provider made: no thinking block before it
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("history", "sent"),
+    [
+        # a tool loop under way that another provider started: the API would refuse thinking
+        ([FOREIGN_CALL, {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}], False),
+        # and after a new question, the turn starts afresh: thinking is sent again
+        (
+            [
+                FOREIGN_CALL,
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+                {"role": "assistant", "content": "Sunny."},
+                {"role": "user", "content": "And tomorrow?"},
+            ],
+            True,
+        ),
+    ],
+    ids=["foreign-loop", "new-turn"],
+)
+def test_thinking_is_left_out_only_where_the_api_would_refuse_it(hostile, history, sent):
+    hostile.bodies.clear()
+    call = anthropic(
+        "m", base_url=hostile.url("anthropic-redacted-thinking"), stream=True, max_tokens=2048, thinking=THINK
+    )
+    _, result = ask(call, [{"role": "user", "content": "weather?"}, *history], [WEATHER])
+    (body,) = hostile.bodies
+    assert ("thinking" in body) is sent and ("thinking" in result.params) is sent
+    assert result.params["max_tokens"] == 2048 and call.params["thinking"] == THINK  # the call keeps it
+
+
 # -- recorded streams on the hostile server ----------------------------------------------
 
 
