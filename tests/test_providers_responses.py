@@ -423,10 +423,12 @@ def test_llmock_tool_loop_with_a_pause_and_resume(lm, tmp_path, stream):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-def test_llmock_429_is_retried_after_retry_after(lm, sleeps, stream):
-    servers.llmock_script(lm, {"type": "fail", "status": 429, "retry_after": 0.2, "times": 2})
+@pytest.mark.parametrize("status", [429, 529])
+def test_llmock_429_and_529_are_retried_after_retry_after(lm, sleeps, status, stream):
+    servers.llmock_script(lm, {"type": "fail", "status": status, "retry_after": 0.2, "times": 2})
     _, result = ask(lm_call(lm, stream=stream), [{"role": "user", "content": "Say hello"}])
-    assert result.message["content"] and [r["status"] for r in servers.llmock_requests(lm)] == [429, 429, 200]
+    records = servers.llmock_requests(lm)
+    assert result.message["content"] and [r["status"] for r in records] == [status, status, 200]
     assert sleeps == [0.2, 0.2]
 
 
