@@ -342,6 +342,29 @@ def test_reasoning_items_are_kept_and_sent_back_verbatim_in_the_tool_loop(hostil
     assert used.cost(price) == pytest.approx((296 * 1.25 + 190 * 10.0 + 2304 * 0.125) / 1e6)
 
 
+@pytest.mark.parametrize(
+    ("settings", "included"),
+    [
+        ({}, None),
+        # the API keeps no response with store=False: reasoning is reusable only encrypted
+        ({"store": False}, ["reasoning.encrypted_content"]),
+        ({"store": False, "encrypted_reasoning": False}, None),  # asked not to
+        (
+            {"store": False, "include": ["message.output_text.logprobs"]},
+            ["message.output_text.logprobs", "reasoning.encrypted_content"],
+        ),
+        ({"encrypted_reasoning": True}, ["reasoning.encrypted_content"]),
+    ],
+    ids=["default", "store-false", "opted-out", "include-kept", "asked"],
+)
+def test_store_false_asks_for_the_encrypted_reasoning_it_needs_back(hostile, settings, included):
+    hostile.bodies.clear()
+    call = openai_responses("gpt-5", base_url=hostile.url("responses-reasoning-tool"), **settings)
+    ask(call, [{"role": "user", "content": "weather in Paris?"}], [WEATHER])
+    (body,) = hostile.bodies
+    assert body.get("include") == included
+
+
 def test_a_mid_stream_error_event_is_a_provider_error(hostile, sleeps):
     call = openai_responses("gpt-5", base_url=hostile.url("responses-error-mid-stream"), stream=True)
     seen, error = fails(call, [{"role": "user", "content": "hi"}])
