@@ -196,7 +196,11 @@ def test_raw_items_reach_only_their_own_kind():
     assert "encrypted" not in json.dumps(blocks) and blocks[1]["content"][0]["type"] == "tool_use"
 
 
-def test_an_edited_call_keeps_the_reasoning_and_sends_the_call_as_it_is_now():
+def test_an_edited_call_is_sent_as_it_is_now_without_the_reasoning_paired_with_the_old_one():
+    # The API pairs a reasoning item with the item that followed it by id (fc_1 here): a
+    # reasoning item followed by a call without that id is refused ("reasoning was provided
+    # without its required following item"), and the edited call may not carry fc_1, whose
+    # arguments were others. So the turn is sent as the message now says, with no reasoning.
     kept = [
         REASONING,
         {
@@ -218,14 +222,15 @@ def test_an_edited_call_keeps_the_reasoning_and_sends_the_call_as_it_is_now():
     result = {"role": "tool", "tool_call_id": "call_1", "content": "ok"}
     _, items, _ = request_parts([{"role": "user", "content": "q"}, edited, result], None)
     assert items[1:3] == [
-        REASONING,
         {
             "type": "function_call",
             "call_id": "call_1",
             "name": "get_weather",
             "arguments": '{"city": "Lyon"}',
         },
+        {"type": "function_call_output", "call_id": "call_1", "output": "ok"},
     ]
+    assert "reasoning" not in json.dumps(items) and "fc_1" not in json.dumps(items)
     _, items, _ = request_parts([{"role": "user", "content": "q"}, unchanged, result], None)
     assert items[1:3] == kept  # verbatim, item ids and status included
 
