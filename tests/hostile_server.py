@@ -20,7 +20,7 @@ modes:
   (``<name>-continued.sse`` when the request ends with an assistant turn, as a
   continued ``pause_turn`` does), or ``<name>.json`` (a whole Message) for a request
   that does not stream, when there is one (``cache-usage``: a reply with both cache
-  usage fields); ``anthropic-echo``: a 401 that echoes ``x-api-key``.
+  usage fields; ``thinking-tool``: the whole Message of ``thinking-tool.sse``); ``anthropic-echo``: a 401 that echoes ``x-api-key``.
   ``server.bodies`` holds every request body received, parsed, ``server.headers``
   the headers of every request (names in lower case).
 - ``responses-<name>``: the recorded Responses stream ``fixtures/responses/<name>.sse``

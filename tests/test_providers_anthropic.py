@@ -183,10 +183,59 @@ def test_an_edited_call_keeps_the_thinking_and_sends_the_call_as_it_is_now():
     ]
 
 
+def test_merged_assistant_messages_keep_their_thinking_blocks_first():
+    signed = {"type": "thinking", "thinking": "hmm", "signature": "sig"}
+    said = {"role": "assistant", "content": "One moment."}  # another provider's, say
+    thought = {"role": "assistant", "content": "Sunny.", "raw": {"anthropic": {"content": [signed, TEXT]}}}
+    _, messages, _ = request_parts([{"role": "user", "content": "q"}, said, thought], None)
+    assert messages[1]["content"] == [signed, {"type": "text", "text": "One moment."}, TEXT]
+
+
+TEXT = {"type": "text", "text": "Sunny."}
+THINK = {"type": "enabled", "budget_tokens": 1024}
+FOREIGN_CALL = {  # a tool call another provider made: no thinking block before it
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("history", "sent"),
+    [
+        # a tool loop under way that another provider started: the API would refuse thinking
+        ([FOREIGN_CALL, {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}], False),
+        # and after a new question, the turn starts afresh: thinking is sent again
+        (
+            [
+                FOREIGN_CALL,
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+                {"role": "assistant", "content": "Sunny."},
+                {"role": "user", "content": "And tomorrow?"},
+            ],
+            True,
+        ),
+    ],
+    ids=["foreign-loop", "new-turn"],
+)
+def test_thinking_is_left_out_only_where_the_api_would_refuse_it(hostile, history, sent):
+    hostile.bodies.clear()
+    call = anthropic(
+        "m", base_url=hostile.url("anthropic-redacted-thinking"), stream=True, max_tokens=2048, thinking=THINK
+    )
+    _, result = ask(call, [{"role": "user", "content": "weather?"}, *history], [WEATHER])
+    (body,) = hostile.bodies
+    assert ("thinking" in body) is sent and ("thinking" in result.params) is sent
+    assert result.params["max_tokens"] == 2048 and call.params["thinking"] == THINK  # the call keeps it
+
+
 # -- recorded streams on the hostile server ----------------------------------------------
 
 
-def test_signed_thinking_is_kept_and_sent_back_verbatim_in_the_tool_loop(hostile, tmp_path):
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_signed_thinking_is_kept_and_sent_back_verbatim_in_the_tool_loop(hostile, tmp_path, stream):
     store = Store(tmp_path / "s.db")
     session = store.create_session("think")
     session.append({"role": "user", "content": "weather in Paris?"})
@@ -201,7 +250,7 @@ def test_signed_thinking_is_kept_and_sent_back_verbatim_in_the_tool_loop(hostile
     call = anthropic(
         "claude-sonnet-4-5",
         base_url=hostile.url("anthropic-thinking-tool"),
-        stream=True,
+        stream=stream,
         thinking={"type": "enabled", "budget_tokens": 1024},
     )
     hostile.bodies.clear()
@@ -279,6 +328,29 @@ def test_a_mid_stream_error_event_is_a_provider_error(hostile, sleeps):
     assert seen == ["Partial"] and "Overloaded" in str(error) and sleeps == []  # text was out: no retry
 
 
+def test_an_overloaded_error_event_before_any_text_is_retried(hostile, sleeps):
+    # The API may answer 200 and then overloaded_error as the stream's first event: nothing
+    # was shown yet, so the call is made again (here the server always says it, so it gives up).
+    hostile.bodies.clear()
+    _, error = fails(
+        anthropic("m", base_url=hostile.url("anthropic-overloaded-at-start"), stream=True, max_retries=2),
+        [{"role": "user", "content": "hi"}],
+    )
+    assert len(hostile.bodies) == 3 and len(sleeps) == 2
+    assert "Overloaded" in str(error) and "gave up after 3 attempt(s)" in str(error) and error.retryable
+
+
+def test_a_stream_that_stops_without_a_stop_reason_is_refused(hostile, sleeps):
+    # message_stop came, but no message_delta with the stop reason: what the official SDK
+    # returns as stop_reason=None is an error here, never a reply that looks finished.
+    seen, error = fails(
+        anthropic("m", base_url=hostile.url("anthropic-no-stop-reason"), stream=True),
+        [{"role": "user", "content": "hi"}],
+    )
+    assert seen == ["Half an answ"] and "stream ended without a stop_reason" in str(error)
+    assert "truncated" in str(error) and sleeps == []  # text was shown: no retry
+
+
 @pytest.mark.parametrize(("mode", "stream"), [("trickle", False), ("ping", True)])
 def test_a_trickling_server_hits_the_deadline(hostile, mode, stream):
     call = anthropic("m", base_url=hostile.url(mode), stream=stream, timeout=5, deadline=1.2)
@@ -293,7 +365,8 @@ def test_a_flood_stops_at_max_response_bytes(hostile):
     assert "larger than max_response_bytes (1048576 bytes)" in str(error)
 
 
-def test_an_echoed_key_reaches_neither_the_error_nor_the_file(hostile, tmp_path):
+def test_an_echoed_key_reaches_neither_the_error_nor_the_file_nor_a_log(hostile, tmp_path, caplog):
+    caplog.set_level("DEBUG")  # every logger, httpx's and httpcore's included
     store = Store(tmp_path / "s.db")
     session = store.create_session("leak")
     session.append({"role": "user", "content": "hi"})
@@ -306,6 +379,7 @@ def test_an_echoed_key_reaches_neither_the_error_nor_the_file(hostile, tmp_path)
     store.close()
     raw = b"".join(p.read_bytes() for p in tmp_path.iterdir()).decode("latin-1")
     assert [KEY[i : i + 8] for i in range(len(KEY) - 7) if KEY[i : i + 8] in raw] == []
+    assert "HTTP Request: POST" in caplog.text and KEY[:12] not in caplog.text  # logged, never the key
 
 
 def test_a_key_echoed_into_a_reply_is_never_stored():
@@ -383,7 +457,8 @@ def test_llmock_tool_loop_with_a_pause_and_resume(lm, tmp_path, stream):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("status", "stream"), [(429, False), (529, True)])
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+@pytest.mark.parametrize("status", [429, 529])
 def test_llmock_429_and_529_are_retried(lm, sleeps, status, stream):
     servers.llmock_script(lm, {"type": "fail", "status": status, "retry_after": 0.2, "times": 2})
     _, result = ask(lm_call(lm, stream=stream), [{"role": "user", "content": "Say hello"}])
@@ -393,6 +468,21 @@ def test_llmock_429_and_529_are_retried(lm, sleeps, status, stream):
         200,
     ]
     assert sleeps == [0.2, 0.2]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_llmock_a_retry_after_past_the_deadline_fails_at_once(lm, sleeps, stream):
+    # llmock asks for 30 s: the call's deadline (2 s) cannot wait that long, so it says so
+    # instead of sleeping, and makes no second request.
+    servers.llmock_script(lm, {"type": "fail", "status": 529, "retry_after": 30, "times": 1})
+    started = time.monotonic()
+    _, error = fails(lm_call(lm, stream=stream, deadline=2), [{"role": "user", "content": "Say hello"}])
+    assert time.monotonic() - started < 2 and sleeps == []
+    assert "deadline of 2s for the whole call exceeded" in str(error) and "next wait would be 30.0s" in str(
+        error
+    )
+    assert "HTTP 529" in str(error) and [r["status"] for r in servers.llmock_requests(lm)] == [529]
 
 
 @pytest.mark.slow
@@ -436,14 +526,16 @@ def fakellm(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-def test_fakellm_tool_loop(fakellm, tmp_path, stream):
+def test_fakellm_tool_loop_with_a_pause_and_resume(fakellm, tmp_path, stream):
     store = Store(tmp_path / "s.db")
     session = store.create_session("fake")
     session.append({"role": "user", "content": f"What is the weather in Lyon? ({uuid.uuid4().hex})"})
+    ran: list[str] = []
 
-    @tool(idempotent=True)
+    @tool(requires_approval=True)
     def get_weather(city: str) -> str:
         """Current weather for a city"""
+        ran.append(city)
         return f"{city}: rainy"
 
     call = anthropic(
@@ -453,7 +545,12 @@ def test_fakellm_tool_loop(fakellm, tmp_path, stream):
         headers={"X-Fakellm-Conversation-Id": uuid.uuid4().hex},
     )
     steps = list(run(store, session, call=call, tools=[get_weather]))
-    assert steps[-1].reason == "completed"
+    assert steps[-1].reason == "paused" and ran == []
+    pause = session.path("main")[-1]
+    decide(store, pause.id, {c["id"]: Approve() for c in pause.payload["calls"]})
+    steps = list(resume(store, pause.id, call=call, tools=[get_weather]))
+    assert steps[-1].reason == "completed" and ran == ["Lyon"]
+    assert [m["role"] for m in session.messages()] == ["user", "assistant", "tool", "assistant"]
     assert session.messages()[-1]["content"] == "It is rainy in Lyon."
     store.close()
 
@@ -481,3 +578,52 @@ def test_cache_tokens_are_summed_and_priced_on_both_backends(any_store):
     assert used.cost({"claude": {"input": 3.0, "output": 15.0}}) == pytest.approx(per_million / 1e6)
     explicit = {"claude": {"input": 3.0, "output": 15.0, "cache_write": 6.0, "cache_read": 0.0}}
     assert used.cost(explicit) == pytest.approx((17 * 3 + 8 * 15 + 1000 * 6.0) / 1e6)
+
+
+# -- stop reasons, caching settings and retries on llmock ------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+@pytest.mark.parametrize(
+    ("stop_reason", "finish"),
+    [
+        ("end_turn", "stop"),
+        ("max_tokens", "length"),
+        ("stop_sequence", "stop"),
+        ("refusal", "content_filter"),
+    ],
+)
+def test_llmock_stop_reasons_are_mapped_and_the_original_kept(lm, stream, stop_reason, finish):
+    servers.llmock_script(lm, {"type": "reply", "text": "Partly", "finish_reason": stop_reason})
+    _, result = ask(lm_call(lm, stream=stream), [{"role": "user", "content": "Say hello"}])
+    assert result.finish_reason == finish and result.message["content"] == "Partly"
+    assert result.message["raw"]["anthropic"]["stop_reason"] == stop_reason
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("cache", "control"),
+    [
+        (True, {"type": "ephemeral"}),
+        ({"type": "ephemeral", "ttl": "1h"}, {"type": "ephemeral", "ttl": "1h"}),
+        (False, None),
+    ],
+    ids=["default", "ttl", "off"],
+)
+def test_llmock_cache_breakpoints_are_on_by_default_and_configurable(lm, cache, control):
+    history = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "What is the weather in Paris?"},
+    ]
+    call = lm_call(lm) if cache is True else lm_call(lm, cache=cache)
+    ask(call, history, [WEATHER])
+    (record,) = servers.llmock_requests(lm)
+    body = record["body"]
+    assert record["status"] == 200  # llmock takes the breakpoints (it refuses a malformed body)
+    marks = [body["system"][-1], body["tools"][-1], body["messages"][-1]["content"][-1]]
+    assert [m.get("cache_control") for m in marks] == [control] * 3
+    if control is None:
+        assert "cache_control" not in json.dumps(body)
+    else:  # one breakpoint on each of system, tools and the newest turn, and nowhere else
+        assert json.dumps(body).count('"cache_control"') == 3

@@ -75,7 +75,31 @@ def anthropic_problems(body: dict[str, Any]) -> list[str]:
         problems.append(f"the calls {sorted(calls)} have no results")
     if uses_tools and not body.get("tools"):
         problems.append("tool blocks without tools")
+    for n, message in enumerate(messages):
+        kinds = [b.get("type") for b in message["content"]] if isinstance(message["content"], list) else []
+        if {"thinking", "redacted_thinking"} & set(kinds) and kinds[0] not in THINKING:
+            problems.append(f"message {n} has thinking blocks, but not first")
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") != "disabled":
+        # With thinking on, the assistant turn under way (after the last user message that
+        # answers no tool call) must start with a thinking block, signed.
+        starts = [n for n, m in enumerate(messages) if m["role"] == "user" and not tool_results(m)]
+        turn = [m for m in messages[(starts[-1] if starts else -1) + 1 :] if m["role"] == "assistant"]
+        if turn and (
+            not isinstance(turn[0]["content"], list) or turn[0]["content"][0].get("type") not in THINKING
+        ):
+            problems.append(
+                "thinking is on, but the assistant turn under way does not start with a thinking block"
+            )
     return problems
+
+
+THINKING = ("thinking", "redacted_thinking")
+
+
+def tool_results(message: dict[str, Any]) -> list[Any]:
+    content = message["content"]
+    return [b for b in content if b.get("type") == "tool_result"] if isinstance(content, list) else []
 
 
 def chat_problems(body: dict[str, Any]) -> list[str]:
@@ -152,7 +176,14 @@ def llmock(tmp_path_factory):
 
 def calls_for(llmock: Any) -> dict[str, Any]:
     return {
-        "anthropic": anthropic("claude-sonnet-4-5", base_url=llmock.url + "/anthropic"),
+        # thinking on, as a user of Claude would have it: the API then wants the turn under
+        # way to start with a thinking block, which another provider's turn lacks
+        "anthropic": anthropic(
+            "claude-sonnet-4-5",
+            base_url=llmock.url + "/anthropic",
+            max_tokens=2048,
+            thinking={"type": "enabled", "budget_tokens": 1024},
+        ),
         "chat": openai_compatible(llmock.url + "/v1", "gpt-4o-mini", stream=True),
         "responses": openai_responses("gpt-5", base_url=llmock.url + "/v1", stream=True),
     }

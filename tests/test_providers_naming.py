@@ -124,7 +124,7 @@ def hostile():
     server.stop()
 
 
-def invoke(db: Path, *args: str, code: int = 0) -> str:
+def invoke(db: Path | str, *args: str, code: int = 0) -> str:
     result = CliRunner().invoke(cli, ["--db", str(db), *args])
     assert result.exit_code == code, result.output
     return result.output
@@ -156,6 +156,39 @@ def test_run_names_the_provider_and_reads_its_key(hostile, tmp_path, monkeypatch
         runs = [store.run(n.run_id) for n in store.session(session).path("main") if n.run_id]
     assert [r.provider for r in runs] == ["anthropic", "openai-responses", "anthropic"]
     assert b"sk-ant-cli" not in db.read_bytes() and b"sk-openai-cli" not in db.read_bytes()
+
+
+def test_usage_shows_and_prices_the_cache_fields_on_both_backends(hostile, db_target):
+    """`usage` of a branch Claude answered with both cache fields (the hostile server's
+    recorded Message): the cache columns, and --price with the default or given cache prices."""
+    url = hostile.url("anthropic-cache-usage")
+    invoke(
+        db_target,
+        "run",
+        "--new",
+        "hi",
+        "--model",
+        "anthropic/claude-sonnet-4-5",
+        "--base-url",
+        url,
+        "--no-stream",
+    )
+    table = invoke(db_target, "usage", "--price", "claude-sonnet-4-5=3,15").splitlines()
+    assert table[0].split() == ["MODEL", "CALLS", "IN", "OUT", "CACHE-W", "CACHE-R", "MS", "COST"]
+    # 12 x $3 + 14 x $15 + 2048 written x 1.25 x $3 + 4096 read x 0.1 x $3, per million tokens
+    assert table[1].split()[:6] == ["claude-sonnet-4-5", "1", "12", "14", "2048", "4096"]
+    assert table[1].split()[-1] == table[2].split()[-1] == "0.009155"
+    data = json.loads(invoke(db_target, "usage", "--json", "--price", "claude-sonnet-4-5=3,15,6,0"))
+    assert (data["cache_creation_input_tokens"], data["cache_read_input_tokens"]) == (2048, 4096)
+    assert (
+        data["cost"]
+        == data["by_model"]["claude-sonnet-4-5"]["cost"]
+        == pytest.approx((12 * 3 + 14 * 15 + 2048 * 6) / 1e6)
+    )
+    assert json.loads(invoke(db_target, "usage", "--json", "--price", "other=1,1"))["cost"] is None
+    assert "cost" not in json.loads(invoke(db_target, "usage", "--json"))
+    out = invoke(db_target, "usage", "--price", "claude-sonnet-4-5=3,15,6", code=2)
+    assert "expected MODEL=INPUT,OUTPUT[,CACHE_WRITE,CACHE_READ]" in out
 
 
 def test_a_bare_name_still_needs_a_base_url_and_a_bad_one_is_named(tmp_path):
@@ -316,6 +349,11 @@ def test_a_rerun_with_an_anthropic_and_a_chat_completions_variant_prices_the_cac
     assert chat["cache_creation_input_tokens"] == chat["cache_read_input_tokens"] == 0
     assert chat["input_tokens"] > 0
     assert gpt["cost"] == pytest.approx((chat["input_tokens"] * 0.15 + chat["output_tokens"] * 0.6) / 1e6)
+    shown = invoke(db, "compare", "claude", "gpt", "--price", "claude-sonnet-4-5=3,15,3.75,0.3").splitlines()
+    assert shown[0].split()[4:10] == ["IN", "OUT", "CACHE-W", "CACHE-R", "MS", "COST"]
+    assert shown[1].split()[4:7] == ["12", "14", "2048"] and shown[1].split()[7] == "4096"
+    assert shown[1].split()[9] == "0.009155" and shown[2].split()[9] == "-"  # gpt-4o-mini: no price
+    assert invoke(db, "verify").startswith("ok: 1 session(s)") and "0 problem(s)" in invoke(db, "verify")
     with Store(db) as store:
         session = store.session(store.sessions()[0].id)
         for name, provider in (("claude", "anthropic"), ("gpt", "openai-compatible")):

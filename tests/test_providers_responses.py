@@ -196,7 +196,11 @@ def test_raw_items_reach_only_their_own_kind():
     assert "encrypted" not in json.dumps(blocks) and blocks[1]["content"][0]["type"] == "tool_use"
 
 
-def test_an_edited_call_keeps_the_reasoning_and_sends_the_call_as_it_is_now():
+def test_an_edited_call_is_sent_as_it_is_now_without_the_reasoning_paired_with_the_old_one():
+    # The API pairs a reasoning item with the item that followed it by id (fc_1 here): a
+    # reasoning item followed by a call without that id is refused ("reasoning was provided
+    # without its required following item"), and the edited call may not carry fc_1, whose
+    # arguments were others. So the turn is sent as the message now says, with no reasoning.
     kept = [
         REASONING,
         {
@@ -218,14 +222,15 @@ def test_an_edited_call_keeps_the_reasoning_and_sends_the_call_as_it_is_now():
     result = {"role": "tool", "tool_call_id": "call_1", "content": "ok"}
     _, items, _ = request_parts([{"role": "user", "content": "q"}, edited, result], None)
     assert items[1:3] == [
-        REASONING,
         {
             "type": "function_call",
             "call_id": "call_1",
             "name": "get_weather",
             "arguments": '{"city": "Lyon"}',
         },
+        {"type": "function_call_output", "call_id": "call_1", "output": "ok"},
     ]
+    assert "reasoning" not in json.dumps(items) and "fc_1" not in json.dumps(items)
     _, items, _ = request_parts([{"role": "user", "content": "q"}, unchanged, result], None)
     assert items[1:3] == kept  # verbatim, item ids and status included
 
@@ -342,6 +347,29 @@ def test_reasoning_items_are_kept_and_sent_back_verbatim_in_the_tool_loop(hostil
     assert used.cost(price) == pytest.approx((296 * 1.25 + 190 * 10.0 + 2304 * 0.125) / 1e6)
 
 
+@pytest.mark.parametrize(
+    ("settings", "included"),
+    [
+        ({}, None),
+        # the API keeps no response with store=False: reasoning is reusable only encrypted
+        ({"store": False}, ["reasoning.encrypted_content"]),
+        ({"store": False, "encrypted_reasoning": False}, None),  # asked not to
+        (
+            {"store": False, "include": ["message.output_text.logprobs"]},
+            ["message.output_text.logprobs", "reasoning.encrypted_content"],
+        ),
+        ({"encrypted_reasoning": True}, ["reasoning.encrypted_content"]),
+    ],
+    ids=["default", "store-false", "opted-out", "include-kept", "asked"],
+)
+def test_store_false_asks_for_the_encrypted_reasoning_it_needs_back(hostile, settings, included):
+    hostile.bodies.clear()
+    call = openai_responses("gpt-5", base_url=hostile.url("responses-reasoning-tool"), **settings)
+    ask(call, [{"role": "user", "content": "weather in Paris?"}], [WEATHER])
+    (body,) = hostile.bodies
+    assert body.get("include") == included
+
+
 def test_a_mid_stream_error_event_is_a_provider_error(hostile, sleeps):
     call = openai_responses("gpt-5", base_url=hostile.url("responses-error-mid-stream"), stream=True)
     seen, error = fails(call, [{"role": "user", "content": "hi"}])
@@ -423,10 +451,12 @@ def test_llmock_tool_loop_with_a_pause_and_resume(lm, tmp_path, stream):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-def test_llmock_429_is_retried_after_retry_after(lm, sleeps, stream):
-    servers.llmock_script(lm, {"type": "fail", "status": 429, "retry_after": 0.2, "times": 2})
+@pytest.mark.parametrize("status", [429, 529])
+def test_llmock_429_and_529_are_retried_after_retry_after(lm, sleeps, status, stream):
+    servers.llmock_script(lm, {"type": "fail", "status": status, "retry_after": 0.2, "times": 2})
     _, result = ask(lm_call(lm, stream=stream), [{"role": "user", "content": "Say hello"}])
-    assert result.message["content"] and [r["status"] for r in servers.llmock_requests(lm)] == [429, 429, 200]
+    records = servers.llmock_requests(lm)
+    assert result.message["content"] and [r["status"] for r in records] == [status, status, 200]
     assert sleeps == [0.2, 0.2]
 
 

@@ -21,7 +21,7 @@ from ..scoring import score as score_branch
 from . import complete
 from .common import echo_json, echo_result, open_store, open_target, targets
 from .inspect import diff_lines, json_option, session_json, session_option
-from .params import parse_price
+from .params import PRICE_HELP, parse_price
 from .render import one_line, table
 from .running import (
     MCP_META,
@@ -292,9 +292,7 @@ def rerun(
 @click.command()
 @click.argument("branches", nargs=-1, required=True, shell_complete=complete.refs)
 @session_option
-@click.option(
-    "--price", "prices", multiple=True, help="MODEL=INPUT,OUTPUT in dollars per million tokens (repeatable)."
-)
+@click.option("--price", "prices", multiple=True, help=PRICE_HELP)
 @json_option
 @click.pass_context
 def compare(
@@ -327,6 +325,10 @@ def compare(
         for b in result.branches
     ]
     headers = ["BRANCH", "STATUS", "STEPS", "TOOLS", "IN", "OUT", "MS", "COST", "FINAL"]
+    if any(b.usage.cache_creation_input_tokens or b.usage.cache_read_input_tokens for b in result.branches):
+        headers[6:6] = ["CACHE-W", "CACHE-R"]  # only when a provider reported its cache
+        for row, b in zip(rows, result.branches, strict=True):
+            row[6:6] = [b.usage.cache_creation_input_tokens, b.usage.cache_read_input_tokens]
     if any(b.scores for b in result.branches):  # only when something was judged
         headers.insert(-1, "SCORE")
         for row, b in zip(rows, result.branches, strict=True):

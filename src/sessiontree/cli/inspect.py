@@ -11,7 +11,7 @@ import click
 from .. import deadlines
 from ..errors import AmbiguousRef, NotFound
 from ..kinds import PausePayload
-from ..model import Diff
+from ..model import Diff, Usage
 from ..names import looks_like_id
 from ..session import Session
 from ..store import Store
@@ -27,7 +27,7 @@ from .common import (
     target,
     targets,
 )
-from .params import MAX_COUNT
+from .params import MAX_COUNT, PRICE_HELP, parse_price
 from .render import call_line, run_line, safe, summary, table, transcript, tree_lines
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -374,21 +374,47 @@ def pending(ctx: click.Context, session: str | None, as_json: bool) -> None:
 @click.option(
     "--since", help="Count only the calls after this ref (an ancestor of REF).", shell_complete=complete.refs
 )
+@click.option("--price", "prices", multiple=True, help=PRICE_HELP)
 @session_json
-def usage(ctx: click.Context, ref: str, since: str | None, session: str | None, as_json: bool) -> None:
-    """Model calls, tokens and latency per model on the path to REF."""
+def usage(
+    ctx: click.Context,
+    ref: str,
+    since: str | None,
+    prices: tuple[str, ...],
+    session: str | None,
+    as_json: bool,
+) -> None:
+    """Model calls, tokens, latency and cost per model on the path to REF.
+
+    Cache writes and reads show when a provider reported them (Anthropic, OpenAI
+    Responses); the cost column needs a --price for each model.
+    """
+    price_table = dict(parse_price(p) for p in prices) or None
     store = open_store(ctx)
     s, ref = target(store, ref, session)
     used = s.usage(ref, since=since)
+    each = {model: Usage({model: m}) for model, m in used.by_model.items()}
     if as_json:
-        echo_json({"session": s.id, "ref": ref, "since": since, **used.to_dict()})
+        data = {"session": s.id, "ref": ref, "since": since, **used.to_dict()}
+        if price_table is not None:  # None for a model (or a total) that has no price
+            data["cost"] = used.cost(price_table)
+            for model, one in each.items():
+                data["by_model"][model]["cost"] = one.cost(price_table)
+        echo_json(data)
         return
-    rows: list[list[object]] = [
-        [model, m.calls, m.input_tokens, m.output_tokens, f"{m.latency_ms:.0f}"]
-        for model, m in used.by_model.items()
-    ]
-    rows.append(["total", used.calls, used.input_tokens, used.output_tokens, f"{used.latency_ms:.0f}"])
-    for line in table(rows, ["MODEL", "CALLS", "IN", "OUT", "MS"]):
+    cached = bool(used.cache_creation_input_tokens or used.cache_read_input_tokens)
+    headers = ["MODEL", "CALLS", "IN", "OUT", *(["CACHE-W", "CACHE-R"] if cached else []), "MS"]
+    rows: list[list[object]] = []
+    for name, one in [*each.items(), ("total", used)]:
+        row: list[object] = [name, one.calls, one.input_tokens, one.output_tokens]
+        if cached:
+            row += [one.cache_creation_input_tokens, one.cache_read_input_tokens]
+        row.append(f"{one.latency_ms:.0f}")
+        if price_table is not None:
+            cost = one.cost(price_table)
+            row.append("-" if cost is None else f"{cost:.6f}")
+        rows.append(row)
+    for line in table(rows, [*headers, *(["COST"] if price_table is not None else [])]):
         click.echo(line)
 
 

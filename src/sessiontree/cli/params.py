@@ -7,7 +7,8 @@ Contract: ``Seconds(minimum)`` (and ``SECONDS``, minimum 0) is a click type for 
 finite number of seconds up to ``MAX_SECONDS``; ``check_seconds`` says why a number is
 not one; ``Duration`` takes a unit too (``15m``, ``1h``, ``2d``); ``MAX_COUNT`` bounds
 counts (bytes, results); ``Dollars`` is a finite amount above 0; ``parse_price`` reads
-``--price MODEL=INPUT,OUTPUT`` (``compare``, ``html``, ``run --max-cost``).
+``--price MODEL=INPUT,OUTPUT[,CACHE_WRITE,CACHE_READ]`` (``usage``, ``compare``, ``html``,
+``run --max-cost``), and ``PRICE_HELP`` is that option's help.
 """
 
 from __future__ import annotations
@@ -95,20 +96,32 @@ class Dollars(click.ParamType):
         return amount
 
 
+PRICE_FORM = "MODEL=INPUT,OUTPUT[,CACHE_WRITE,CACHE_READ]"
+PRICE_HELP = (
+    f"{PRICE_FORM} in dollars per million tokens (repeatable); cache writes and reads "
+    "default to 1.25x and 0.1x INPUT (Anthropic's 5-minute cache)."
+)
+_PRICE_KEYS = ("input", "output", "cache_write", "cache_read")
+
+
 def parse_price(spec: str) -> tuple[str, dict[str, float]]:
-    """``MODEL=INPUT,OUTPUT``: two finite numbers >= 0, dollars per million tokens."""
+    """``MODEL=INPUT,OUTPUT`` or ``MODEL=INPUT,OUTPUT,CACHE_WRITE,CACHE_READ``: finite numbers
+    >= 0, dollars per million tokens (``Usage.cost``'s keys; cache prices left out take its
+    defaults)."""
     model, sep, numbers = spec.rpartition("=")
     try:
-        tokens_in, tokens_out = (float(x) for x in numbers.split(","))
+        values = [float(x) for x in numbers.split(",")]
     except ValueError:
+        values = []
+    if len(values) not in (2, 4):
         raise click.BadParameter(
-            f"{shown(spec)}: expected MODEL=INPUT,OUTPUT (dollars per million tokens)", param_hint="--price"
-        ) from None
+            f"{shown(spec)}: expected {PRICE_FORM} (dollars per million tokens)", param_hint="--price"
+        )
     if not sep or not model:
-        raise click.BadParameter(f"{shown(spec)}: expected MODEL=INPUT,OUTPUT", param_hint="--price")
-    if not all(math.isfinite(x) and x >= 0 for x in (tokens_in, tokens_out)):
+        raise click.BadParameter(f"{shown(spec)}: expected {PRICE_FORM}", param_hint="--price")
+    if not all(math.isfinite(x) and x >= 0 for x in values):
         raise click.BadParameter(
             f"{shown(spec)}: prices are finite numbers >= 0 (dollars per million tokens)",
             param_hint="--price",
         )
-    return model, {"input": tokens_in, "output": tokens_out}
+    return model, dict(zip(_PRICE_KEYS, values, strict=False))

@@ -300,9 +300,9 @@ limit_options = options(
         "prices",
         multiple=True,
         callback=_check_prices,
-        metavar="MODEL=IN,OUT",
-        help="Price of MODEL for --max-cost in dollars per million input and output tokens "
-        "(repeatable; cache writes and reads at 1.25x and 0.1x input).",
+        metavar="MODEL=IN,OUT[,CW,CR]",
+        help="Price of MODEL for --max-cost in dollars per million input and output tokens, "
+        "and optionally cache writes and reads (repeatable; by default 1.25x and 0.1x input).",
     ),
     click.option(
         "--max-repeats",

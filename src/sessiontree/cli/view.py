@@ -41,7 +41,7 @@ from .common import (
     resume_command,
 )
 from .inspect import session_argument
-from .params import Seconds, parse_price
+from .params import PRICE_HELP, Seconds, parse_price
 from .running import close_held, recipe_preparer, worker_defaults
 from .stepview import print_steps
 
@@ -62,9 +62,7 @@ STOP_WAIT = 30.0
     type=click.Path(dir_okay=False, writable=True),
     help="File to write. Default: sessiontree-<session id>.html in the current directory.",
 )
-@click.option(
-    "--price", "prices", multiple=True, help="MODEL=INPUT,OUTPUT in dollars per million tokens (repeatable)."
-)
+@click.option("--price", "prices", multiple=True, help=PRICE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 @click.pass_context
 def html(
@@ -118,9 +116,7 @@ def html(
     help="Need the token printed at start for every page, not only decisions "
     "[default: on when HOST is not a loopback address].",
 )
-@click.option(
-    "--price", "prices", multiple=True, help="MODEL=INPUT,OUTPUT in dollars per million tokens (repeatable)."
-)
+@click.option("--price", "prices", multiple=True, help=PRICE_HELP)
 @click.option(
     "--max-connections",
     default=MAX_CONNECTIONS,

@@ -14,6 +14,10 @@ Contract:
   ``end_turn``/``stop_sequence`` -> ``stop``, ``max_tokens`` -> ``length``,
   ``tool_use`` -> ``tool_calls``, ``refusal`` -> ``content_filter``; any other
   (``pause_turn`` after ``max_pause_turns`` continuations) is kept as it is.
+- ``thinking`` is sent as given, except for a history whose assistant turn under way
+  does not start with a thinking block (another provider wrote it, say), which the
+  API refuses with thinking on: that call is made without it, and its recorded
+  ``params`` say so.
   A ``pause_turn`` reply is continued by the adapter itself (the paused content
   sent back as the assistant turn, within the same deadline), and the parts are
   returned as one message with their usage added up.
@@ -24,8 +28,8 @@ Contract:
   dict is used as the ``cache_control`` value, ``False`` sends none.
 - With ``stream=True`` the call is an async iterator of text deltas ending with
   one ``Completion``; every event type is folded (``MessageStream``), and a
-  stream without ``message_stop`` is a ``ProviderError`` (truncated), as is an
-  ``error`` event.
+  stream without ``message_stop``, or without a ``stop_reason`` before it, is a
+  ``ProviderError`` (truncated), as is an ``error`` event.
 - HTTP, retries (429 with ``retry-after-ms``/``Retry-After``, 529 overloaded,
   every 5xx), the deadline, the size limits and redaction are ``http.Endpoint``'s,
   shared with ``openai_compatible``. The key goes in ``x-api-key`` and never in
@@ -42,7 +46,7 @@ from typing import Any
 
 from ..model import Completion, sendable
 from . import http
-from .anthropic_blocks import KIND, request_parts, tool_input, with_cache
+from .anthropic_blocks import KIND, request_parts, thinking_refused, tool_input, with_cache
 from .anthropic_blocks import reply_message as _reply_message
 from .failures import Failures
 from .http import (  # noqa: F401  (the HTTP settings' defaults, importable here as before)
@@ -152,7 +156,15 @@ class Anthropic(HTTPAdapter):
             return http.failed(error, self.stream)
         return self._streamed(parts) if self.stream else self._complete(parts)
 
-    def _body(self, parts: Parts, extra: list[Any]) -> dict[str, Any]:
+    def _sent_params(self, parts: Parts) -> dict[str, Any]:
+        """The request parameters this call sends: ``thinking`` left out when the API would
+        refuse it for this history (``anthropic_blocks.thinking_refused``)."""
+        thinking = self.params.get("thinking")
+        if isinstance(thinking, dict) and thinking.get("type") != "disabled" and thinking_refused(parts[1]):
+            return {k: v for k, v in self.params.items() if k != "thinking"}
+        return self.params
+
+    def _body(self, parts: Parts, extra: list[Any], params: dict[str, Any]) -> dict[str, Any]:
         system, messages, tools = parts[0], [*parts[1], *extra], parts[2]
         if self.cache is not None:
             system, messages, tools = with_cache(system, messages, tools, self.cache)
@@ -161,7 +173,7 @@ class Anthropic(HTTPAdapter):
             body["system"] = system
         if tools:
             body["tools"] = tools
-        body.update(self.params)
+        body.update(params)
         if self.stream:
             body["stream"] = True
         return body
@@ -170,9 +182,9 @@ class Anthropic(HTTPAdapter):
 
     async def _complete(self, parts: Parts) -> Completion:
         budget = self._endpoint.budget()
-        reply = _Reply()
+        reply, params = _Reply(), self._sent_params(parts)
         for turn in range(self.max_pause_turns + 1):
-            raw, _ = await self._endpoint.read(self._body(parts, reply.continuation()), budget)
+            raw, _ = await self._endpoint.read(self._body(parts, reply.continuation(), params), budget)
             data = self._endpoint.parse(raw)
             if not isinstance(data, dict) or data.get("type") == "error" or data.get("error"):
                 raise self._error("error in response: ", detail=error_text(data))
@@ -183,13 +195,14 @@ class Anthropic(HTTPAdapter):
             reply.stop(data.get("stop_reason"), data.get("stop_sequence"))
             if reply.stop_reason != "pause_turn" or turn == self.max_pause_turns:
                 break
-        return self._completion(reply, budget, lambda: json.dumps(data))
+        return self._completion(reply, budget, params, lambda: json.dumps(data))
 
     async def _streamed(self, parts: Parts) -> AsyncIterator[str | Completion]:
         budget = self._endpoint.budget()
-        reply = _Reply()
+        reply, params = _Reply(), self._sent_params(parts)
         for turn in range(self.max_pause_turns + 1):
-            stream = self._endpoint.fold(self._body(parts, reply.continuation()), MessageStream, budget)
+            body = self._body(parts, reply.continuation(), params)
+            stream = self._endpoint.fold(body, MessageStream, budget)
             async for text in stream:
                 yield text
             state = stream.state
@@ -197,14 +210,20 @@ class Anthropic(HTTPAdapter):
                 raise self._error(
                     f"stream ended without message_stop after {len(state.text)} text chunks: truncated"
                 )
+            if not isinstance(state.stop_reason, str):  # message_stop, but no message_delta said why
+                raise self._error(
+                    f"stream ended without a stop_reason after {len(state.text)} text chunks: truncated"
+                )
             blocks, arguments = state.content()
             reply.add(blocks, arguments, state.usage, state.model)
             reply.stop(state.stop_reason, state.stop_sequence)
             if reply.stop_reason != "pause_turn" or turn == self.max_pause_turns:
                 break
-        yield self._completion(reply, budget, lambda: repr(state))
+        yield self._completion(reply, budget, params, lambda: repr(state))
 
-    def _completion(self, reply: _Reply, budget: Budget, raw: Callable[[], str]) -> Completion:
+    def _completion(
+        self, reply: _Reply, budget: Budget, params: dict[str, Any], raw: Callable[[], str]
+    ) -> Completion:
         """The Completion of a reply, credentials the server echoed replaced, or the
         ProviderError (``raw()`` attached) when it cannot be stored."""
         scrub = self._endpoint.redact
@@ -215,7 +234,7 @@ class Anthropic(HTTPAdapter):
         return self._reply(
             message,
             model=reply.model,
-            params={"max_tokens": self.max_tokens, **self.params},
+            params={"max_tokens": self.max_tokens, **params},  # what was sent
             finish=STOP_REASONS.get(finish, finish) if isinstance(finish, str) else finish,
             usage=reply.usage,
             started=budget.started,

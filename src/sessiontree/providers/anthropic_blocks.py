@@ -20,6 +20,14 @@ Contract:
   calls are still those of the message; when the message was changed since (an
   edited call), its thinking blocks are sent verbatim, then blocks built from
   the message as it is now.
+- Two assistant messages in a row are merged with their thinking blocks first (the API
+  refuses an assistant message with thinking blocks that does not start with one).
+- ``thinking_refused(messages)``: whether the API would refuse ``thinking`` for these
+  messages. With thinking on it wants the assistant turn under way (the assistant
+  messages after the last user message that answers no tool call) to start with a
+  thinking block, and a turn another provider, a script, or this adapter without
+  thinking wrote has none; the adapter then sends that request without ``thinking``
+  (the API's own advice), rather than a request it refuses with 400.
 - ``with_cache(system, messages, tools, control)`` puts ``cache_control`` on the
   last system block, the last tool and the last block of the newest message
   (thinking blocks excepted), on copies.
@@ -172,7 +180,9 @@ def request_parts(
         if not blocks:
             return
         if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(blocks)
+            merged = [*out[-1]["content"], *blocks]
+            # thinking first, or the API refuses the message (each block stays as it was)
+            out[-1]["content"] = [b for b in merged if _thinks(b)] + [b for b in merged if not _thinks(b)]
         else:
             out.append({"role": role, "content": list(blocks)})
 
@@ -191,6 +201,20 @@ def request_parts(
         else:
             raise ValueError(f"message {i} has the role {role!r}, which the Messages API has no place for")
     return system, out, [_tool(t) for t in tools or []]
+
+
+def _thinks(block: dict[str, Any]) -> bool:
+    return block.get("type") in THINKING
+
+
+def thinking_refused(messages: list[dict[str, Any]]) -> bool:
+    """Whether the API would refuse ``thinking`` for these messages (see the module docstring)."""
+    start = -1
+    for n, message in enumerate(messages):
+        if message["role"] == "user" and not any(b.get("type") == "tool_result" for b in message["content"]):
+            start = n
+    turn = [m for m in messages[start + 1 :] if m["role"] == "assistant"]
+    return bool(turn) and not (turn[0]["content"] and _thinks(turn[0]["content"][0]))
 
 
 def _tool(spec: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,9 @@ Contract:
   was forked.
 - ``encrypted_reasoning=True`` asks for the reasoning items' encrypted content
   (``include: ["reasoning.encrypted_content"]``), which the API needs back to
-  reuse them when it does not store responses (``store=False``).
+  reuse them when it does not store responses (``store=False``); left at None,
+  it is asked for exactly when ``store=False`` (else the reasoning items sent
+  back name responses the API never kept, and it refuses them with 404).
 - ``finish_reason``: ``stop`` for a completed response, ``tool_calls`` when it
   has function calls, ``length`` for ``incomplete`` with
   ``max_output_tokens``, ``content_filter`` for ``incomplete`` with
@@ -75,7 +77,7 @@ def openai_responses(
     api_key: str | None = None,
     api_key_env: str | None = "OPENAI_API_KEY",
     stream: bool = False,
-    encrypted_reasoning: bool = False,
+    encrypted_reasoning: bool | None = None,
     **params: Any,
 ) -> OpenAIResponses:
     """Build a model ``call`` for the Responses API at ``base_url`` (``/responses`` is added).
@@ -88,6 +90,8 @@ def openai_responses(
     """
     settings = http.Settings.take(params)
     http.refuse_reserved("openai_responses", _RESERVED, params)
+    if encrypted_reasoning is None:  # needed back exactly when the API keeps nothing
+        encrypted_reasoning = params.get("store") is False
     if encrypted_reasoning:
         include = params.get("include") or []
         if not isinstance(include, list):

@@ -17,8 +17,9 @@ Contract:
   the API returned, kept by ``reply_message``) is sent as those items verbatim,
   ``reasoning`` items with their ``encrypted_content`` included, when its text
   and calls are still those of the items; when the message was changed since
-  (an edited call), its reasoning items are sent verbatim, then items built
-  from the message as it is now.
+  (an edited call), only items built from the message as it is now: the API
+  pairs a reasoning item by id with the item that followed it, and refuses one
+  whose follower is missing, which the rebuilt items (no ids) would leave it.
 - ``reply_message(output, status)`` is the OpenAI-shaped assistant message
   for a response's output items (text of its ``output_text`` and ``refusal``
   parts, ``tool_calls`` from its ``function_call`` items), with the items kept
@@ -111,8 +112,9 @@ def _item_text(item: dict[str, Any]) -> str:
 
 
 def _assistant_items(message: dict[str, Any]) -> list[dict[str, Any]]:
-    # Verbatim when unchanged: encrypted reasoning, item ids, built-in tool calls.
-    return sent_back(message, KIND, "output", _built(message), _gist, lambda i: i.get("type") == "reasoning")
+    # Verbatim when unchanged: encrypted reasoning, item ids, built-in tool calls. Edited:
+    # no reasoning (it would lack the follower it is paired with), unlike Anthropic's thinking.
+    return sent_back(message, KIND, "output", _built(message), _gist, lambda i: False)
 
 
 def request_parts(
