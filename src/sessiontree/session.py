@@ -749,7 +749,7 @@ class Session:
             if permanently:
                 return self.storage.delete_session(self._key)
             if self.storage.session_row(self.id).trashed_at is None:
-                self.storage.set_trashed(self._key, now())
+                self.storage.trash.set_trashed(self._key, now())
             self.trashed_at = self.storage.session_row(self.id).trashed_at
             return self.storage.upkeep.counts(self._key).nodes
 

@@ -199,7 +199,7 @@ class Store:
     def redactions(self, session_id: str | None = None) -> list[dict[str, Any]]:
         """Every recorded strip (node, session, field, bytes, marker, reason, created_at)."""
         key = None if session_id is None else self.session(session_id)._key
-        return self.storage.redactions(key)
+        return self.storage.trash.redactions(key)
 
     # -- lookups across sessions ---------------------------------------
 

@@ -3,8 +3,9 @@
 Contract: ``PostgresStorage(url)`` connects (a pool, psycopg 3), migrates (see
 ``postgres_db``) and implements ``Storage`` with the same keys, rows and
 invariants as the SQLite backend: tests/conformance/ runs every promise of the store on both.
-Its parts: ``upkeep`` (``postgres_upkeep``) and ``search`` (``postgres_find``);
-the trash and redactions it inherits from ``postgres_trash``.
+It is its own tree (``tree.Tree``) and holds the other parts: ``trash``
+(``postgres_trash``), ``search`` (``postgres_find``), ``upkeep``
+(``postgres_upkeep``) and ``paths``.
 
 Concurrency. SQLite has one writer at a time; here many transactions write at
 once, so the promise of ``Storage`` (a head read inside a write transaction
@@ -112,7 +113,7 @@ class _Held(threading.local):
     """The id of the last node the write transaction inserted, for ``OutcomeUnknown``."""
 
 
-class PostgresStorage(PostgresTrash, SharedReads):
+class PostgresStorage(SharedReads):
     """One PostgreSQL schema (``?schema=`` in the URL, default ``sessiontree``)."""
 
     is_tool_message = "sessiontree_json(h.payload) ->> 'role' = 'tool'"
@@ -130,6 +131,7 @@ class PostgresStorage(PostgresTrash, SharedReads):
         self.lock_class = pgdb.lock_class(self.target.schema)
         self.cache = PathCache(cache_bytes)
         self.paths = CachedPaths(self)
+        self.trash = PostgresTrash(self)
         self.upkeep = PostgresUpkeep(self)
         self.search = PostgresSearch(self)
         self._held = _Held()
