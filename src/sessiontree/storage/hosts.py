@@ -1,6 +1,6 @@
 """What a storage part needs of the backend that holds it: one protocol per backend.
 
-Contract: a part (``search.Search``, ``upkeep.Upkeep``, the trash) is a class of its
+Contract: a part (``trash.Trash``, ``search.Search``, ``upkeep.Upkeep``) is a class of its
 own that holds its backend (``SQLiteStorage`` or ``PostgresStorage``) as its
 connection helper and reaches it only through the members listed here, all
 public; mypy checks that each backend has them when it builds its parts. No part

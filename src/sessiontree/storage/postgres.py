@@ -60,8 +60,8 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
 
-from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeError, Unavailable
-from ..names import FULL_ID, MIN_PREFIX
+from ..errors import Conflict, NotFound, ReadOnly, SessionTreeError, Unavailable
+from ..names import FULL_ID
 from . import postgres_db as pgdb
 from . import postgres_pool
 from .base import SESSION_GONE
@@ -356,27 +356,22 @@ class PostgresStorage(SharedReads):
 
     # -- ids ---------------------------------------------------------------------
 
-    def resolve_id(self, table: str, what: str, ref: str, session_key: int | None = None) -> str:
-        name = sql.Identifier(table)
+    def has_id(self, table: str, id: str, session_key: int | None = None) -> bool:
         scope = sql.SQL("" if session_key is None else "AND session = %(s)s")
-        if self.fetch_value(
-            sql.SQL("SELECT 1 FROM {} WHERE id = %(ref)s {}").format(name, scope),
-            {"ref": ref, "s": session_key},
-        ):
-            return ref
-        if len(ref) < MIN_PREFIX:
-            raise NotFound(f"no {what} {ref!r} (id prefixes need at least {MIN_PREFIX} characters)")
+        query = sql.SQL("SELECT 1 FROM {} WHERE id = %(id)s {}").format(sql.Identifier(table), scope)
+        return self.fetch_value(query, {"id": id, "s": session_key}) is not None
+
+    def ids_starting_with(
+        self, table: str, prefix: str, session_key: int | None = None, limit: int = 2
+    ) -> list[str]:
+        scope = sql.SQL("" if session_key is None else "AND session = %(s)s")
+        query = sql.SQL(
+            "SELECT id FROM {} WHERE id >= %(lo)s AND id < %(hi)s {} ORDER BY id LIMIT %(limit)s"
+        ).format(sql.Identifier(table), scope)
         rows = self.fetch_all(
-            sql.SQL("SELECT id FROM {} WHERE id >= %(lo)s AND id < %(hi)s {} ORDER BY id LIMIT 2").format(
-                name, scope
-            ),
-            {"lo": ref.lower(), "hi": ref.lower() + "\uffff", "s": session_key},
+            query, {"lo": prefix, "hi": prefix + "\uffff", "s": session_key, "limit": limit}
         )
-        if not rows:
-            raise NotFound(f"no {what} {ref!r}")
-        if len(rows) > 1:
-            raise AmbiguousRef(f"{what} prefix {ref!r} is ambiguous: {rows[0][0]}, {rows[1][0]}, ...")
-        return str(rows[0][0])
+        return [str(r[0]) for r in rows]
 
     def neighbours(self, ids: Sequence[str]) -> list[Neighbour]:
         rows = self.fetch_all(

@@ -33,8 +33,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeError
-from ..names import MIN_PREFIX
+from ..errors import Conflict, NotFound, ReadOnly, SessionTreeError
 from . import leases
 from . import sqlite_db as _db
 from .base import SESSION_GONE
@@ -261,25 +260,22 @@ class SQLiteStorage(SharedReads):
 
     # -- ids ---------------------------------------------------------------
 
-    def resolve_id(self, table: str, what: str, ref: str, session_key: int | None = None) -> str:
-        """The id in ``table`` equal to ``ref``, or the one starting with it (MIN_PREFIX+ chars);
-        with ``session_key``, among that session's nodes only."""
+    def has_id(self, table: str, id: str, session_key: int | None = None) -> bool:
+        scope = "" if session_key is None else "AND session = ?"
+        params: tuple[Any, ...] = (id,) if session_key is None else (id, session_key)
+        return self._one(f"SELECT 1 FROM {table} WHERE id = ? {scope}", params) is not None
+
+    def ids_starting_with(
+        self, table: str, prefix: str, session_key: int | None = None, limit: int = 2
+    ) -> list[str]:
         scope = "" if session_key is None else "AND session = ?"
         params: tuple[Any, ...] = () if session_key is None else (session_key,)
-        if self._one(f"SELECT 1 FROM {table} WHERE id = ? {scope}", (ref, *params)):
-            return ref
-        if len(ref) < MIN_PREFIX:
-            raise NotFound(f"no {what} {ref!r} (id prefixes need at least {MIN_PREFIX} characters)")
-        # A range scan on the id index: ids are lower-case hex and dashes.
+        # A range scan on the id index: every id starting with the prefix sorts in it.
         rows = self.conn.execute(
-            f"SELECT id FROM {table} WHERE id >= ? AND id < ? {scope} ORDER BY id LIMIT 2",
-            (ref.lower(), ref.lower() + "\uffff", *params),
-        ).fetchall()
-        if not rows:
-            raise NotFound(f"no {what} {ref!r}")
-        if len(rows) > 1:
-            raise AmbiguousRef(f"{what} prefix {ref!r} is ambiguous: {rows[0][0]}, {rows[1][0]}, ...")
-        return str(rows[0][0])
+            f"SELECT id FROM {table} WHERE id >= ? AND id < ? {scope} ORDER BY id LIMIT ?",
+            (prefix, prefix + "\uffff", *params, limit),
+        )
+        return [str(r[0]) for r in rows]
 
     def neighbours(self, ids: Sequence[str]) -> list[Neighbour]:
         rows = self.conn.execute(_NEIGHBOURS, {"ids": json.dumps(list(ids))}).fetchall()
