@@ -52,9 +52,9 @@ def resolve_id(storage: Storage, table: str, what: str, ref: str, session_key: i
     found = storage.ids_starting_with(table, ref.lower(), session_key, AMBIGUOUS_SHOWN)
     if not found:
         raise NotFound(f"no {what} {ref!r}")
-    if len(found) > 1:
-        raise AmbiguousRef(f"{what} prefix {ref!r} is ambiguous: {found[0]}, {found[1]}, ...")
-    return found[0]
+    if len(found) > 1:  # the first ones it starts, then "...": there may be more
+        raise AmbiguousRef(f"{what} prefix {ref!r} is ambiguous: {', '.join(found)}, ...")
+    return found.pop()
 
 
 def session_id(storage: Storage, id_or_prefix: str) -> str:
