@@ -173,9 +173,6 @@ def apply(storage: Storage, policy: RetentionPolicy, *, dry_run: bool = True) ->
     return RetentionReport(trashed, stripped, dry_run, kept)
 
 
-POLICY_SETTINGS = ("drop_older_than", "strip_older_than", "strip_min_bytes")
-
-
 def save_policy(storage: Storage, policy: RetentionPolicy) -> dict[str, float]:
     """Replace the saved policy; the policy saved (``RetentionPolicy.to_dict``)."""
     if policy.drop_older_than is None and policy.strip_older_than is None:

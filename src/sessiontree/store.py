@@ -1,17 +1,15 @@
 """The Store: one database holding many session trees.
 
-Contract: ``Store(path)`` opens (creating if needed) and migrates a SQLite
-file; ``Store("postgresql://...")`` does the same on a PostgreSQL server (the
-``postgres`` extra), with the same API and guarantees. ``Store(path,
-readonly=True)`` opens it for inspection and never writes. Every multi-row
-write happens in one transaction, so a failure leaves nothing half-written. SQL lives in the storage backend
-Contract: ``Store(path)`` opens (creating if needed) and migrates the file;
-``Store(path, readonly=True)`` opens it for inspection and never writes; so
-does ``Store(path)`` on a file this process cannot write (a read-only file or
-directory): reads work, writes raise ``ReadOnly`` saying why.
-Every multi-row write happens in one ``BEGIN IMMEDIATE`` transaction, so a
-failure leaves nothing half-written. SQL lives in the storage backend
-(``storage``); the store holds the cross-session rules.
+Contract: ``Store(path)`` opens (creating if needed) and migrates a SQLite file
+(or ``:memory:``); ``Store("postgresql://...")`` does the same on a PostgreSQL
+server (the ``postgres`` extra), with the same API and guarantees.
+``Store(path, readonly=True)`` opens it for inspection and never writes; so does
+``Store(path)`` on a file this process cannot write (a read-only file or
+directory): reads work, writes raise ``ReadOnly`` saying why. Every multi-row
+write happens in one transaction, so a failure leaves nothing half-written. SQL
+lives in the storage backend (``storage``); what a ref or a session id names is
+``refs``'s; the store holds the rules across sessions and hands the rest to its
+feature modules (``retention``, ``search``, ``maintenance``).
 """
 
 from __future__ import annotations
