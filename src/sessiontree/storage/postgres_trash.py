@@ -15,7 +15,7 @@ from typing import Any
 
 from ..model import TrashEntry, encode_payload
 from . import shared_sql
-from .hosts import PostgresHost
+from .hosts import Part, PostgresHost
 from .rows import DroppableSession, StrippableResult
 from .shared_sql import for_postgres
 from .trash import Trash
@@ -37,11 +37,8 @@ ORDER BY n.id
 """
 
 
-class PostgresTrash(Trash):
+class PostgresTrash(Part[PostgresHost], Trash):
     """Trash, retention policy and redactions of one PostgreSQL schema."""
-
-    def __init__(self, storage: PostgresHost) -> None:
-        self.storage = storage
 
     def set_trashed(self, session_key: int, when: str | None) -> None:
         storage = self.storage

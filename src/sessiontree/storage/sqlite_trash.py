@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..model import TrashEntry
-from .hosts import SQLiteHost
+from .hosts import Part, SQLiteHost
 from .rows import DroppableSession, StrippableResult
 from .shared_sql import DROPPABLE, REDACTION_FIELDS, REDACTIONS
 from .trash import Trash
@@ -34,11 +34,8 @@ ORDER BY n.id
 """
 
 
-class SQLiteTrash(Trash):
+class SQLiteTrash(Part[SQLiteHost], Trash):
     """Trash, retention policy and redactions of one SQLite store."""
-
-    def __init__(self, storage: SQLiteHost) -> None:
-        self.storage = storage
 
     def set_trashed(self, session_key: int, when: str | None) -> None:
         """Put a session in the trash at ``when`` (a session already there keeps its
