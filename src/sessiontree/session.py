@@ -106,6 +106,8 @@ class Session:
 
     def expected_head(self, expect_head: Ref | None) -> str | None:
         """The node id an ``expect_head=`` argument names (None: no compare-and-set)."""
+        if expect_head is None:  # most appends: no call more on their path
+            return None
         return refs.expected_head(self.storage, self._key, self.id, expect_head)
 
     # -- writing nodes ---------------------------------------------------
