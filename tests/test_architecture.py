@@ -338,8 +338,27 @@ def _storage_methods() -> set[str]:
     return {name for name in dir(Storage) if not name.startswith("_") and callable(getattr(Storage, name))}
 
 
+PARTS = ("trash", "search", "upkeep")
+"""The storage parts a caller reaches as ``storage.<part>.<method>(...)``."""
+
+
+def _part_methods() -> set[str]:
+    from sessiontree.storage import search, trash, upkeep
+
+    parts = (trash.Trash, search.Search, upkeep.Upkeep)
+    return {
+        name
+        for part in parts
+        for name in dir(part)
+        if not name.startswith("_") and callable(getattr(part, name))
+    }
+
+
 def _is_storage(node: ast.expr) -> bool:
-    """``storage``, ``self.storage``, ``store.storage``: the storage object itself."""
+    """``storage``, ``self.storage``, ``store.storage``: the storage object itself, or one
+    of its parts (``storage.trash``, ...)."""
+    if isinstance(node, ast.Attribute) and node.attr in PARTS:
+        node = node.value
     return (isinstance(node, ast.Name) and node.id == "storage") or (
         isinstance(node, ast.Attribute) and node.attr == "storage"
     )
@@ -449,7 +468,7 @@ def test_the_positional_read_finder_sees_every_shape():
 def test_no_storage_result_is_read_by_position_outside_storage():
     """Every storage result is a named row (``storage.rows``): ``handle.session_id``, never
     ``handle[1]``, so a reader says what it reads and mypy checks it."""
-    methods = _storage_methods()
+    methods = _storage_methods() | _part_methods()
     found = []
     for path in sorted((SRC / PACKAGE).rglob("*.py")):
         if (SRC / PACKAGE / "storage") in path.parents:
@@ -522,3 +541,39 @@ def test_no_storage_part_redeclares_a_helper_as_a_stub():
                 if isinstance(raised, ast.Name) and raised.id == "NotImplementedError":
                     found.append(f"{path.relative_to(SRC)}:{node.lineno}")
     assert not found, "stubs in storage/:\n" + "\n".join(found)
+
+
+def test_storage_parts_are_held_not_inherited():
+    """The trash, search and upkeep are objects a backend holds (``storage.trash``, ...),
+    one class per backend; the backend class is its tree and inherits no part."""
+    from sessiontree.storage import search, trash, upkeep
+    from sessiontree.storage.base import Storage
+    from sessiontree.storage.postgres import PostgresStorage
+    from sessiontree.storage.sqlite import SQLiteStorage
+
+    parts = {"trash": trash.Trash, "search": search.Search, "upkeep": upkeep.Upkeep}
+    for backend in (SQLiteStorage, PostgresStorage):
+        inherited = [part.__name__ for part in parts.values() if issubclass(backend, part)]
+        assert not inherited, f"{backend.__name__} inherits {inherited}"
+    import typing
+
+    hints = typing.get_type_hints(Storage)
+    assert {name: hints[name] for name in parts} == parts
+
+
+def test_what_a_ref_names_is_worded_only_in_refs():
+    """Ref resolution is written once (``refs``): no other module raises ``AmbiguousRef``
+    or says how long an id prefix must be."""
+    found = []
+    for path in sorted((SRC / PACKAGE).rglob("*.py")):
+        if path == SRC / PACKAGE / "refs.py":
+            continue
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                raised = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                if isinstance(raised, ast.Name) and raised.id == "AmbiguousRef":
+                    found.append(f"{path.relative_to(SRC)}:{node.lineno}")
+        if "id prefixes need" in text:
+            found.append(f"{path.relative_to(SRC)}: says how long an id prefix must be")
+    assert not found, "ref resolution outside refs.py:\n" + "\n".join(found)

@@ -39,12 +39,13 @@ IDLE = 0.2
 
 
 @contextmanager
-def meanwhile(store: Store, method: str, act: Callable[[], Any], by: Store) -> Iterator[dict]:
-    """While the block runs: right after the first call of ``store.storage.<method>``
-    returns, ``act`` runs in another thread, writing through the store ``by``; the caller
-    goes on once it has finished, or once it waits for a lock the caller holds (on SQLite
-    the write lock; see ``until_done_or_blocked``). The dict gets ``result`` or ``error``."""
-    original = getattr(store.storage, method)
+def meanwhile(part: object, method: str, act: Callable[[], Any], by: Store) -> Iterator[dict]:
+    """While the block runs: right after the first call of ``part.<method>`` (``part``: a
+    storage part, such as ``store.storage.trash``) returns, ``act`` runs in another thread,
+    writing through the store ``by``; the caller goes on once it has finished, or once it
+    waits for a lock the caller holds (on SQLite the write lock; see
+    ``until_done_or_blocked``). The dict gets ``result`` or ``error``."""
+    original = getattr(part, method)
     outcome: dict[str, Any] = {}
     reached = threading.Event()
 
@@ -68,11 +69,11 @@ def meanwhile(store: Store, method: str, act: Callable[[], Any], by: Store) -> I
             until_done_or_blocked(thread, by, reached)
         return value
 
-    setattr(store.storage, method, first_then_act)  # an instance attribute hides the method
+    setattr(part, method, first_then_act)  # an instance attribute hides the method
     try:
         yield outcome
     finally:
-        delattr(store.storage, method)
+        delattr(part, method)
         if thread.ident is not None:
             thread.join(60)
     assert thread.ident is not None and not thread.is_alive(), f"{method} was never called"
@@ -101,7 +102,7 @@ def test_a_session_restored_while_the_trash_is_emptied_is_kept(db_target, frozen
             other.restore_session(victim.id)
             return other.session(victim.id).append(user("after the restore")).id
 
-        with meanwhile(janitor, "trashed", restore_and_append, by=other) as outcome:
+        with meanwhile(janitor.storage.trash, "trashed", restore_and_append, by=other) as outcome:
             emptied = [e.session_id for e in janitor.empty_trash()]
         if postgres(janitor):  # restored before the janitor looked again: kept
             assert emptied == [] and "result" in outcome
@@ -171,7 +172,7 @@ def test_what_protects_a_session_from_a_drop_protects_it_when_it_arrives_meanwhi
             else:
                 mine.append(user("still here"))
 
-        with meanwhile(janitor, "droppable_sessions", protect, by=other) as outcome:
+        with meanwhile(janitor.storage.trash, "droppable_sessions", protect, by=other) as outcome:
             report = janitor.retention(drop_older_than=IDLE, dry_run=False)
         in_trash = [t.session_id for t in janitor.trash()]
         if postgres(janitor):  # protected before the janitor looked again: left alone
@@ -203,7 +204,7 @@ def test_a_strip_leaves_alone_what_changed_since_it_looked(db_target, how, froze
                 return other.delete_session(session_id, permanently=True)
             return other.retention(strip_older_than=0, strip_min_bytes=1000, dry_run=False)
 
-        with meanwhile(janitor, "strippable_results", change, by=other) as outcome:
+        with meanwhile(janitor.storage.trash, "strippable_results", change, by=other) as outcome:
             report = janitor.retention(strip_older_than=0, strip_min_bytes=1000, dry_run=False)
         assert "error" not in outcome, outcome
         if postgres(janitor):  # the other store went first; the janitor left its node alone

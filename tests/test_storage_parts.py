@@ -21,7 +21,7 @@ def is_postgres(store: Store) -> bool:
 
 def test_each_backend_has_its_parts(every_store):
     storage = every_store.storage
-    assert isinstance(storage, tree.Tree) and isinstance(storage, trash.Trash)
+    assert isinstance(storage, tree.Tree) and isinstance(storage.trash, trash.Trash)
     assert isinstance(storage.search, search.Search)
     assert isinstance(storage.upkeep, upkeep.Upkeep)
     assert isinstance(storage.paths, CachedPaths)

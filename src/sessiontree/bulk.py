@@ -134,7 +134,7 @@ def feed_stored(storage: Storage, session_id: str, sink: Sink) -> None:
         )
         for run in storage.runs_stream(key):
             sink.run(id, run_from(fields(run, RUN_FIELDS)))
-        for r in storage.redactions(key):
+        for r in storage.trash.redactions(key):
             values = (r["node"], r["field"], r["bytes"], r["marker"], r["reason"], r["created_at"])
             sink.redaction(id, ImportedRedaction(*values))
         for node in storage.tree_stream(key):

@@ -300,7 +300,9 @@ class StreamWriter:
             raise InvalidTree(f"{where(item.node)} appears twice")
         strip = item.strip
         if check_same(item.node, item.text, item.session_id, old, open_.redacted, strip) and strip:
-            self.storage.redact(strip.node_id, strip.field, strip.marker, strip.reason, strip.created_at)
+            self.storage.trash.redact(
+                strip.node_id, strip.field, strip.marker, strip.reason, strip.created_at
+            )
         check_depth(item.node, old.depth)  # which its parents gave it
 
     def _place(
@@ -370,7 +372,7 @@ class StreamWriter:
             except SessionTreeError as e:
                 raise InvalidTree(f"session {session_id}: {e}") from None
         for _, strip in self.strips_written:
-            self.storage.record_redaction(
+            self.storage.trash.record_redaction(
                 strip.node_id, strip.field, strip.bytes, strip.marker, strip.reason, strip.created_at
             )
         self.strips_written.clear()
@@ -516,7 +518,7 @@ class StoredRedactions:
 
     def field(self, node_id: str) -> str | None:
         if self._fields is None:
-            self._fields = {r["node"]: r["field"] for r in self.storage.redactions(self.session_key)}
+            self._fields = {r["node"]: r["field"] for r in self.storage.trash.redactions(self.session_key)}
         return self._fields.get(node_id)
 
 

@@ -10,6 +10,8 @@ Contract:
   (marker nodes such as pauses, decisions and tool starts are stepped over, so
   ``main~1`` is the message before the head); ``~N!`` counts every node, as git
   does. ``~`` alone is ``~1``; suffixes add up: ``main~2~1`` is ``main~3``.
+  This module parses a ref's text; what it points at in a store, and every message
+  when it points at nothing or at more than one thing, is ``refs``'s.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ def iso_ago(seconds: float) -> str:
 
 def trash(storage: Storage) -> list[TrashEntry]:
     """The sessions in the trash, longest there first."""
-    return storage.trashed()
+    return storage.trash.trashed()
 
 
 def restore(storage: Storage, session_id: str) -> None:
@@ -72,7 +72,7 @@ def restore(storage: Storage, session_id: str) -> None:
         row = storage.session_row(session_id)
         if row.trashed_at is None:
             raise Conflict(f"session {session_id} is not in the trash")
-        storage.set_trashed(row.key, None)
+        storage.trash.set_trashed(row.key, None)
 
 
 def empty_trash(storage: Storage, *, older_than: float = 0, dry_run: bool = False) -> list[TrashEntry]:
@@ -80,12 +80,12 @@ def empty_trash(storage: Storage, *, older_than: float = 0, dry_run: bool = Fals
     transaction); the ones removed (or that would be, on a dry run)."""
     before = iso_ago(older_than)
     with storage.snapshot() if dry_run else storage.transaction():
-        listed = storage.trashed(before=before)
+        listed = storage.trash.trashed(before=before)
         if dry_run or not listed:
             return listed
         # Listed again under the sessions' locks: one restored since the first look stays.
         keys = storage.lock_sessions([entry.session_id for entry in listed])
-        doomed = [entry for entry in storage.trashed(before=before) if entry.session_id in keys]
+        doomed = [entry for entry in storage.trash.trashed(before=before) if entry.session_id in keys]
         for entry in doomed:
             storage.delete_session(keys[entry.session_id])
     return doomed
@@ -143,8 +143,10 @@ def apply(storage: Storage, policy: RetentionPolicy, *, dry_run: bool = True) ->
     def candidates() -> tuple[list[str], list[str], list[StrippableResult]]:
         """(sessions to trash, idle ones left for their work in flight, tool results to
         strip) as the store holds them now."""
-        droppable = [] if drop_cutoff is None else storage.droppable_sessions(drop_cutoff)
-        strippable = [] if strip_cutoff is None else storage.strippable_results(strip_cutoff, strip_min_bytes)
+        droppable = [] if drop_cutoff is None else storage.trash.droppable_sessions(drop_cutoff)
+        strippable = (
+            [] if strip_cutoff is None else storage.trash.strippable_results(strip_cutoff, strip_min_bytes)
+        )
         going = [idle.session_id for idle in droppable if not idle.in_flight]
         return going, [idle.session_id for idle in droppable if idle.in_flight], strippable
 
@@ -165,13 +167,10 @@ def apply(storage: Storage, policy: RetentionPolicy, *, dry_run: bool = True) ->
         ]
         if not dry_run:
             for item in stripped:
-                storage.redact(item.node_id, "content", marker(item.bytes, when, reason), reason, when)
+                storage.trash.redact(item.node_id, "content", marker(item.bytes, when, reason), reason, when)
             for session_id in trashed:
-                storage.set_trashed(keys[session_id], when)
+                storage.trash.set_trashed(keys[session_id], when)
     return RetentionReport(trashed, stripped, dry_run, kept)
-
-
-POLICY_SETTINGS = ("drop_older_than", "strip_older_than", "strip_min_bytes")
 
 
 def save_policy(storage: Storage, policy: RetentionPolicy) -> dict[str, float]:
@@ -180,13 +179,13 @@ def save_policy(storage: Storage, policy: RetentionPolicy) -> dict[str, float]:
         raise Conflict("a retention policy needs drop_older_than, strip_older_than or both")
     saved = policy.to_dict()
     with storage.transaction():
-        storage.set_retention_policy(saved)
+        storage.trash.set_retention_policy(saved)
     return saved
 
 
 def saved_policy(storage: Storage) -> dict[str, float]:
     """The saved policy (empty when none was saved)."""
-    return storage.retention_policy()
+    return storage.trash.retention_policy()
 
 
 def apply_saved(storage: Storage, *, dry_run: bool = True) -> RetentionReport:

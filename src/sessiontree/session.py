@@ -9,8 +9,9 @@ Contract:
 - A *ref* is a branch name, a checkpoint name, a node id, a unique id prefix
   (4+ characters) or a ``Node``, optionally with a git-style ``~N`` suffix
   for the Nth ancestor message (``~N!``: the Nth ancestor node, markers
-  included; see ``names``). Branch and checkpoint names share one namespace
-  per session and can never look like an id, so a ref always means one thing.
+  included). Branch and checkpoint names share one namespace per session and
+  can never look like an id, so a ref always means one thing; ``refs`` says
+  which, and words what names nothing.
 - Branches move; checkpoints never do. Forking is one row; nothing is copied.
 - ``path`` reads root-to-node in one recursive query, whatever the depth.
 - The rules live here; every statement runs in the storage backend. Row keys
@@ -23,9 +24,9 @@ import inspect
 import json
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, NamedTuple, TypeGuard
+from typing import Any, NamedTuple
 
-from . import compaction, maintenance
+from . import compaction, maintenance, refs
 from .errors import BranchMoved, CheckpointImmutable, Conflict, InvalidPayload, MetadataChanged, NotFound
 from .ids import is_stamp, new_id, new_ids, now
 from .model import (
@@ -43,19 +44,16 @@ from .model import (
 )
 from .names import (
     FULL_ID,
-    MIN_PREFIX,
     check_lookup,
     check_name,
     check_text,
-    counts_every_node,
     shown,
-    split_ancestry,
     unstorable,
 )
+from .refs import Ref
 from .storage import Storage
 from .storage.rows import SessionRow
 
-Ref = str | Node
 PIN_PREFIX = "pin-"
 """A pin is the checkpoint ``pin-<node id>`` (``Session.pin``)."""
 RunLike = str | Completion | dict[str, Any] | None
@@ -102,66 +100,15 @@ class Session:
             return self._locate(ref)[1]
 
     def _locate(self, ref: Ref) -> tuple[int, str]:
-        """(row key, id) of the node a ref points at; call inside a snapshot or transaction."""
-        if isinstance(ref, Node):
-            if ref.session_id != self.id:
-                raise Conflict(f"node {ref.id} belongs to session {ref.session_id}, not {self.id}")
-            ref = ref.id
-        if not isinstance(ref, str) or not ref:
-            raise NotFound(f"no node, branch or checkpoint {ref!r} in session {self.id}")
-        base, generations = split_ancestry(check_lookup(ref, "node, branch or checkpoint"))
-        key, node_id = self._locate_base(base)
-        if generations:
-            # The walk stops at the root, so even a huge count (capped by split_ancestry to
-            # fit a 64-bit integer) costs at most the depth.
-            every = counts_every_node(ref)
-            ancestor = self.storage.ancestor(key, generations, messages_only=not every)
-            if ancestor is None:
-                depth = self.storage.node(node_id).depth
-                # Deep enough, but not in messages: say why, and how to count every node.
-                why = "" if every or depth < generations else "; ~N counts messages, ~N! every node"
-                raise NotFound(f"{shown(ref)} goes past the root: {shown(base)} is at depth {depth}{why}")
-            key, node_id = ancestor.key, ancestor.id
-        return key, node_id
-
-    def _locate_base(self, ref: str) -> tuple[int, str]:
-        # A whole id is never a name (new names cannot look like ids): the node is looked up first.
-        whole_id = FULL_ID.fullmatch(ref) is not None
-        handle = self.storage.handle(ref) if whole_id else None
-        if handle is None:
-            found = self.storage.ref(self._key, ref)
-            if found is not None:
-                if found.key is None or found.id is None:
-                    raise NotFound(f"branch {shown(ref)} has no nodes yet")
-                return found.key, found.id
-            if not whole_id:  # an imported id of another shape
-                handle = self.storage.handle(ref)
-        if handle is not None:
-            if handle.session_id != self.id:
-                raise Conflict(f"node {ref} belongs to session {handle.session_id}, not {self.id}")
-            return handle.key, ref
-        try:
-            node_id = self.storage.resolve_id("nodes", "node", ref, self._key)
-        except NotFound:
-            hint = f" (id prefixes need at least {MIN_PREFIX} characters)" if len(ref) < MIN_PREFIX else ""
-            raise NotFound(f"no node, branch or checkpoint {shown(ref)} in session {self.id}{hint}") from None
-        handle = self.storage.handle(node_id)
-        assert handle is not None
-        return handle.key, node_id
+        """(row key, id) of the node a ref points at (``refs.locate``); call inside a
+        snapshot or transaction."""
+        return refs.locate(self.storage, self._key, self.id, ref)
 
     def expected_head(self, expect_head: Ref | None) -> str | None:
         """The node id an ``expect_head=`` argument names (None: no compare-and-set)."""
-        if expect_head is None:
+        if expect_head is None:  # most appends: no call more on their path
             return None
-        if isinstance(expect_head, Node):
-            if expect_head.session_id != self.id:
-                raise Conflict(
-                    f"node {expect_head.id} belongs to session {expect_head.session_id}, not {self.id}"
-                )
-            return expect_head.id
-        if isinstance(expect_head, str):
-            return expect_head if FULL_ID.fullmatch(expect_head) else self.resolve(expect_head)
-        raise TypeError(f"expect_head must be a Node, a node id or None, not {type(expect_head).__name__}")
+        return refs.expected_head(self.storage, self._key, self.id, expect_head)
 
     # -- writing nodes ---------------------------------------------------
 
@@ -405,7 +352,7 @@ class Session:
 
     def path(self, ref: Ref = "main") -> list[Node]:
         """Root-to-node (main's head by default, as ``messages``), in one recursive query."""
-        if _plain_name(ref):  # a branch or checkpoint: one statement where it costs a round trip
+        if refs.plain_name(ref):  # a branch or checkpoint: one statement where it costs a round trip
             found = self.storage.paths.path_at_ref(self._key, self.id, ref)
             if found is not None:
                 return list(found)
@@ -419,7 +366,7 @@ class Session:
         list; the dicts in it are the nodes' payloads, shared with the store's cache, so
         treat them as read-only (``copy.deepcopy`` one to change it).
         """
-        if _plain_name(ref):
+        if refs.plain_name(ref):
             messages = self.storage.paths.messages_at_ref(self._key, self.id, ref)
             if messages is not None:
                 return messages
@@ -520,7 +467,7 @@ class Session:
                 since_key, since_id = self._locate(since)
                 if not self.storage.is_ancestor(since_key, key):
                     raise Conflict(
-                        f"{_ref_text(since)} ({since_id}) is not an ancestor of {_ref_text(ref)}"
+                        f"{refs.ref_text(since)} ({since_id}) is not an ancestor of {refs.ref_text(ref)}"
                         f" ({node_id}): usage counts the calls after a node on the path"
                     )
                 after = self.storage.node(since_id).depth
@@ -585,7 +532,7 @@ class Session:
             return None
         if isinstance(at, Node):
             at = at.id if at.session_id == self.id else ""
-        if not _plain_name(at) and not (isinstance(at, str) and FULL_ID.fullmatch(at)):
+        if not refs.plain_name(at) and not (isinstance(at, str) and FULL_ID.fullmatch(at)):
             return None
         try:
             check_name(name, what)
@@ -749,7 +696,7 @@ class Session:
             if permanently:
                 return self.storage.delete_session(self._key)
             if self.storage.session_row(self.id).trashed_at is None:
-                self.storage.set_trashed(self._key, now())
+                self.storage.trash.set_trashed(self._key, now())
             self.trashed_at = self.storage.session_row(self.id).trashed_at
             return self.storage.upkeep.counts(self._key).nodes
 
@@ -812,24 +759,6 @@ def _chosen_ids(ids: Sequence[str] | None, count: int) -> list[str] | None:
             raise InvalidPayload(f"node id {node_id} is given twice: each node needs its own")
         seen.add(node_id)
     return chosen
-
-
-def _plain_name(ref: Ref) -> TypeGuard[str]:
-    """Whether ``ref`` may be a branch or checkpoint name as written (no ``~N``, not a
-    whole id): what ``_locate`` looks up first as a name, so finding it as one gives the
-    node ``_locate`` would. Anything else, or a name not found, goes the general way."""
-    return (
-        isinstance(ref, str)
-        and bool(ref)
-        and "~" not in ref
-        and FULL_ID.fullmatch(ref) is None
-        and unstorable(ref) is None
-    )
-
-
-def _ref_text(ref: Ref) -> str:
-    """A ref as a message quotes it."""
-    return ref.id if isinstance(ref, Node) else shown(ref)
 
 
 def summary_text(result: Any) -> tuple[str, Completion | None]:

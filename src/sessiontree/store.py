@@ -1,17 +1,15 @@
 """The Store: one database holding many session trees.
 
-Contract: ``Store(path)`` opens (creating if needed) and migrates a SQLite
-file; ``Store("postgresql://...")`` does the same on a PostgreSQL server (the
-``postgres`` extra), with the same API and guarantees. ``Store(path,
-readonly=True)`` opens it for inspection and never writes. Every multi-row
-write happens in one transaction, so a failure leaves nothing half-written. SQL lives in the storage backend
-Contract: ``Store(path)`` opens (creating if needed) and migrates the file;
-``Store(path, readonly=True)`` opens it for inspection and never writes; so
-does ``Store(path)`` on a file this process cannot write (a read-only file or
-directory): reads work, writes raise ``ReadOnly`` saying why.
-Every multi-row write happens in one ``BEGIN IMMEDIATE`` transaction, so a
-failure leaves nothing half-written. SQL lives in the storage backend
-(``storage``); the store holds the cross-session rules.
+Contract: ``Store(path)`` opens (creating if needed) and migrates a SQLite file
+(or ``:memory:``); ``Store("postgresql://...")`` does the same on a PostgreSQL
+server (the ``postgres`` extra), with the same API and guarantees.
+``Store(path, readonly=True)`` opens it for inspection and never writes; so does
+``Store(path)`` on a file this process cannot write (a read-only file or
+directory): reads work, writes raise ``ReadOnly`` saying why. Every multi-row
+write happens in one transaction, so a failure leaves nothing half-written. SQL
+lives in the storage backend (``storage``); what a ref or a session id names is
+``refs``'s; the store holds the rules across sessions and hands the rest to its
+feature modules (``retention``, ``search``, ``maintenance``).
 """
 
 from __future__ import annotations
@@ -23,8 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import keywords, maintenance, retention, search
-from .errors import Conflict, NotFound, SessionTreeError
+from . import keywords, maintenance, refs, retention, search
+from .errors import Conflict, SessionTreeError
 from .ids import new_id, now
 from .model import (
     Node,
@@ -39,7 +37,7 @@ from .model import (
     VerifyReport,
     encode_json,
 )
-from .names import MIN_PREFIX, check_lookup, check_text, split_ancestry
+from .names import MIN_PREFIX, check_lookup, check_text
 from .retention import DEFAULT_MIN_BYTES, RetentionPolicy
 from .session import Ref, Session
 from .storage import SQLiteStorage, Storage, open_storage
@@ -125,9 +123,8 @@ class Store:
         return Session.from_row(self.storage, self.storage.session_row(self.resolve_session_id(id_or_prefix)))
 
     def resolve_session_id(self, id_or_prefix: str) -> str:
-        if not isinstance(id_or_prefix, str) or not id_or_prefix:
-            raise NotFound(f"no session {id_or_prefix!r}")
-        return self.storage.resolve_id("sessions", "session", check_lookup(id_or_prefix, "session"))
+        """The id of the session an id or unique prefix names (``refs.session_id``)."""
+        return refs.session_id(self.storage, id_or_prefix)
 
     def sessions(self, *, include_archived: bool = False) -> list[SessionInfo]:
         """All sessions, most recently active first (the last node written; the creation
@@ -199,21 +196,14 @@ class Store:
     def redactions(self, session_id: str | None = None) -> list[dict[str, Any]]:
         """Every recorded strip (node, session, field, bytes, marker, reason, created_at)."""
         key = None if session_id is None else self.session(session_id)._key
-        return self.storage.redactions(key)
+        return self.storage.trash.redactions(key)
 
     # -- lookups across sessions ---------------------------------------
 
     def node(self, ref: str | Node) -> Node:
-        """A node of any session: a ``Node``, an id or unique id prefix, optionally ``~N``."""
-        if isinstance(ref, Node):
-            return self.storage.node(ref.id)
-        if not isinstance(ref, str) or not ref:
-            raise NotFound(f"no node {ref!r}")
-        base, generations = split_ancestry(check_lookup(ref, "node"))
-        node = self.storage.node(self.storage.resolve_id("nodes", "node", base))
-        if generations:  # the session knows how to walk up and what to say past the root
-            return self.session(node.session_id).node(f"{node.id}{ref[len(base) :]}")
-        return node
+        """A node of any session: a ``Node``, an id or unique id prefix, optionally ``~N``
+        (``refs.node``)."""
+        return refs.node(self.storage, ref)
 
     def run(self, run_id: str) -> Run:
         """The provenance record of one model call."""

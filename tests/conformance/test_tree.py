@@ -213,6 +213,23 @@ def test_prefixes_resolve_like_git(store, session):
         store.node(shared)
 
 
+def test_a_prefix_reads_in_any_case_and_among_its_sessions_nodes(store, session):
+    node = session.append(user("a"))
+    assert session.node(node.id[:13].upper()).id == node.id
+    assert store.node(node.id[:13].upper()).id == node.id
+    assert store.session(session.id[:13].upper()).id == session.id
+    other = store.create_session("other")
+    theirs = other.append(user("b"))
+    shared = os.path.commonprefix([node.id, theirs.id])  # UUIDv7: the same clock prefix
+    assert len(shared) >= 8
+    with pytest.raises(
+        AmbiguousRef, match=f"node prefix '{shared}' is ambiguous: {min(node.id, theirs.id)}, "
+    ):
+        store.node(shared)  # two nodes of the store start so
+    assert session.node(shared).id == node.id  # one of each session's
+    assert other.node(shared).id == theirs.id
+
+
 def test_nodes_are_immutable_in_the_schema(store, session):
     node = session.append(user("a"))
     for column, value in (

@@ -3,14 +3,29 @@
 Contract: a ``Storage`` is one database, as its parts, each an interface of its own:
 
 - the **tree** (``tree.Tree``: sessions, nodes, refs, runs, pauses, tool leases
-  and the path walks) and the **trash** (``trash.Trash``: trash, retention policy,
-  redactions), which the backend class implements itself: callers reach them as
-  ``storage.node(...)``, ``storage.trashed()``;
-- ``storage.search`` (``search.Search``) and ``storage.upkeep`` (``upkeep.Upkeep``),
+  and the path walks), which the backend class is itself: callers reach it as
+  ``storage.node(...)``;
+- ``storage.trash`` (``trash.Trash``: trash, retention policy, redactions),
+  ``storage.search`` (``search.Search``) and ``storage.upkeep`` (``upkeep.Upkeep``),
   each one class per backend in a file of its own holding the backend as its
   connection helper (``hosts``); an operation a backend cannot do is None there;
 - ``storage.paths`` (``paths.CachedPaths``): root-to-node paths through the path
   cache, the way the session layer reads them; a backend supplies the walks.
+
+Why the tree is not a part of its own: it is what the backend's transaction
+state is for. On PostgreSQL the first read or write of a session's refs or
+nodes inside a write takes that session's lock (``claim``) and ``insert_nodes``
+notes the last node for ``OutcomeUnknown``; on SQLite ``insert_nodes`` counts
+what the search index has yet to take in, per connection. A tree held apart
+would need all of that exposed through ``hosts``, and each of its 90 calls in
+8 modules (``Session``, ``Store``, ``bulk``, ``worker``, ...) would gain a hop
+for nothing: the parts are what the backend *holds*, the tree is what it *is*.
+``lock_sessions`` is the backend's too, with ``transaction()``: the trash,
+retention, pins and metadata writes all take it.
+
+The methods that moved to ``storage.trash`` (``trashed``, ``set_trashed``, ...)
+and ``unreachable`` (now ``storage.upkeep.unreachable``) are still reachable on
+the storage under their old names for one release (``_OnPart``).
 
 A backend (``SQLiteStorage``, ``PostgresStorage``) implements each with its own
 SQL and nothing else. Public ids (UUIDv7 text) and model objects or named rows
@@ -39,7 +54,6 @@ from typing import Any
 from ..model import Run
 from .cache import PathCache
 from .paths import CachedPaths
-from .rows import Unreachable
 from .search import Search
 from .trash import Trash
 from .tree import NodeRow, Tree
@@ -53,8 +67,25 @@ SESSION_GONE = "the session no longer exists (another writer deleted it); nothin
 RUN_FIELDS = ("model", "provider", "params", "usage", "latency_ms", "finish_reason", "created_at")
 
 
-class Storage(Tree, Trash):
-    """One database: its tree and trash, and its parts. See the module docstring."""
+class _OnPart:
+    """A method of a part under the name it had on the storage before the parts (for one
+    release): ``storage.trashed()`` is ``storage.trash.trashed()``. New code calls the part."""
+
+    def __init__(self, part: str) -> None:
+        self.part = part
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, storage: object, owner: type | None = None) -> Any:
+        if storage is None:
+            return self
+        return getattr(getattr(storage, self.part), self.name)
+
+
+class Storage(Tree):
+    """One database: its tree, and its parts. See the module docstring."""
 
     cache: PathCache
     readonly: bool
@@ -62,6 +93,8 @@ class Storage(Tree, Trash):
     """What the store was opened with: a file path, ``:memory:`` or a postgresql:// URL
     (its password hidden)."""
 
+    trash: Trash
+    """The trash, the saved retention policy and redactions (``trash.Trash``)."""
     search: Search
     """Full-text search and its index (``search.Search``)."""
     upkeep: Upkeep
@@ -82,13 +115,29 @@ class Storage(Tree, Trash):
     def snapshot(self) -> AbstractContextManager[None]:
         """Several reads from one consistent state."""
 
+    @abstractmethod
+    def lock_sessions(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """Inside a write transaction: no other transaction writes these sessions until this
+        one ends, and what is read about them from now on is what it wrote last (SQLite: so
+        already, its write transaction is the only one). The keys of those of them that
+        exist; read again whatever the caller decided from before this call."""
+
     @property
     @abstractmethod
     def schema_version(self) -> int: ...
 
-    def unreachable(self, session_key: int | None, *, delete: bool, cutoff: str = "") -> Unreachable:
-        """``upkeep.unreachable``, under the name it had before the parts (for one release)."""
-        return self.upkeep.unreachable(session_key, delete=delete, cutoff=cutoff)
+    # -- the old names of what moved to a part (for one release) ---------------
+
+    set_trashed = _OnPart("trash")
+    trashed = _OnPart("trash")
+    droppable_sessions = _OnPart("trash")
+    strippable_results = _OnPart("trash")
+    redact = _OnPart("trash")
+    record_redaction = _OnPart("trash")
+    retention_policy = _OnPart("trash")
+    set_retention_policy = _OnPart("trash")
+    redactions = _OnPart("trash")
+    unreachable = _OnPart("upkeep")
 
 
 def decode_run(row: Sequence[Any]) -> Run:

@@ -1,17 +1,18 @@
 """What a storage part needs of the backend that holds it: one protocol per backend.
 
-Contract: a part (``search.Search``, ``upkeep.Upkeep``, the trash) is a class of its
+Contract: a part (``trash.Trash``, ``search.Search``, ``upkeep.Upkeep``) is a class of its
 own that holds its backend (``SQLiteStorage`` or ``PostgresStorage``) as its
 connection helper and reaches it only through the members listed here, all
 public; mypy checks that each backend has them when it builds its parts. No part
-re-declares a helper as a stub.
+re-declares a helper as a stub. ``Part[SQLiteHost]`` (or ``Part[PostgresHost]``) is
+the holding, written once: ``self.storage``, typed as the protocol the part uses.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ..model import Node
 from .cache import PathCache
@@ -69,4 +70,14 @@ class PostgresHost(Host, Protocol):
     def claim(self, session_key: int) -> None: ...
 
 
-__all__ = ["Host", "PostgresHost", "SQLiteHost"]
+H = TypeVar("H", bound=Host)
+
+
+class Part(Generic[H]):
+    """A part of a storage, holding the backend it is part of as its connection helper."""
+
+    def __init__(self, storage: H) -> None:
+        self.storage = storage
+
+
+__all__ = ["Host", "Part", "PostgresHost", "SQLiteHost"]

@@ -3,8 +3,9 @@
 Contract: ``PostgresStorage(url)`` connects (a pool, psycopg 3), migrates (see
 ``postgres_db``) and implements ``Storage`` with the same keys, rows and
 invariants as the SQLite backend: tests/conformance/ runs every promise of the store on both.
-Its parts: ``upkeep`` (``postgres_upkeep``) and ``search`` (``postgres_find``);
-the trash and redactions it inherits from ``postgres_trash``.
+It is its own tree (``tree.Tree``) and holds the other parts: ``trash``
+(``postgres_trash``), ``search`` (``postgres_find``), ``upkeep``
+(``postgres_upkeep``) and ``paths``.
 
 Concurrency. SQLite has one writer at a time; here many transactions write at
 once, so the promise of ``Storage`` (a head read inside a write transaction
@@ -59,8 +60,8 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
 
-from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeError, Unavailable
-from ..names import FULL_ID, MIN_PREFIX
+from ..errors import Conflict, NotFound, ReadOnly, SessionTreeError, Unavailable
+from ..names import FULL_ID
 from . import postgres_db as pgdb
 from . import postgres_pool
 from .base import SESSION_GONE
@@ -112,7 +113,7 @@ class _Held(threading.local):
     """The id of the last node the write transaction inserted, for ``OutcomeUnknown``."""
 
 
-class PostgresStorage(PostgresTrash, SharedReads):
+class PostgresStorage(SharedReads):
     """One PostgreSQL schema (``?schema=`` in the URL, default ``sessiontree``)."""
 
     is_tool_message = "sessiontree_json(h.payload) ->> 'role' = 'tool'"
@@ -130,6 +131,7 @@ class PostgresStorage(PostgresTrash, SharedReads):
         self.lock_class = pgdb.lock_class(self.target.schema)
         self.cache = PathCache(cache_bytes)
         self.paths = CachedPaths(self)
+        self.trash = PostgresTrash(self)
         self.upkeep = PostgresUpkeep(self)
         self.search = PostgresSearch(self)
         self._held = _Held()
@@ -354,27 +356,22 @@ class PostgresStorage(PostgresTrash, SharedReads):
 
     # -- ids ---------------------------------------------------------------------
 
-    def resolve_id(self, table: str, what: str, ref: str, session_key: int | None = None) -> str:
-        name = sql.Identifier(table)
+    def has_id(self, table: str, id: str, session_key: int | None = None) -> bool:
         scope = sql.SQL("" if session_key is None else "AND session = %(s)s")
-        if self.fetch_value(
-            sql.SQL("SELECT 1 FROM {} WHERE id = %(ref)s {}").format(name, scope),
-            {"ref": ref, "s": session_key},
-        ):
-            return ref
-        if len(ref) < MIN_PREFIX:
-            raise NotFound(f"no {what} {ref!r} (id prefixes need at least {MIN_PREFIX} characters)")
+        query = sql.SQL("SELECT 1 FROM {} WHERE id = %(id)s {}").format(sql.Identifier(table), scope)
+        return self.fetch_value(query, {"id": id, "s": session_key}) is not None
+
+    def ids_starting_with(
+        self, table: str, prefix: str, session_key: int | None = None, limit: int = 2
+    ) -> list[str]:
+        scope = sql.SQL("" if session_key is None else "AND session = %(s)s")
+        query = sql.SQL(
+            "SELECT id FROM {} WHERE id >= %(lo)s AND id < %(hi)s {} ORDER BY id LIMIT %(limit)s"
+        ).format(sql.Identifier(table), scope)
         rows = self.fetch_all(
-            sql.SQL("SELECT id FROM {} WHERE id >= %(lo)s AND id < %(hi)s {} ORDER BY id LIMIT 2").format(
-                name, scope
-            ),
-            {"lo": ref.lower(), "hi": ref.lower() + "\uffff", "s": session_key},
+            query, {"lo": prefix, "hi": prefix + "\uffff", "s": session_key, "limit": limit}
         )
-        if not rows:
-            raise NotFound(f"no {what} {ref!r}")
-        if len(rows) > 1:
-            raise AmbiguousRef(f"{what} prefix {ref!r} is ambiguous: {rows[0][0]}, {rows[1][0]}, ...")
-        return str(rows[0][0])
+        return [str(r[0]) for r in rows]
 
     def neighbours(self, ids: Sequence[str]) -> list[Neighbour]:
         rows = self.fetch_all(

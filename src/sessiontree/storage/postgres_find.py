@@ -8,7 +8,7 @@ helpers (``hosts.PostgresHost``), the twin of ``sqlite_search``. It matches the 
 ``-word`` mean what they mean in FTS5 (AND by default); FTS5's column filters,
 ``NEAR`` and ``prefix*`` are not read as such. It never fails on syntax: a query
 with no words finds nothing. Snippets come from ``ts_headline``, marked as on
-SQLite. The trash and redactions are in ``postgres_trash``.
+SQLite.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The SQLite backend: its tree (sessions, nodes, refs, runs) and the parts it holds.
 
 Contract: ``SQLiteStorage(path)`` opens (and migrates, see ``sqlite_db``) one file;
-its trash comes from ``sqlite_retention``, and it holds ``search``
-(``sqlite_search``), ``upkeep`` (``sqlite_upkeep``) and ``paths``.
+it is its own tree (``tree.Tree``) and holds the other parts: ``trash``
+(``sqlite_trash``), ``search`` (``sqlite_search``), ``upkeep``
+(``sqlite_upkeep``) and ``paths``.
 Public ids (UUIDv7 text) go in and come out; inside the file every link is an
 integer row key (schema step 3). Methods on hot paths take and return those
 keys as opaque handles, valid inside one transaction or read (a session's key,
@@ -32,8 +33,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AmbiguousRef, Conflict, NotFound, ReadOnly, SessionTreeError
-from ..names import MIN_PREFIX
+from ..errors import Conflict, NotFound, ReadOnly, SessionTreeError
 from . import leases
 from . import sqlite_db as _db
 from .base import SESSION_GONE
@@ -42,9 +42,9 @@ from .paths import CachedPaths, PathRow
 from .reads import RUN_COLUMNS, SharedReads
 from .rows import BranchHead, Neighbour, RefTarget, SessionRow, StoredNode
 from .shared_sql import BRANCH_HEAD, INSERT_BRANCH, REF, TREE
-from .sqlite_retention import SQLiteRetention
 from .sqlite_search import SEARCH_BATCH, SQLiteSearch
 from .sqlite_threads import Connections, Slot
+from .sqlite_trash import SQLiteTrash
 from .sqlite_upkeep import SQLiteUpkeep
 
 if TYPE_CHECKING:
@@ -91,6 +91,9 @@ WITH RECURSIVE p(key, parent, stop) AS (
 )
 
 # Four index probes per id, all ids in one statement (an HTML export asks about thousands).
+_CHUNK = 500
+"""Ids per statement in ``lock_sessions`` (well under SQLite's limit on parameters)."""
+
 _NEIGHBOURS = """
 SELECT w.value,
        (SELECT max(id) FROM nodes WHERE id < w.value), (SELECT min(id) FROM nodes WHERE id > w.value),
@@ -99,7 +102,7 @@ FROM json_each(:ids) w
 """
 
 
-class SQLiteStorage(SQLiteRetention, SharedReads):
+class SQLiteStorage(SharedReads):
     """One SQLite database file (or ``:memory:``)."""
 
     search: SQLiteSearch  # its writes index what they wrote (``index_pending``)
@@ -123,6 +126,7 @@ class SQLiteStorage(SQLiteRetention, SharedReads):
         self._local = self._connections.local
         self.cache = PathCache(cache_bytes)
         self.paths = CachedPaths(self)
+        self.trash = SQLiteTrash(self)
         self.upkeep = SQLiteUpkeep(self)
         self.search = SQLiteSearch(self)
         self.wal_limit = WAL_LIMIT
@@ -227,6 +231,19 @@ class SQLiteStorage(SQLiteRetention, SharedReads):
                 if conn.in_transaction:
                     conn.execute("COMMIT")
 
+    def lock_sessions(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """The keys of those of these sessions that exist. Nothing to lock: inside
+        ``transaction()`` this connection already holds the database's only write lock, so
+        nothing listed inside it can change before it ends."""
+        ids, keys = list(session_ids), dict[str, int]()
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            rows = self.conn.execute(
+                f"SELECT id, key FROM sessions WHERE id IN ({', '.join('?' * len(chunk))})", chunk
+            )
+            keys.update((r[0], int(r[1])) for r in rows)
+        return keys
+
     @property
     def schema_version(self) -> int:
         return _db.schema_version(self.conn)
@@ -243,25 +260,22 @@ class SQLiteStorage(SQLiteRetention, SharedReads):
 
     # -- ids ---------------------------------------------------------------
 
-    def resolve_id(self, table: str, what: str, ref: str, session_key: int | None = None) -> str:
-        """The id in ``table`` equal to ``ref``, or the one starting with it (MIN_PREFIX+ chars);
-        with ``session_key``, among that session's nodes only."""
+    def has_id(self, table: str, id: str, session_key: int | None = None) -> bool:
+        scope = "" if session_key is None else "AND session = ?"
+        params: tuple[Any, ...] = (id,) if session_key is None else (id, session_key)
+        return self._one(f"SELECT 1 FROM {table} WHERE id = ? {scope}", params) is not None
+
+    def ids_starting_with(
+        self, table: str, prefix: str, session_key: int | None = None, limit: int = 2
+    ) -> list[str]:
         scope = "" if session_key is None else "AND session = ?"
         params: tuple[Any, ...] = () if session_key is None else (session_key,)
-        if self._one(f"SELECT 1 FROM {table} WHERE id = ? {scope}", (ref, *params)):
-            return ref
-        if len(ref) < MIN_PREFIX:
-            raise NotFound(f"no {what} {ref!r} (id prefixes need at least {MIN_PREFIX} characters)")
-        # A range scan on the id index: ids are lower-case hex and dashes.
+        # A range scan on the id index: every id starting with the prefix sorts in it.
         rows = self.conn.execute(
-            f"SELECT id FROM {table} WHERE id >= ? AND id < ? {scope} ORDER BY id LIMIT 2",
-            (ref.lower(), ref.lower() + "\uffff", *params),
-        ).fetchall()
-        if not rows:
-            raise NotFound(f"no {what} {ref!r}")
-        if len(rows) > 1:
-            raise AmbiguousRef(f"{what} prefix {ref!r} is ambiguous: {rows[0][0]}, {rows[1][0]}, ...")
-        return str(rows[0][0])
+            f"SELECT id FROM {table} WHERE id >= ? AND id < ? {scope} ORDER BY id LIMIT ?",
+            (prefix, prefix + "\uffff", *params, limit),
+        )
+        return [str(r[0]) for r in rows]
 
     def neighbours(self, ids: Sequence[str]) -> list[Neighbour]:
         rows = self.conn.execute(_NEIGHBOURS, {"ids": json.dumps(list(ids))}).fetchall()

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import InvalidQuery, ReadOnly, SearchIndexOff
 from ..model import Node, SearchIndex, SearchQuery
-from .hosts import SQLiteHost
+from .hosts import Part, SQLiteHost
 from .rows import RefsOnPath, SearchMatch, refs_on_path
 from .search import Progress, Search
 from .shared_sql import ELLIPSIS, MARK_END, MARK_START, REFS_CONTAINING, SNIPPET_TOKENS
@@ -61,14 +61,11 @@ LIMIT :limit
 _REFS_CONTAINING = REFS_CONTAINING.format(wanted="id IN (SELECT value FROM json_each(:ids))")
 
 
-class SQLiteSearch(Search):
+class SQLiteSearch(Part[SQLiteHost], Search):
     """Full-text queries and the index of one SQLite store."""
 
     visible = "AND s.trashed_at IS NULL"
     """The condition on ``s`` (the session) a hit must meet: search never shows the trash."""
-
-    def __init__(self, storage: SQLiteHost) -> None:
-        self.storage = storage
 
     @property
     def conn(self) -> sqlite3.Connection:

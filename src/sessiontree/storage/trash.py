@@ -1,18 +1,19 @@
 """The trash part of the storage interface: the trash, retention and redactions.
 
-Contract: ``Trash`` marks sessions trashed or restores them, lists the trash,
-finds what a retention policy would touch and records redactions, the only
-change the schema lets a node undergo. A backend class holds its own trash
-(``sqlite_retention.SQLiteRetention``, ``postgres_trash.PostgresTrash``, each
-taking the backend as a typed ``self``): callers reach these as
-``storage.trashed()``. Which sessions and nodes qualify, and the wording of
-markers, are decided in ``retention``.
+Contract: ``storage.trash`` is a ``Trash``, one class per backend in a file of
+its own (``sqlite_trash.SQLiteTrash``, ``postgres_trash.PostgresTrash``) that
+holds the backend as its connection helper (``hosts``). It marks sessions
+trashed or restores them, lists the trash, finds what a retention policy would
+touch, keeps the saved policy and records redactions, the only change the
+schema lets a node undergo. Which sessions and nodes qualify, and the wording of
+markers, are decided in ``retention``; a write that decides from a listing
+takes the sessions' locks first with ``Storage.lock_sessions`` (a transaction
+concern, so the backend's own, not the trash's).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from typing import Any
 
 from ..model import TrashEntry
@@ -21,13 +22,6 @@ from .rows import DroppableSession, StrippableResult
 
 class Trash(ABC):
     """Trash, retention policy and redactions of one database."""
-
-    @abstractmethod
-    def lock_sessions(self, session_ids: Sequence[str]) -> dict[str, int]:
-        """Inside a write transaction: no other transaction writes these sessions until this
-        one ends, and what is read about them from now on is what it wrote last (SQLite: so
-        already, its write transaction is the only one). The keys of those of them that
-        exist; read again whatever the caller decided from before this call."""
 
     @abstractmethod
     def set_trashed(self, session_key: int, when: str | None) -> None:

@@ -42,9 +42,16 @@ class Tree(ABC):
     # -- ids -------------------------------------------------------------------
 
     @abstractmethod
-    def resolve_id(self, table: str, what: str, ref: str, session_key: int | None = None) -> str:
-        """The id in ``table`` ("nodes" or "sessions") equal to ``ref``, or the one starting
-        with it; ``NotFound`` / ``AmbiguousRef`` otherwise."""
+    def has_id(self, table: str, id: str, session_key: int | None = None) -> bool:
+        """Whether ``table`` ("nodes" or "sessions") has a row of id ``id`` (with
+        ``session_key``: a node of that session). ``refs`` holds what a ref means."""
+
+    @abstractmethod
+    def ids_starting_with(
+        self, table: str, prefix: str, session_key: int | None = None, limit: int = 2
+    ) -> list[str]:
+        """The first ``limit`` ids in ``table`` that start with ``prefix``, in order (with
+        ``session_key``: that session's nodes only); one range scan of the id index."""
 
     @abstractmethod
     def neighbours(self, ids: Sequence[str]) -> list[Neighbour]:
