@@ -7,6 +7,7 @@ notification; ``worker --on-expiry reject`` continues expired pauses."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -15,7 +16,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -89,18 +90,45 @@ def _import_tools_module(target: str) -> Any:
             if module_spec is None or module_spec.loader is None:
                 raise ImportError(f"cannot load {target}")
             module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
+            # Its own directory on the path while it runs, as `python FILE` has: a tools
+            # file importing a module beside it loads from any directory.
+            with _on_path(str(Path(target).absolute().parent)):
+                module_spec.loader.exec_module(module)
             return module
-        added = os.getcwd() not in sys.path and "" not in sys.path
-        if added:
-            sys.path.insert(0, os.getcwd())
-        try:
+        with _on_path(os.getcwd()):
             return importlib.import_module(target)
-        finally:
-            if added:
-                sys.path.remove(os.getcwd())
     except (ImportError, OSError, SyntaxError) as e:
         raise click.BadParameter(f"cannot import {target}: {e}", param_hint="--tools") from None
+
+
+@contextlib.contextmanager
+def _on_path(directory: str) -> Iterator[None]:
+    """``directory`` first on ``sys.path`` for a while (unless it is there already)."""
+    added = directory not in sys.path and not (directory == os.getcwd() and "" in sys.path)
+    if added:
+        sys.path.insert(0, directory)
+    try:
+        yield
+    finally:
+        if added and directory in sys.path:
+            sys.path.remove(directory)
+
+
+def _found_here(target: str) -> Path | None:
+    """The file of module ``target`` when it is a plain module found in the current
+    directory (``mytools`` for ./mytools.py), else None (a package, or installed)."""
+    if "." in target:
+        return None
+    with _on_path(os.getcwd()):
+        try:
+            module_spec = importlib.util.find_spec(target)
+        except (ImportError, ValueError):
+            return None
+    origin = getattr(module_spec, "origin", None)
+    if module_spec is None or module_spec.submodule_search_locations is not None or not origin:
+        return None
+    found = Path(origin)
+    return found if found.suffix == ".py" and found.parent == Path.cwd() else None
 
 
 APPROVE_POLICIES = ("default", "all", "none")
@@ -491,12 +519,16 @@ _FILLED = ("base_url", "model", "stream")
 
 
 def tool_references(specs: tuple[str, ...]) -> tuple[str, ...]:
-    """``--tools`` specs as a recipe records them: a file path made absolute, a module as given."""
+    """``--tools`` specs as a recipe records them: a file path made absolute, a module found
+    in the current directory as its file (so a resume in another directory finds it), any
+    other module as given."""
     found = []
     for spec in specs:
         target, sep, attribute = spec.partition(":")
         if target.endswith(".py"):
             target = str(Path(target).absolute())
+        elif (here := _found_here(target)) is not None:
+            target = str(here)
         found.append(target + sep + attribute)
     return tuple(found)
 
