@@ -286,6 +286,23 @@ def test_a_tool_gone_refuses_and_the_decision_survives(db_target, journey, monke
     assert sent(journey) == ["bob"]
 
 
+def test_a_worker_reports_tools_gone_for_that_pause_in_one_line(journey, monkeypatch):
+    db = str(journey / "w.db")
+    monkeypatch.chdir(journey)
+    pause, then = paused_run(db, journey)
+    cli_run(db, "approve", pause)
+    tools = journey / "mytools.py"
+    tools.rename(journey / "elsewhere.py")
+    worked = cli_run(db, "worker", "--until-idle")
+    assert worked.stderr.endswith(
+        f"error: ToolsUnavailable: the recorded tools cannot be loaded: cannot import {tools}:"
+        f" [Errno 2] No such file or directory: '{tools}' (restore them, or give --tools)\n"
+    )
+    (journey / "elsewhere.py").rename(tools)
+    assert CliRunner().invoke(cli, pasted(then)).exit_code == 0  # the decision is still there
+    assert sent(journey) == ["bob"]
+
+
 def test_the_library_refuses_a_changed_tool_unless_accepted(any_store):
     @tool(idempotent=False)
     def refund(order: str) -> str:

@@ -752,7 +752,8 @@ def recorded_tools(recipe: Recipe, *, recorded: bool, held: list[Any] | None = N
     except click.BadParameter as e:
         if not recorded:
             raise
-        raise click.ClickException(
+        # A library error, not a click one: a worker reports it by its class for that pause.
+        raise ToolsUnavailable(
             f"the recorded tools cannot be loaded: {e.message} (restore them, or give --tools)"
         ) from None
 
