@@ -406,6 +406,47 @@ def test_cli_webhook_flag(tmp_path, receiver, monkeypatch):
     assert verify(SECRET, body, headers[SIGNATURE_HEADER])
 
 
+def webhook_run(tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch):
+    """`run --webhook URL` that pauses before wire_money; its result."""
+    script = tmp_path / "script.jsonl"
+    script.write_text(json.dumps(reply("Wiring.", tool_call("wire_money", {"amount": 5}))) + "\n")
+    monkeypatch.setenv("SESSIONTREE_WEBHOOK_SECRET", SECRET)
+    args = ["--db", str(tmp_path / "s.db"), "run", "--new", "wire it", "--model", f"script:{script}"]
+    return CliRunner().invoke(cli, [*args, "--tools", "test_approvals:wire_money", "--webhook", url])
+
+
+def test_cli_waiting_for_a_slow_receiver_says_so_and_names_only_its_host(tmp_path, receiver, monkeypatch):
+    from sessiontree.cli import running
+
+    r = receiver(hold=True)  # never answers in time
+    monkeypatch.setattr(running, "QUIET_WAIT", 0.0)
+    monkeypatch.setattr(running, "Webhook", lambda url, secret: Webhook(url, secret, attempts=1, deadline=1))
+    result = webhook_run(tmp_path, r.url + "?token=secret-in-url", monkeypatch)
+    assert result.exit_code == 3, result.output  # paused, and the exit code says so
+    host = r.url.split("/")[2]
+    assert f"webhook: waiting for {host} to take the pause (up to 1 s;" in result.stderr
+    assert "secret-in-url" not in result.output
+    with Store(tmp_path / "s.db") as store:
+        assert len(store.pending()) == 1  # committed before the wait
+
+
+def test_cli_ctrl_c_while_waiting_for_a_receiver_keeps_the_exit_code(tmp_path, receiver, monkeypatch):
+    r = receiver(hold=True)
+    waits = iter([False])  # the quiet wait ends undelivered; then the user presses Ctrl-C
+
+    def wait(self: Webhook, timeout: float | None = None) -> bool:
+        if next(waits, None) is None:
+            raise KeyboardInterrupt
+        return False
+
+    monkeypatch.setattr(Webhook, "wait", wait)
+    result = webhook_run(tmp_path, r.url, monkeypatch)
+    assert result.exit_code == 3, result.output
+    assert result.stderr.endswith("webhook: stopped waiting; the delivery was cut off\n")
+    with Store(tmp_path / "s.db") as store:
+        assert len(store.pending()) == 1
+
+
 def test_cli_worker_on_expiry_reject(db_target, clock, tmp_path):
     with Store(db_target) as store:
         model = ScriptedModel([reply("Wiring.", tool_call("wire_money", {"amount": 5}))])

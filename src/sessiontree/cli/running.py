@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 
@@ -401,9 +402,30 @@ def make_webhook(url: str | None, secret_env: str) -> Webhook | None:
         raise click.BadParameter(str(e), param_hint="--webhook") from None
 
 
+QUIET_WAIT = 1.0
+"""Seconds a command waits for its webhook deliveries before it says it is waiting."""
+
+
 def finish_deliveries(hook: Webhook | None) -> None:
-    """Before the command exits: let the queued deliveries end, within their deadline."""
-    if hook is not None and not hook.wait(hook.deadline + 1):
+    """Before the command exits: let the queued deliveries end, within their deadline. A
+    receiver that answers at once is waited for quietly; a slow or dead one is named on
+    stderr (its host only: a webhook's URL may hold a token) with how long the wait may
+    last, and Ctrl-C stops the wait, the command keeping its exit code (the pause is
+    committed before any delivery starts)."""
+    if hook is None or hook.wait(QUIET_WAIT):
+        return
+    host = urlsplit(hook.url).netloc
+    click.echo(
+        f"webhook: waiting for {host} to take the pause (up to {hook.deadline:g} s;"
+        " Ctrl-C stops waiting, the pause is stored either way)",
+        err=True,
+    )
+    try:
+        done = hook.wait(hook.deadline + 1)
+    except KeyboardInterrupt:
+        click.echo("webhook: stopped waiting; the delivery was cut off", err=True)
+        return
+    if not done:
         click.echo("webhook: a delivery was still under way when the command ended", err=True)
 
 
