@@ -470,3 +470,74 @@ def test_cli_worker_on_expiry_reject(db_target, clock, tmp_path):
     with Store(db_target) as store:
         (decision,) = store.session(session.id).children(pause.id)
         assert decision.payload["by"] == "system" and decision.payload["reason"] == "expired"
+
+
+# -- serve --work: the same policies as a worker -----------------------------------
+
+
+def recorded_pause(db: str, tmp_path: Path, lines: list[dict], *flags: str) -> str:
+    """A CLI run on a script that pauses before wire_money, its recipe recorded; the pause id."""
+    script = tmp_path / "serve-script.jsonl"
+    script.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = ["--db", db, "run", "--new", "wire it", "--model", f"script:{script}"]
+    result = CliRunner().invoke(cli, [*args, "--tools", "test_approvals:wire_money", *flags])
+    assert result.exit_code == 3, result.output
+    with Store(db) as store:
+        (pause,) = store.pending()
+    return pause.id
+
+
+def until(condition, seconds: float = 30.0) -> None:
+    """Until ``condition()`` holds: what the worker thread does is seen in the store."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the worker did not get there in time"
+        time.sleep(0.05)
+
+
+def test_serve_work_on_expiry_reject_continues_an_expired_pause_as_the_system(db_target, clock, tmp_path):
+    from sessiontree.cli.view import start_worker
+
+    lines = [reply("Wiring.", tool_call("wire_money", {"amount": 5})), reply("Nothing was wired.")]
+    pause = recorded_pause(db_target, tmp_path, lines, "--pause-expires", "60s")
+    clock.now += 61
+    worker = start_worker(db_target, poll=0.05, on_expiry="reject")
+    try:
+        with Store(db_target) as store:
+            until(lambda: store.session(store.node(pause).session_id).node("main").kind == "message")
+            (decision,) = store.session(store.node(pause).session_id).children(pause)
+            assert (decision.payload["by"], decision.payload["reason"]) == ("system", "expired")
+    finally:
+        assert worker.stop()
+
+
+def test_serve_work_webhook_gets_the_pauses_its_runs_reach(db_target, tmp_path, receiver):
+    from sessiontree.cli.view import start_worker
+
+    r = receiver()
+    wire = reply("Wiring.", tool_call("wire_money", {"amount": 5}))
+    again = reply("And more.", tool_call("wire_money", {"amount": 7}, id="call_2"))
+    first = recorded_pause(db_target, tmp_path, [wire, again])
+    worker = start_worker(db_target, poll=0.05, hook=Webhook(r.url, SECRET))
+    try:
+        with Store(db_target) as store:
+            decide(store, first, {next(iter(store.node(first).payload["calls"]))["id"]: Approve()})
+            until(lambda: bool(store.pending()))  # the resumed run paused again
+            (second,) = store.pending()
+        assert r.got.wait(10)
+    finally:
+        assert worker.stop()
+    ((headers, body),) = r.posts  # one POST, for the pause the worker's run reached
+    assert json.loads(body)["pause"] == second.id and verify(SECRET, body, headers[SIGNATURE_HEADER])
+
+
+def test_serve_on_expiry_and_webhook_need_work(tmp_path):
+    for flags, named in (
+        (["--on-expiry", "reject"], "--on-expiry"),
+        (["--webhook", "http://127.0.0.1:1/"], "--webhook"),
+    ):
+        result = CliRunner().invoke(cli, ["--db", str(tmp_path / "s.db"), "serve", *flags])
+        assert result.exit_code == 2
+        assert result.output.endswith(f"Error: {named} acts on the runs --work carries on: add --work\n")
