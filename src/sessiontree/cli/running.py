@@ -363,13 +363,7 @@ model_options = options(base_url_option, model_option, api_key_option, no_stream
 rerun_options = options(base_url_option, api_key_option, *_run_options)
 
 
-pause_options = options(
-    click.option(
-        "--pause-expires",
-        type=Duration(),
-        help="Deadline of a pause whose tool sets none, e.g. 90s, 15m, 1h, 2d: after it the pause "
-        "is 'expired' and can no longer be decided (see worker --on-expiry).",
-    ),
+webhook_options = options(
     click.option(
         "--webhook",
         "webhook_url",
@@ -384,6 +378,24 @@ pause_options = options(
         help="Environment variable holding the webhook's signing secret.",
     ),
 )
+"""``--webhook`` and its secret (``make_webhook``): run, resume, worker and serve --work."""
+
+pause_options = options(
+    click.option(
+        "--pause-expires",
+        type=Duration(),
+        help="Deadline of a pause whose tool sets none, e.g. 90s, 15m, 1h, 2d: after it the pause "
+        "is 'expired' and can no longer be decided (see worker --on-expiry).",
+    ),
+    webhook_options,
+)
+
+
+def on_expiry_option(help: str) -> Callable[[Callable], Callable]:
+    """``--on-expiry keep|reject`` (``awork``'s ``on_expiry``): worker and serve --work."""
+    return click.option(
+        "--on-expiry", type=click.Choice(["keep", "reject"]), default="keep", show_default=True, help=help
+    )
 
 
 def make_webhook(url: str | None, secret_env: str) -> Webhook | None:
@@ -1056,13 +1068,9 @@ WORKER_DEFAULTS: dict[str, Any] = {
 @budget_options
 @pause_options
 @accept_changed_option
-@click.option(
-    "--on-expiry",
-    type=click.Choice(["keep", "reject"]),
-    default="keep",
-    show_default=True,
-    help="What becomes of a pause past its deadline: keep: it stays 'expired' for a human to see; "
-    "reject: the worker continues it as a rejection by the system (by: system, reason: expired).",
+@on_expiry_option(
+    "What becomes of a pause past its deadline: keep: it stays 'expired' for a human to see; "
+    "reject: the worker continues it as a rejection by the system (by: system, reason: expired)."
 )
 @click.option(
     "--poll",

@@ -43,7 +43,15 @@ from .common import (
 )
 from .inspect import session_argument
 from .params import PRICE_HELP, Seconds, parse_price
-from .running import close_held, finish_deliveries, make_webhook, recipe_preparer, worker_defaults
+from .running import (
+    close_held,
+    finish_deliveries,
+    make_webhook,
+    on_expiry_option,
+    recipe_preparer,
+    webhook_options,
+    worker_defaults,
+)
 from .stepview import print_steps
 
 MAX_CONNECTIONS = 100
@@ -139,26 +147,11 @@ def html(
     help="Also carry decided pauses on, as a worker beside the server would: each continues "
     "as its run was recorded (model, tools, --approve, ...; keys from the variables it named).",
 )
-@click.option(
-    "--on-expiry",
-    type=click.Choice(["keep", "reject"]),
-    default="keep",
-    show_default=True,
-    help="With --work: what becomes of a pause past its deadline: keep it (expired, shown in the "
-    "inbox) or continue it as a rejection by the system (as worker --on-expiry).",
+@on_expiry_option(
+    "With --work: what becomes of a pause past its deadline: keep it (expired, shown in the "
+    "inbox) or continue it as a rejection by the system (as worker --on-expiry)."
 )
-@click.option(
-    "--webhook",
-    "webhook_url",
-    metavar="URL",
-    help="With --work: POST each pause the carried-on runs reach to URL, signed, as run --webhook does.",
-)
-@click.option(
-    "--webhook-secret-env",
-    default="SESSIONTREE_WEBHOOK_SECRET",
-    show_default=True,
-    help="Environment variable holding the webhook's signing secret.",
-)
+@webhook_options  # with --work: the pauses the runs it carries on reach
 @click.pass_context
 def serve(
     ctx: click.Context,
