@@ -406,6 +406,47 @@ def test_cli_webhook_flag(tmp_path, receiver, monkeypatch):
     assert verify(SECRET, body, headers[SIGNATURE_HEADER])
 
 
+def webhook_run(tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch):
+    """`run --webhook URL` that pauses before wire_money; its result."""
+    script = tmp_path / "script.jsonl"
+    script.write_text(json.dumps(reply("Wiring.", tool_call("wire_money", {"amount": 5}))) + "\n")
+    monkeypatch.setenv("SESSIONTREE_WEBHOOK_SECRET", SECRET)
+    args = ["--db", str(tmp_path / "s.db"), "run", "--new", "wire it", "--model", f"script:{script}"]
+    return CliRunner().invoke(cli, [*args, "--tools", "test_approvals:wire_money", "--webhook", url])
+
+
+def test_cli_waiting_for_a_slow_receiver_says_so_and_names_only_its_host(tmp_path, receiver, monkeypatch):
+    from sessiontree.cli import running
+
+    r = receiver(hold=True)  # never answers in time
+    monkeypatch.setattr(running, "QUIET_WAIT", 0.0)
+    monkeypatch.setattr(running, "Webhook", lambda url, secret: Webhook(url, secret, attempts=1, deadline=1))
+    result = webhook_run(tmp_path, r.url + "?token=secret-in-url", monkeypatch)
+    assert result.exit_code == 3, result.output  # paused, and the exit code says so
+    host = r.url.split("/")[2]
+    assert f"webhook: waiting for {host} to take the pause (up to 1 s;" in result.stderr
+    assert "secret-in-url" not in result.output
+    with Store(tmp_path / "s.db") as store:
+        assert len(store.pending()) == 1  # committed before the wait
+
+
+def test_cli_ctrl_c_while_waiting_for_a_receiver_keeps_the_exit_code(tmp_path, receiver, monkeypatch):
+    r = receiver(hold=True)
+    waits = iter([False])  # the quiet wait ends undelivered; then the user presses Ctrl-C
+
+    def wait(self: Webhook, timeout: float | None = None) -> bool:
+        if next(waits, None) is None:
+            raise KeyboardInterrupt
+        return False
+
+    monkeypatch.setattr(Webhook, "wait", wait)
+    result = webhook_run(tmp_path, r.url, monkeypatch)
+    assert result.exit_code == 3, result.output
+    assert result.stderr.endswith("webhook: stopped waiting; the delivery was cut off\n")
+    with Store(tmp_path / "s.db") as store:
+        assert len(store.pending()) == 1
+
+
 def test_cli_worker_on_expiry_reject(db_target, clock, tmp_path):
     with Store(db_target) as store:
         model = ScriptedModel([reply("Wiring.", tool_call("wire_money", {"amount": 5}))])
@@ -429,3 +470,74 @@ def test_cli_worker_on_expiry_reject(db_target, clock, tmp_path):
     with Store(db_target) as store:
         (decision,) = store.session(session.id).children(pause.id)
         assert decision.payload["by"] == "system" and decision.payload["reason"] == "expired"
+
+
+# -- serve --work: the same policies as a worker -----------------------------------
+
+
+def recorded_pause(db: str, tmp_path: Path, lines: list[dict], *flags: str) -> str:
+    """A CLI run on a script that pauses before wire_money, its recipe recorded; the pause id."""
+    script = tmp_path / "serve-script.jsonl"
+    script.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = ["--db", db, "run", "--new", "wire it", "--model", f"script:{script}"]
+    result = CliRunner().invoke(cli, [*args, "--tools", "test_approvals:wire_money", *flags])
+    assert result.exit_code == 3, result.output
+    with Store(db) as store:
+        (pause,) = store.pending()
+    return pause.id
+
+
+def until(condition, seconds: float = 30.0) -> None:
+    """Until ``condition()`` holds: what the worker thread does is seen in the store."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the worker did not get there in time"
+        time.sleep(0.05)
+
+
+def test_serve_work_on_expiry_reject_continues_an_expired_pause_as_the_system(db_target, clock, tmp_path):
+    from sessiontree.cli.view import start_worker
+
+    lines = [reply("Wiring.", tool_call("wire_money", {"amount": 5})), reply("Nothing was wired.")]
+    pause = recorded_pause(db_target, tmp_path, lines, "--pause-expires", "60s")
+    clock.now += 61
+    worker = start_worker(db_target, poll=0.05, on_expiry="reject")
+    try:
+        with Store(db_target) as store:
+            until(lambda: store.session(store.node(pause).session_id).node("main").kind == "message")
+            (decision,) = store.session(store.node(pause).session_id).children(pause)
+            assert (decision.payload["by"], decision.payload["reason"]) == ("system", "expired")
+    finally:
+        assert worker.stop()
+
+
+def test_serve_work_webhook_gets_the_pauses_its_runs_reach(db_target, tmp_path, receiver):
+    from sessiontree.cli.view import start_worker
+
+    r = receiver()
+    wire = reply("Wiring.", tool_call("wire_money", {"amount": 5}))
+    again = reply("And more.", tool_call("wire_money", {"amount": 7}, id="call_2"))
+    first = recorded_pause(db_target, tmp_path, [wire, again])
+    worker = start_worker(db_target, poll=0.05, hook=Webhook(r.url, SECRET))
+    try:
+        with Store(db_target) as store:
+            decide(store, first, {next(iter(store.node(first).payload["calls"]))["id"]: Approve()})
+            until(lambda: bool(store.pending()))  # the resumed run paused again
+            (second,) = store.pending()
+        assert r.got.wait(10)
+    finally:
+        assert worker.stop()
+    ((headers, body),) = r.posts  # one POST, for the pause the worker's run reached
+    assert json.loads(body)["pause"] == second.id and verify(SECRET, body, headers[SIGNATURE_HEADER])
+
+
+def test_serve_on_expiry_and_webhook_need_work(tmp_path):
+    for flags, named in (
+        (["--on-expiry", "reject"], "--on-expiry"),
+        (["--webhook", "http://127.0.0.1:1/"], "--webhook"),
+    ):
+        result = CliRunner().invoke(cli, ["--db", str(tmp_path / "s.db"), "serve", *flags])
+        assert result.exit_code == 2
+        assert result.output.endswith(f"Error: {named} acts on the runs --work carries on: add --work\n")

@@ -69,8 +69,8 @@ assistant: Paris: sunny, 21C. I drafted the email but did not send it.
 * <id> tool: [call_email] email to bob@example.com queued: 'Paris forecast'
 * <id> assistant: Done: Bob has the Paris forecast (sunny, 21C). (main)
 
-explore: sessiontree tree <id>  sessiontree log experiment  sessiontree diff main experiment
-see it in a browser: sessiontree html <id> -o demo.html  (or: sessiontree serve)"""
+explore: sessiontree --db <tmp>/cli.db tree <id>  sessiontree --db <tmp>/cli.db log experiment -s <id>  sessiontree --db <tmp>/cli.db diff main experiment -s <id>
+see it in a browser: sessiontree --db <tmp>/cli.db html <id> -o demo.html  (or: sessiontree --db <tmp>/cli.db serve)"""
 
 
 def test_demo(invoke, db, tmp_path):
@@ -208,8 +208,8 @@ def test_missing_database(tmp_path):
     result = CliRunner().invoke(cli, ["--db", str(tmp_path / "nope.db"), "sessions"])
     assert result.exit_code == 1
     assert result.output == (
-        f"Error: no database at {tmp_path / 'nope.db'} (create one with "
-        "`sessiontree demo` or `sessiontree run`, or check --db / SESSIONTREE_DB)\n"
+        f"Error: no database at {tmp_path / 'nope.db'} (create one with `sessiontree --db {tmp_path / 'nope.db'}"
+        f" demo` or `sessiontree --db {tmp_path / 'nope.db'} run`, or check --db / SESSIONTREE_DB)\n"
     )
     assert not (tmp_path / "nope.db").exists()
 

@@ -3,10 +3,13 @@ in one line, and a file already up to date is fine."""
 
 from __future__ import annotations
 
+import re
+import shlex
 import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from click.testing import CliRunner
@@ -65,10 +68,12 @@ def test_a_fresh_postgres_schema_read_only_says_to_run_migrate(pg_url):
     runner = CliRunner()
     refused = runner.invoke(cli, ["--db", pg_url, "sessions"])
     assert refused.exit_code == 1
-    assert refused.output == (
-        f"Error: {shown}: no sessiontree store in schema {schema} yet; create it with `sessiontree migrate`\n"
-    )
-    migrated = runner.invoke(cli, ["--db", pg_url, "migrate"])
+    prefix = f"Error: {shown}: no sessiontree store in schema {schema} yet; create it with `"
+    assert refused.output.startswith(prefix) and refused.output.endswith(" migrate`\n"), refused.output
+    hint = refused.output[len(prefix) : -2]  # the command's --db (a password never shown)
+    assert shlex.split(hint)[:2] == ["sessiontree", "--db"] and ":***@" not in hint, hint
+    env = {"PGPASSWORD": password} if (password := urlsplit(pg_url).password) else {}
+    migrated = runner.invoke(cli, shlex.split(hint)[1:], env=env)  # pasted as printed
     assert migrated.exit_code == 0, migrated.output
     listed = runner.invoke(cli, ["--db", pg_url, "sessions"])
     assert listed.exit_code == 0, listed.output
@@ -86,7 +91,8 @@ def test_an_old_postgres_schema_read_only_still_names_its_migrations(pg_url):
         conn.execute(f'UPDATE "{target.schema}".schema_version SET version = %s', (version - 1,))
     refused = CliRunner().invoke(cli, ["--db", pg_url, "sessions"])
     assert refused.exit_code == 1
+    hidden = re.sub(r"(://[^:/@]*):[^/@]*@", r"\1@", pg_url)  # the hint's --db, no password
     assert refused.output == (
         f"Error: {target.shown} needs 1 schema migration(s); open it once read-write"
-        " (or run `sessiontree migrate`) before reading it read-only\n"
+        f" (or run `sessiontree --db {shlex.quote(hidden)} migrate`) before reading it read-only\n"
     )

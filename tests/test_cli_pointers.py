@@ -56,7 +56,7 @@ def test_rename_move_and_delete_branches_and_checkpoints(invoke, small, db):
     )
 
     assert invoke("delete-branch", "greeted", code=1).output == (
-        "Error: 'greeted' is a checkpoint, not a branch; use `sessiontree delete-checkpoint`\n"
+        f"Error: 'greeted' is a checkpoint, not a branch; use `sessiontree --db {db} delete-checkpoint`\n"
     )
     assert invoke("delete-branch", "risky").stdout == (
         "deleted branch risky (prune removes nodes nothing reaches any more)\n"
@@ -69,7 +69,7 @@ def test_rename_move_and_delete_branches_and_checkpoints(invoke, small, db):
         f"Error: no checkpoint 'greeted' in session {s}\n"
     )
     assert invoke("delete-checkpoint", "main", code=1).output == (
-        "Error: 'main' is a branch, not a checkpoint; use `sessiontree delete-branch`\n"
+        f"Error: 'main' is a branch, not a checkpoint; use `sessiontree --db {db} delete-branch`\n"
     )
     with Store(db) as store:
         session = store.session(s)
@@ -110,7 +110,7 @@ def test_delete_trashes_and_deleting_permanently_needs_yes(invoke, small, db):
     )
     assert db.read_bytes() == before
     assert invoke("delete", s[:13]).output == (
-        f"moved session {s} (4 node(s)) to the trash; `sessiontree restore {s}` brings it back\n"
+        f"moved session {s} (4 node(s)) to the trash; `sessiontree --db {db} restore {s}` brings it back\n"
     )
     assert invoke("sessions").output == "No sessions.\n"
     assert invoke("restore", s[:13]).output == f"restored session {s}\n"

@@ -177,7 +177,7 @@ def test_the_longest_age_is_100_years_and_a_saved_policy_beyond_it_is_refused(in
         store.storage.set_retention_policy({"drop_older_than": 8.64e26})
     assert invoke("retention", "--dry-run", code=1).output == (
         "Error: the saved retention policy's --drop-older-than (8.64e+26 s) is longer than 100 years:"
-        " save a new one with `sessiontree retention --save --drop-older-than AGE`\n"
+        f" save a new one with `sessiontree --db {db} retention --save --drop-older-than AGE`\n"
     )
 
 
@@ -313,8 +313,8 @@ def test_reads_never_turn_an_empty_file_into_a_store(tmp_path):
         result = run_cli("--db", str(empty), *args)
         assert result.exit_code == 1, result.output
         assert result.output == (
-            f"Error: no database at {empty}: the file is empty (create one with `sessiontree demo`"
-            " or `sessiontree run`, or check --db / SESSIONTREE_DB)\n"
+            f"Error: no database at {empty}: the file is empty (create one with `sessiontree --db {empty} demo`"
+            f" or `sessiontree --db {empty} run`, or check --db / SESSIONTREE_DB)\n"
         )
     assert last_line(run_cli("copy", str(empty), str(tmp_path / "c.db"))) == (
         f"Error: no database at {empty}: the file is empty"

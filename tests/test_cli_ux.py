@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -19,6 +21,12 @@ def invoke(db: str, *args: str, code: int = 0, input: str | None = None):
     result = CliRunner().invoke(cli, ["--db", db, *args], input=input)
     assert result.exit_code == code, result.output
     return result
+
+
+def pasted_hint(db: str, *words: str) -> str:
+    """A hint as a command run with ``--db db`` prints it: with that --db (a file made absolute)."""
+    where = db if "://" in db else str(Path(db).absolute())
+    return shlex.join(["sessiontree", "--db", where, *words])
 
 
 CALL = {"id": "c1", "name": "lookup_order", "arguments": "{}"}
@@ -247,7 +255,7 @@ def test_archive_delete_restore_take_dash_s(db_target):
     old, _ = two_sessions(db_target)
     assert invoke(db_target, "archive", "-s", old).stdout == f"archived session {old}\n"
     assert invoke(db_target, "delete", "-s", old).stdout == (
-        f"moved session {old} (1 node(s)) to the trash; `sessiontree restore {old}` brings it back\n"
+        f"moved session {old} (1 node(s)) to the trash; `{pasted_hint(db_target, 'restore', old)}` brings it back\n"
     )
     assert invoke(db_target, "restore", "-s", old).stdout == f"restored session {old}\n"
     missing = invoke(db_target, "delete", code=2)
@@ -427,7 +435,8 @@ def test_delete_of_a_session_in_the_trash_says_so_and_keeps_its_time_there(db_ta
     assert since is not None
     again = invoke(db_target, "delete", old)
     assert again.stdout == (
-        f"session {old} is already in the trash (since {since}); `sessiontree restore {old}` brings it back\n"
+        f"session {old} is already in the trash (since {since});"
+        f" `{pasted_hint(db_target, 'restore', old)}` brings it back\n"
     )
     as_json = json.loads(invoke(db_target, "delete", old, "--json").stdout)
     assert as_json == {"session": old, "trashed": True, "nodes": 1, "already": True, "trashed_at": since}

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from sessiontree import Approve, Recipe, Store, ToolChanged, aresume, decide, resume, run, tool
+from sessiontree import recipe as recipes
 from sessiontree.cli import cli
 from sessiontree.recipe import schema_hash
 from sessiontree.testing import ScriptedModel, reply, tool_call
@@ -113,6 +114,29 @@ def test_run_approve_and_resume_as_printed_with_no_flags(db_target, journey, mon
     assert result.output == "  running send_email [call_e]\n  ok send_email: sent to bob\nEmailed Bob.\n"
     assert sent(journey) == ["bob"]  # exactly once
     assert cli_run(db_target, "verify").output.startswith("ok")
+
+
+def test_a_tools_module_of_the_current_directory_is_found_from_anywhere(db_target, journey, monkeypatch):
+    """`--tools mytools` (a module found here, which imports one beside it): the recipe
+    records its file, so `resume P` as printed works from another directory too (a worker
+    and `serve --work` load recorded tools the same way, recorded_tools)."""
+    for name in ("mytools", "helpers"):  # as in a fresh process (another test's may be imported)
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    (journey / "helpers.py").write_text("GREETING = 'sent to'\n", "utf-8")
+    source = (journey / "mytools.py").read_text("utf-8")
+    (journey / "mytools.py").write_text("import helpers\n" + source, "utf-8")
+    monkeypatch.chdir(journey)
+    args = ["run", "--new", "Email bob.", "--model", "script:replies.jsonl", "--tools", "mytools"]
+    out = cli_run(db_target, *args, code=3).output
+    (then,) = [x for x in out.splitlines() if x.startswith("then resume: ")]
+    pause = pasted(then)[-1]
+    with Store(db_target) as store:
+        assert recipes.of(store.node(pause)).tools == (str(journey / "mytools.py"),)
+    cli_run(db_target, "approve", pause)
+    monkeypatch.chdir("/")
+    result = CliRunner().invoke(cli, pasted(then))
+    assert result.exit_code == 0, result.output
+    assert sent(journey) == ["bob"]
 
 
 @pytest.mark.slow  # three processes
@@ -259,6 +283,23 @@ def test_a_tool_gone_refuses_and_the_decision_survives(db_target, journey, monke
         assert public_rows_of(store) == before  # nothing written by either
     (journey / "elsewhere.py").rename(tools)
     assert CliRunner().invoke(cli, pasted(then)).exit_code == 0
+    assert sent(journey) == ["bob"]
+
+
+def test_a_worker_reports_tools_gone_for_that_pause_in_one_line(journey, monkeypatch):
+    db = str(journey / "w.db")
+    monkeypatch.chdir(journey)
+    pause, then = paused_run(db, journey)
+    cli_run(db, "approve", pause)
+    tools = journey / "mytools.py"
+    tools.rename(journey / "elsewhere.py")
+    worked = cli_run(db, "worker", "--until-idle")
+    assert worked.stderr.endswith(
+        f"error: ToolsUnavailable: the recorded tools cannot be loaded: cannot import {tools}:"
+        f" [Errno 2] No such file or directory: '{tools}' (restore them, or give --tools)\n"
+    )
+    (journey / "elsewhere.py").rename(tools)
+    assert CliRunner().invoke(cli, pasted(then)).exit_code == 0  # the decision is still there
     assert sent(journey) == ["bob"]
 
 

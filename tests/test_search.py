@@ -277,11 +277,12 @@ def test_cli_search_index(store, garage):
     )
     assert runner.invoke(cli, [*db_args, "search-index", "check"]).output == "search index ok\n"
     off = runner.invoke(cli, [*db_args, "search-index", "off"])
-    assert off.output == "search index off (turn it on with `sessiontree search-index on`)\n"
+    turn_on = f"sessiontree --db {store.path} search-index on"  # the --db this command was given
+    assert off.output == f"search index off (turn it on with `{turn_on}`)\n"
     refused = runner.invoke(cli, [*db_args, "search", "flux"])
     assert refused.exit_code == 1
     assert refused.output == (
-        f"Error: the search index of {store.path} is off; turn it on with `sessiontree search-index on`\n"
+        f"Error: the search index of {store.path} is off; turn it on with `{turn_on}`\n"
     )
     on = runner.invoke(cli, [*db_args, "search-index", "on", "--json"])
     assert json.loads(on.stdout) == {"enabled": True, "indexed": 5, "pending": 0, "bytes": 32768}
@@ -295,7 +296,7 @@ def test_cli_search_index(store, garage):
     assert damaged.output.startswith(
         "Error: the search index disagrees with the nodes (FTS5 integrity-check: "
     )
-    assert damaged.output.endswith("; repair it with `sessiontree search-index rebuild`\n")
+    assert damaged.output.endswith(f"; repair it with `sessiontree --db {store.path} search-index rebuild`\n")
     as_json = runner.invoke(cli, [*db_args, "search-index", "check", "--json"])
     assert as_json.exit_code == 1 and json.loads(as_json.output)["ok"] is False
     rebuilt = runner.invoke(cli, [*db_args, "search-index", "rebuild"])

@@ -167,7 +167,8 @@ class ToolFailed(SessionTreeError):
 
 
 class ToolsUnavailable(SessionTreeError):
-    """A source of tools (an MCP server) could not be started or listed: nothing was run."""
+    """A source of tools (an MCP server, or the tools module a recipe names) could not be
+    started, listed or imported: nothing was run."""
 
 
 class InvalidTree(SessionTreeError, ValueError):

@@ -10,7 +10,7 @@ import click
 from ..formats import EXPORT_FORMATS
 from ..storage import sqlite_db as _db
 from . import complete
-from .common import db_path, db_url, echo_json, echo_result, open_store, pick_session
+from .common import command, db_path, db_url, echo_json, echo_result, open_store, pick_session
 from .imports import import_
 from .inspect import json_option, only_session, only_session_json, session_argument
 from .params import SECONDS
@@ -270,14 +270,14 @@ def delete(ctx: click.Context, session: str, permanently: bool, yes: bool, as_js
                     "trashed_at": trashed_at,
                 },
                 f"session {session_id} is already in the trash (since {trashed_at});"
-                f" `sessiontree restore {session_id}` brings it back",
+                f" `{command(ctx, 'restore', session_id)}` brings it back",
             )
             return
         echo_result(
             as_json,
             {"session": session_id, "trashed": True, "nodes": nodes},
             f"moved session {session_id} ({nodes} node(s)) to the trash;"
-            f" `sessiontree restore {session_id}` brings it back",
+            f" `{command(ctx, 'restore', session_id)}` brings it back",
         )
         return
     if not yes:

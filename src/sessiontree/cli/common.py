@@ -77,6 +77,16 @@ def command(ctx: click.Context | None, *words: str) -> str:
     return shlex.join([*line, *words])
 
 
+def pasteable(ctx: click.Context | None, message: str) -> str:
+    """``message`` with every ``sessiontree ...`` command it quotes in backquotes given this
+    command's ``--db`` (see ``command``): the library's messages name commands for the
+    default database, and a hint pasted without the ``--db`` would act on another one."""
+    prefix = command(ctx)
+    if prefix == "sessiontree":
+        return message
+    return message.replace("`sessiontree ", f"`{prefix} ")
+
+
 FLAGS_FOR = {"model": ("--model", "MODEL"), "tools": ("--tools", "TOOLS")}
 """The flags that stand for what a recipe cannot rebuild (``Recipe.missing``)."""
 
@@ -305,7 +315,7 @@ class SessionTreeGroup(click.Group):
         try:
             return super().invoke(ctx)
         except SessionTreeError as e:
-            raise click.ClickException(clip(str(e))) from None
+            raise click.ClickException(clip(pasteable(ctx, str(e)))) from None
         except BrokenPipeError:
             # The reader went away (`log | head`): stop quietly, as git does. stdout is
             # pointed at /dev/null so that Python's flush at exit does not complain again.
@@ -315,7 +325,7 @@ class SessionTreeGroup(click.Group):
             where = f"{e.filename}: " if e.filename else ""
             raise click.ClickException(clip(f"{where}{e.strerror or e}")) from None
         except click.ClickException as e:
-            e.message = clip(e.message)  # type: ignore[misc]  # click declares it Final
+            e.message = clip(pasteable(ctx, e.message))  # type: ignore[misc]  # click declares it Final
             raise
         except (click.exceptions.Exit, click.Abort, KeyboardInterrupt):
             raise

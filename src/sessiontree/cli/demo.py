@@ -15,7 +15,7 @@ from ..steps import Approve
 from ..store import Store
 from ..testing import ScriptedModel, reply, tool_call
 from ..tools import tool
-from .common import abbreviations, open_store
+from .common import abbreviations, command, open_store
 from .render import tree_lines
 from .stepview import print_steps
 
@@ -107,10 +107,17 @@ def run_demo(store: Store) -> None:
         click.echo(line)
     click.echo()
     short = abbreviations(store, [session.id])[session.id]
-    click.echo(
-        f"explore: sessiontree tree {short}   sessiontree log experiment   sessiontree diff main experiment"
+    ctx = click.get_current_context(silent=True)  # the hints carry its --db
+    explore = (
+        ("tree", short),
+        ("log", "experiment", "-s", short),
+        ("diff", "main", "experiment", "-s", short),
     )
-    click.echo(f"see it in a browser: sessiontree html {short} -o demo.html   (or: sessiontree serve)")
+    click.echo("explore: " + "   ".join(command(ctx, *words) for words in explore))
+    click.echo(
+        f"see it in a browser: {command(ctx, 'html', short, '-o', 'demo.html')}"
+        f"   (or: {command(ctx, 'serve')})"
+    )
 
 
 @click.command()

@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..model import KINDS, ROLES
-from .common import abbreviations, echo_json, open_store
+from .common import abbreviations, command, echo_json, open_store
 from .inspect import only_session
 from .params import MAX_COUNT
 from .render import one_line, safe
@@ -112,7 +112,7 @@ def search_index(ctx: click.Context, action: str, as_json: bool) -> None:
     if as_json:
         echo_json(state.to_dict())
     elif not state.enabled:
-        click.echo("search index off (turn it on with `sessiontree search-index on`)")
+        click.echo(f"search index off (turn it on with `{command(ctx, 'search-index', 'on')}`)")
     else:
         size = "" if state.bytes is None else f", {state.bytes} bytes"
         click.echo(f"search index on: {state.indexed} nodes indexed, {state.pending} pending{size}")

@@ -41,6 +41,11 @@ PREAMBLE = """\
   they made as one JSON object. `run --json` and `resume --json` print one JSON object
   per step, one per line (JSON Lines). User mistakes (unknown id, ambiguous prefix,
   missing database, name taken, bad option) exit non-zero with a one-line `Error:` message.
+- **Hints.** A command the CLI prints for you to run next (`resume with: sessiontree resume
+  …`, `` `sessiontree restore …` brings it back``, an error's `` `sessiontree migrate` ``)
+  works when pasted, in any directory: it carries the `--db` the command was given (a file
+  as an absolute path, a server's URL without its password). A database chosen by
+  `$SESSIONTREE_DB` is left to the variable.
 - **Models.** `run`, `resume` and `rerun` talk to any OpenAI-compatible endpoint
   (`--base-url` or `$SESSIONTREE_BASE_URL`; `run` and `resume` take `--model` or
   `$SESSIONTREE_MODEL`, `rerun`'s variants name theirs); the API key is read from the

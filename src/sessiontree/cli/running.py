@@ -7,6 +7,7 @@ notification; ``worker --on-expiry reject`` continues expired pauses."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -15,10 +16,11 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 
@@ -89,18 +91,45 @@ def _import_tools_module(target: str) -> Any:
             if module_spec is None or module_spec.loader is None:
                 raise ImportError(f"cannot load {target}")
             module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
+            # Its own directory on the path while it runs, as `python FILE` has: a tools
+            # file importing a module beside it loads from any directory.
+            with _on_path(str(Path(target).absolute().parent)):
+                module_spec.loader.exec_module(module)
             return module
-        added = os.getcwd() not in sys.path and "" not in sys.path
-        if added:
-            sys.path.insert(0, os.getcwd())
-        try:
+        with _on_path(os.getcwd()):
             return importlib.import_module(target)
-        finally:
-            if added:
-                sys.path.remove(os.getcwd())
     except (ImportError, OSError, SyntaxError) as e:
         raise click.BadParameter(f"cannot import {target}: {e}", param_hint="--tools") from None
+
+
+@contextlib.contextmanager
+def _on_path(directory: str) -> Iterator[None]:
+    """``directory`` first on ``sys.path`` for a while (unless it is there already)."""
+    added = directory not in sys.path and not (directory == os.getcwd() and "" in sys.path)
+    if added:
+        sys.path.insert(0, directory)
+    try:
+        yield
+    finally:
+        if added and directory in sys.path:
+            sys.path.remove(directory)
+
+
+def _found_here(target: str) -> Path | None:
+    """The file of module ``target`` when it is a plain module found in the current
+    directory (``mytools`` for ./mytools.py), else None (a package, or installed)."""
+    if "." in target:
+        return None
+    with _on_path(os.getcwd()):
+        try:
+            module_spec = importlib.util.find_spec(target)
+        except (ImportError, ValueError):
+            return None
+    origin = getattr(module_spec, "origin", None)
+    if module_spec is None or module_spec.submodule_search_locations is not None or not origin:
+        return None
+    found = Path(origin)
+    return found if found.suffix == ".py" and found.parent == Path.cwd() else None
 
 
 APPROVE_POLICIES = ("default", "all", "none")
@@ -334,13 +363,7 @@ model_options = options(base_url_option, model_option, api_key_option, no_stream
 rerun_options = options(base_url_option, api_key_option, *_run_options)
 
 
-pause_options = options(
-    click.option(
-        "--pause-expires",
-        type=Duration(),
-        help="Deadline of a pause whose tool sets none, e.g. 90s, 15m, 1h, 2d: after it the pause "
-        "is 'expired' and can no longer be decided (see worker --on-expiry).",
-    ),
+webhook_options = options(
     click.option(
         "--webhook",
         "webhook_url",
@@ -355,6 +378,24 @@ pause_options = options(
         help="Environment variable holding the webhook's signing secret.",
     ),
 )
+"""``--webhook`` and its secret (``make_webhook``): run, resume, worker and serve --work."""
+
+pause_options = options(
+    click.option(
+        "--pause-expires",
+        type=Duration(),
+        help="Deadline of a pause whose tool sets none, e.g. 90s, 15m, 1h, 2d: after it the pause "
+        "is 'expired' and can no longer be decided (see worker --on-expiry).",
+    ),
+    webhook_options,
+)
+
+
+def on_expiry_option(help: str) -> Callable[[Callable], Callable]:
+    """``--on-expiry keep|reject`` (``awork``'s ``on_expiry``): worker and serve --work."""
+    return click.option(
+        "--on-expiry", type=click.Choice(["keep", "reject"]), default="keep", show_default=True, help=help
+    )
 
 
 def make_webhook(url: str | None, secret_env: str) -> Webhook | None:
@@ -373,9 +414,30 @@ def make_webhook(url: str | None, secret_env: str) -> Webhook | None:
         raise click.BadParameter(str(e), param_hint="--webhook") from None
 
 
+QUIET_WAIT = 1.0
+"""Seconds a command waits for its webhook deliveries before it says it is waiting."""
+
+
 def finish_deliveries(hook: Webhook | None) -> None:
-    """Before the command exits: let the queued deliveries end, within their deadline."""
-    if hook is not None and not hook.wait(hook.deadline + 1):
+    """Before the command exits: let the queued deliveries end, within their deadline. A
+    receiver that answers at once is waited for quietly; a slow or dead one is named on
+    stderr (its host only: a webhook's URL may hold a token) with how long the wait may
+    last, and Ctrl-C stops the wait, the command keeping its exit code (the pause is
+    committed before any delivery starts)."""
+    if hook is None or hook.wait(QUIET_WAIT):
+        return
+    host = urlsplit(hook.url).netloc
+    click.echo(
+        f"webhook: waiting for {host} to take the pause (up to {hook.deadline:g} s;"
+        " Ctrl-C stops waiting, the pause is stored either way)",
+        err=True,
+    )
+    try:
+        done = hook.wait(hook.deadline + 1)
+    except KeyboardInterrupt:
+        click.echo("webhook: stopped waiting; the delivery was cut off", err=True)
+        return
+    if not done:
         click.echo("webhook: a delivery was still under way when the command ended", err=True)
 
 
@@ -491,12 +553,16 @@ _FILLED = ("base_url", "model", "stream")
 
 
 def tool_references(specs: tuple[str, ...]) -> tuple[str, ...]:
-    """``--tools`` specs as a recipe records them: a file path made absolute, a module as given."""
+    """``--tools`` specs as a recipe records them: a file path made absolute, a module found
+    in the current directory as its file (so a resume in another directory finds it), any
+    other module as given."""
     found = []
     for spec in specs:
         target, sep, attribute = spec.partition(":")
         if target.endswith(".py"):
             target = str(Path(target).absolute())
+        elif (here := _found_here(target)) is not None:
+            target = str(here)
         found.append(target + sep + attribute)
     return tuple(found)
 
@@ -720,7 +786,8 @@ def recorded_tools(recipe: Recipe, *, recorded: bool, held: list[Any] | None = N
     except click.BadParameter as e:
         if not recorded:
             raise
-        raise click.ClickException(
+        # A library error, not a click one: a worker reports it by its class for that pause.
+        raise ToolsUnavailable(
             f"the recorded tools cannot be loaded: {e.message} (restore them, or give --tools)"
         ) from None
 
@@ -1001,13 +1068,9 @@ WORKER_DEFAULTS: dict[str, Any] = {
 @budget_options
 @pause_options
 @accept_changed_option
-@click.option(
-    "--on-expiry",
-    type=click.Choice(["keep", "reject"]),
-    default="keep",
-    show_default=True,
-    help="What becomes of a pause past its deadline: keep: it stays 'expired' for a human to see; "
-    "reject: the worker continues it as a rejection by the system (by: system, reason: expired).",
+@on_expiry_option(
+    "What becomes of a pause past its deadline: keep: it stays 'expired' for a human to see; "
+    "reject: the worker continues it as a rejection by the system (by: system, reason: expired)."
 )
 @click.option(
     "--poll",

@@ -26,6 +26,7 @@ import click
 
 from .. import deciders as deciders_file
 from ..errors import SessionTreeError
+from ..notify import Webhook
 from ..store import Store
 from ..view import session_data
 from ..view.page import view_page
@@ -42,7 +43,15 @@ from .common import (
 )
 from .inspect import session_argument
 from .params import PRICE_HELP, Seconds, parse_price
-from .running import close_held, recipe_preparer, worker_defaults
+from .running import (
+    close_held,
+    finish_deliveries,
+    make_webhook,
+    on_expiry_option,
+    recipe_preparer,
+    webhook_options,
+    worker_defaults,
+)
 from .stepview import print_steps
 
 MAX_CONNECTIONS = 100
@@ -138,6 +147,11 @@ def html(
     help="Also carry decided pauses on, as a worker beside the server would: each continues "
     "as its run was recorded (model, tools, --approve, ...; keys from the variables it named).",
 )
+@on_expiry_option(
+    "With --work: what becomes of a pause past its deadline: keep it (expired, shown in the "
+    "inbox) or continue it as a rejection by the system (as worker --on-expiry)."
+)
+@webhook_options  # with --work: the pauses the runs it carries on reach
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -150,6 +164,9 @@ def serve(
     max_connections: int,
     header_timeout: float,
     work: bool,
+    on_expiry: str,
+    webhook_url: str | None,
+    webhook_secret_env: str,
 ) -> None:
     """Serve the sessions, their live trees and an inbox of pending pauses on HOST:PORT.
 
@@ -167,6 +184,10 @@ def serve(
         raise click.ClickException(
             "sessiontree serve needs the web extra: pip install 'sessiontree[web]'"
         ) from None
+    if not work and (on_expiry != "keep" or webhook_url):
+        flag = "--on-expiry" if on_expiry != "keep" else "--webhook"
+        raise click.UsageError(f"{flag} acts on the runs --work carries on: add --work")
+    hook = make_webhook(webhook_url, webhook_secret_env)
     deciders = None
     if deciders_path is not None:
         try:
@@ -219,7 +240,7 @@ def serve(
     click.echo("Ctrl-C stops the server", err=True)
     config = server_config(app, max_connections=max_connections, header_timeout=header_timeout)
     server = uvicorn.Server(config)
-    worker = start_worker(path) if work else None
+    worker = start_worker(path, on_expiry=on_expiry, hook=hook) if work else None
     stopped_by = signal.SIGINT
 
     def on_term(signum: int, frame: Any) -> None:  # uvicorn raises the signal again once stopped
@@ -244,8 +265,10 @@ def serve(
 class Worker:
     """A worker carrying decided pauses on in a thread of its own (``serve --work``)."""
 
-    def __init__(self, db: str, poll: float = DEFAULT_POLL) -> None:
-        self.db, self.poll = db, poll
+    def __init__(
+        self, db: str, poll: float = DEFAULT_POLL, on_expiry: str = "keep", hook: Webhook | None = None
+    ) -> None:
+        self.db, self.poll, self.on_expiry, self.hook = db, poll, on_expiry, hook
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="sessiontree serve --work", daemon=True)
 
@@ -260,6 +283,8 @@ class Worker:
                         poll=self.poll,
                         stop=self.stopping,
                         prepare=recipe_preparer(worker_defaults(), {}, say, held),
+                        on_expiry=self.on_expiry,
+                        on_pause=self.hook,  # None: no notification
                     ),
                     hints=False,  # a pause it reaches is in the inbox, to decide there
                 )
@@ -275,12 +300,16 @@ class Worker:
         if self.thread.is_alive():  # a run still under way; a worker recovers it if cut off
             click.echo(f"worker: a run was still under way after {timeout:g} s", err=True)
             return False
+        finish_deliveries(self.hook)
         return True
 
 
-def start_worker(db: str, poll: float = DEFAULT_POLL) -> Worker:
-    """A started ``Worker`` on ``db``."""
-    worker = Worker(db, poll)
+def start_worker(
+    db: str, poll: float = DEFAULT_POLL, on_expiry: str = "keep", hook: Webhook | None = None
+) -> Worker:
+    """A started ``Worker`` on ``db`` (``on_expiry`` and ``hook``: as ``worker``'s
+    ``--on-expiry`` and ``--webhook``)."""
+    worker = Worker(db, poll, on_expiry, hook)
     worker.thread.start()
     return worker
 
