@@ -15,9 +15,13 @@ from sessiontree import (
     CheckpointImmutable,
     Completion,
     Conflict,
+    FormatError,
     InvalidPayload,
     NotFound,
     Store,
+    copy_sessions,
+    export_file,
+    import_file,
 )
 
 from conftest import assistant, public_rows_of, raw, schema_refusals, user
@@ -555,6 +559,26 @@ def test_every_json_column_keeps_or_refuses_nul_and_lone_surrogates(store, bad, 
             session.append(reply, run=run)
     assert public_rows_of(store) == before
     assert store.verify().ok
+
+
+def test_a_run_usage_no_store_keeps_is_refused_by_import_and_copy(store, tmp_path):
+    """The same refusal where whole trees are written (an import, a copy from a SQLite
+    file written before the fix, which kept such a usage): one line naming the run, and
+    nothing of the import or the copy is written. Before, on PostgreSQL, a driver error."""
+    source = Store(str(tmp_path / "old.db"))
+    session = source.create_session("old")
+    session.append(user("hi"))
+    node = session.append(assistant("x"), run=Completion({"role": "assistant"}, usage={"input_tokens": 3}))
+    raw(source, "UPDATE runs SET usage = ? WHERE id = ?", ('{"odd\\udfff":1}', node.run_id))
+    export = tmp_path / "old.jsonl"
+    export_file(source, export)
+    before = public_rows_of(store)
+    with pytest.raises(FormatError, match=f"^old.jsonl: run {node.run_id}: usage holds a lone surrogate in 'odd"):
+        import_file(store, export)
+    with pytest.raises(InvalidPayload, match=f"^run {node.run_id}: usage holds a lone surrogate"):
+        copy_sessions(source, store)
+    source.close()
+    assert public_rows_of(store) == before
 
 
 @pytest.mark.parametrize("count", [2**63, -(2**63) - 1, 10**40, 1e300])
