@@ -530,9 +530,11 @@ def encode_usage(usage: Any, what: str = "run usage", **options: Any) -> str:
     text = encode_json(usage, what, **options)
     if "\\u" in text:  # only escapes carry a NUL or a surrogate into the text
         _check_texts(json.loads(text), what)
-    for name in TOKEN_FIELDS:
-        count = usage.get(name) if isinstance(usage, dict) else None
-        if isinstance(count, int | float) and not isinstance(count, bool) and round(count) not in _TOKENS_RANGE:
+    counts = [(n, usage.get(n)) for n in TOKEN_FIELDS] if isinstance(usage, dict) else []
+    for name, count in counts:
+        if isinstance(count, bool) or not isinstance(count, int | float):
+            continue
+        if round(count) not in _TOKENS_RANGE:
             side = "above" if count > 0 else "below"
             raise InvalidPayload(f"{what}: {name} is {side} the 64-bit range a token count must fit")
     return text
@@ -547,7 +549,8 @@ def _check_texts(value: Any, what: str) -> None:
         if isinstance(item, str):
             why = unstorable(item)
             if why is not None:
-                raise InvalidPayload(f"{what} holds {why} in {shown(item)}, which PostgreSQL's JSON cannot keep")
+                cannot = "which PostgreSQL's JSON cannot keep"
+                raise InvalidPayload(f"{what} holds {why} in {shown(item)}, {cannot}")
         elif isinstance(item, dict):
             stack.extend(item)
             stack.extend(item.values())

@@ -517,7 +517,8 @@ def test_lone_surrogates_outside_payloads_are_kept_or_refused_clearly(store):
     before = public_rows_of(store)
     with pytest.raises(InvalidPayload, match="run usage holds a lone surrogate in 'odd"):
         session.append(
-            {"role": "assistant", "content": "x"}, run=Completion({"role": "assistant"}, usage={"odd\udfff": 1})
+            {"role": "assistant", "content": "x"},
+            run=Completion({"role": "assistant"}, usage={"odd\udfff": 1}),
         )
     with pytest.raises(InvalidPayload, match="lone surrogate"):
         store.create_session("title \ud800")
@@ -550,7 +551,9 @@ def test_every_json_column_keeps_or_refuses_nul_and_lone_surrogates(store, bad, 
     session.set_branch_metadata("main", value)
     assert {b.name: b.metadata for b in session.branches()} == {"main": value, "side": value}
     reply = {"role": "assistant", "content": "x"}
-    node = session.append(reply, run=Completion({"role": "assistant"}, params=value, usage={"input_tokens": 3}))
+    node = session.append(
+        reply, run=Completion({"role": "assistant"}, params=value, usage={"input_tokens": 3})
+    )
     assert (store.run(node.run_id).params, store.run(node.run_id).usage) == (value, {"input_tokens": 3})
     assert session.usage("main").input_tokens == 3
     before = public_rows_of(store)
@@ -573,7 +576,9 @@ def test_a_run_usage_no_store_keeps_is_refused_by_import_and_copy(store, tmp_pat
     export = tmp_path / "old.jsonl"
     export_file(source, export)
     before = public_rows_of(store)
-    with pytest.raises(FormatError, match=f"^old.jsonl: run {node.run_id}: usage holds a lone surrogate in 'odd"):
+    with pytest.raises(
+        FormatError, match=f"^old.jsonl: run {node.run_id}: usage holds a lone surrogate in 'odd"
+    ):
         import_file(store, export)
     with pytest.raises(InvalidPayload, match=f"^run {node.run_id}: usage holds a lone surrogate"):
         copy_sessions(source, store)
