@@ -334,25 +334,171 @@ def backend_target(backend: str, request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def db_target(request) -> str:
+def db_target(request) -> Iterator[str]:
     """What ``Store()`` opens, for tests that run against both backends: a SQLite file,
     or a fresh PostgreSQL schema. (A target a test reopens, or hands to another process:
-    ``:memory:`` is not one.)"""
-    return backend_target(request.param, request)
+    ``:memory:`` is not one.) For a test that takes ``any_store`` too, the schema is an
+    emptied one when there is one (``EmptiedSchemas``): that store migrates it anyway."""
+    if request.param != "postgres" or "any_store" not in request.fixturenames:
+        yield backend_target(request.param, request)
+        return
+    url = EMPTIED.take()
+    try:
+        yield url
+    finally:
+        EMPTIED.give_back(url)
 
 
 @pytest.fixture
 def any_store(db_target):
     with Store(db_target) as s:
+        if db_target in EMPTIED.taken:
+            EMPTIED.note(db_target)
         yield s
 
 
 @pytest.fixture(params=["sqlite", "memory", "postgres"])
 def every_store(request):
     """A store on every backend, for behaviour they all promise: a SQLite file, SQLite
-    ``:memory:`` and a fresh PostgreSQL schema (test ids end in the backend's name)."""
-    with Store(backend_target(request.param, request)) as s:
-        yield s
+    ``:memory:`` and an empty PostgreSQL schema (test ids end in the backend's name).
+    The schema is one this worker emptied after an earlier test, when that test left its
+    tables, functions and statistics as the migrations made them (``EmptiedSchemas``),
+    else a new one: migrating a new schema took most of a short test's time."""
+    if request.param != "postgres":
+        with Store(backend_target(request.param, request)) as s:
+            yield s
+        return
+    url = EMPTIED.take()
+    try:
+        with Store(url) as s:
+            EMPTIED.note(url)
+            yield s
+    finally:
+        EMPTIED.give_back(url)
+
+
+class EmptiedSchemas:
+    """Migrated PostgreSQL schemas of this worker, emptied for the next test.
+
+    A schema is noted right after its first open (the migrations' work: every table,
+    column, index, trigger, function and constraint, and each table's rows). Given back,
+    it is emptied (``TRUNCATE ... RESTART IDENTITY``, the migrations' rows put back, every
+    sequence restarted) only if it still matches that note and holds no statistics (an
+    ``ANALYZE``, by a test or autovacuum, would change what the planner sees): otherwise,
+    or if anything goes wrong, it is dropped, as every schema used to be."""
+
+    CATALOG = """
+        SELECT md5(coalesce(string_agg(x, '|' ORDER BY x), '')) FROM (
+            SELECT 'c ' || c.relname || ' ' || c.relkind::text || ' ' || coalesce(c.reloptions::text, '')
+                   || ' ' || coalesce(c.relacl::text, '') AS x
+            FROM pg_class c WHERE c.relnamespace = %(ns)s::regnamespace
+            UNION ALL
+            SELECT 'a ' || c.relname || ' ' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+                   || ' ' || a.attnotnull::text || ' ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+            FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+            LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+            WHERE c.relnamespace = %(ns)s::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+            UNION ALL
+            SELECT 'i ' || pg_get_indexdef(i.indexrelid)
+            FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid WHERE c.relnamespace = %(ns)s::regnamespace
+            UNION ALL
+            SELECT 't ' || c.relname || ' ' || t.tgname || ' ' || t.tgenabled::text || ' ' || pg_get_triggerdef(t.oid)
+            FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+            WHERE c.relnamespace = %(ns)s::regnamespace AND NOT t.tgisinternal
+            UNION ALL
+            SELECT 'p ' || p.oid::regprocedure::text || ' ' || md5(p.prosrc) || ' ' || coalesce(p.proconfig::text, '')
+            FROM pg_proc p WHERE p.pronamespace = %(ns)s::regnamespace
+            UNION ALL
+            SELECT 'k ' || k.conname || ' ' || pg_get_constraintdef(k.oid)
+            FROM pg_constraint k WHERE k.connamespace = %(ns)s::regnamespace
+            UNION ALL
+            SELECT 's ' || count(*) FROM pg_statistic s JOIN pg_class c ON c.oid = s.starelid
+            WHERE c.relnamespace = %(ns)s::regnamespace
+        ) parts
+    """
+
+    def __init__(self) -> None:
+        self.spare: list[str] = []
+        self.notes: dict[str, tuple[str, dict[str, list[tuple]]]] = {}
+        self.taken: set[str] = set()  # handed out, not given back yet
+
+    def take(self) -> str:
+        url = self.spare.pop() if self.spare else fresh_schema_url(postgres_server())
+        self.taken.add(url)
+        return url
+
+    def note(self, url: str) -> None:
+        if url not in self.notes:
+            with self._connect(url) as conn:
+                self.notes[url] = (
+                    self._catalog(conn, url),
+                    {t: self._rows(conn, url, t) for t in self._tables(conn, url)},
+                )
+
+    def give_back(self, url: str) -> None:
+        self.taken.discard(url)
+        try:
+            if url in self.notes and self._empty(url):
+                self.spare.append(url)
+                return
+        except Exception:
+            pass
+        self.notes.pop(url, None)
+        drop_schema(url)
+
+    def drop_all(self) -> None:
+        while self.spare:
+            self.notes.pop(self.spare[-1], None)
+            drop_schema(self.spare.pop())
+
+    def _empty(self, url: str) -> bool:
+        catalog, rows = self.notes[url]
+        schema = self._schema(url)
+        with self._connect(url) as conn, conn.transaction():
+            conn.execute("SET LOCAL lock_timeout = '2s'")
+            if self._catalog(conn, url) != catalog or set(self._tables(conn, url)) != set(rows):
+                return False
+            tables = ", ".join(f'"{schema}"."{t}"' for t in rows)
+            conn.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+            for table, kept in rows.items():
+                for row in kept:
+                    marks = ", ".join(["%s"] * len(row))
+                    conn.execute(
+                        f'INSERT INTO "{schema}"."{table}" OVERRIDING SYSTEM VALUE VALUES ({marks})', row
+                    )
+            sequences = conn.execute("SELECT sequencename FROM pg_sequences WHERE schemaname = %s", (schema,))
+            for (sequence,) in sequences.fetchall():
+                conn.execute(f'ALTER SEQUENCE "{schema}"."{sequence}" RESTART')
+        return True
+
+    @staticmethod
+    def _schema(url: str) -> str:
+        return url.partition("?schema=")[2]
+
+    @classmethod
+    def _connect(cls, url: str):
+        import psycopg
+
+        return psycopg.connect(url.partition("?schema=")[0], autocommit=True)
+
+    def _catalog(self, conn, url: str) -> str:
+        return conn.execute(self.CATALOG, {"ns": f'"{self._schema(url)}"'}).fetchone()[0]
+
+    def _tables(self, conn, url: str) -> list[str]:
+        found = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", (self._schema(url),))
+        return [t for (t,) in found.fetchall()]
+
+    def _rows(self, conn, url: str, table: str) -> list[tuple]:
+        return conn.execute(f'SELECT * FROM "{self._schema(url)}"."{table}"').fetchall()
+
+
+EMPTIED = EmptiedSchemas()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _drop_emptied_schemas():
+    yield
+    EMPTIED.drop_all()
 
 
 @pytest.fixture

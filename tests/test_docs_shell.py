@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -119,11 +120,22 @@ def run_shell(script: str, cwd: Path, env: dict[str, str], where: str) -> None:
         )
 
 
+@pytest.fixture(scope="module")
+def demo_store(tmp_path_factory) -> Path:
+    """A store ``sessiontree demo`` filled, made once: each file's test starts from a copy
+    (the demo writes the same tree every time; running it for every file was a CLI
+    session per file)."""
+    where = tmp_path_factory.mktemp("demo")
+    run_shell("sessiontree demo > /dev/null\n", where, shell_env(where), "sessiontree demo")
+    return where / "docs.db"
+
+
 @pytest.mark.slow  # runs whole CLI sessions, a process per command
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.name) for p in FILES if runnable(p)])
-def test_shell_examples_run(path: Path, tmp_path: Path) -> None:
+def test_shell_examples_run(path: Path, tmp_path: Path, demo_store: Path) -> None:
     env = shell_env(tmp_path)
-    run_shell("sessiontree demo > /dev/null\n", tmp_path, env, f"{path.name}: sessiontree demo")
+    for made in demo_store.parent.glob(demo_store.name + "*"):  # the file, and the -tools file beside it
+        shutil.copyfile(made, tmp_path / made.name)
     for block in runnable(path):
         run_shell(block.script(), tmp_path, env, block.where)
 

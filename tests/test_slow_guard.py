@@ -36,6 +36,9 @@ def run_with_the_guard(tmp_path: Path, limit: str | None) -> subprocess.Complete
     (tmp_path / "test_timed.py").write_text(TESTS)
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "SESSIONTREE_SLOW_LIMIT")}
     env["PYTHONPATH"] = str(Path(__file__).parent)  # tests/conftest.py, loaded as a plugin
+    # Only that plugin: the installed ones (hypothesis, langsmith, xdist, ...) took most of
+    # each run's start, several seconds on a busy machine, and the guard needs none of them.
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     if limit is not None:
         env["SESSIONTREE_SLOW_LIMIT"] = limit
     command = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q"]

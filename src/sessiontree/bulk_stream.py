@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .errors import Conflict, ImportConflict, InvalidPayload, InvalidTree, SessionTreeError
 from .ids import now
-from .model import check_latency, encode_json, encode_payload
+from .model import check_latency, encode_json, encode_payload, encode_usage
 from .names import check_name, check_text
 from .records import ImportedSession, where
 
@@ -571,7 +571,7 @@ def write_run(storage: Storage, session_key: int, s: ImportedSession, run: Impor
             check_text(run.model, f"run {run.id}: model"),
             check_text(run.provider, f"run {run.id}: provider"),
             encode_json(run.params, "run params"),
-            encode_json(run.usage, "run usage"),
+            encode_usage(run.usage, f"run {run.id}: usage"),
             check_latency(run.latency_ms, f"run {run.id}: latency_ms"),
             check_text(run.finish_reason, f"run {run.id}: finish_reason"),
             check_text(run.created_at, f"run {run.id}: created_at") or s.created_at,

@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar, cast
 from . import kinds
 from .errors import InvalidPayload
 from .kinds import DECISION_ACTIONS, KINDS, ROLES, tool_calls_problem  # noqa: F401 (their old home)
-from .names import check_size
+from .names import check_size, shown, unstorable
 
 
 class Node:
@@ -511,6 +511,51 @@ def encode_json(value: Any, what: str, **options: Any) -> str:
     if text.count("[") + text.count("{") > MAX_NESTING and _nesting(value) > MAX_NESTING:
         raise InvalidPayload(f"{what} is nested too deeply (more than {MAX_NESTING} levels)")
     return check_size(text, what)
+
+
+TOKEN_FIELDS = ("prompt_tokens", "input_tokens", "completion_tokens", "output_tokens")
+"""The usage fields a store reads token counts from (``usage_tokens``, and the runs'
+token columns derived from the usage)."""
+
+_TOKENS_RANGE = range(-(2**63), 2**63)  # a 64-bit integer: PostgreSQL's token columns
+
+
+def encode_usage(usage: Any, what: str = "run usage", **options: Any) -> str:
+    """``encode_json`` for a run's usage, which PostgreSQL also reads as ``jsonb`` (its
+    runs' token columns are derived from the usage as each run is inserted), or
+    InvalidPayload naming ``what``. So no key or text of it may hold a NUL or a lone
+    surrogate (``jsonb`` refuses both, where the stored text keeps them as \\u escapes),
+    and a number in a ``TOKEN_FIELDS`` field must fit 64 bits. Refused on every backend,
+    so a store always copies to the other."""
+    text = encode_json(usage, what, **options)
+    if "\\u" in text:  # only escapes carry a NUL or a surrogate into the text
+        _check_texts(json.loads(text), what)
+    counts = [(n, usage.get(n)) for n in TOKEN_FIELDS] if isinstance(usage, dict) else []
+    for name, count in counts:
+        if isinstance(count, bool) or not isinstance(count, int | float):
+            continue
+        if round(count) not in _TOKENS_RANGE:
+            side = "above" if count > 0 else "below"
+            raise InvalidPayload(f"{what}: {name} is {side} the 64-bit range a token count must fit")
+    return text
+
+
+def _check_texts(value: Any, what: str) -> None:
+    """InvalidPayload naming ``what`` when a key or string in ``value`` holds a NUL or a
+    lone surrogate."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            why = unstorable(item)
+            if why is not None:
+                cannot = "which PostgreSQL's JSON cannot keep"
+                raise InvalidPayload(f"{what} holds {why} in {shown(item)}, {cannot}")
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 def _nesting(value: Any) -> int:

@@ -41,6 +41,7 @@ from .model import (
     check_latency,
     encode_json,
     encode_payload,
+    encode_usage,
 )
 from .names import (
     FULL_ID,
@@ -731,7 +732,7 @@ def _run_fields(run: Completion | dict[str, Any], when: str | None = None) -> tu
         check_text(fields.get("model"), "run model"),
         check_text(fields.get("provider"), "run provider"),
         encode_json(fields.get("params") or {}, "run params", default=str),
-        encode_json(fields.get("usage") or {}, "run usage", default=str),
+        encode_usage(fields.get("usage") or {}, "run usage", default=str),
         check_latency(fields.get("latency_ms")),
         check_text(fields.get("finish_reason"), "run finish_reason"),
         when or now(),

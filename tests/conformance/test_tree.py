@@ -15,9 +15,13 @@ from sessiontree import (
     CheckpointImmutable,
     Completion,
     Conflict,
+    FormatError,
     InvalidPayload,
     NotFound,
     Store,
+    copy_sessions,
+    export_file,
+    import_file,
 )
 
 from conftest import assistant, public_rows_of, raw, schema_refusals, user
@@ -516,24 +520,23 @@ def test_non_finite_numbers_in_metadata_and_run_usage_are_refused_whole(store, b
     assert store.verify().ok
 
 
-def test_lone_surrogates_outside_payloads_are_kept_or_refused_clearly(store, request):
-    """Before the fix each of these escaped as a bare UnicodeEncodeError from sqlite3."""
-    if store.path.startswith("postgresql://"):
-        # Found by running this on PostgreSQL: a run's usage with a lone surrogate in a
-        # key reaches the server's json type, which refuses it with a driver error.
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True, reason="PostgreSQL: a lone surrogate in a run's usage is a driver error"
-            )
-        )
+def test_lone_surrogates_outside_payloads_are_kept_or_refused_clearly(store):
+    """Before the fix each of these escaped as a bare UnicodeEncodeError from sqlite3, and
+    on PostgreSQL a run's usage holding one was a driver error (its token columns read
+    the usage as jsonb, which refuses the escape): now it is refused on every backend."""
     session = store.create_session("s", metadata={"note": "\ud800 lone"})
     assert store.session(session.id).metadata == {"note": "\ud800 lone"}
     session.append(user("hi"))
     node = session.append(
-        {"role": "assistant", "content": "x"}, run=Completion({"role": "assistant"}, usage={"odd\udfff": 1})
+        {"role": "assistant", "content": "x"}, run=Completion({"role": "assistant"}, params={"odd\udfff": 1})
     )
-    assert store.run(node.run_id).usage == {"odd\udfff": 1}
+    assert store.run(node.run_id).params == {"odd\udfff": 1}
     before = public_rows_of(store)
+    with pytest.raises(InvalidPayload, match="run usage holds a lone surrogate in 'odd"):
+        session.append(
+            {"role": "assistant", "content": "x"},
+            run=Completion({"role": "assistant"}, usage={"odd\udfff": 1}),
+        )
     with pytest.raises(InvalidPayload, match="lone surrogate"):
         store.create_session("title \ud800")
     with pytest.raises(Conflict, match="lone surrogates are not allowed"):
@@ -542,6 +545,79 @@ def test_lone_surrogates_outside_payloads_are_kept_or_refused_clearly(store, req
         session.append(user("x"), branch="b\udfff")
     assert public_rows_of(store) == before
     assert store.verify().ok
+
+
+UNSTORABLE_IN_JSON = {"surrogate": "\ud800", "reversed pair": "\udfff\ud800", "NUL": "\x00"}
+
+
+@pytest.mark.parametrize("where", ["key", "text"])
+@pytest.mark.parametrize("bad", UNSTORABLE_IN_JSON.values(), ids=UNSTORABLE_IN_JSON.keys())
+def test_every_json_column_keeps_or_refuses_nul_and_lone_surrogates(store, bad, where):
+    """Every JSON value a store writes outside payloads, with a NUL or a lone surrogate in
+    a key or a text: metadata and a run's params keep it (stored as a \\u escape, read back
+    as it was); a run's usage, which PostgreSQL reads as jsonb for its token columns, is
+    refused whole on every backend, so a store always copies to the other."""
+    value = {bad: 1} if where == "key" else {"k": [f"a{bad}b"]}
+    session = store.create_session("s", metadata=value)
+    assert store.session(session.id).metadata == value
+    session.set_metadata({"x": 1})
+    session.set_metadata(value, expect={"x": 1})
+    assert store.session(session.id).metadata == value
+    first = session.append(user("hi"))
+    assert session.fork("side", at=first, metadata=value).metadata == value
+    session.set_branch_metadata("main", value)
+    assert {b.name: b.metadata for b in session.branches()} == {"main": value, "side": value}
+    reply = {"role": "assistant", "content": "x"}
+    node = session.append(
+        reply, run=Completion({"role": "assistant"}, params=value, usage={"input_tokens": 3})
+    )
+    assert (store.run(node.run_id).params, store.run(node.run_id).usage) == (value, {"input_tokens": 3})
+    assert session.usage("main").input_tokens == 3
+    before = public_rows_of(store)
+    for run in (Completion({"role": "assistant"}, usage=value), {"usage": value}):
+        with pytest.raises(InvalidPayload, match=r"^run usage holds a (lone surrogate|NUL character) in '"):
+            session.append(reply, run=run)
+    assert public_rows_of(store) == before
+    assert store.verify().ok
+
+
+def test_a_run_usage_no_store_keeps_is_refused_by_import_and_copy(store, tmp_path):
+    """The same refusal where whole trees are written (an import, a copy from a SQLite
+    file written before the fix, which kept such a usage): one line naming the run, and
+    nothing of the import or the copy is written. Before, on PostgreSQL, a driver error."""
+    source = Store(str(tmp_path / "old.db"))
+    session = source.create_session("old")
+    session.append(user("hi"))
+    node = session.append(assistant("x"), run=Completion({"role": "assistant"}, usage={"input_tokens": 3}))
+    raw(source, "UPDATE runs SET usage = ? WHERE id = ?", ('{"odd\\udfff":1}', node.run_id))
+    export = tmp_path / "old.jsonl"
+    export_file(source, export)
+    before = public_rows_of(store)
+    with pytest.raises(
+        FormatError, match=f"^old.jsonl: run {node.run_id}: usage holds a lone surrogate in 'odd"
+    ):
+        import_file(store, export)
+    with pytest.raises(InvalidPayload, match=f"^run {node.run_id}: usage holds a lone surrogate"):
+        copy_sessions(source, store)
+    source.close()
+    assert public_rows_of(store) == before
+
+
+@pytest.mark.parametrize("count", [2**63, -(2**63) - 1, 10**40, 1e300])
+def test_a_token_count_beyond_64_bits_is_refused_on_every_backend(store, count):
+    """Before the fix PostgreSQL's token columns (bigint) made such a usage a bare driver
+    error ('bigint out of range') and SQLite kept it, so the store could not be copied."""
+    session = store.create_session("s")
+    session.append(user("hi"))
+    reply = {"role": "assistant", "content": "x"}
+    edge = 2**63 - 1 if count > 0 else -(2**63)
+    kept = session.append(reply, run=Completion({"role": "assistant"}, usage={"completion_tokens": edge}))
+    assert store.run(kept.run_id).usage == {"completion_tokens": edge}
+    before = public_rows_of(store)
+    for name in ("prompt_tokens", "input_tokens", "completion_tokens", "output_tokens"):
+        with pytest.raises(InvalidPayload, match=f"^run usage: {name} is (above|below) the 64-bit range"):
+            session.append(reply, run=Completion({"role": "assistant"}, usage={name: count}))
+    assert public_rows_of(store) == before
 
 
 @pytest.mark.parametrize("name", SQLISH)
