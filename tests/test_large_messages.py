@@ -29,11 +29,14 @@ BIG = distinct_words(150_000)  # 1.35 MB: before step 11, 87,382 of these failed
 HUGE = distinct_words(600_000, "h")  # 5.4 MB
 
 
-def indexed_words(store: Store, node_id: str, column: str = "search_text") -> int | None:
-    """How many words the server's column holds for the node (None on SQLite: all)."""
+def indexed_words(store: Store, node_id: str, part: str = "text") -> int | None:
+    """How many words of the node's text (or tool texts) the server's vector holds (None
+    on SQLite: all). The text's words carry weight A, the tools' the default, D."""
     if not store.path.startswith("postgresql://"):
         return None
-    ((count,),) = raw(store, f"SELECT length({column}) FROM nodes WHERE id = ?", (node_id,))
+    weight = {"text": "a", "tools": "d"}[part]
+    sql = f"SELECT length(ts_filter(search_vector, '{{{weight}}}')) FROM nodes WHERE id = ?"
+    ((count,),) = raw(store, sql, (node_id,))
     return int(count)
 
 
@@ -86,7 +89,7 @@ def test_a_huge_tool_result_and_a_huge_reply_in_the_agent_loop_are_stored(any_st
     assert messages[2]["content"] == HUGE and messages[3]["content"] == BIG
     assert model.calls[-1]["messages"][2]["content"] == HUGE  # what the model was sent
     (result,) = [n for n in s.path("main") if n.payload.get("role") == "tool"]
-    kept = indexed_words(any_store, result.id, "search_tools")
+    kept = indexed_words(any_store, result.id, "tools")
     assert kept is None or 50_000 < kept < 600_000
     assert hits(any_store, "h0000000") == [result.id]
     assert hits(any_store, "h0000000", tools=False) == []
@@ -118,7 +121,7 @@ def test_a_huge_text_and_huge_tool_calls_in_one_message_share_the_index(any_stor
     call = tool_call("grep", {"pattern": distinct_words(150_000, "t")})
     node = s.append({"role": "assistant", "content": BIG, "tool_calls": [call]})
     assert s.node(node.id).payload == {"role": "assistant", "content": BIG, "tool_calls": [call]}
-    text, tools = indexed_words(any_store, node.id), indexed_words(any_store, node.id, "search_tools")
+    text, tools = indexed_words(any_store, node.id), indexed_words(any_store, node.id, "tools")
     if text is not None and tools is not None:  # each took about half of what one alone takes
         assert 20_000 < text < 50_000 and 20_000 < tools < 50_000
     assert hits(any_store, "w0000000 t0000000") == [node.id]

@@ -372,12 +372,13 @@ def test_migrate_lists_then_applies_on_a_server(pg_url):
         "0010_decision_channel",
         "0011_search_bounds",
         "0012_fixed_plans",
+        "0013_lighter_writes",
     ]
-    assert listed.output == "".join(f"{s}\n" for s in steps) + "10 pending step(s); schema version 0\n"
+    assert listed.output == "".join(f"{s}\n" for s in steps) + "11 pending step(s); schema version 0\n"
     applied = runner.invoke(cli, ["--db", pg_url, "migrate"])
     assert applied.output == "".join(f"applied {s}\n" for s in steps)
     again = runner.invoke(cli, ["--db", pg_url, "migrate"])
-    assert again.output == "0 pending step(s); schema version 12\n"
+    assert again.output == "0 pending step(s); schema version 13\n"
 
 
 def test_the_sqlite_path_imports_no_postgres_driver_and_a_missing_driver_is_explained(monkeypatch):

@@ -499,7 +499,8 @@ class PostgresStorage(SharedReads):
         run_id, fields = run if run is not None else (None, None)
         recorded = list(fields[:6]) if fields is not None else [None] * 6
         row = self._one_write(
-            "SELECT * FROM sessiontree_append(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+            # The arrays in binary: as text each payload's quotes are escaped on the way.
+            "SELECT * FROM sessiontree_append(%s, %s, %s, %s, %s, %s, %b, %b, %s, %s, %s,"
             " %s, %s, %s, %s, %s, %s)",
             (
                 self.lock_class,

@@ -3,7 +3,7 @@
 Contract: ``PostgresSearch(storage)`` is ``storage.search`` of a
 ``PostgresStorage`` (``search.Search``), reaching the server through its public
 helpers (``hosts.PostgresHost``), the twin of ``sqlite_search``. It matches the generated
-``tsvector`` columns (``migrations/postgres/0004_search.sql`` and ``0009``) with
+``tsvector`` column (``migrations/postgres/0013_lighter_writes.sql``) with
 ``websearch_to_tsquery('simple', query)``: words, "quoted phrases", ``OR`` and
 ``-word`` mean what they mean in FTS5 (AND by default); FTS5's column filters,
 ``NEAR`` and ``prefix*`` are not read as such. It never fails on syntax: a query
@@ -27,12 +27,16 @@ from .shared_sql import ELLIPSIS, MARK_END, MARK_START, SNIPPET_TOKENS, for_post
 
 _TEXT = "coalesce(sessiontree_node_text(n.kind, n.payload), '')"
 _ALL = f"{_TEXT} || ' ' || coalesce(sessiontree_node_tools(n.kind, n.payload), '')"
-ALL_VECTOR = "(setweight(n.search_text, 'A') || n.search_tools)"
-"""What every search matches: the expression of the one index, ``nodes_search_all`` (step
-12), written the same, so that the planner can use it. The text's words carry weight A:
-``tools=False`` matches the query with its words restricted to A (``q.text``)."""
-_RANKED = {True: "(n.search_text || n.search_tools)", False: "n.search_text"}
-"""What a match is ranked by (unweighted: the ranks of steps 4 to 11)."""
+ALL_VECTOR = "n.search_vector"
+"""What every search matches: the one stored vector (schema step 13), the column of the one
+index, ``nodes_search_all``. The text's words carry weight A: ``tools=False`` matches the
+query with its words restricted to A (``q.text``)."""
+_RANKED = {
+    True: "ts_rank('{0.1,0.1,0.1,0.1}', n.search_vector, q.q)",
+    False: "ts_rank('{0.1,0.1,0.1,0.1}', ts_filter(n.search_vector, '{a}'), q.q)",
+}
+"""What a match is ranked by: every weight counted as the default one, and for ``tools=False``
+the text's words alone, so that the ranks are those of steps 4 to 12's unweighted vectors."""
 _HEADLINE = (
     f'StartSel="{MARK_START}", StopSel="{MARK_END}", MaxWords={SNIPPET_TOKENS}, MinWords=4,'
     f' MaxFragments=1, FragmentDelimiter="{ELLIPSIS}"'
@@ -74,7 +78,7 @@ class PostgresSearch(Search):
 
     def find(self, query: SearchQuery) -> list[SearchMatch]:
         tools = query.tools
-        order = "n.key DESC" if query.newest else f"ts_rank({_RANKED[tools]}, q.q) DESC, n.id"
+        order = "n.key DESC" if query.newest else f"{_RANKED[tools]} DESC, n.id"
         sql = _SEARCH.format(
             document=_ALL if tools else _TEXT,
             vector=ALL_VECTOR,
@@ -96,9 +100,9 @@ class PostgresSearch(Search):
             raise self._search_off() from None
         return [SearchMatch(Node(*r[1:9]), r[9] or "") for r in rows]
 
-    # The index is two generated tsvector columns and one GIN index on both: in step with
-    # the rows (a GIN index's pending list is visible to every query), or, turned off, no
-    # columns and no index at all (``sessiontree_search``, schema step 12).
+    # The index is one generated tsvector column and a GIN index on it: in step with the
+    # rows (a GIN index's pending list is visible to every query), or, turned off, neither
+    # (``sessiontree_search``, schema step 13).
 
     def _search_off(self) -> SearchIndexOff:
         return SearchIndexOff(

@@ -1,0 +1,179 @@
+-- sessiontree schema on PostgreSQL, step 13: lighter writes, one stored search vector.
+--
+-- Measured on a quiet machine (benchmarks/postgres.py --network), a turn of 4 ~1 KB
+-- messages cost the server 1.1 ms, most of it in what each row does besides being
+-- stored: two generated vectors, each of which parsed the payload as JSON two or three
+-- times (sessiontree_json runs a regular expression over the whole payload on every
+-- call), and two BEFORE INSERT triggers, each a function call and a lookup of the
+-- session. And the stored vectors, with the one index, were 5.3 KB of the 7 KB a
+-- message cost with prose-like text.
+
+-- The whole search vector of a node, parsed once: the text's words weighted A, the tool
+-- texts' the default (D), positions as `search_text || search_tools` had them. A payload
+-- too long for the one-pass bound is split between the two as step 11 does.
+CREATE FUNCTION sessiontree_node_vectors(kind text, payload text) RETURNS tsvector
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    j json;
+    body text;
+    tools text;
+BEGIN
+    IF length(payload)::bigint * 6 > 1048000 THEN
+        RETURN setweight(sessiontree_node_vector(kind, payload, false), 'A')
+               || sessiontree_node_vector(kind, payload, true);
+    END IF;
+    IF kind = 'message' THEN
+        j := sessiontree_json(payload);
+        IF j ->> 'role' = 'tool' THEN
+            tools := coalesce((j ->> 'name') || ' ', '') || coalesce(j ->> 'content', '');
+        ELSE
+            body := j ->> 'content';
+            tools := j ->> 'tool_calls';
+        END IF;
+    ELSIF kind IN ('pause', 'tool_start') THEN
+        j := sessiontree_json(payload);
+        body := j ->> 'reason';
+        tools := j ->> 'calls';
+    ELSIF kind = 'summary' THEN
+        body := sessiontree_json(payload) ->> 'summary';
+    ELSIF kind = 'error' THEN
+        body := sessiontree_json(payload) ->> 'message';
+    ELSE
+        body := payload;
+    END IF;
+    RETURN setweight(to_tsvector('simple'::regconfig, coalesce(body, '')), 'A')
+           || to_tsvector('simple'::regconfig, coalesce(tools, ''));
+END
+$$;
+
+-- One column and its index, in place of two columns and an expression index over them.
+-- A GIN index takes new entries into its pending list and merges them into the tree
+-- when the list passes gin_pending_list_limit; merged in batches of about a turn's
+-- worth (64 kB, against the 4 MB default) the posting lists pack tighter, and a search
+-- never scans a long unmerged list. Adding the column rewrites `nodes` once, which also
+-- drops the bytes of the two old columns.
+CREATE OR REPLACE FUNCTION sessiontree_search(enabled boolean) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF enabled THEN
+        ALTER TABLE nodes ADD COLUMN IF NOT EXISTS search_vector tsvector
+            GENERATED ALWAYS AS (sessiontree_node_vectors(kind, payload)) STORED;
+        CREATE INDEX IF NOT EXISTS nodes_search_all ON nodes
+            USING gin (search_vector) WITH (gin_pending_list_limit = 64);
+    ELSE
+        DROP INDEX IF EXISTS nodes_search_all;
+        ALTER TABLE nodes DROP COLUMN IF EXISTS search_vector;
+    END IF;
+END
+$$;
+
+DO $$
+BEGIN
+    IF to_regclass('nodes_search_all') IS NOT NULL THEN  -- the index is on: keep it on
+        DROP INDEX nodes_search_all;
+        ALTER TABLE nodes DROP COLUMN search_text, DROP COLUMN search_tools;
+        PERFORM sessiontree_search(true);
+    END IF;
+END
+$$;
+
+-- One BEFORE INSERT trigger, in place of nodes_in_session and nodes_not_in_trash: one
+-- function call and one read of the session a row. The checks, their order (the
+-- parent's first, as the two triggers fired by name) and their messages are theirs.
+CREATE FUNCTION sessiontree_node_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    trashed text;
+BEGIN
+    IF NEW.parent IS NOT NULL THEN
+        IF NOT EXISTS (SELECT 1 FROM nodes p
+                       WHERE p.key = NEW.parent AND p.session = NEW.session AND p.depth = NEW.depth - 1) THEN
+            RAISE EXCEPTION 'a parent must be a node of the same session, one level up'
+                USING ERRCODE = 'integrity_constraint_violation';
+        END IF;
+        trashed := (SELECT s.trashed_at FROM sessions s WHERE s.key = NEW.session);
+    ELSE
+        SELECT s.trashed_at INTO trashed FROM sessions s WHERE s.key = NEW.session;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'a node must belong to an existing session'
+                USING ERRCODE = 'integrity_constraint_violation';
+        END IF;
+    END IF;
+    IF trashed IS NOT NULL THEN
+        RAISE EXCEPTION 'the session is in the trash' USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+DROP TRIGGER nodes_in_session ON nodes;
+DROP TRIGGER nodes_not_in_trash ON nodes;
+DROP FUNCTION sessiontree_node_in_session();
+DROP FUNCTION sessiontree_not_in_trash();
+CREATE TRIGGER nodes_in_session BEFORE INSERT ON nodes
+FOR EACH ROW EXECUTE FUNCTION sessiontree_node_insert();
+
+-- The write functions keep one plan per statement from their first call on a connection
+-- (a custom plan for each of the first five calls was planning work on every turn of a
+-- young connection), and never compile a statement to machine code: with the scans
+-- they turn off, a plan's cost estimate can pass jit_above_cost whatever it does. The
+-- append inserts its chain in one statement instead of one a node; the rest is step
+-- 12's, unchanged.
+CREATE OR REPLACE FUNCTION sessiontree_append(
+    lock_class integer, session_key bigint, branch_name text, expect text, parent_id text,
+    node_kind text, ids text[], payloads text[], created text,
+    run_id text, run_new boolean, run_model text, run_provider text, run_params text,
+    run_usage text, run_latency double precision, run_finish text
+) RETURNS TABLE (head_id text, head_depth integer)
+LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan SET jit = off
+AS $$
+DECLARE
+    head bigint;
+    head_kind text;
+    run_key bigint;
+    first bigint;
+    count integer := cardinality(ids);
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(lock_class, -2), pg_advisory_xact_lock(lock_class, (session_key % 2147483648)::integer);
+    SELECT b.head, n.id, n.depth, n.kind INTO head, head_id, head_depth, head_kind
+    FROM branches b LEFT JOIN nodes n ON n.key = b.head
+    WHERE b.session = session_key AND b.name = branch_name;
+    IF NOT FOUND THEN
+        PERFORM sessiontree_long_way('no such branch');
+    END IF;
+    IF expect IS NOT NULL AND expect IS DISTINCT FROM head_id THEN
+        PERFORM sessiontree_long_way('the head moved');
+    END IF;
+    IF parent_id IS NOT NULL AND parent_id IS DISTINCT FROM head_id THEN
+        PERFORM sessiontree_long_way('the parent is not the head');
+    END IF;
+    IF node_kind = 'decision' AND head_kind IS DISTINCT FROM 'pause' THEN
+        PERFORM sessiontree_long_way('a decision not under a pause');
+    END IF;
+    IF run_new THEN
+        INSERT INTO runs (id, session, model, provider, params, usage, latency_ms, finish_reason, created_at)
+        VALUES (run_id, session_key, run_model, run_provider, run_params, run_usage, run_latency, run_finish, created)
+        RETURNING key INTO run_key;
+    ELSIF run_id IS NOT NULL THEN
+        SELECT r.key INTO run_key FROM runs r WHERE r.id = run_id AND r.session = session_key;
+        IF NOT FOUND THEN
+            PERFORM sessiontree_long_way('no such run in the session');
+        END IF;
+    END IF;
+    head_depth := coalesce(head_depth, -1);
+    first := sessiontree_reserve_node_keys(count);
+    -- In order of i, so that each row's parent is in the table before its trigger looks.
+    INSERT INTO nodes (key, id, session, parent, depth, kind, payload, created_at, run)
+    SELECT first + c.i - 1, c.id, session_key, CASE WHEN c.i = 1 THEN head ELSE first + c.i - 2 END,
+           head_depth + c.i, node_kind, c.payload, created, run_key
+    FROM unnest(ids, payloads) WITH ORDINALITY AS c(id, payload, i) ORDER BY c.i;
+    UPDATE branches SET head = first + count - 1, updated_at = created
+    WHERE session = session_key AND name = branch_name;
+    RETURN NEXT;
+END
+$$;
+
+ALTER FUNCTION sessiontree_fork(integer, bigint, text, text, boolean, text, text, boolean)
+    SET plan_cache_mode = force_generic_plan SET jit = off;
+ALTER FUNCTION sessiontree_path(bigint, text[]) SET jit = off;
+ALTER FUNCTION sessiontree_tree(bigint) SET jit = off;
