@@ -21,7 +21,8 @@ round trip (medians of ``--repeat`` × 20; the proxy's own cost is in the D = 0 
 ``--storage`` instead writes 200 turns of ``peers.py``'s shape with prose-like text
 (pseudo-words drawn Zipf-like from 5,000, seeded) and prints the bytes on the server
 per message (every table, indexes and TOAST included, after VACUUM, less the empty
-schema): at schema step 11 (two search indexes), now, and with the index off.
+schema): at schema step 11 (two search indexes), step 12 (one index over two stored
+vectors), now (one stored vector), and with the index off.
 
     python benchmarks/postgres.py [--repeat 5] [--seconds 3]
     python benchmarks/postgres.py --plans [--repeat 15]
@@ -243,7 +244,7 @@ def storage_bytes(server: str) -> None:
                 with psycopg.connect(server, autocommit=True) as conn:
                     conn.execute(extra.format(schema=schema))
             empty = schema_bytes(server, schema, vacuum=False)
-            for turn in range(1, turns + 1):  # step 11 has no read functions; sessiontree writes without
+            for turn in range(1, turns + 1):  # steps 11 and 12: sessiontree writes without reading
                 system.write(system.shape(turn), system.read() if step is None else [])
             full = schema_bytes(server, schema)
             system.close()
@@ -258,7 +259,8 @@ def storage_bytes(server: str) -> None:
     classes = peer_classes()
     try:
         per_message("sessiontree at schema step 11 (two search indexes)", classes["sessiontree"], 11)
-        per_message("sessiontree now (one search index)", classes["sessiontree"])
+        per_message("sessiontree at step 12 (one index, two stored vectors)", classes["sessiontree"], 12)
+        per_message("sessiontree now (one index, one stored vector)", classes["sessiontree"])
         per_message("sessiontree now, search index off", classes["sessiontree"], index=False)
         for name in ("langgraph", "agents-sqlalchemy"):
             try:

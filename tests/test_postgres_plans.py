@@ -86,12 +86,16 @@ def test_a_store_filled_fast_without_analyze_keeps_reading_paths_by_index(pg_url
             (deep.id,),
         )
         # What the store's long-lived connection runs: the walks, and its own joins by key.
-        path = prepared_plan(store, "LATERAL sessiontree_path(", f"{session_key}, 'main', true, '{{}}'")
+        path = prepared_plan(store, "sessiontree_ref_walk(", f"{session_key}, 'main', '{{}}', true")
         tree = prepared_plan(store, "ORDER BY n.depth, n.id", f"{session_key}")
         for plan in (path, tree):
             assert "Seq Scan on nodes" not in plan and "Hash Join" not in plan, plan
         # What the walks themselves run, planned by this new connection and kept.
-        for call in (f"sessiontree_path({head}, '{{}}')", f"sessiontree_tree({session_key})"):
+        for call in (
+            f"sessiontree_ref_walk({session_key}, 'main', '{{}}', true)",
+            f"sessiontree_path({head}, '{{}}')",
+            f"sessiontree_tree({session_key})",
+        ):
             plans = nested_plans(store, f"SELECT count(*) FROM {call}")
             assert plans and "Index Scan" in plans[0], plans
             assert not any("Seq Scan on nodes" in p or "Hash Join" in p for p in plans), plans

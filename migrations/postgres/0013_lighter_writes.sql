@@ -177,3 +177,32 @@ ALTER FUNCTION sessiontree_fork(integer, bigint, text, text, boolean, text, text
     SET plan_cache_mode = force_generic_plan SET jit = off;
 ALTER FUNCTION sessiontree_path(bigint, text[]) SET jit = off;
 ALTER FUNCTION sessiontree_tree(bigint) SET jit = off;
+
+-- A read of a branch or checkpoint, `ref_name` of session `s`: its node's key, the
+-- redaction count when asked for (the path cache checks it), and the walk up from the
+-- node to the nearest of `stop_ids` (sessiontree_path). No rows: no such ref, or a
+-- branch with no node yet. Until step 12 this was a statement of the client's, which
+-- the server planned again on every call (0.13 ms, twice what running it took): as a
+-- function its plan is made once a connection.
+CREATE FUNCTION sessiontree_ref_walk(s bigint, ref_name text, stop_ids text[], with_redactions boolean)
+RETURNS TABLE (key bigint, redactions bigint, id text, depth integer, kind text, payload text,
+               created_at text, run text, stop boolean)
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan SET jit = off
+AS $$
+DECLARE
+    at bigint;
+BEGIN
+    SELECT b.head INTO at FROM branches b WHERE b.session = s AND b.name = ref_name;
+    IF NOT FOUND THEN
+        SELECT c.node INTO at FROM checkpoints c WHERE c.session = s AND c.name = ref_name;
+    END IF;
+    IF at IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT at, CASE WHEN with_redactions THEN (SELECT c.redactions::bigint FROM change_counts c) END, p.*
+    FROM sessiontree_path(at, stop_ids) p;
+END
+$$;

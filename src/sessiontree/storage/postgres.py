@@ -78,18 +78,10 @@ from .shared_sql import BRANCH_HEAD, INSERT_BRANCH, REF, for_postgres
 # whatever the table's statistics say).
 _PATH = "SELECT * FROM sessiontree_path(%(key)s, %(stop)s)"
 
-# A read of a branch or checkpoint in one round trip: its node and the walk up from it
-# to the nearest cached path end (only the node, unread, when it is one), with the
-# redaction count when the cache is due to look at it.
-_REF_WALK = """
-WITH r AS (
-    SELECT b.head AS key FROM branches b WHERE b.session = %(s)s AND b.name = %(name)s
-    UNION ALL SELECT c.node FROM checkpoints c WHERE c.session = %(s)s AND c.name = %(name)s
-    LIMIT 1
-)
-SELECT r.key, CASE WHEN %(redactions)s THEN (SELECT redactions FROM change_counts) END, p.*
-FROM r LEFT JOIN LATERAL sessiontree_path(r.key, %(stop)s) p ON true
-"""
+# A read of a branch or checkpoint in one round trip (schema step 13): its node and the
+# walk up from it to the nearest cached path end (only the node, unread, when it is one),
+# with the redaction count when the cache is due to look at it.
+_REF_WALK = "SELECT * FROM sessiontree_ref_walk(%(s)s, %(name)s, %(stop)s, %(redactions)s)"
 
 
 _REF, _BRANCH_HEAD, _INSERT_BRANCH = (for_postgres(s) for s in (REF, BRANCH_HEAD, INSERT_BRANCH))
@@ -99,8 +91,9 @@ T = TypeVar("T")
 STREAM_ROWS = 500
 """Rows a server-side cursor fetches a round trip (``tree_stream``, ``runs_stream``)."""
 
-ONE_STATEMENT_STEP = 12
-"""The schema step that installs the one-statement reads and writes (``sessiontree_append``)."""
+ONE_STATEMENT_STEP = 13
+"""The schema step from which the one-statement reads and writes are all there (step 12's
+``sessiontree_append``, step 13's ``sessiontree_ref_walk``)."""
 
 
 class _Held(threading.local):
@@ -148,8 +141,8 @@ class PostgresStorage(SharedReads):
                 self._local_settings = pgdb.settings(self.target.schema, local=True).as_bytes(conn)
 
     def _check_schema(self) -> bool:
-        """Migrate the schema (or, read-only, check it needs nothing); whether it has step
-        12's one-statement functions. Once per process and URL (``postgres_pool``)."""
+        """Migrate the schema (or, read-only, check it needs nothing); whether it has every
+        one-statement function. Once per process and URL (``postgres_pool``)."""
         readonly = self.readonly
         with pgdb.connect(self.target) as conn, pgdb.clear_errors(self.url):
             if readonly:
@@ -166,8 +159,8 @@ class PostgresStorage(SharedReads):
                     )
             else:
                 pgdb.migrate(conn, self.target.schema)
-            # Step 12's functions; a schema migrated only part way (as the upgrade tests
-            # make one) goes the long way.
+            # The one-statement functions; a schema migrated only part way (as the upgrade
+            # tests make one) goes the long way.
             return pgdb.schema_version(conn, self.target.schema) >= ONE_STATEMENT_STEP
 
     def close(self) -> None:
