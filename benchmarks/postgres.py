@@ -249,6 +249,9 @@ def storage_bytes(server: str) -> None:
             full = schema_bytes(server, schema)
             system.close()
             print(f"{label:52} {(full - empty) / (turns * 4):8,.0f} bytes per message")
+            if step is None and index and label.startswith("sessiontree"):
+                split = search_bytes(server, schema, turns * 4)
+                print(f"{'  of which the index; the stored vectors':52} {split}")
         finally:
             db.migrations, postgres_db.steps = every_step, every_pg_step  # type: ignore[assignment]
             drop_schemas(server, [schema])
@@ -444,6 +447,17 @@ def analyze(server: str, schemas: list[str]) -> None:
             ).fetchall()
             for (table,) in tables:
                 conn.execute(f"ANALYZE {schema}.{table}")
+
+
+def search_bytes(server: str, schema: str, messages: int) -> str:
+    """Bytes per message of the search index and of the vectors stored in the rows (as
+    stored: compressed, TOAST included)."""
+    with psycopg.connect(server, autocommit=True) as conn:
+        ((index, vectors),) = conn.execute(
+            f"SELECT pg_relation_size('{schema}.nodes_search_all'),"
+            f" (SELECT sum(pg_column_size(search_vector)) FROM {schema}.nodes)"
+        ).fetchall()
+    return f"{index / messages:8,.0f}; {vectors / messages:,.0f}"
 
 
 def schema_bytes(server: str, schema: str, vacuum: bool = True) -> int:

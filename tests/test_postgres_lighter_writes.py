@@ -69,7 +69,9 @@ def step_12_store(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
         s = old.create_session("before")
         s.append_many([user("What is the weather in Paris? Paris, paris"), assistant("Sunny in Paris")])
         s.append(assistant("looking up paris weather for Oslo", [CALL]))
-        s.append({"role": "tool", "tool_call_id": "c1", "name": "lookup", "content": "rain in Oslo, not paris"})
+        s.append(
+            {"role": "tool", "tool_call_id": "c1", "name": "lookup", "content": "rain in Oslo, not paris"}
+        )
         s.append(user("and oslo? lookup it"))
     monkeypatch.undo()
 
@@ -178,5 +180,9 @@ def test_a_chain_goes_in_with_its_parents_and_depths_in_order(pg_url):
             ([n.id for n in chain],),
         )
         parents = [s.path("main")[0].id, *[n.id for n in chain[:-1]]]
-        assert rows == [(n.id, parent, i + 1) for i, (n, parent) in enumerate(zip(chain, parents))]
-        assert json.loads(raw(store, "SELECT payload FROM nodes WHERE id = ?", (chain[3].id,))[0][0]) == user("m3")
+        assert rows == [
+            (n.id, parent, i + 1) for i, (n, parent) in enumerate(zip(chain, parents, strict=True))
+        ]
+        assert json.loads(raw(store, "SELECT payload FROM nodes WHERE id = ?", (chain[3].id,))[0][0]) == user(
+            "m3"
+        )
