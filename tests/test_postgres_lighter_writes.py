@@ -57,7 +57,7 @@ def test_the_one_vector_is_the_two_old_vectors_joined_for_every_kind(pg_url):
             assert words > 0 or payload == {"role": "user"}, (kind, payload)
 
 
-def step_12_store(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def step_12_store(pg_url: str, monkeypatch: pytest.MonkeyPatch, search: bool = True) -> None:
     from sessiontree import db
     from sessiontree.storage import postgres_db
 
@@ -73,7 +73,18 @@ def step_12_store(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
             {"role": "tool", "tool_call_id": "c1", "name": "lookup", "content": "rain in Oslo, not paris"}
         )
         s.append(user("and oslo? lookup it"))
+        if not search:
+            old.set_search_index(False)
     monkeypatch.undo()
+
+
+def node_columns(store: Store) -> set[str]:
+    rows = raw(
+        store,
+        "SELECT column_name FROM information_schema.columns"
+        " WHERE table_schema = current_schema() AND table_name = 'nodes'",
+    )
+    return {c for (c,) in rows}
 
 
 QUERIES = ["paris", "oslo", "lookup", "paris oslo", '"in paris"', "paris -oslo", "paris OR rain"]
@@ -83,14 +94,7 @@ def test_a_step_12_store_finds_and_ranks_the_same_after_step_13(pg_url, monkeypa
     step_12_store(pg_url, monkeypatch)
     with Store(pg_url) as store:
         assert store.schema_version == 13
-        columns = {
-            c
-            for (c,) in raw(
-                store,
-                "SELECT column_name FROM information_schema.columns"
-                " WHERE table_schema = current_schema() AND table_name = 'nodes'",
-            )
-        }
+        columns = node_columns(store)
         assert "search_vector" in columns and not {"search_text", "search_tools"} & columns
         # the ranks steps 4 to 12 gave, from the vectors they stored: the oracle
         text = "to_tsvector('simple', coalesce(sessiontree_node_text(kind, payload), ''))"
@@ -107,6 +111,20 @@ def test_a_step_12_store_finds_and_ranks_the_same_after_step_13(pg_url, monkeypa
                 hits = [h.node.id for h in store.search(query, tools=with_tools)]
                 assert hits == [i for (i,) in expected], (query, with_tools)
                 assert hits or query == '"in paris"' and not with_tools
+
+
+def test_a_step_12_store_with_search_off_stays_off_and_turns_on_whole(pg_url, monkeypatch):
+    from sessiontree import SearchIndexOff
+
+    step_12_store(pg_url, monkeypatch, search=False)
+    with Store(pg_url) as store:
+        assert store.schema_version == 13
+        assert not {"search_vector", "search_text", "search_tools"} & node_columns(store)
+        assert not store.search_index().enabled
+        with pytest.raises(SearchIndexOff):
+            store.search("paris")
+        assert store.set_search_index(True) == 5
+        assert len(store.search("oslo")) == 3 and len(store.search("oslo", tools=False)) == 2
 
 
 def test_the_index_merges_its_pending_list_a_turn_at_a_time_on_and_off_again(pg_url):
