@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -163,6 +164,9 @@ def test_every_tool_answers_with_structured_content_and_decide_takes_one_decisio
     assert "edit of call call_send_email (send_email):" in bad_edit.content[0].text
     assert found["decide"].is_error is False
     assert found["decide"].structured_content["by"] == "alice"
+    # the command that continues it, pasteable anywhere: the store's --db, as the CLI prints
+    resume = shlex.join(["sessiontree", "--db", db_target, "resume", seed["pause"]])
+    assert found["decide"].structured_content["next"].startswith(resume)
     again = found["again"]
     assert again.is_error and "already" in again.content[0].text and "\n" not in again.content[0].text
     assert found["pending_after"]["pauses"] == []

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from .common import import_extra, open_store
+from .common import import_extra, open_store, resume_command
 from .params import Seconds
 from .view import is_loopback
 
@@ -130,7 +130,9 @@ def mcp(
             sock.close()
             raise click.ClickException(f"cannot listen on {address}: {e.strerror or e}") from None
     store = open_store(ctx, write=allow_decide)
-    server = build_server(store, allow_decide=allow_decide, by=by, poll=poll)
+    server = build_server(
+        store, allow_decide=allow_decide, by=by, poll=poll, resume_hint=lambda p: resume_command(ctx, p)
+    )
     if sock is None:
         server.run("stdio")
         return

@@ -1,7 +1,7 @@
 """An MCP server on a store (the ``mcp`` extra; ``sessiontree mcp`` runs it).
 
 Contract:
-- ``build_server(store, *, allow_decide=False, by=None, poll=1.0)`` returns an
+- ``build_server(store, *, allow_decide=False, by=None, poll=1.0, resume_hint=None)`` returns an
   ``MCPServer`` (the official SDK's) whose tools read the store: ``list_sessions``,
   ``list_branches``, ``transcript``, ``show_node``, ``search``, ``diff`` and ``pending``,
   each annotated ``readOnlyHint: true, openWorldHint: false`` and answering with
@@ -11,7 +11,9 @@ Contract:
 - ``decide`` exists only with ``allow_decide``: one call of one pause approved,
   rejected or edited through ``loop.decide``, the rules of ``sessiontree approve`` and
   the inbox (a second decision of a pause is refused), recorded as decided by ``by``
-  (the server's configuration, never the client's say).
+  (the server's configuration, never the client's say). Its answer's ``next`` is the
+  command that continues the pause: ``resume_hint(pause)`` (``sessiontree mcp`` gives
+  the one its CLI prints, with the store's ``--db``), else ``sessiontree resume PAUSE``.
 - Resources: ``sessiontree://sessions`` and the template
   ``sessiontree://session/{session}/branch/{branch}`` (the branch's last messages, as
   JSON). A client that listens for updates of one of them (``subscriptions/listen``) is
@@ -24,7 +26,7 @@ Contract:
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, Literal
 
 from mcp.server.mcpserver import MCPServer
@@ -151,7 +153,12 @@ def pause_data(store: Store, pause: Node) -> dict[str, Any]:
 
 
 def build_server(
-    store: Store, *, allow_decide: bool = False, by: str | None = None, poll: float = 1.0
+    store: Store,
+    *,
+    allow_decide: bool = False,
+    by: str | None = None,
+    poll: float = 1.0,
+    resume_hint: Callable[[Node], str] | None = None,
 ) -> MCPServer:
     """The MCP server on ``store``; see the module docstring."""
     bus = InMemorySubscriptionBus()
@@ -360,7 +367,7 @@ def build_server(
                     "call": call,
                     "action": action,
                     "by": DecisionPayload.from_node(written).by,
-                    "next": f"sessiontree resume {node.id}",
+                    "next": resume_hint(node) if resume_hint else f"sessiontree resume {node.id}",
                 }
 
     @server.resource(SESSIONS_URI, name="sessions", mime_type="application/json")
