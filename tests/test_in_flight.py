@@ -196,11 +196,48 @@ def test_a_worker_waits_its_poll_when_what_it_finds_cannot_be_resumed(db_target)
         session, pause = paused(store)  # undecided: resuming it raises Conflict at once
         looks = Looks(store, fake=[(pause.id, session.id)])
         steps = list(work(store, until_idle=True, call=ScriptedModel([]), tools=[workers.transfer]))
-        assert steps == [] and looks.looks == 1  # one look, nothing carried on: idle
+        # a Conflict: looked again at once, without it; found nothing else: idle
+        assert steps == [] and looks.looks == 2
         looks = Looks(store, fake=[(pause.id, session.id)], waits=3)
         with pytest.raises(Looks.Stop):
             list(work(store, poll=60, call=ScriptedModel([]), tools=[workers.transfer]))
-        assert looks.looks == 3  # one look per wait (the first wait starts the listening)
+        assert looks.looks == 6  # two looks per wait (the first wait starts the listening)
+
+
+def test_a_worker_that_loses_a_race_looks_again_instead_of_trying_a_stale_list(db_target, monkeypatch):
+    """Before: a worker tried every pause of its look, though a loss meant other workers
+    were carrying them on; with 16 workers each tried all 64 of 64 pauses, and carried
+    16 a second where one worker alone carried 103."""
+    from sessiontree import worker
+
+    with Store(db_target) as store:
+        (s1, p1), (s2, p2), (s3, p3) = (paused(store, f"pay {i}") for i in range(3))
+        for p in (p1, p2, p3):
+            decide(store, p.id, {"e": Approve()})
+        list(work(store, until_idle=True, call=ScriptedModel([reply("paid")]), tools=[workers.transfer]))
+        # as another worker's look would have found them: p1 and p2 carried on since
+        stale = iter([[(p1.id, s1.id), (p2.id, s2.id)], []])
+        store.storage.resumable = lambda: next(stale, [])  # type: ignore[method-assign]
+        tried, shuffled = [], []
+        real_steps = worker._steps
+        monkeypatch.setattr(worker, "_steps", lambda st, item, *a: (tried.append(item), real_steps(st, item, *a))[1])
+        monkeypatch.setattr(worker.random, "shuffle", lambda items: shuffled.append(list(items)))
+        assert list(work(store, until_idle=True, call=ScriptedModel([]), tools=[workers.transfer])) == []
+        assert tried == [Resuming(p1.id, s1.id)]  # lost p1: looked again, and p2 was gone
+        assert shuffled == [[]]  # from the first loss on, what it finds comes in a random order
+
+
+def test_a_worker_alone_takes_decided_pauses_oldest_first(db_target, monkeypatch):
+    from sessiontree import worker
+
+    with Store(db_target) as store:
+        pauses = [paused(store, f"pay {i}")[1] for i in range(3)]
+        for p in reversed(pauses):
+            decide(store, p.id, {"e": Approve()})
+        monkeypatch.setattr(worker.random, "shuffle", lambda items: pytest.fail("shuffled alone"))
+        model = ScriptedModel([reply("paid")] * 3)
+        steps = list(work(store, until_idle=True, call=model, tools=[workers.transfer]))
+        assert [s.pause_id for s in steps if isinstance(s, Resuming)] == [p.id for p in pauses]
 
 
 def test_a_decided_pause_of_a_trashed_session_does_not_hold_a_worker(db_target):

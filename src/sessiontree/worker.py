@@ -17,14 +17,18 @@ Contract:
 - At most once per pause, with any number of workers: every run's first write
   after a decision is a compare-and-set on the decision (the ``tool_start``
   marker, or a rejection), committed before any tool runs. The worker that
-  loses it gets ``BranchMoved`` and moves on, having run nothing.
+  loses it gets ``BranchMoved`` (or is told the pause was resumed) and, having run
+  nothing, looks again at once without that item: what it listed is stale, since
+  another worker is at work. From then on it takes what it finds in a random order,
+  so that workers looking at once start on different items (a worker that never
+  lost takes them oldest first).
 - A pause whose run fails outside the loop's own error handling (the model
   adapter raising, say) is reported as a ``Final("error")`` step and not
   retried by this worker; a decision that stays unresumed stays visible to
   ``resumable`` for another worker, or a human, to look at.
-- It never spins: a look after which nothing ran (whatever was listed could not be
-  carried on: another worker took it, or it raised ``Conflict``) is followed by a
-  wait of ``poll`` seconds, or until a signal. A server that cannot be reached
+- It never spins: each look again after a ``Conflict`` leaves out one more item (the
+  ones lost stay left out until the next wait), and a look that finds nothing it can
+  carry on is followed by a wait of ``poll`` seconds, or until a signal. A server that cannot be reached
   (``Unavailable``: a restart, a failover) is waited for the same way: the worker
   looks again after the wait, and a dropped ``LISTEN`` connection is opened again.
 - With ``on_expiry="reject"`` each look first continues every expired pause (its
@@ -47,6 +51,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -112,9 +117,14 @@ def _look(store: Store) -> list[Item]:
         Resuming(decided.pause_id, decided.session_id)
         # _make: a stand-in for the backend (the worker's tests have one) may give plain pairs.
         for decided in map(ResumablePause._make, store.storage.resumable())
-        if framework_of(store.node(decided.pause_id)) is None  # a framework's own resume carries those on
     ]
     return decided + cut_off(store)
+
+
+def _foreign(store: Store, item: Item) -> bool:
+    """A framework's pause, which only its own resume carries on (read when it is the next
+    to try, not at every look: with many workers a look is repeated often)."""
+    return isinstance(item, Resuming) and framework_of(store.node(item.pause_id)) is not None
 
 
 Prepare = Callable[[recipes.Recipe | None], dict[str, Any]]
@@ -155,29 +165,40 @@ async def awork(
     docstring."""
     if on_expiry not in ("keep", "reject"):
         raise ValueError(f"on_expiry must be 'keep' or 'reject', not {on_expiry!r}")
-    failed: set[Item] = set()
+    failed: set[Item] = set()  # raised: reported once, not retried by this worker
+    foreign: set[Item] = set()  # a framework's pauses
+    lost: set[Item] = set()  # another worker's since the last wait (Conflict)
+    contended = False  # another worker has been seen: take items in a random order
     if not until_idle:  # start listening before the first look, so no decision slips between
         await asyncio.to_thread(store.storage.wait_for_decisions, 0)
     while stop is None or not stop.is_set():
-        ran = False
+        ran = stale = False
         try:
             if on_expiry == "reject":
                 expire_pauses(store)
-            items = [item for item in _look(store) if item not in failed]
+            left_out = failed | foreign | lost
+            items = [item for item in _look(store) if item not in left_out]
         except (Unavailable, Busy):
             items = []  # the server is away or busy: look again after the wait
+        if contended:
+            random.shuffle(items)
         for item in items:
             if stop is not None and stop.is_set():
                 return
             started = False
             try:
+                if _foreign(store, item):
+                    foreign.add(item)
+                    continue
                 async for step in _steps(store, item, run_options, prepare):
                     if not started:
                         yield item
                         started = ran = True
                     yield step
-            except Conflict:
-                continue  # another worker carried it on first (BranchMoved), or just did
+            except Conflict:  # another worker carried it on first (BranchMoved), or just did
+                lost.add(item)
+                contended = stale = True
+                break
             except (Unavailable, Busy):
                 break  # the server is away: wait, then look again (nothing is marked failed)
             except Exception as e:  # noqa: BLE001 - reported, and the other pauses go on
@@ -186,10 +207,11 @@ async def awork(
                     yield item
                 yield Final("error", None, f"{type(e).__name__}: {e}")
                 ran = True
-        if ran:
+        if ran or stale:
             continue
         if until_idle:
             return
+        lost.clear()
         await _wait_for_decisions(store, poll, stop)
 
 
