@@ -220,7 +220,9 @@ def test_a_worker_that_loses_a_race_looks_again_instead_of_trying_a_stale_list(d
         store.storage.resumable = lambda: next(stale, [])  # type: ignore[method-assign]
         tried, shuffled = [], []
         real_steps = worker._steps
-        monkeypatch.setattr(worker, "_steps", lambda st, item, *a: (tried.append(item), real_steps(st, item, *a))[1])
+        monkeypatch.setattr(
+            worker, "_steps", lambda st, item, *a: (tried.append(item), real_steps(st, item, *a))[1]
+        )
         monkeypatch.setattr(worker.random, "shuffle", lambda items: shuffled.append(list(items)))
         assert list(work(store, until_idle=True, call=ScriptedModel([]), tools=[workers.transfer])) == []
         assert tried == [Resuming(p1.id, s1.id)]  # lost p1: looked again, and p2 was gone

@@ -91,3 +91,33 @@ def test_a_fork_and_a_checkpoint_cost_one_round_trip_each(counted):
     assert proxy.counted() == ONE
     assert {c.name: c.node_id for c in s.checkpoints()} == {"greeted": second.id, "hello-said": first.id}
     assert {b.name: b.head_id for b in s.branches()}["again"] == first.id
+
+
+def test_a_decision_costs_two_round_trips_the_pause_read_and_the_write(counted):
+    """20 before (25 with a second branch at the pause): the pause's read, which the
+    decision is checked against, and one statement that writes it and moves every branch.
+    What it refuses goes the long way; with pool_size=1 the message of a refused insert
+    waited out the pool's 30 s for a second connection, and said the server was away."""
+    from sessiontree import Approve, Conflict, decide
+    from test_in_flight import paused
+
+    store, _, proxy = counted
+    session, pause = paused(store)
+    session.fork("alt", at=pause.id)
+    proxy.counted()
+    decision = decide(store, pause.id, {"e": Approve()}, by="ann")
+    assert proxy.counted() == 2 * ONE
+    assert {b.name: b.head_id for b in session.branches()} == {"main": decision.id, "alt": decision.id}
+    assert store.node(decision.id).payload == decision.payload and decision.payload["by"] == "ann"
+    assert decision.parent_id == pause.id and decision.depth == pause.depth + 1
+    with pytest.raises(Conflict, match=f"pause {pause.id} already has a decision"):
+        decide(store, pause.id, {"e": Approve()})
+    other, stranded = paused(store, "moved on")
+    other.move("main", to="main~1")  # no branch stands at the pause any more
+    with pytest.raises(Conflict, match="no branch stands at it any more"):
+        decide(store, stranded.id, {"e": Approve()})
+    trashed, waiting = paused(store, "trashed")
+    store.delete_session(trashed.id)
+    with pytest.raises(Conflict, match="in the trash"):
+        decide(store, waiting.id, {"e": Approve()})
+    assert store.verify().ok

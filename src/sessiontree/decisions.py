@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import deadlines, schema_check
 from .errors import Conflict, ToolArgumentError
-from .ids import now
+from .ids import new_id, now
 from .kinds import DecisionEntry, DecisionPayload, PausePayload
+from .model import Node, encode_payload
 
 if TYPE_CHECKING:
-    from .model import Node
     from .session import Ref
     from .store import Store
 
@@ -217,6 +217,12 @@ def decide(store: Store, pause: Ref, decisions: dict[str, Decision], *, by: str 
     pause = store.node(pause)
     check_decisions(pause, decisions)
     record = DecisionPayload({k: to_entry(v) for k, v in decisions.items()}, by=by, at=now())
+    if store.storage.one_statement and not deadlines.is_expired(pause):
+        # One statement on a server (``Storage.decide_at``); anything but the common case
+        # writes nothing there, and the long way below says what is wrong.
+        text, node_id, created = encode_payload(record.to_payload(), "decision"), new_id(), now()
+        if store.storage.decide_at(pause.session_id, pause.id, (node_id, text), created):
+            return Node(node_id, pause.session_id, pause.id, pause.depth + 1, "decision", text, created)
     session = store.session(pause.session_id)
     with store.transaction():
         at_pause = session.branches_at(pause)

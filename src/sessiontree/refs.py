@@ -25,6 +25,7 @@ transaction, so what it finds is what the caller then acts on.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, TypeGuard
 
 from .errors import AmbiguousRef, Conflict, NotFound
@@ -123,7 +124,12 @@ def node(storage: Storage, ref: Ref) -> Node:
     if not isinstance(ref, str) or not ref:
         raise NotFound(f"no node {ref!r}")
     base, generations = split_ancestry(check_lookup(ref, "node"))
-    found = storage.node(resolve_id(storage, "nodes", "node", base))
+    found = None
+    if FULL_ID.fullmatch(base):  # a whole id: read it at once (on a server, one round trip less)
+        with contextlib.suppress(NotFound):
+            found = storage.node(base)
+    if found is None:
+        found = storage.node(resolve_id(storage, "nodes", "node", base))
     if not generations:
         return found
     # Walked up in its own session, named by its whole id (as messages then say).

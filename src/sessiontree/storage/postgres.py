@@ -513,6 +513,14 @@ class PostgresStorage(SharedReads):
         )
         return None if row is None else AppendedAt(row[0], int(row[1]))
 
+    def decide_at(self, session_id: str, pause_id: str, decision: tuple[str, str], created: str) -> bool:
+        row = self._one_write(
+            "SELECT sessiontree_decide(%s, %s, %s, %s, %s, %s)",
+            (self.lock_class, session_id, pause_id, *decision, created),
+            decision[0],
+        )
+        return row is not None
+
     def fork_at(
         self,
         session_key: int,
@@ -561,9 +569,14 @@ class PostgresStorage(SharedReads):
                 raise
 
     def _elsewhere(self, query: str, key: int) -> tuple[Any, ...] | None:
-        """One row read on a connection of its own, outside this thread's transaction."""
-        with pgdb.clear_errors(self.url):
-            rows = self._statement(lambda other: other.execute(query, (key,)).fetchall())
+        """One row read outside this thread's transaction (which its error aborted), for the
+        message of that error: on a new connection, not a pooled one, since every pooled
+        one may be held by a transaction that waits for this one (one, with pool_size=1):
+        borrowing waited out the pool's 30 s and said the server could not be reached."""
+        with pgdb.clear_errors(self.url), pgdb.connect(self.target) as other:
+            if self._local_settings:  # behind PgBouncer: the settings last one transaction
+                other.execute(self._begin_write)
+            rows = other.execute(query, (key,)).fetchall()
         return rows[0] if rows else None
 
     def _committed_session_id(self, key: int) -> str | None:

@@ -261,8 +261,8 @@ class Tree(ABC):
     # -- reads and writes in one statement --------------------------------------------
 
     one_statement = False
-    """Whether ``path_at_ref``, ``messages_at_ref``, ``append_at_head`` and ``fork_at`` do
-    anything: where each statement is a round trip (PostgreSQL). Elsewhere the callers go
+    """Whether ``path_at_ref``, ``messages_at_ref``, ``append_at_head``, ``decide_at`` and
+    ``fork_at`` do anything: where each statement is a round trip (PostgreSQL). Elsewhere the callers go
     their usual way."""
 
     def append_at_head(
@@ -285,6 +285,12 @@ class Tree(ABC):
         the backend has no such statement (SQLite: its transactions cost no round trip).
         A connection lost once the statement was sent is ``OutcomeUnknown``."""
         return None
+
+    def decide_at(self, session_id: str, pause_id: str, decision: tuple[str, str], created: str) -> bool:
+        """A decision (id, payload) under the pause ``pause_id`` of session ``session_id`` in
+        one statement, its own transaction, every branch at the pause moved to it; whether
+        it was written (False, having written nothing: as ``append_at_head``'s None)."""
+        return False
 
     def fork_at(
         self, session_key: int, name: str, at: str, at_is_id: bool, metadata: str | None, created: str
