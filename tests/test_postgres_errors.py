@@ -28,15 +28,16 @@ from conftest import PGBOUNCER, user, without_pgbouncer
 
 COMMIT = b"COMMIT\x00"
 APPEND = b"sessiontree_append("
+DECIDE = b"sessiontree_decide("
 """An append under a branch head is one statement, its own transaction: sending it is
 sending its COMMIT."""
 
 
-def an_appends_commit() -> dict[str, bytes]:
-    """``drop_at``'s pattern for the message that commits an append under a head: the one
-    call, or behind PgBouncer (``pgbouncer=true``: BEGIN and the settings first) the COMMIT
-    after it."""
-    return {"pattern": COMMIT, "after": APPEND} if PGBOUNCER else {"pattern": APPEND}
+def an_appends_commit(call: bytes = APPEND) -> dict[str, bytes]:
+    """``drop_at``'s pattern for the message that commits a one-statement write (an append
+    under a head; a decision with ``DECIDE``): the one call, or behind PgBouncer
+    (``pgbouncer=true``: BEGIN and the settings first) the COMMIT after it."""
+    return {"pattern": COMMIT, "after": call} if PGBOUNCER else {"pattern": call}
 
 
 def server_process_ended(direct: str, pid: int) -> None:
@@ -122,8 +123,7 @@ def test_a_decision_whose_commit_was_lost_is_found_by_the_id_the_error_carries(p
     url, direct, proxy = proxied
     with Store(url) as store:
         (pause,) = make_pauses(store, 1)
-        # the decision's COMMIT (behind PgBouncer a read before it ends with one too)
-        proxy.drop_at(COMMIT, forward=True, after=b"INSERT INTO nodes")
+        proxy.drop_at(**an_appends_commit(DECIDE), forward=True)  # one statement, as an append
         with pytest.raises(OutcomeUnknown) as lost:
             decide(store, pause, {"e": Approve()}, by="alice")
     with Store(direct) as store:  # it is the decision, not someone else's

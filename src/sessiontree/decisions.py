@@ -226,21 +226,19 @@ def decide(store: Store, pause: Ref, decisions: dict[str, Decision], *, by: str 
     session = store.session(pause.session_id)
     with store.transaction():
         at_pause = session.branches_at(pause)
-        taken = any(n.kind == "decision" for n in session.children(pause))
-        if not taken and deadlines.is_expired(pause):
+        if any(n.kind == "decision" for n in session.children(pause)):  # the store's words
+            raise Conflict(f"pause {pause.id} already has a decision")
+        if deadlines.is_expired(pause):
             raise Conflict(
                 f"pause {pause.id} expired at {deadlines.expires_at(pause)} with no decision;"
                 " nothing was written"
             )
-        # (A decided pause is left to the store, which says it already has a decision.)
-        if not at_pause and not taken:
+        if not at_pause:
             raise Conflict(
                 f"pause {pause.id}: no branch stands at it any more ({why_left(store, pause)});"
                 " nothing was written"
             )
-        node = session.append(
-            record.to_payload(), kind="decision", parent=pause, branch=at_pause[0] if at_pause else None
-        )
+        node = session.append(record.to_payload(), kind="decision", parent=pause, branch=at_pause[0])
         for name in at_pause[1:]:
             session.move(name, to=node, expect_head=pause.id)
     return node

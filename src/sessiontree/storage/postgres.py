@@ -59,6 +59,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
+from psycopg_pool import PoolTimeout
 
 from ..errors import Conflict, NotFound, ReadOnly, SessionTreeError, Unavailable
 from ..names import FULL_ID
@@ -570,13 +571,20 @@ class PostgresStorage(SharedReads):
 
     def _elsewhere(self, query: str, key: int) -> tuple[Any, ...] | None:
         """One row read outside this thread's transaction (which its error aborted), for the
-        message of that error: on a new connection, not a pooled one, since every pooled
-        one may be held by a transaction that waits for this one (one, with pool_size=1):
-        borrowing waited out the pool's 30 s and said the server could not be reached."""
-        with pgdb.clear_errors(self.url), pgdb.connect(self.target) as other:
+        message of that error: on a pooled connection if one is free at once, else on a new
+        one, since every pooled one may be held by a transaction that waits for this one
+        (one, with pool_size=1: waiting for it took the pool's 30 s and then said the server
+        could not be reached)."""
+        with pgdb.clear_errors(self.url), contextlib.ExitStack() as stack:
+            try:
+                other = stack.enter_context(postgres_pool.borrow(self.pool, timeout=0.1))
+            except PoolTimeout:
+                other = stack.enter_context(pgdb.connect(self.target))
             if self._local_settings:  # behind PgBouncer: the settings last one transaction
                 other.execute(self._begin_write)
             rows = other.execute(query, (key,)).fetchall()
+            if self._local_settings:
+                other.execute("ROLLBACK")
         return rows[0] if rows else None
 
     def _committed_session_id(self, key: int) -> str | None:

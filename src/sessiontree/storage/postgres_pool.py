@@ -84,9 +84,10 @@ def _new_pool(target: pgdb.Target) -> ConnectionPool[Any]:
 
 
 @contextmanager
-def borrow(pool: ConnectionPool[Any]) -> Iterator[psycopg.Connection[Any]]:
-    """A pooled connection still alive as far as can be told (see the module docstring)."""
-    conn = pool.getconn()
+def borrow(pool: ConnectionPool[Any], timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+    """A pooled connection still alive as far as can be told (see the module docstring);
+    ``PoolTimeout`` when none is free within ``timeout`` seconds (None: the pool's own)."""
+    conn = pool.getconn(timeout)
     # A restart or a pooler's timeout ends every idle connection: try each, then a new one.
     for _ in range(pool.max_size):
         if not _ended(conn):
