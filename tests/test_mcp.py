@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from sessiontree import Store, ToolsUnavailable
+from sessiontree import recipe as recipes
 from sessiontree.cli import cli
 from sessiontree.loop import decide, run
 from sessiontree.steps import Approve, Final, Paused
@@ -379,7 +380,7 @@ def stop(process: subprocess.Popen) -> None:
 
 
 @pytest.mark.slow  # a server process
-def test_over_http_a_token_is_required_when_given(tmp_path):
+def test_over_http_a_token_is_required_when_given(tmp_path, monkeypatch):
     db = str(tmp_path / "s.db")
     seeded(db)
     process, url = http_server(
@@ -397,6 +398,21 @@ def test_over_http_a_token_is_required_when_given(tmp_path):
             assert tools.spec == url and {t.source for t in tools} == {f"mcp:{url}"}
             with pytest.raises(ToolsUnavailable, match="cannot start or list its tools"):
                 mcp_tools(url)  # no token
+        # the spec names the token's variable, never the token: what a recipe records, and
+        # what a resume in another process connects with (its own value of the variable)
+        spec = f"bearer-env:SERVER_TOKEN {url}"
+        assert recipes.withheld(spec) == (spec, None)
+        with pytest.raises(ToolsUnavailable, match="the variable SERVER_TOKEN is not set or empty"):
+            mcp_tools(spec)
+        monkeypatch.setenv("SERVER_TOKEN", "s3cret")
+        with mcp_tools(spec) as tools, mcp_tools(f"untrusted: {spec}") as asking:
+            assert {t.source for t in tools} == {f"mcp:{spec}"} and len(tools.tools) == len(READ_ONLY_TOOLS)
+            assert asking.spec == f"untrusted:{spec}" and all(t.requires_approval for t in asking)
+        monkeypatch.setenv("SERVER_TOKEN", "nope")
+        with pytest.raises(ToolsUnavailable, match="cannot start or list its tools"):
+            mcp_tools(spec)
+        with pytest.raises(ToolsUnavailable, match="write bearer-env:NAME, then a space and an http"):
+            mcp_tools("bearer-env:SERVER_TOKEN python -m mcp_server_time")
     finally:
         stop(process)
     assert refused.status_code == 401 and wrong.status_code == 401
@@ -857,3 +873,32 @@ def test_a_resume_given_mcp_records_the_server_it_used(tmp_path):
     shell("approve", second)
     shell("resume", second)  # with no flags: the server the last run recorded
     assert (tmp_path / "effects.log").read_text() == "no_hints 1\nno_hints 2\n"
+
+
+@pytest.mark.slow  # server processes
+def test_a_run_through_a_token_guarded_server_resumes_with_no_flags_and_stores_no_token(
+    tmp_path, monkeypatch
+):
+    served = str(tmp_path / "served.db")
+    seed = seeded(served)
+    process, url = http_server(served, "--token-env", "SERVED_TOKEN", env={"SERVED_TOKEN": "s3cret"})
+    try:
+        monkeypatch.setenv("MY_TOKEN", "s3cret")
+        shell = cli_in(tmp_path)
+        script = tmp_path / "replies.jsonl"
+        replies = [reply(None, tool_call("list_sessions", {}, id="c1")), reply("one session")]
+        script.write_text("".join(json.dumps(r) + "\n" for r in replies))
+        spec = f"untrusted: bearer-env:MY_TOKEN {url}"  # untrusted: every call asks first
+        out = shell("run", "--new", "how many?", "--model", f"script:{script}", "--mcp", spec, code=3).stdout
+        pause = re.search(r"sessiontree approve (\S+)", out)[1]
+        shell("approve", pause)
+        shell("resume", pause)  # another process, no flags: the recipe names the server and the variable
+    finally:
+        stop(process)
+    with Store(str(tmp_path / "store.db")) as store:
+        assert recipes.of(store.node(pause)).tools == (f"mcp:{spec}",)  # as given: no token in it
+        (session,) = store.sessions()
+        messages = store.session(session.id).messages()
+        assert messages[-1]["content"] == "one session"
+        assert seed["session"] in messages[-2]["content"]  # what the guarded server answered
+    assert b"s3cret" not in (tmp_path / "store.db").read_bytes()

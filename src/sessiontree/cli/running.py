@@ -209,8 +209,8 @@ mcp_option = click.option(
     callback=_remember_mcp,
     metavar="'COMMAND ARGS'|URL",
     help="Also offer the tools of this MCP server (repeatable): a command run over stdio, or an "
-    "http(s) URL; 'untrusted:...' makes every one of its tools ask first (needs the mcp extra; "
-    "see docs/mcp.md).",
+    "http(s) URL ('bearer-env:NAME URL' sends the token in $NAME); 'untrusted:...' makes every one "
+    "of its tools ask first (needs the mcp extra; see docs/mcp.md).",
 )
 
 

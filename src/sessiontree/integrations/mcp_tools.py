@@ -6,7 +6,10 @@ Contract:
   HTTP), or a command, as one string (split as a shell would, ``shlex``) or an argv list,
   launched over stdio with the SDK's small default environment (never this process's
   secrets). A string may start with ``untrusted:`` (as ``--mcp`` takes it), the same as
-  ``trusted=False``.
+  ``trusted=False``, and a URL may follow ``bearer-env:NAME `` (after ``untrusted:``,
+  if both): the server is sent ``Authorization: Bearer`` and the value of the variable
+  ``NAME``, read when it connects, so that the spec names the token without holding it
+  and a later process (a resume, a worker) connects with its own.
 - The result, ``MCPTools``, iterates over the tools and is a context manager (``with``
   or ``async with``): the connection is one MCP session, held by a thread with an event
   loop of its own, so its tools can be awaited from any event loop, and ``close()``
@@ -35,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import shlex
 import sys
 import threading
@@ -48,6 +52,7 @@ from ..errors import ToolFailed, ToolsUnavailable
 from ..tools import Tool, ToolOutput
 
 UNTRUSTED = "untrusted:"
+BEARER_ENV = "bearer-env:"
 SOURCE_PREFIX = "mcp:"
 LIST_TIMEOUT = 60.0
 """Seconds a server may take to start and list its tools."""
@@ -66,12 +71,23 @@ def safety(annotations: dict[str, Any] | None, *, trusted: bool = True) -> tuple
     return idempotent, not runs_unasked
 
 
-def parse_spec(server: str | Sequence[str], *, trusted: bool = True) -> tuple[str, list[str] | str, bool]:
-    """(the spec as one string, argv or URL, trusted) of what ``mcp_tools`` was given."""
+def parse_spec(
+    server: str | Sequence[str], *, trusted: bool = True
+) -> tuple[str, list[str] | str, bool, str | None]:
+    """(the spec as one string, argv or URL, trusted, the bearer token's variable or None)
+    of what ``mcp_tools`` was given."""
+    bearer: str | None = None
     if isinstance(server, str):
         text = server.strip()
         if text.startswith(UNTRUSTED):
             trusted, text = False, text[len(UNTRUSTED) :].strip()
+        if text.startswith(BEARER_ENV):
+            bearer, _, text = text[len(BEARER_ENV) :].partition(" ")
+            text = text.strip()
+            if not bearer.isidentifier() or not text.startswith(("http://", "https://")):
+                raise ToolsUnavailable(
+                    f"MCP server {server!r}: write {BEARER_ENV}NAME, then a space and an http(s) URL"
+                )
         if text.startswith(("http://", "https://")):
             target: list[str] | str = text
         else:
@@ -84,7 +100,9 @@ def parse_spec(server: str | Sequence[str], *, trusted: bool = True) -> tuple[st
     if not target:
         raise ToolsUnavailable("an MCP server needs a command or a URL; nothing was given")
     spec = target if isinstance(target, str) else shlex.join(target)
-    return (spec if trusted else UNTRUSTED + spec), target, trusted
+    if bearer is not None:
+        spec = f"{BEARER_ENV}{bearer} {spec}"
+    return (spec if trusted else UNTRUSTED + spec), target, trusted, bearer
 
 
 class MCPTools:
@@ -98,8 +116,13 @@ class MCPTools:
         env: dict[str, str] | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
-        self.spec, self._target, self.trusted = parse_spec(server, trusted=trusted)
+        self.spec, self._target, self.trusted, bearer = parse_spec(server, trusted=trusted)
         self.source = SOURCE_PREFIX + self.spec
+        if bearer is not None:
+            token = os.environ.get(bearer)
+            if not token:
+                raise ToolsUnavailable(f"MCP server {self.spec}: the variable {bearer} is not set or empty")
+            headers = {**(headers or {}), "Authorization": f"Bearer {token}"}
         self._env, self._headers = env, headers
         self._client: Any = None
         self._stop: asyncio.Event | None = None
