@@ -267,6 +267,7 @@ FETCHED = (
 )
 
 
+@pytest.mark.slow  # the tools sleep to show they overlap: 3 s
 def test_the_calls_of_a_batch_run_at_once_unless_parallel_tools_is_1(here):
     db = str(here / "x.db")
     pages = ("run", "--new", "Fetch pages 1 to 3.", "--model", "script:pages.jsonl", "--tools", "tools.py")

@@ -100,10 +100,12 @@ def test_run_refuses_a_key_with_a_carriage_return_without_showing_it(tmp_path, m
 
 def test_run_reports_a_model_error_and_exits_1(tmp_path, monkeypatch):
     from sessiontree import providers
+    from sessiontree.providers import naming
 
-    # max_retries is the adapter's setting, not a request parameter (-o refuses it): no retries here.
+    # max_retries is the adapter's setting, not a request parameter (-o refuses it): no retries
+    # here. Patched where --model is turned into a call (it retried for 4.6 s, over the slow limit).
     monkeypatch.setattr(
-        providers, "openai_compatible", functools.partial(providers.openai_compatible, max_retries=0)
+        naming, "openai_compatible", functools.partial(providers.openai_compatible, max_retries=0)
     )
     result = CliRunner().invoke(
         cli,

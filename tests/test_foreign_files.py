@@ -140,6 +140,7 @@ def test_a_killed_backup_leaves_no_file_that_opens_as_a_store(tmp_path):
     assert "absent" in outcomes  # at least one kill landed mid-copy
 
 
+@pytest.mark.slow  # waits out a busy timeout: 1.9 s
 def test_a_writer_blocked_too_long_gets_a_clear_error_in_time(tmp_path, monkeypatch):
     from sessiontree import Busy, db
 

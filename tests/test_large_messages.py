@@ -73,6 +73,7 @@ def test_many_megabytes_through_append_many_in_one_chain(any_store):
     assert s.verify().ok
 
 
+@pytest.mark.slow  # megabytes through the loop: 2.4 s on a server
 def test_a_huge_tool_result_and_a_huge_reply_in_the_agent_loop_are_stored(any_store):
     @tool
     def dump() -> str:

@@ -82,6 +82,7 @@ def test_a_replay_of_an_import_feeds_its_user_turns_back(store, path):
     assert replayed or path.name == "claude-code-log-sidechain_integrated.jsonl"
 
 
+@pytest.mark.slow  # every multi-turn fixture imported and replayed: 1.9 s
 def test_the_imports_that_diverged_at_their_first_user_turn_now_match(store):
     """Before: 16 of 16 multi-turn imports diverged, 15 of them at the first user turn
     fed back (`actual: None`); now 14 match whole and 2 differ only at back-to-back replies."""
