@@ -13,6 +13,8 @@ import json
 import pytest
 
 from sessiontree import Conflict, Store
+from sessiontree.model import encode_payload
+from test_postgres_search_index import TEXT_VECTOR, TOOLS_VECTOR
 
 from conftest import assistant, raw, server_transaction, user
 
@@ -36,16 +38,10 @@ PAYLOADS = [
 ]
 
 
-def encoded(payload: dict, kind: str) -> str:
-    from sessiontree.model import encode_payload
-
-    return encode_payload(payload, kind)
-
-
 def test_the_one_vector_is_the_two_old_vectors_joined_for_every_kind(pg_url):
     with Store(pg_url) as store:
         for kind, payload in PAYLOADS:
-            text = encoded(payload, kind)
+            text = encode_payload(payload, kind)
             ((same, words),) = raw(
                 store,
                 "SELECT sessiontree_node_vectors(?, ?)"
@@ -96,12 +92,9 @@ def test_a_step_12_store_finds_and_ranks_the_same_after_step_13(pg_url, monkeypa
         assert store.schema_version == 13
         columns = node_columns(store)
         assert "search_vector" in columns and not {"search_text", "search_tools"} & columns
-        # the ranks steps 4 to 12 gave, from the vectors they stored: the oracle
-        text = "to_tsvector('simple', coalesce(sessiontree_node_text(kind, payload), ''))"
-        tools = f"{text.replace('node_text', 'node_tools')}"
-        for query in QUERIES:
+        for query in QUERIES:  # the ranks steps 4 to 12 gave, from the vectors they stored
             for with_tools in (False, True):
-                vector = f"{text} || {tools}" if with_tools else text
+                vector = f"{TEXT_VECTOR} || {TOOLS_VECTOR}" if with_tools else TEXT_VECTOR
                 expected = raw(
                     store,
                     f"SELECT id FROM nodes, websearch_to_tsquery('simple', ?) q"
@@ -172,17 +165,20 @@ def test_one_before_insert_trigger_keeps_every_check(pg_url):
 
 
 def test_the_write_functions_keep_their_plans_and_are_never_compiled(pg_url):
+    writes = ["sessiontree_append", "sessiontree_fork", "sessiontree_decide", "sessiontree_ref_walk"]
+    walks = ["sessiontree_path", "sessiontree_tree"]
     with Store(pg_url) as store:
         rows = dict(
             raw(
                 store,
-                "SELECT proname::text, proconfig FROM pg_proc WHERE pronamespace = to_regnamespace(current_schema())"
-                " AND proname IN ('sessiontree_append', 'sessiontree_fork', 'sessiontree_path', 'sessiontree_tree')",
+                "SELECT proname::text, proconfig FROM pg_proc"
+                " WHERE pronamespace = to_regnamespace(current_schema()) AND proname = ANY(?)",
+                (writes + walks,),
             )
         )
-        for name in ("sessiontree_append", "sessiontree_fork"):
+        for name in writes:
             assert {"plan_cache_mode=force_generic_plan", "jit=off"} <= set(rows[name]), name
-        for name in ("sessiontree_path", "sessiontree_tree"):
+        for name in walks:
             assert "jit=off" in rows[name], name
 
 
